@@ -1,0 +1,92 @@
+"""The Backend protocol: one seam between cascade and every engine (SGLang, transformers serve, fakes).
+
+A backend generates one completion (one branch) for a list of messages. Fan-out (`n`, reasoning
+branches) and replica balancing are built on top of this protocol, never inside a client.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Protocol, runtime_checkable
+
+import msgspec
+
+from cascade.schemas import ChatMessage
+
+
+class GenerationRequest(msgspec.Struct, kw_only=True, frozen=True):
+    messages: list[ChatMessage]
+    max_tokens: int
+    temperature: float | None = None
+    top_p: float | None = None
+    stop: list[str] = msgspec.field(default_factory=list)
+    seed: int | None = None
+    # Unique per branch: SGLang uses it as `rid` so that the branch can be aborted upstream.
+    request_id: str = ""
+
+
+class StreamDelta(msgspec.Struct, kw_only=True):
+    """One increment of a streamed completion. The last delta carries `finish_reason`."""
+
+    text: str = ""
+    reasoning: str = ""
+    finish_reason: str | None = None
+    prompt_tokens: int | None = None
+    completion_tokens: int | None = None
+
+
+class GenerationResult(msgspec.Struct, kw_only=True):
+    text: str
+    reasoning: str = ""
+    finish_reason: str = "stop"
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+
+
+@runtime_checkable
+class Backend(Protocol):
+    """One engine endpoint (or a pool of replicas that behaves as one)."""
+
+    name: str
+
+    async def generate(self, request: GenerationRequest) -> GenerationResult:
+        """Run to completion. Raises a BackendError subclass on any upstream fault."""
+        ...
+
+    def stream(self, request: GenerationRequest) -> AsyncIterator[StreamDelta]:
+        """Yield deltas as the engine produces them. Closing the iterator early (client went away,
+        branch pruned) must cancel the generation upstream."""
+        ...
+
+    async def health(self) -> bool:
+        """True when the engine answers its health check now."""
+        ...
+
+    async def aclose(self) -> None: ...
+
+
+async def collect(deltas: AsyncIterator[StreamDelta]) -> GenerationResult:
+    """Fold a delta stream into a result (used by backends whose engines only stream)."""
+    text: list[str] = []
+    reasoning: list[str] = []
+    finish_reason = "stop"
+    prompt_tokens = completion_tokens = 0
+    n_deltas = 0
+    async for delta in deltas:
+        text.append(delta.text)
+        reasoning.append(delta.reasoning)
+        if delta.text or delta.reasoning:
+            n_deltas += 1
+        if delta.finish_reason is not None:
+            finish_reason = delta.finish_reason
+        if delta.prompt_tokens is not None:
+            prompt_tokens = delta.prompt_tokens
+        if delta.completion_tokens is not None:
+            completion_tokens = delta.completion_tokens
+    return GenerationResult(
+        text="".join(text),
+        reasoning="".join(reasoning),
+        finish_reason=finish_reason,
+        prompt_tokens=prompt_tokens,
+        completion_tokens=completion_tokens or n_deltas,
+    )

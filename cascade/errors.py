@@ -1,0 +1,62 @@
+"""Errors raised by cascade's core. No HTTP codes here: the gateway maps classes to statuses."""
+
+from __future__ import annotations
+
+
+class CascadeError(Exception):
+    """Base class: `message` is safe to show to a client."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+
+class InvalidRequest(CascadeError):
+    """The client sent something we cannot serve; `param` names the offending field."""
+
+    def __init__(self, message: str, param: str | None = None, code: str | None = None) -> None:
+        super().__init__(message)
+        self.param = param
+        self.code = code
+
+
+class PayloadTooLarge(InvalidRequest):
+    pass
+
+
+class UnknownModel(CascadeError):
+    def __init__(self, model: str, known: list[str]) -> None:
+        super().__init__(f"The model `{model}` does not exist. Available models: {', '.join(known)}.")
+        self.model = model
+
+
+class Unauthorized(CascadeError):
+    pass
+
+
+class Overloaded(CascadeError):
+    """Admission control refused the request; the client should retry later."""
+
+
+class BackendError(CascadeError):
+    """Base class for faults of an upstream engine, never of the client."""
+
+    def __init__(self, message: str, backend: str = "") -> None:
+        super().__init__(message)
+        self.backend = backend
+
+
+class BackendUnavailable(BackendError):
+    """Nothing to talk to: connection refused, or no healthy replica."""
+
+
+class BackendTimeout(BackendError):
+    """The engine did not answer (or stopped streaming) within the configured time."""
+
+
+class BackendFailed(BackendError):
+    """The engine answered with an error status or a response we cannot parse."""
+
+
+class ConfigError(CascadeError):
+    """A config, plan or CLI argument is wrong; the message names the key."""

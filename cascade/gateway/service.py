@@ -1,0 +1,342 @@
+"""The chat service: validate, route, call the tier's backend, and shape OpenAI responses.
+
+Plain Python over msgspec Structs: no web framework here, so it is tested without HTTP and the
+routes stay thin. Streaming output is produced as ready-to-send SSE frames (bytes).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import time
+import uuid
+from collections.abc import AsyncIterator, Sequence
+
+import msgspec
+
+from cascade.branches.backend import Backend, GenerationRequest, GenerationResult, StreamDelta
+from cascade.config import Limits, TierConfig
+from cascade.errors import BackendError, InvalidRequest, Overloaded, UnknownModel
+from cascade.gateway.metrics import GatewayMetrics
+from cascade.router.heuristic import heuristic_difficulty
+from cascade.router.policy import NAMED_HINTS, QualityHint, RoutingPolicy, parse_hint
+from cascade.schemas import (
+    AssistantMessage,
+    BranchStats,
+    CascadeInfo,
+    ChatCompletion,
+    ChatCompletionChunk,
+    ChatCompletionRequest,
+    ChatMessage,
+    Choice,
+    ChunkChoice,
+    Delta,
+    ModelCard,
+    ModelList,
+    Usage,
+)
+
+ROUTED_MODEL = "cascade"
+_encode = msgspec.json.Encoder().encode
+
+
+class Tier(msgspec.Struct, kw_only=True):
+    index: int
+    config: TierConfig
+    backend: Backend
+
+    @property
+    def name(self) -> str:
+        return self.config.name
+
+
+class Decision(msgspec.Struct, kw_only=True):
+    tier: Tier
+    hint: str
+    difficulty: float | None
+    routed: bool
+
+
+def _sse(payload: bytes) -> bytes:
+    return b"data: " + payload + b"\n\n"
+
+
+class ChatService:
+    def __init__(
+        self,
+        tiers: Sequence[Tier],
+        policy: RoutingPolicy,
+        limits: Limits,
+        metrics: GatewayMetrics,
+        default_quality: str = "balanced",
+    ) -> None:
+        self.tiers = list(tiers)
+        self.by_name = {t.name: t for t in self.tiers}
+        self.policy = policy
+        self.limits = limits
+        self.metrics = metrics
+        default = parse_hint(default_quality, "gateway.default_quality")
+        assert default is not None
+        self.default_hint = default
+        self.in_flight = 0
+
+    # --- models and validation -------------------------------------------------------------
+
+    def model_list(self) -> ModelList:
+        ids = [ROUTED_MODEL, *(f"{ROUTED_MODEL}:{h}" for h in NAMED_HINTS), *self.by_name]
+        return ModelList(data=[ModelCard(id=i) for i in ids])
+
+    def validate(self, req: ChatCompletionRequest) -> int:
+        """Check limits the types cannot express; return the max_tokens to use."""
+        lim = self.limits
+        if not req.messages:
+            raise InvalidRequest("`messages` must contain at least one message", "messages", "empty_messages")
+        if len(req.messages) > lim.max_messages:
+            raise InvalidRequest(f"`messages` has {len(req.messages)} entries; the limit is {lim.max_messages}",
+                                 "messages")
+        if not 1 <= req.n <= lim.max_n:
+            raise InvalidRequest(f"`n` must be between 1 and {lim.max_n}, got {req.n}", "n")
+        if req.temperature is not None and not (0.0 <= req.temperature <= 2.0 and math.isfinite(req.temperature)):
+            raise InvalidRequest(f"`temperature` must be in [0, 2], got {req.temperature}", "temperature")
+        if req.top_p is not None and not (0.0 < req.top_p <= 1.0):
+            raise InvalidRequest(f"`top_p` must be in (0, 1], got {req.top_p}", "top_p")
+        stops = [req.stop] if isinstance(req.stop, str) else (req.stop or [])
+        if len(stops) > lim.max_stop_sequences:
+            raise InvalidRequest(f"`stop` may have at most {lim.max_stop_sequences} sequences", "stop")
+        if req.stream_options is not None and not req.stream:
+            raise InvalidRequest("`stream_options` is only allowed when `stream` is true", "stream_options")
+        for name in ("max_completion_tokens", "max_tokens"):
+            value = getattr(req, name)
+            if value is not None and not 1 <= value <= lim.max_tokens:
+                raise InvalidRequest(f"`{name}` must be between 1 and {lim.max_tokens}, got {value}", name)
+        return req.max_completion_tokens or req.max_tokens or 0
+
+    def decide(self, req: ChatCompletionRequest, header_hint: str | None) -> Decision:
+        model = req.model
+        if model in self.by_name:
+            return Decision(tier=self.by_name[model], hint="bypass", difficulty=None, routed=False)
+        base, _, alias = model.partition(":")
+        if base != ROUTED_MODEL:
+            raise UnknownModel(model, [m.id for m in self.model_list().data])
+        hint = (
+            parse_hint(req.quality, "quality")
+            or parse_hint(header_hint, "X-Cascade-Quality")
+            or parse_hint(alias or None, "model")
+            or self.default_hint
+        )
+        start = time.perf_counter()
+        difficulty = heuristic_difficulty(_last_user_text(req.messages))
+        tier = self.tiers[self.policy.choose(difficulty, hint)]
+        self.metrics.decision_latency.observe(time.perf_counter() - start)
+        return Decision(tier=tier, hint=hint.label, difficulty=round(difficulty, 4), routed=True)
+
+    # --- generation --------------------------------------------------------------------------
+
+    def admit(self) -> None:
+        if self.in_flight >= self.limits.max_in_flight:
+            self.metrics.client_errors.labels("429").inc()
+            raise Overloaded(f"the gateway is at its limit of {self.limits.max_in_flight} requests in flight")
+        self.in_flight += 1
+        self.metrics.in_flight.inc()
+
+    def release(self) -> None:
+        self.in_flight -= 1
+        self.metrics.in_flight.dec()
+
+    def _generation(self, req: ChatCompletionRequest, tier: Tier, max_tokens: int, index: int) -> GenerationRequest:
+        messages = req.messages
+        if tier.config.system_prompt:
+            messages = [ChatMessage(role="system", content=tier.config.system_prompt), *messages]
+        stops = [req.stop] if isinstance(req.stop, str) else list(req.stop or [])
+        # Distinct seeds per choice so that n > 1 gives distinct samples, yet stays reproducible.
+        seed = None if req.seed is None else req.seed + index
+        return GenerationRequest(
+            messages=messages, max_tokens=max_tokens or tier.config.default_max_tokens,
+            temperature=req.temperature, top_p=req.top_p, stop=stops, seed=seed,
+            request_id=f"cascade-{uuid.uuid4().hex}",
+        )
+
+    def _info(self, decision: Decision, finished: int = 0) -> CascadeInfo:
+        cfg = decision.tier.config
+        note = None
+        if cfg.branches > 1:
+            note = (f"tier is configured for {cfg.branches} reasoning branches; the branch runner is not "
+                    "implemented yet, so one branch ran")
+        return CascadeInfo(
+            tier=decision.tier.index, tier_name=decision.tier.name, quality=decision.hint,
+            difficulty=decision.difficulty, router="heuristic" if decision.routed else "bypass",
+            branches=BranchStats(configured=cfg.branches, launched=1, finished=finished), note=note,
+        )
+
+    async def complete(self, req: ChatCompletionRequest, decision: Decision, max_tokens: int) -> ChatCompletion:
+        tier = decision.tier
+        start = time.perf_counter()
+        try:
+            results: list[GenerationResult] = await asyncio.gather(
+                *(tier.backend.generate(self._generation(req, tier, max_tokens, i)) for i in range(req.n))
+            )
+        except BackendError as exc:
+            self._count_backend_error(tier, exc)
+            raise
+        except asyncio.CancelledError:
+            self.metrics.disconnects.labels(tier.name).inc()
+            raise
+        usage = Usage(
+            prompt_tokens=results[0].prompt_tokens,
+            completion_tokens=sum(r.completion_tokens for r in results),
+        )
+        usage.total_tokens = usage.prompt_tokens + usage.completion_tokens
+        self._count_success(tier, time.perf_counter() - start, usage.completion_tokens)
+        return ChatCompletion(
+            id=f"chatcmpl-{uuid.uuid4().hex}", created=int(time.time()), model=tier.name,
+            choices=[
+                Choice(index=i, finish_reason=r.finish_reason,
+                       message=AssistantMessage(content=r.text, reasoning_content=r.reasoning or None))
+                for i, r in enumerate(results)
+            ],
+            usage=usage, cascade=self._info(decision, finished=len(results)),
+        )
+
+    async def open_stream(
+        self, req: ChatCompletionRequest, decision: Decision, max_tokens: int
+    ) -> AsyncIterator[bytes]:
+        """Start the upstream streams and wait for their first delta, so that a backend fault becomes
+        an HTTP error status instead of a broken 200 stream. Returns the SSE frame iterator."""
+        tier = decision.tier
+        start = time.perf_counter()
+        streams = [tier.backend.stream(self._generation(req, tier, max_tokens, i)) for i in range(req.n)]
+        firsts: list[StreamDelta | None] = []
+        try:
+            for stream in streams:
+                firsts.append(await anext(stream, None))
+        except BackendError as exc:
+            self._count_backend_error(tier, exc)
+            await _close_all(streams)
+            raise
+        except BaseException:
+            await _close_all(streams)
+            raise
+        return self._frames(req, decision, streams, firsts, start)
+
+    async def _frames(
+        self, req: ChatCompletionRequest, decision: Decision, streams: list[AsyncIterator[StreamDelta]],
+        firsts: list[StreamDelta | None], start: float,
+    ) -> AsyncIterator[bytes]:
+        tier = decision.tier
+        completion_id = f"chatcmpl-{uuid.uuid4().hex}"
+        created = int(time.time())
+        head = ChatCompletionChunk(id=completion_id, created=created, model=tier.name, choices=[])
+        include_usage = bool(req.stream_options and req.stream_options.include_usage)
+        prompt_tokens = 0
+        completion_tokens = [0] * len(streams)
+        finished = 0
+        first_token = True
+        merged = _merge(streams, firsts)
+        try:
+            yield _sse(_encode(msgspec.structs.replace(
+                head, choices=[ChunkChoice(index=i, delta=Delta(role="assistant", content="")) for i in
+                               range(len(streams))],
+                cascade=self._info(decision),
+            )))
+            async for index, delta in merged:
+                if delta.prompt_tokens is not None:
+                    prompt_tokens = delta.prompt_tokens
+                if delta.completion_tokens is not None:
+                    completion_tokens[index] = delta.completion_tokens
+                if delta.text or delta.reasoning:
+                    if first_token:
+                        self.metrics.ttft.labels(tier.name).observe(time.perf_counter() - start)
+                        first_token = False
+                    if delta.completion_tokens is None:
+                        completion_tokens[index] += 1
+                    content = Delta(content=delta.text or None, reasoning_content=delta.reasoning or None)
+                    yield _sse(_encode(msgspec.structs.replace(
+                        head, choices=[ChunkChoice(index=index, delta=content)])))
+                if delta.finish_reason is not None:
+                    finished += 1
+                    yield _sse(_encode(msgspec.structs.replace(
+                        head, choices=[ChunkChoice(index=index, delta=Delta(), finish_reason=delta.finish_reason)],
+                    )))
+        except BackendError as exc:
+            # Headers are gone already: report the fault in-band, as OpenAI does, then end the stream.
+            self._count_backend_error(tier, exc)
+            error = {"error": {"message": exc.message, "type": "server_error", "param": None, "code": None}}
+            yield _sse(_encode(error))
+            yield b"data: [DONE]\n\n"
+            return
+        except (asyncio.CancelledError, GeneratorExit):
+            self.metrics.disconnects.labels(tier.name).inc()
+            raise
+        finally:
+            await merged.aclose()
+            await _close_all(streams)
+        total_completion = sum(completion_tokens)
+        tail = msgspec.structs.replace(head, choices=[], cascade=self._info(decision, finished=finished))
+        if include_usage:
+            tail.usage = Usage(prompt_tokens=prompt_tokens, completion_tokens=total_completion,
+                               total_tokens=prompt_tokens + total_completion)
+        yield _sse(_encode(tail)) + b"data: [DONE]\n\n"
+        self._count_success(tier, time.perf_counter() - start, total_completion)
+
+    def _count_success(self, tier: Tier, latency_s: float, tokens: int) -> None:
+        self.metrics.requests.labels(tier.name, "ok").inc()
+        self.metrics.latency.labels(tier.name).observe(latency_s)
+        self.metrics.output_tokens.labels(tier.name).inc(tokens)
+        self.metrics.branches.labels(tier.name, "launched").inc()
+
+    def _count_backend_error(self, tier: Tier, exc: BackendError) -> None:
+        self.metrics.requests.labels(tier.name, "backend_error").inc()
+        self.metrics.backend_errors.labels(tier.name, type(exc).__name__).inc()
+
+
+def _last_user_text(messages: list[ChatMessage]) -> str:
+    for message in reversed(messages):
+        if message.role == "user":
+            return message.text()
+    return messages[-1].text()
+
+
+async def _close_all(streams: list[AsyncIterator[StreamDelta]]) -> None:
+    for stream in streams:
+        aclose = getattr(stream, "aclose", None)
+        if aclose is not None:
+            await aclose()
+
+
+async def _merge(
+    streams: list[AsyncIterator[StreamDelta]], firsts: list[StreamDelta | None]
+) -> AsyncIterator[tuple[int, StreamDelta]]:
+    """Interleave several delta streams as (choice index, delta), in arrival order."""
+    for index, first in enumerate(firsts):
+        if first is not None:
+            yield index, first
+    if len(streams) == 1:
+        if firsts[0] is not None:
+            async for delta in streams[0]:
+                yield 0, delta
+        return
+    queue: asyncio.Queue[tuple[int, StreamDelta | None | BaseException]] = asyncio.Queue()
+
+    async def pump(index: int, stream: AsyncIterator[StreamDelta]) -> None:
+        try:
+            async for delta in stream:
+                await queue.put((index, delta))
+            await queue.put((index, None))
+        except Exception as exc:  # handed to the consumer, which re-raises it
+            await queue.put((index, exc))
+
+    pumps = [asyncio.create_task(pump(i, s)) for i, s in enumerate(streams) if firsts[i] is not None]
+    try:
+        remaining = len(pumps)
+        while remaining:
+            index, item = await queue.get()
+            if item is None:
+                remaining -= 1
+            elif isinstance(item, BaseException):
+                raise item
+            else:
+                yield index, item
+    finally:
+        for task in pumps:
+            task.cancel()
+        await asyncio.gather(*pumps, return_exceptions=True)

@@ -1,0 +1,159 @@
+"""OpenAI chat-completions wire types as msgspec Structs, shared by the gateway, backends and loadgen.
+
+Requests are decoded strictly (unknown fields are an error naming the field, as OpenAI does);
+responses from engines are decoded leniently (engines add fields such as `reasoning_content`).
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import msgspec
+
+
+class TextPart(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    type: Literal["text"]
+    text: str
+
+
+class ChatMessage(msgspec.Struct, kw_only=True, forbid_unknown_fields=True, omit_defaults=True):
+    role: Literal["system", "developer", "user", "assistant", "tool"]
+    content: str | list[TextPart] | None = None
+    name: str | None = None
+    tool_call_id: str | None = None
+    reasoning_content: str | None = None
+
+    def text(self) -> str:
+        if self.content is None:
+            return ""
+        if isinstance(self.content, str):
+            return self.content
+        return "".join(part.text for part in self.content)
+
+
+class StreamOptions(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    include_usage: bool = False
+
+
+class ChatCompletionRequest(msgspec.Struct, kw_only=True, forbid_unknown_fields=True, omit_defaults=True):
+    """The request body. Fields we accept but do not act on are listed so that clients sending
+    them are not refused; truly unknown fields are refused with their name."""
+
+    model: str
+    messages: list[ChatMessage]
+    stream: bool = False
+    stream_options: StreamOptions | None = None
+    n: int = 1
+    max_tokens: int | None = None
+    max_completion_tokens: int | None = None
+    temperature: float | None = None
+    top_p: float | None = None
+    stop: str | list[str] | None = None
+    seed: int | None = None
+    presence_penalty: float | None = None
+    frequency_penalty: float | None = None
+    user: str | None = None
+    metadata: dict[str, str] | None = None
+    logprobs: bool | None = None
+    top_logprobs: int | None = None
+    reasoning_effort: str | None = None
+    # cascade's own extension: a named operating point or a numeric accuracy target in (0, 1].
+    quality: str | float | None = None
+
+
+class Usage(msgspec.Struct, kw_only=True):
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    total_tokens: int = 0
+
+
+class BranchStats(msgspec.Struct, kw_only=True):
+    configured: int = 1
+    launched: int = 1
+    finished: int = 0
+    pruned: int = 0
+    early_stopped: int = 0
+
+
+class CascadeInfo(msgspec.Struct, kw_only=True):
+    """What cascade decided for this request; returned in every response."""
+
+    tier: int
+    tier_name: str
+    quality: str
+    difficulty: float | None = None
+    escalations: int = 0
+    router: str = ""
+    branches: BranchStats = msgspec.field(default_factory=BranchStats)
+    note: str | None = None
+
+
+class AssistantMessage(msgspec.Struct, kw_only=True):
+    role: str = "assistant"
+    content: str | None = None
+    reasoning_content: str | None = None
+
+
+class Choice(msgspec.Struct, kw_only=True):
+    index: int
+    message: AssistantMessage
+    finish_reason: str | None
+    logprobs: None = None
+
+
+class ChatCompletion(msgspec.Struct, kw_only=True):
+    id: str
+    object: str = "chat.completion"
+    created: int
+    model: str
+    choices: list[Choice]
+    usage: Usage | None = None
+    system_fingerprint: str | None = None
+    cascade: CascadeInfo | None = None
+
+
+class Delta(msgspec.Struct, kw_only=True, omit_defaults=True):
+    role: str | None = None
+    content: str | None = None
+    reasoning_content: str | None = None
+
+
+class ChunkChoice(msgspec.Struct, kw_only=True):
+    index: int
+    delta: Delta
+    finish_reason: str | None = None
+    logprobs: None = None
+
+
+class ChatCompletionChunk(msgspec.Struct, kw_only=True, omit_defaults=True):
+    id: str
+    object: str = "chat.completion.chunk"
+    created: int
+    model: str
+    choices: list[ChunkChoice]
+    usage: Usage | None = None
+    system_fingerprint: str | None = None
+    cascade: CascadeInfo | None = None
+
+
+class ModelCard(msgspec.Struct, kw_only=True):
+    id: str
+    object: str = "model"
+    created: int = 0
+    owned_by: str = "cascade"
+
+
+class ModelList(msgspec.Struct, kw_only=True):
+    object: str = "list"
+    data: list[ModelCard] = msgspec.field(default_factory=list)
+
+
+class ErrorBody(msgspec.Struct, kw_only=True):
+    message: str
+    type: str
+    param: str | None = None
+    code: str | None = None
+
+
+class ErrorResponse(msgspec.Struct, kw_only=True):
+    error: ErrorBody
