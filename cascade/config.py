@@ -24,7 +24,7 @@ class _Strict(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=T
     pass
 
 
-class Limits(_Strict):
+class Limits(_Strict, frozen=True):
     """Hard limits on what one request may ask for; beyond them the request gets a 400/413."""
 
     max_body_bytes: PositiveInt = 1_048_576
@@ -36,7 +36,7 @@ class Limits(_Strict):
     max_in_flight: PositiveInt = 1024
 
 
-class GatewayConfig(_Strict):
+class GatewayConfig(_Strict, frozen=True):
     host: str = "127.0.0.1"
     port: Port = 8000
     # Empty: no authentication (the default binds loopback only).
@@ -45,7 +45,7 @@ class GatewayConfig(_Strict):
     limits: Limits = Limits()
 
 
-class Timeouts(_Strict):
+class Timeouts(_Strict, frozen=True):
     connect_s: PositiveFloat = 5.0
     # Longest silence allowed between bytes of a response (first token included).
     read_s: PositiveFloat = 120.0
@@ -53,7 +53,7 @@ class Timeouts(_Strict):
     total_s: PositiveFloat = 900.0
 
 
-class OpenAIBackend(_Strict, tag="openai", tag_field="kind"):
+class OpenAIBackend(_Strict, frozen=True, tag="openai", tag_field="kind"):
     """Any OpenAI-compatible server (transformers serve, vLLM, llama.cpp, SGLang's OpenAI routes)."""
 
     url: str
@@ -62,7 +62,7 @@ class OpenAIBackend(_Strict, tag="openai", tag_field="kind"):
     timeouts: Timeouts = Timeouts()
 
 
-class SGLangBackend(_Strict, tag="sglang", tag_field="kind"):
+class SGLangBackend(_Strict, frozen=True, tag="sglang", tag_field="kind"):
     """An SGLang server: OpenAI routes for chat plus native `/abort_request`, `/get_model_info`."""
 
     url: str
@@ -71,7 +71,7 @@ class SGLangBackend(_Strict, tag="sglang", tag_field="kind"):
     timeouts: Timeouts = Timeouts()
 
 
-class WorkerBackend(_Strict, tag="worker", tag_field="kind"):
+class WorkerBackend(_Strict, frozen=True, tag="worker", tag_field="kind"):
     """A worker that `cascade serve` starts itself (see [[workers]]); resolved to an OpenAI backend."""
 
     worker: Name
@@ -81,7 +81,7 @@ class WorkerBackend(_Strict, tag="worker", tag_field="kind"):
 BackendConfig = OpenAIBackend | SGLangBackend | WorkerBackend
 
 
-class WorkerConfig(_Strict):
+class WorkerConfig(_Strict, frozen=True):
     """An embedded engine process: `transformers serve` on a model from models/ (see `cascade models`)."""
 
     name: Name
@@ -93,7 +93,7 @@ class WorkerConfig(_Strict):
     startup_timeout_s: PositiveFloat = 300.0
 
 
-class TierConfig(_Strict):
+class TierConfig(_Strict, frozen=True):
     """One rung of the ladder: a model plus a reasoning setting. Tiers are listed cheapest first."""
 
     name: Name
@@ -107,13 +107,13 @@ class TierConfig(_Strict):
     branches_to_finish: PositiveInt = 1
 
 
-class RoutingConfig(_Strict):
+class RoutingConfig(_Strict, frozen=True):
     policy: Literal["heuristic"] = "heuristic"
     # Thresholds per named operating point (ascending, n_tiers - 1 values); a plan file overrides them.
     operating_points: dict[str, list[float]] = msgspec.field(default_factory=dict)
 
 
-class CascadeConfig(_Strict):
+class CascadeConfig(_Strict, frozen=True):
     gateway: GatewayConfig = GatewayConfig()
     workers: list[WorkerConfig] = msgspec.field(default_factory=list)
     tiers: list[TierConfig] = msgspec.field(default_factory=list)

@@ -6,7 +6,7 @@ branches) and replica balancing are built on top of this protocol, never inside 
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 from typing import Protocol, runtime_checkable
 
 import msgspec
@@ -53,7 +53,7 @@ class Backend(Protocol):
         """Run to completion. Raises a BackendError subclass on any upstream fault."""
         ...
 
-    def stream(self, request: GenerationRequest) -> AsyncIterator[StreamDelta]:
+    def stream(self, request: GenerationRequest) -> AsyncGenerator[StreamDelta, None]:
         """Yield deltas as the engine produces them. Closing the iterator early (client went away,
         branch pruned) must cancel the generation upstream."""
         ...
@@ -65,7 +65,7 @@ class Backend(Protocol):
     async def aclose(self) -> None: ...
 
 
-async def collect(deltas: AsyncIterator[StreamDelta]) -> GenerationResult:
+async def collect(deltas: AsyncGenerator[StreamDelta, None]) -> GenerationResult:
     """Fold a delta stream into a result (used by backends whose engines only stream)."""
     text: list[str] = []
     reasoning: list[str] = []

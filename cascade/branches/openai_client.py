@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 from typing import Any
 
 import httpx
@@ -129,7 +129,7 @@ class OpenAIBackend:
             completion_tokens=usage.completion_tokens,
         )
 
-    async def stream(self, request: GenerationRequest) -> AsyncIterator[StreamDelta]:
+    async def stream(self, request: GenerationRequest) -> AsyncGenerator[StreamDelta, None]:
         url = f"{self.url}/v1/chat/completions"
         body = self._body(request, True)
         # A deadline, not asyncio.timeout: the stream may be iterated from several tasks (fan-out),
@@ -208,7 +208,7 @@ class OpenAIBackend:
         return BackendFailed(f"backend `{self.name}` returned HTTP {status}: {detail}", self.name)
 
 
-async def _sse_data(response: httpx.Response) -> AsyncIterator[bytes]:
+async def _sse_data(response: httpx.Response) -> AsyncGenerator[bytes, None]:
     """Yield the payload of each `data:` line. Hand-split on bytes: faster than aiter_lines."""
     buffer = b""
     async for chunk in response.aiter_bytes():

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import itertools
 import time
+from collections.abc import AsyncGenerator, Sequence
 from contextlib import aclosing
-from collections.abc import AsyncIterator, Sequence
 
 from cascade.branches.backend import Backend, GenerationRequest, GenerationResult, StreamDelta
 from cascade.errors import BackendUnavailable
@@ -63,7 +63,7 @@ class ReplicaPool:
         assert last is not None
         raise last
 
-    async def stream(self, request: GenerationRequest) -> AsyncIterator[StreamDelta]:
+    async def stream(self, request: GenerationRequest) -> AsyncGenerator[StreamDelta, None]:
         last: BackendUnavailable | None = None
         for replica in self._order():
             replica.outstanding += 1

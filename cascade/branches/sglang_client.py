@@ -1,9 +1,16 @@
 """Backend client for an SGLang server: its OpenAI chat route, plus native extras.
 
-- Every request carries `rid` (SGLang's request id; the chat route accepts it as an extra field),
-  so that a branch we stop early is aborted upstream with `POST /abort_request {"rid": ...}` at
-  once, instead of SGLang noticing the closed connection later.
+- Every request carries `rid` (SGLang's request id; the chat route accepts it as an extra field and
+  echoes it as the completion id). It is the branch's `request_id`, or a fresh uuid when that is empty.
+  SGLang aborts every request whose rid *starts with* the rid it is given, so rids must be
+  prefix-free: uuids are.
+- A stream closed before its finish chunk, or a non-streaming call cancelled or failed mid-way, is
+  aborted upstream at once with `POST /abort_request {"rid": ...}`, instead of SGLang noticing the
+  closed connection later (~2 s for streams) and generating for nobody until then.
 - `finish_reason: "abort"` (SGLang's answer to an abort) is passed through as is.
+- SGLang extras (`reasoning_content`, `matched_stop`, `usage.reasoning_tokens`, `prompt_tokens_details`,
+  ids without `chatcmpl-`) are tolerated by the lenient decoding of the OpenAI client;
+  `reasoning_content` is read. A mid-stream `data: {"error": {...}}` is raised as the error it reports.
 - Health uses `GET /health`, which on SGLang runs a one-token probe and answers 503 while warming up.
 Wire format: tests/fixtures/sglang/README.md (read from SGLang's source).
 """
@@ -11,52 +18,81 @@ Wire format: tests/fixtures/sglang/README.md (read from SGLang's source).
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
-from contextlib import aclosing
+import uuid
+from collections.abc import AsyncGenerator
+from contextlib import aclosing, suppress
+from typing import Any
 
 import httpx
 import msgspec
 
 from cascade.branches.backend import GenerationRequest, GenerationResult, StreamDelta
 from cascade.branches.openai_client import OpenAIBackend
+from cascade.config import Timeouts
+from cascade.errors import BackendFailed, BackendUnavailable, InvalidRequest
 
 
 class SGLangModelInfo(msgspec.Struct):
     model_path: str = ""
     tokenizer_path: str | None = None
     is_generation: bool = True
+    weight_version: str | None = None
+
+
+class _StreamError(msgspec.Struct):
+    error: Any = None
+
+
+_TIMEOUTS = Timeouts()
 
 
 class SGLangBackend(OpenAIBackend):
-    # Aborts run as their own tasks: the code that triggers them is often being cancelled itself
-    # (anyio cancel scopes re-cancel every await inside them), and the abort must still go out.
-    _pending_aborts: set[asyncio.Task[None]] = set()
+    def __init__(
+        self, name: str, url: str, model: str, timeouts: Timeouts = _TIMEOUTS, api_key: str = ""
+    ) -> None:
+        super().__init__(name, url, model, timeouts, api_key)
+        # Aborts run as their own tasks: the code that triggers them is often being cancelled itself
+        # (anyio cancel scopes re-cancel every await inside them), and the abort must still go out.
+        self._pending_aborts: set[asyncio.Task[None]] = set()
 
     def _body(self, request: GenerationRequest, stream: bool) -> bytes:
-        body = msgspec.json.decode(super()._body(request, stream))
-        if request.request_id:
-            body["rid"] = request.request_id
-        return msgspec.json.encode(body)
+        body = super()._body(request, stream)
+        # The OpenAI body is one compact JSON object: append `rid` as its last field.
+        return body[:-1] + b',"rid":' + msgspec.json.encode(request.request_id) + b"}"
 
     async def generate(self, request: GenerationRequest) -> GenerationResult:
+        request = _with_rid(request)
         try:
             return await super().generate(request)
+        except (BackendUnavailable, InvalidRequest):
+            raise  # refused before it started: nothing runs upstream
         except BaseException:
-            # Cancelled (client gone) or failed mid-way: make sure the engine stops too.
+            # Cancelled (client gone), timed out or failed mid-way: make sure the engine stops too.
             self._abort_soon(request.request_id)
             raise
 
-    async def stream(self, request: GenerationRequest) -> AsyncIterator[StreamDelta]:
+    async def stream(self, request: GenerationRequest) -> AsyncGenerator[StreamDelta, None]:
+        request = _with_rid(request)
         finished = False
-        try:
-            async with aclosing(super().stream(request)) as deltas:
+        async with aclosing(super().stream(request)) as deltas:
+            try:
                 async for delta in deltas:
-                    if delta.finish_reason is not None:
-                        finished = True
+                    finished = finished or delta.finish_reason is not None
                     yield delta
-        finally:
-            if not finished:
-                self._abort_soon(request.request_id)
+            finally:
+                # Before closing the connection, which a cancellation may interrupt.
+                if not finished:
+                    self._abort_soon(request.request_id)
+
+    def _parse_chunk(self, data: bytes) -> StreamDelta | None:
+        delta = super()._parse_chunk(data)
+        if delta is None:  # no choices and no usage: the role chunk, or an in-band error
+            error = msgspec.json.decode(data, type=_StreamError).error
+            if error is not None:
+                code = error.get("code") if isinstance(error, dict) else None
+                status = code if isinstance(code, int) and 400 <= code < 600 else 500
+                raise self._status_error(status, msgspec.json.encode({"error": error}))
+        return delta
 
     def _abort_soon(self, rid: str) -> None:
         task = asyncio.get_running_loop().create_task(self.abort(rid))
@@ -64,22 +100,43 @@ class SGLangBackend(OpenAIBackend):
         task.add_done_callback(self._pending_aborts.discard)
 
     async def abort(self, rid: str) -> None:
-        """Best effort: SGLang answers 200 even for unknown rids, so failures here are only logged."""
+        """Best effort: SGLang answers 200 even for unknown or finished rids, and a failure to reach
+        it here means there is nothing left to stop."""
         if not rid:
             return
-        try:
-            await self._client.post(f"{self.url}/abort_request", json={"rid": rid}, timeout=self.timeouts.connect_s)
-        except httpx.HTTPError:
-            pass
+        with suppress(httpx.HTTPError):
+            await self._client.post(
+                f"{self.url}/abort_request", content=msgspec.json.encode({"rid": rid}), headers=self._headers,
+                timeout=self.timeouts.connect_s,
+            )
 
     async def model_info(self) -> SGLangModelInfo:
-        response = await self._client.get(f"{self.url}/get_model_info", timeout=self.timeouts.connect_s)
-        response.raise_for_status()
-        return msgspec.json.decode(response.content, type=SGLangModelInfo)
+        try:
+            response = await self._client.get(f"{self.url}/get_model_info", headers=self._headers)
+        except httpx.HTTPError as exc:
+            raise self._translate(exc) from None
+        if response.status_code != 200:
+            raise self._status_error(response.status_code, response.content)
+        try:
+            return msgspec.json.decode(response.content, type=SGLangModelInfo)
+        except msgspec.DecodeError:
+            raise BackendFailed(f"backend `{self.name}` sent unreadable model info", self.name) from None
 
     async def health(self) -> bool:
         try:
-            response = await self._client.get(f"{self.url}/health", timeout=self.timeouts.read_s)
+            response = await self._client.get(f"{self.url}/health", headers=self._headers)
         except httpx.HTTPError:
             return False
         return response.status_code == 200
+
+    async def aclose(self) -> None:
+        """Let aborts already scheduled go out (bounded by the connect timeout), then close."""
+        if self._pending_aborts:
+            await asyncio.wait(self._pending_aborts, timeout=self.timeouts.connect_s)
+        await super().aclose()
+
+
+def _with_rid(request: GenerationRequest) -> GenerationRequest:
+    if request.request_id:
+        return request
+    return msgspec.structs.replace(request, request_id=uuid.uuid4().hex)

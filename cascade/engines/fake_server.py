@@ -43,6 +43,7 @@ class FakeStats(msgspec.Struct):
     streams_started: int = 0
     streams_finished: int = 0
     streams_cancelled: int = 0
+    requests_cancelled: int = 0  # non-streaming requests whose client went away first
     in_flight: int = 0
     tokens_sent: int = 0
 
@@ -134,10 +135,12 @@ class FakeEngine:
             if body.get("stream"):
                 await self._stream(receive, send, script, pieces, finish, rid, body)
             else:
-                if script.ttft_ms or script.itl_ms:
-                    await asyncio.sleep((script.ttft_ms + script.itl_ms * max(0, len(pieces) - 1)) / 1000)
+                delay_s = (script.ttft_ms + script.itl_ms * max(0, len(pieces) - 1)) / 1000
                 if script.stall_after >= 0:
-                    await asyncio.sleep(3600)
+                    delay_s = 3600.0
+                if delay_s > 0 and await _disconnected_within(receive, delay_s):
+                    self.stats.requests_cancelled += 1
+                    return
                 self.stats.tokens_sent += len(pieces)
                 await _json(send, 200, {
                     "id": rid, "object": "chat.completion", "created": int(time.time()), "model": script.model,
@@ -193,6 +196,20 @@ class FakeEngine:
             self.stats.streams_finished += 1
         finally:
             watcher.cancel()
+
+
+async def _disconnected_within(receive: Receive, seconds: float) -> bool:
+    """Wait `seconds` (simulated generation); True if the client disconnected meanwhile."""
+
+    async def wait_disconnect() -> None:
+        while (await receive())["type"] != "http.disconnect":
+            pass
+
+    try:
+        await asyncio.wait_for(wait_disconnect(), timeout=seconds)
+    except TimeoutError:
+        return False
+    return True
 
 
 async def _json(send: Send, status: int, payload: Any) -> None:

@@ -129,7 +129,7 @@ def convert_to_safetensors(card: EmbeddedModelCard, gguf: Path, out_dir: Path) -
     model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=dtype)
     # save_pretrained refuses a model still marked as GGUF-quantized (FACTS.md); its weights
     # are already dequantized, so dropping the marker is exact.
-    model.hf_quantizer = None
+    setattr(model, "hf_quantizer", None)  # noqa: B010 (typed as non-optional in transformers)
     if hasattr(model.config, "quantization_config"):
         del model.config.quantization_config
     model.save_pretrained(out_dir, safe_serialization=True)

@@ -76,6 +76,7 @@ class Worker:
             self.process = subprocess.Popen(
                 worker_command(self.model_dir, self.port, self.config), stdout=out, stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL, env=worker_env(), start_new_session=True,
+                preexec_fn=_die_with_parent,
             )
         log.info("worker %s: pid %d on %s", self.config.name, self.process.pid, self.url)
 
@@ -98,6 +99,16 @@ class Worker:
             return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
         except OSError:
             return ""
+
+
+def _die_with_parent() -> None:
+    """Linux: SIGTERM the worker if the gateway dies without cleaning up (e.g. SIGKILL)."""
+    if sys.platform.startswith("linux"):
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        pr_set_pdeathsig = 1
+        libc.prctl(pr_set_pdeathsig, signal.SIGTERM)
 
 
 def _signal_group(proc: subprocess.Popen[bytes], sig: int) -> None:

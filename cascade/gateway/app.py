@@ -26,7 +26,7 @@ _JSON = "application/json"
 def create_app(
     service: ChatService,
     api_keys: tuple[str, ...] = (),
-    ready_check: Callable[[], Awaitable[dict[str, bool]]] | None = None,
+    ready_check: Callable[[], Awaitable[dict[str, Any]]] | None = None,
     on_startup: list[Callable[[], Awaitable[None]]] | None = None,
     on_shutdown: list[Callable[[], Awaitable[None]]] | None = None,
 ) -> Litestar:
@@ -89,9 +89,9 @@ def create_app(
 
     @get("/ready")
     async def ready() -> Response[bytes]:
-        tiers = await ready_check() if ready_check else {}
-        ok = all(tiers.values())
-        body = _encode({"status": "ready" if ok else "unavailable", "tiers": tiers})
+        report = await ready_check() if ready_check else {"tiers": {}}
+        ok = all(report["tiers"].values())
+        body = _encode({"status": "ready" if ok else "unavailable", **report})
         return Response(body, media_type=_JSON, status_code=200 if ok else 503)
 
     @get("/metrics")
@@ -135,6 +135,7 @@ def create_app(
         # We enforce our own limit (with an OpenAI error object); Litestar's would answer first.
         request_max_body_size=None,
         openapi_config=None,
+        logging_config=None,  # logging is configured once by `cascade serve`, not by the framework
         debug=False,
     )
 

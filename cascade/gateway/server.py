@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from pathlib import Path
+from typing import Any
 
 import msgspec
 
@@ -87,15 +88,23 @@ class Gateway:
             await tier.backend.aclose()
         self.supervisor.stop()
 
-    async def ready(self) -> dict[str, bool]:
+    async def ready(self) -> dict[str, Any]:
+        """Tier health (every tier needs one healthy replica) and the embedded workers' state."""
         results = await asyncio.gather(*(t.backend.health() for t in self.service.tiers))
-        return {t.name: bool(ok) for t, ok in zip(self.service.tiers, results, strict=True)}
+        workers = {
+            name: {"url": w.url, "pid": w.process.pid if w.process else None, "alive": w.alive(),
+                   "restarts": w.restarts}
+            for name, w in self.workers.items()
+        }
+        tiers = {t.name: bool(ok) for t, ok in zip(self.service.tiers, results, strict=True)}
+        return {"tiers": tiers, "workers": workers}
 
 
 def run(config: CascadeConfig, plan_path: str | None, host: str, port: int, log_level: str = "info") -> None:
     import uvicorn
 
     logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per upstream request is noise
     gateway = Gateway(config, plan_path)
     try:
         uvicorn.run(gateway.app, host=host, port=port, log_level="warning", access_log=False,

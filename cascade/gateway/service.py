@@ -10,7 +10,7 @@ import asyncio
 import math
 import time
 import uuid
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncGenerator, Sequence
 
 import msgspec
 
@@ -19,7 +19,7 @@ from cascade.config import Limits, TierConfig
 from cascade.errors import BackendError, InvalidRequest, Overloaded, UnknownModel
 from cascade.gateway.metrics import GatewayMetrics
 from cascade.router.heuristic import heuristic_difficulty
-from cascade.router.policy import NAMED_HINTS, QualityHint, RoutingPolicy, parse_hint
+from cascade.router.policy import NAMED_HINTS, RoutingPolicy, parse_hint
 from cascade.schemas import (
     AssistantMessage,
     BranchStats,
@@ -199,7 +199,7 @@ class ChatService:
 
     async def open_stream(
         self, req: ChatCompletionRequest, decision: Decision, max_tokens: int
-    ) -> AsyncIterator[bytes]:
+    ) -> AsyncGenerator[bytes, None]:
         """Start the upstream streams and wait for their first delta, so that a backend fault becomes
         an HTTP error status instead of a broken 200 stream. Returns the SSE frame iterator."""
         tier = decision.tier
@@ -219,9 +219,9 @@ class ChatService:
         return self._frames(req, decision, streams, firsts, start)
 
     async def _frames(
-        self, req: ChatCompletionRequest, decision: Decision, streams: list[AsyncIterator[StreamDelta]],
+        self, req: ChatCompletionRequest, decision: Decision, streams: list[AsyncGenerator[StreamDelta, None]],
         firsts: list[StreamDelta | None], start: float,
-    ) -> AsyncIterator[bytes]:
+    ) -> AsyncGenerator[bytes, None]:
         tier = decision.tier
         completion_id = f"chatcmpl-{uuid.uuid4().hex}"
         created = int(time.time())
@@ -296,7 +296,7 @@ def _last_user_text(messages: list[ChatMessage]) -> str:
     return messages[-1].text()
 
 
-async def _close_all(streams: list[AsyncIterator[StreamDelta]]) -> None:
+async def _close_all(streams: list[AsyncGenerator[StreamDelta, None]]) -> None:
     for stream in streams:
         aclose = getattr(stream, "aclose", None)
         if aclose is not None:
@@ -304,8 +304,8 @@ async def _close_all(streams: list[AsyncIterator[StreamDelta]]) -> None:
 
 
 async def _merge(
-    streams: list[AsyncIterator[StreamDelta]], firsts: list[StreamDelta | None]
-) -> AsyncIterator[tuple[int, StreamDelta]]:
+    streams: list[AsyncGenerator[StreamDelta, None]], firsts: list[StreamDelta | None]
+) -> AsyncGenerator[tuple[int, StreamDelta], None]:
     """Interleave several delta streams as (choice index, delta), in arrival order."""
     for index, first in enumerate(firsts):
         if first is not None:
@@ -315,9 +315,9 @@ async def _merge(
             async for delta in streams[0]:
                 yield 0, delta
         return
-    queue: asyncio.Queue[tuple[int, StreamDelta | None | BaseException]] = asyncio.Queue()
+    queue: asyncio.Queue[tuple[int, StreamDelta | BaseException | None]] = asyncio.Queue()
 
-    async def pump(index: int, stream: AsyncIterator[StreamDelta]) -> None:
+    async def pump(index: int, stream: AsyncGenerator[StreamDelta, None]) -> None:
         try:
             async for delta in stream:
                 await queue.put((index, delta))

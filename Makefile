@@ -1,0 +1,25 @@
+# The two commands of the README quickstart. Both are idempotent; a second run skips installed steps.
+VENV ?= .venv
+export HF_HUB_OFFLINE = 1
+
+.PHONY: serve test lint install-serve install-test
+
+# Install what serving needs, prepare the embedded models, start the gateway on 127.0.0.1:8000.
+serve: install-serve
+	$(VENV)/bin/cascade serve
+
+# Install the dev tools, then run lint, type and import checks and the whole test suite (e2e included).
+test: install-test
+	$(MAKE) lint
+	$(VENV)/bin/python -m pytest -q
+
+install-serve:
+	scripts/bootstrap.sh embedded
+
+install-test:
+	scripts/bootstrap.sh embedded,dev,router
+
+lint:
+	$(VENV)/bin/ruff check cascade loadgen tests benchmarks
+	$(VENV)/bin/mypy
+	$(VENV)/bin/lint-imports

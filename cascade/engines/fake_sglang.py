@@ -1,0 +1,248 @@
+"""A fake SGLang server for tests: SGLang's OpenAI chat route in SGLang's own shapes, plus its native
+`POST /abort_request`, `GET /health` and `GET /get_model_info` (wire format: tests/fixtures/sglang/README.md).
+
+Scripting is `FakeEngine`'s (a `FakeScript`, overridable per request by a ``[fake ...]`` directive);
+`reasoning` adds reasoning tokens, streamed as `reasoning_content` before the answer.
+Like SGLang, it keeps generating for a client that went away and stops only `disconnect_abort_s`
+later (SGLang aborts those from a background task), so that a generation stops at once only when
+someone posts its rid to `/abort_request`. `GET /fake/stats` lists the rids aborted, with the number
+of tokens each had generated when it stopped, which is how tests prove that an abort stopped it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import msgspec
+
+from cascade.engines.fake_server import (
+    FakeEngine,
+    FakeScript,
+    FakeStats,
+    Receive,
+    Scope,
+    Send,
+    _json,
+    _pieces,
+    _script_for,
+)
+
+EOS_TOKEN_ID = 151645  # reported as `matched_stop` when a generation ends on its own
+_encode = msgspec.json.Encoder().encode
+
+
+class FakeSGLangStats(FakeStats):
+    # rids posted to /abort_request, in order
+    abort_requests: list[str] = msgspec.field(default_factory=list)
+    # rid -> tokens it had generated when an abort stopped it
+    aborted: dict[str, int] = msgspec.field(default_factory=dict)
+
+
+class _Generation:
+    """One request in flight. `stop` ends it early: "abort" (/abort_request) or "disconnect"."""
+
+    def __init__(self, rid: str) -> None:
+        self.rid = rid
+        self.tokens = 0
+        self.reason = ""
+        self.stopped = asyncio.Event()
+
+    def stop(self, reason: str) -> None:
+        if not self.stopped.is_set():
+            self.reason = reason
+            self.stopped.set()
+
+
+class FakeSGLang(FakeEngine):
+    stats: FakeSGLangStats
+
+    def __init__(
+        self, script: FakeScript | None = None, reasoning: str = "", disconnect_abort_s: float = 2.0
+    ) -> None:
+        super().__init__(script)
+        self.stats = FakeSGLangStats()
+        self.reasoning = reasoning
+        self.disconnect_abort_s = disconnect_abort_s
+        self.warming = False  # True: /health answers 503, as SGLang does until its warm-up request ran
+        self._running: dict[str, _Generation] = {}
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        route = (scope.get("method"), scope.get("path")) if scope["type"] == "http" else None
+        if route in (("GET", "/health"), ("GET", "/health_generate")):
+            await _empty(send, 503 if self.warming else 200)
+        elif route == ("GET", "/get_model_info"):
+            await _json(send, 200, {"model_path": self.script.model, "tokenizer_path": self.script.model,
+                                    "is_generation": True, "preferred_sampling_params": None,
+                                    "weight_version": "default"})
+        elif route == ("POST", "/abort_request"):
+            await self._abort(receive, send)
+        else:
+            await super().__call__(scope, receive, send)
+
+    async def _abort(self, receive: Receive, send: Send) -> None:
+        body = _object(await _read_body(receive)) or {}
+        rid = str(body.get("rid") or "")
+        self.stats.abort_requests.append(rid)
+        for generation in list(self._running.values()):
+            # SGLang aborts every request whose rid starts with the given one.
+            if body.get("abort_all") or (rid and generation.rid.startswith(rid)):
+                generation.stop("abort")
+        await _empty(send, 200)
+
+    async def _chat(self, receive: Receive, send: Send) -> None:
+        self.stats.requests += 1
+        body = _object(await _read_body(receive))
+        if body is None or not body.get("messages"):
+            await _error(send, 400, "Messages cannot be empty.", "BadRequestError")
+            return
+        script = _script_for(self.script, body)
+        if script.status != 200:
+            await _error(send, script.status, f"scripted failure {script.status}", "InternalServerError")
+            return
+        thoughts = _pieces(FakeScript(answer=self.reasoning), 1 << 30) if self.reasoning else []
+        answer = _pieces(script, 1 << 30)
+        planned = [("reasoning_content", t) for t in thoughts] + [("content", p) for p in answer]
+        max_tokens = int(body.get("max_completion_tokens") or body.get("max_tokens") or 1 << 30)
+        finish = "length" if len(planned) > max_tokens else "stop"
+        tokens = planned[:max_tokens]
+        generation = _Generation(str(body.get("rid") or uuid.uuid4().hex))
+        head = {"id": generation.rid, "object": "chat.completion.chunk", "created": int(time.time()),
+                "model": body.get("model") or script.model}
+        self._running[generation.rid] = generation
+        self.stats.in_flight += 1
+        watcher = asyncio.create_task(self._watch(receive, generation))
+        try:
+            if body.get("stream"):
+                include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
+                await self._send_stream(send, generation, script, tokens, finish, head, include_usage)
+            else:
+                await self._send_completion(send, generation, script, tokens, finish, head)
+        finally:
+            watcher.cancel()
+            self.stats.in_flight -= 1
+            del self._running[generation.rid]
+            if generation.reason == "abort":
+                self.stats.aborted[generation.rid] = generation.tokens
+
+    async def _watch(self, receive: Receive, generation: _Generation) -> None:
+        while (await receive())["type"] != "http.disconnect":
+            pass
+        await asyncio.sleep(self.disconnect_abort_s)
+        generation.stop("disconnect")
+
+    async def _produce(
+        self, generation: _Generation, script: FakeScript, tokens: list[tuple[str, str]],
+        emit: Callable[[str, str], Awaitable[None]],
+    ) -> None:
+        """Emit tokens on the scripted schedule until all are out or the generation is stopped."""
+        start = time.perf_counter()
+        for i, (field, text) in enumerate(tokens):
+            due = start + (script.ttft_ms + script.itl_ms * i) / 1000
+            delay = None if i == script.stall_after else due - time.perf_counter()  # None: stall
+            if delay is None or delay > 0:
+                try:
+                    async with asyncio.timeout(delay):
+                        await generation.stopped.wait()
+                except TimeoutError:
+                    pass
+            if generation.stopped.is_set():
+                return
+            generation.tokens += 1
+            self.stats.tokens_sent += 1
+            await emit(field, text)
+
+    async def _send_stream(
+        self, send: Send, generation: _Generation, script: FakeScript, tokens: list[tuple[str, str]],
+        finish: str, head: dict[str, Any], include_usage: bool,
+    ) -> None:
+        self.stats.streams_started += 1
+        await send({"type": "http.response.start", "status": 200,
+                    "headers": [(b"content-type", b"text/event-stream"), (b"cache-control", b"no-cache")]})
+
+        async def emit(field: str, text: str) -> None:  # field: "reasoning_content" or "content"
+            delta: dict[str, Any] = {field: text}
+            if field == "content":  # SGLang sends `reasoning_content: null` with every answer delta
+                delta = {"reasoning_content": None, "content": text}
+            await _sse(send, [_chunk(head, delta)])
+
+        await _sse(send, [_chunk(head, {"reasoning_content": None, "role": "assistant", "content": ""})])
+        await self._produce(generation, script, tokens, emit)
+        if generation.reason == "disconnect":
+            self.stats.streams_cancelled += 1
+            return
+        finish = "abort" if generation.reason == "abort" else finish
+        tail = [_chunk(head, {"reasoning_content": None}, finish)]
+        if include_usage:
+            tail.append({**head, "choices": [], "usage": _usage(tokens[: generation.tokens])})
+        await _sse(send, tail, done=True)
+        self.stats.streams_finished += 1
+
+    async def _send_completion(
+        self, send: Send, generation: _Generation, script: FakeScript, tokens: list[tuple[str, str]],
+        finish: str, head: dict[str, Any],
+    ) -> None:
+        async def emit(field: str, text: str) -> None:
+            pass
+
+        await self._produce(generation, script, tokens, emit)
+        if generation.reason == "disconnect":
+            return
+        finish = "abort" if generation.reason == "abort" else finish
+        out = tokens[: generation.tokens]
+        reasoning = "".join(t for f, t in out if f == "reasoning_content")
+        message = {"role": "assistant", "content": "".join(t for f, t in out if f == "content"),
+                   "reasoning_content": reasoning or None, "tool_calls": None}
+        choice = {"index": 0, "message": message, "logprobs": None, "finish_reason": finish,
+                  "matched_stop": EOS_TOKEN_ID if finish == "stop" else None}
+        await _json(send, 200, {**head, "object": "chat.completion", "choices": [choice],
+                                "usage": _usage(out), "metadata": {"weight_version": "default"}})
+
+
+def _chunk(head: dict[str, Any], delta: dict[str, Any], finish: str | None = None) -> dict[str, Any]:
+    choice = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish,
+              "matched_stop": EOS_TOKEN_ID if finish == "stop" else None}
+    return {**head, "choices": [choice]}
+
+
+def _usage(tokens: list[tuple[str, str]]) -> dict[str, Any]:
+    reasoning = sum(1 for field, _ in tokens if field == "reasoning_content")
+    return {"prompt_tokens": 8, "total_tokens": 8 + len(tokens), "completion_tokens": len(tokens),
+            "prompt_tokens_details": None, "reasoning_tokens": reasoning}
+
+
+async def _sse(send: Send, chunks: list[dict[str, Any]], done: bool = False) -> None:
+    payload = b"".join(b"data: " + _encode(c) + b"\n\n" for c in chunks)
+    if done:
+        payload += b"data: [DONE]\n\n"
+    await send({"type": "http.response.body", "body": payload, "more_body": not done})
+
+
+async def _error(send: Send, status: int, message: str, kind: str) -> None:
+    error = {"object": "error", "message": message, "type": kind, "param": None, "code": status}
+    await _json(send, status, error)
+
+
+async def _empty(send: Send, status: int) -> None:
+    await send({"type": "http.response.start", "status": status, "headers": [(b"content-length", b"0")]})
+    await send({"type": "http.response.body", "body": b""})
+
+
+async def _read_body(receive: Receive) -> bytes:
+    raw = b""
+    while True:
+        message = await receive()
+        raw += message.get("body", b"")
+        if not message.get("more_body"):
+            return raw
+
+
+def _object(raw: bytes) -> dict[str, Any] | None:
+    try:
+        body = msgspec.json.decode(raw)
+    except msgspec.DecodeError:
+        return None
+    return body if isinstance(body, dict) else None

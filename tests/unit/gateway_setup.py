@@ -1,0 +1,52 @@
+"""A gateway over real HTTP in front of the fake engine, for the gateway tests."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
+
+import httpx
+
+from cascade.config import decode_config
+from cascade.engines.fake_server import FakeEngine, FakeScript
+from cascade.gateway.server import Gateway
+from tests.servers import serve_asgi
+
+TIERS = ("tier-small", "tier-medium", "tier-large")
+
+
+def ladder_toml(engine_url: str, extra: str = "", read_s: float = 5.0, dead_url: str | None = None) -> str:
+    tiers = []
+    for i, name in enumerate(TIERS):
+        url = dead_url if (dead_url and i == len(TIERS) - 1) else engine_url
+        tiers.append(f"""
+[[tiers]]
+name = "{name}"
+default_max_tokens = 32
+backends = [{{ kind = "openai", url = "{url}", model = "fake-{i}", timeouts = {{ connect_s = 1.0, read_s = {read_s} }} }}]
+""")
+    return extra + "\n" + "".join(tiers)
+
+
+@contextmanager
+def running_gateway(
+    script: FakeScript | None = None, extra: str = "", read_s: float = 5.0, dead_url: str | None = None
+) -> Iterator[tuple[str, str, FakeEngine]]:
+    """Yield (gateway_url, engine_url, engine)."""
+    engine = FakeEngine(script or FakeScript(tokens=8))
+    with ExitStack() as stack:
+        engine_url = stack.enter_context(serve_asgi(engine))
+        gateway = Gateway(decode_config(ladder_toml(engine_url, extra, read_s, dead_url)))
+        gateway_url = stack.enter_context(serve_asgi(gateway.app, lifespan="on"))
+        yield gateway_url, engine_url, engine
+
+
+def post_chat(base: str, body: dict | bytes, headers: dict | None = None, timeout: float = 10) -> httpx.Response:
+    if isinstance(body, bytes):
+        return httpx.post(f"{base}/v1/chat/completions", content=body,
+                          headers={"content-type": "application/json", **(headers or {})}, timeout=timeout)
+    return httpx.post(f"{base}/v1/chat/completions", json=body, headers=headers, timeout=timeout)
+
+
+def user(text: str = "hello") -> list[dict]:
+    return [{"role": "user", "content": text}]

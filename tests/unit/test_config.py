@@ -1,0 +1,64 @@
+"""cascade.toml decoding: good configs load, every mistake names its key."""
+
+from __future__ import annotations
+
+import pytest
+
+from cascade.config import OpenAIBackend, WorkerBackend, decode_config, load_config
+from cascade.engines.embedded import embedded_config
+from cascade.errors import ConfigError
+
+MINIMAL = """
+[[tiers]]
+name = "small"
+backends = [{ kind = "openai", url = "http://127.0.0.1:9000", model = "m" }]
+"""
+
+
+def test_minimal_config_gets_safe_defaults() -> None:
+    config = decode_config(MINIMAL)
+    assert config.gateway.host == "127.0.0.1"
+    assert config.gateway.limits.max_n == 8
+    assert isinstance(config.tiers[0].backends[0], OpenAIBackend)
+
+
+def test_embedded_default_is_a_three_tier_ladder_on_two_workers() -> None:
+    config = embedded_config()
+    assert len(config.tiers) >= 3
+    assert {w.model for w in config.workers} == {"smollm2-135m", "qwen2.5-coder-0.5b"}
+    assert config.tiers[-1].branches > 1
+    assert all(isinstance(b, WorkerBackend) for t in config.tiers for b in t.backends)
+
+
+def test_example_sglang_config_loads() -> None:
+    config = load_config("examples/sglang-gpu.toml")
+    assert len(config.tiers) >= 3
+
+
+@pytest.mark.parametrize(
+    ("toml", "expected"),
+    [
+        (MINIMAL + "\n[gateway]\nprot = 1\n", "unknown key `prot` in `gateway`"),
+        (MINIMAL.replace('model = "m"', 'model = "m", colour = 1'), "unknown key `colour` in `tiers[0].backends[0]`"),
+        (MINIMAL + "\n[gateway]\nport = 70000\n", "gateway.port"),
+        (MINIMAL + "\n[gateway.limits]\nmax_n = 0\n", "gateway.limits.max_n"),
+        (MINIMAL.replace('kind = "openai"', 'kind = "grpc"'), "tiers[0].backends[0]"),
+        (MINIMAL.replace("http://", "ftp://"), "tiers[0].backends[0].url"),
+        ("[gateway]\nport = 1\n", "`tiers` is empty"),
+        (MINIMAL + MINIMAL, "unique"),
+        (MINIMAL.replace('{ kind = "openai", url = "http://127.0.0.1:9000", model = "m" }',
+                         '{ kind = "worker", worker = "nope" }'), "tiers[0].backends[0].worker"),
+        (MINIMAL + '\n[routing.operating_points]\nfast = [0.5]\n', "routing.operating_points.fast"),
+        ("[[tiers]\n", "not valid TOML"),
+    ],
+)
+def test_bad_config_fails_naming_the_key(toml: str, expected: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        decode_config(toml, source="test.toml")
+    assert expected in info.value.message
+    assert info.value.message.startswith("test.toml: ")
+
+
+def test_missing_config_file_is_a_config_error(tmp_path) -> None:
+    with pytest.raises(ConfigError, match="cannot read config"):
+        load_config(tmp_path / "absent.toml")

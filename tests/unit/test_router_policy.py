@@ -1,0 +1,66 @@
+"""Quality hints and thresholds -> tier."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from cascade.errors import InvalidRequest
+from cascade.router.heuristic import heuristic_difficulty
+from cascade.router.policy import QualityHint, RoutingPolicy, parse_hint, tier_for
+
+
+@pytest.mark.parametrize(("raw", "expected"), [
+    ("fast", QualityHint(name="fast")), ("BEST", QualityHint(name="best")), (" balanced ", QualityHint(name="balanced")),
+    (0.9, QualityHint(target=0.9)), ("0.75", QualityHint(target=0.75)), (1, QualityHint(target=1.0)),
+    (None, None), ("", None),
+])
+def test_hints_parse_in_all_forms(raw, expected) -> None:
+    assert parse_hint(raw) == expected
+
+
+@pytest.mark.parametrize("raw", ["fastest", 0, -0.5, 1.5, "nan", True, float("inf")])
+def test_bad_hints_are_rejected_naming_the_param(raw) -> None:
+    with pytest.raises(InvalidRequest) as info:
+        parse_hint(raw, "quality")
+    assert info.value.param == "quality"
+
+
+def test_low_difficulty_routes_to_cheapest_tier() -> None:
+    assert tier_for(0.05, [0.3, 0.6]) == 0
+    assert tier_for(0.45, [0.3, 0.6]) == 1
+    assert tier_for(0.95, [0.3, 0.6]) == 2
+
+
+def test_named_operating_points_span_the_ladder() -> None:
+    policy = RoutingPolicy(3)
+    for difficulty in (0.0, 0.5, 0.99):
+        assert policy.choose(difficulty, QualityHint(name="fast")) == 0
+        assert policy.choose(difficulty, QualityHint(name="best")) == 2
+    assert policy.choose(0.1, QualityHint(name="balanced")) == 0
+    assert policy.choose(0.9, QualityHint(name="balanced")) == 2
+
+
+def test_higher_accuracy_target_never_routes_cheaper() -> None:
+    policy = RoutingPolicy(3)
+    for difficulty in (0.1, 0.4, 0.7, 0.95):
+        tiers = [policy.choose(difficulty, QualityHint(target=q)) for q in (0.1, 0.5, 0.8, 0.95, 1.0)]
+        assert tiers == sorted(tiers)
+        assert tiers[-1] == 2
+
+
+def test_configured_operating_points_override_defaults() -> None:
+    policy = RoutingPolicy(2, {"balanced": [0.9], "0.8": [0.2]})
+    assert policy.choose(0.5, QualityHint(name="balanced")) == 0
+    assert policy.choose(0.5, QualityHint(target=0.8)) == 1
+    assert policy.thresholds(QualityHint(name="fast")) == [math.inf]
+
+
+def test_arithmetic_word_problem_is_harder_than_chitchat() -> None:
+    easy = heuristic_difficulty("Say hello.")
+    hard = heuristic_difficulty(
+        "Natalia sold clips to 48 of her friends in April, and then she sold half as many clips in May. "
+        "How many clips did Natalia sell altogether in April and May?"
+    )
+    assert 0.0 <= easy < hard < 1.0
