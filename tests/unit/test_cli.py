@@ -1,0 +1,43 @@
+"""The CLI contract: fast --help without heavy imports, one-line errors with exit code 2."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+HEAVY = ("torch", "litestar", "sklearn", "transformers")
+COMMANDS = [[], ["serve"], ["models"], ["models", "prepare"], ["models", "list"], ["fake-server"]]
+
+
+@pytest.mark.parametrize("command", COMMANDS, ids=lambda c: " ".join(c) or "cascade")
+def test_help_imports_no_heavy_module(command: list[str]) -> None:
+    probe = (
+        "import sys\nfrom cascade.cli import main\n"
+        f"try:\n    main({[*command, '--help']!r})\nexcept SystemExit as e:\n    assert e.code == 0, e.code\n"
+        f"print(sorted(m for m in {HEAVY!r} if m in sys.modules))"
+    )
+    result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip().splitlines()[-1] == "[]"
+
+
+def test_bad_config_is_one_line_and_exit_2(tmp_path) -> None:
+    bad = tmp_path / "cascade.toml"
+    bad.write_text('[gateway]\nprot = 1\n[[tiers]]\nname = "a"\nbackends = []\n')
+    result = subprocess.run([sys.executable, "-m", "cascade.cli", "serve", "--config", str(bad)],
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode == 2
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and "unknown key `prot` in `gateway`" in lines[0]
+
+
+def test_missing_plan_is_one_line_and_exit_2(tmp_path) -> None:
+    good = tmp_path / "cascade.toml"
+    good.write_text('[[tiers]]\nname = "a"\nbackends = [{ kind = "openai", url = "http://127.0.0.1:9", model = "m" }]\n')
+    result = subprocess.run(
+        [sys.executable, "-m", "cascade.cli", "serve", "--config", str(good), "--plan", str(tmp_path / "no.json")],
+        capture_output=True, text=True, timeout=60)
+    assert result.returncode == 2
+    assert len(result.stderr.strip().splitlines()) == 1 and "cannot read plan" in result.stderr
