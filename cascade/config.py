@@ -7,6 +7,7 @@ with their defaults so that each has one number and one place.
 
 from __future__ import annotations
 
+import itertools
 from pathlib import Path
 from typing import Annotated, Literal
 
@@ -149,7 +150,7 @@ def _check(config: CascadeConfig) -> None:
         key = f"routing.operating_points.{hint}"
         if len(thresholds) != n_thresholds:
             raise ConfigError(f"`{key}` needs {n_thresholds} thresholds (one fewer than tiers)")
-        if any(b < a for a, b in zip(thresholds, thresholds[1:], strict=False)):
+        if any(b < a for a, b in itertools.pairwise(thresholds)):
             raise ConfigError(f"`{key}` must be ascending, got {thresholds}")
 
 

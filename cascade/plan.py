@@ -42,7 +42,8 @@ class Plan(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True
 
     def thresholds_by_hint(self, n_tiers: int) -> dict[str, list[float]]:
         if len(self.tiers) != n_tiers:
-            raise ConfigError(f"plan is for {len(self.tiers)} tiers ({', '.join(self.tiers)}); the config has {n_tiers}")
+            tiers = ", ".join(self.tiers)
+            raise ConfigError(f"plan is for {len(self.tiers)} tiers ({tiers}); the config has {n_tiers}")
         points = {}
         for point in self.operating_points:
             if len(point.thresholds) != n_tiers - 1:

@@ -52,12 +52,17 @@ class _ErrorDetail(msgspec.Struct):
     message: str = ""
 
 
+class _StreamError(msgspec.Struct):
+    error: Any = None
+
+
 class _ErrorEnvelope(msgspec.Struct):
     error: _ErrorDetail | str | None = None
     message: str | None = None
     detail: Any = None
 
 
+DEFAULT_TIMEOUTS = Timeouts()
 _decode_completion = msgspec.json.Decoder(_Completion).decode
 _encode = msgspec.json.Encoder().encode
 
@@ -74,7 +79,9 @@ def make_http_client(timeouts: Timeouts, max_connections: int = 2048) -> httpx.A
 class OpenAIBackend:
     """One OpenAI-compatible endpoint (`url` is the server root, without /v1)."""
 
-    def __init__(self, name: str, url: str, model: str, timeouts: Timeouts = Timeouts(), api_key: str = "") -> None:
+    def __init__(
+        self, name: str, url: str, model: str, timeouts: Timeouts = DEFAULT_TIMEOUTS, api_key: str = ""
+    ) -> None:
         self.name = name
         self.url = url.rstrip("/")
         self.model = model
@@ -169,13 +176,22 @@ class OpenAIBackend:
             delta.prompt_tokens = chunk.usage.prompt_tokens
             delta.completion_tokens = chunk.usage.completion_tokens
         if not (delta.text or delta.reasoning or delta.finish_reason or chunk.usage):
+            # No choices and no usage: a role-only chunk, or an in-band error sent after the 200
+            # (`data: {"error": {...}}`, as vLLM and SGLang do), which must not end as a success.
+            error = msgspec.json.decode(data, type=_StreamError).error
+            if error is not None:
+                code = error.get("code") if isinstance(error, dict) else None
+                status = code if isinstance(code, int) and 400 <= code < 600 else 500
+                raise self._status_error(status, _encode({"error": error}))
             return None
         return delta
 
     async def health(self) -> bool:
         for path in ("/health", "/v1/models"):
             try:
-                response = await self._client.get(f"{self.url}{path}", timeout=self.timeouts.connect_s)
+                response = await self._client.get(
+                    f"{self.url}{path}", headers=self._headers, timeout=self.timeouts.connect_s
+                )
             except httpx.HTTPError:
                 return False
             if response.status_code == 200:
@@ -189,7 +205,8 @@ class OpenAIBackend:
 
     def _translate(self, exc: BaseException) -> CascadeError:
         if isinstance(exc, httpx.ConnectError | httpx.ConnectTimeout):
-            return BackendUnavailable(f"backend `{self.name}` at {self.url} is unreachable ({type(exc).__name__})", self.name)
+            reason = type(exc).__name__
+            return BackendUnavailable(f"backend `{self.name}` at {self.url} is unreachable ({reason})", self.name)
         if isinstance(exc, httpx.TimeoutException | TimeoutError):
             return BackendTimeout(f"backend `{self.name}` timed out ({type(exc).__name__})", self.name)
         if isinstance(exc, httpx.RemoteProtocolError):

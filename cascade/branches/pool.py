@@ -7,6 +7,7 @@ not retried: the client may already have seen tokens.
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import time
 from collections.abc import AsyncGenerator, Sequence
@@ -85,12 +86,12 @@ class ReplicaPool:
         raise last
 
     async def health(self) -> bool:
-        healthy = False
-        for replica in self._replicas:
-            if await replica.backend.health():
+        """Probe every replica at once (SGLang's /health may take seconds); healthy if any is."""
+        results = await asyncio.gather(*(r.backend.health() for r in self._replicas))
+        for replica, ok in zip(self._replicas, results, strict=True):
+            if ok:
                 replica.benched_until = 0.0
-                healthy = True
-        return healthy
+        return any(results)
 
     async def aclose(self) -> None:
         for replica in self._replicas:

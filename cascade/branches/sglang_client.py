@@ -21,7 +21,6 @@ import asyncio
 import uuid
 from collections.abc import AsyncGenerator
 from contextlib import aclosing, suppress
-from typing import Any
 
 import httpx
 import msgspec
@@ -37,10 +36,6 @@ class SGLangModelInfo(msgspec.Struct):
     tokenizer_path: str | None = None
     is_generation: bool = True
     weight_version: str | None = None
-
-
-class _StreamError(msgspec.Struct):
-    error: Any = None
 
 
 _TIMEOUTS = Timeouts()
@@ -84,24 +79,14 @@ class SGLangBackend(OpenAIBackend):
                 if not finished:
                     self._abort_soon(request.request_id)
 
-    def _parse_chunk(self, data: bytes) -> StreamDelta | None:
-        delta = super()._parse_chunk(data)
-        if delta is None:  # no choices and no usage: the role chunk, or an in-band error
-            error = msgspec.json.decode(data, type=_StreamError).error
-            if error is not None:
-                code = error.get("code") if isinstance(error, dict) else None
-                status = code if isinstance(code, int) and 400 <= code < 600 else 500
-                raise self._status_error(status, msgspec.json.encode({"error": error}))
-        return delta
-
     def _abort_soon(self, rid: str) -> None:
         task = asyncio.get_running_loop().create_task(self.abort(rid))
         self._pending_aborts.add(task)
         task.add_done_callback(self._pending_aborts.discard)
 
     async def abort(self, rid: str) -> None:
-        """Best effort: SGLang answers 200 even for unknown or finished rids, and a failure to reach
-        it here means there is nothing left to stop."""
+        """Stop generation `rid` upstream. Best effort: SGLang answers 200 even for unknown or finished
+        rids, and if the abort is lost SGLang still stops a request whose client went away, later."""
         if not rid:
             return
         with suppress(httpx.HTTPError):

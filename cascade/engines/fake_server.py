@@ -51,7 +51,7 @@ class FakeStats(msgspec.Struct):
 _chunk_encoder = msgspec.json.Encoder()
 
 
-def _script_for(base: FakeScript, body: dict[str, Any]) -> FakeScript:
+def script_for(base: FakeScript, body: dict[str, Any]) -> FakeScript:
     messages = body.get("messages") or []
     text = ""
     if messages and isinstance(messages[-1], dict):
@@ -72,7 +72,7 @@ def _script_for(base: FakeScript, body: dict[str, Any]) -> FakeScript:
     return msgspec.structs.replace(base, **overrides)
 
 
-def _pieces(script: FakeScript, max_tokens: int) -> list[str]:
+def token_pieces(script: FakeScript, max_tokens: int) -> list[str]:
     if script.answer:
         words = script.answer.split(" ")
         return [w if i == 0 else " " + w for i, w in enumerate(words)][:max_tokens]
@@ -97,15 +97,15 @@ class FakeEngine:
             return
         path, method = scope["path"], scope["method"]
         if method == "GET" and path == "/health":
-            await _json(send, 200, {"status": "ok"})
+            await send_json(send, 200, {"status": "ok"})
         elif method == "GET" and path == "/v1/models":
-            await _json(send, 200, {"object": "list", "data": [{"id": self.script.model, "object": "model"}]})
+            await send_json(send, 200, {"object": "list", "data": [{"id": self.script.model, "object": "model"}]})
         elif method == "GET" and path == "/fake/stats":
-            await _json(send, 200, msgspec.to_builtins(self.stats))
+            await send_json(send, 200, msgspec.to_builtins(self.stats))
         elif method == "POST" and path == "/v1/chat/completions":
             await self._chat(receive, send)
         else:
-            await _json(send, 404, {"error": {"message": f"no route {method} {path}", "type": "not_found"}})
+            await send_json(send, 404, {"error": {"message": f"no route {method} {path}", "type": "not_found"}})
 
     async def _chat(self, receive: Receive, send: Send) -> None:
         self.stats.requests += 1
@@ -119,16 +119,19 @@ class FakeEngine:
             body = msgspec.json.decode(raw)
             assert isinstance(body, dict)
         except (msgspec.DecodeError, AssertionError):
-            await _json(send, 400, {"error": {"message": "body is not a JSON object", "type": "invalid_request_error"}})
+            error = {"message": "body is not a JSON object", "type": "invalid_request_error"}
+            await send_json(send, 400, {"error": error})
             return
-        script = _script_for(self.script, body)
+        script = script_for(self.script, body)
         if script.status != 200:
-            error = {"message": f"scripted failure {script.status}", "type": "server_error", "param": None, "code": None}
-            await _json(send, script.status, {"error": error})
+            reason = f"scripted failure {script.status}"
+            error = {"message": reason, "type": "server_error", "param": None, "code": None}
+            await send_json(send, script.status, {"error": error})
             return
         max_tokens = int(body.get("max_completion_tokens") or body.get("max_tokens") or 1 << 30)
-        pieces = _pieces(script, max_tokens)
-        finish = "length" if len(pieces) < (len(script.answer.split(" ")) if script.answer else script.tokens) else "stop"
+        pieces = token_pieces(script, max_tokens)
+        planned = len(script.answer.split(" ")) if script.answer else script.tokens
+        finish = "length" if len(pieces) < planned else "stop"
         rid = f"chatcmpl-fake-{next(self._ids)}"
         self.stats.in_flight += 1
         try:
@@ -142,7 +145,7 @@ class FakeEngine:
                     self.stats.requests_cancelled += 1
                     return
                 self.stats.tokens_sent += len(pieces)
-                await _json(send, 200, {
+                await send_json(send, 200, {
                     "id": rid, "object": "chat.completion", "created": int(time.time()), "model": script.model,
                     "choices": [{"index": 0, "finish_reason": finish,
                                  "message": {"role": "assistant", "content": "".join(pieces)}}],
@@ -212,7 +215,7 @@ async def _disconnected_within(receive: Receive, seconds: float) -> bool:
     return True
 
 
-async def _json(send: Send, status: int, payload: Any) -> None:
+async def send_json(send: Send, status: int, payload: Any) -> None:
     body = msgspec.json.encode(payload)
     await send({"type": "http.response.start", "status": status,
                 "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]})

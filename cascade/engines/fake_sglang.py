@@ -26,9 +26,9 @@ from cascade.engines.fake_server import (
     Receive,
     Scope,
     Send,
-    _json,
-    _pieces,
-    _script_for,
+    script_for,
+    send_json,
+    token_pieces,
 )
 
 EOS_TOKEN_ID = 151645  # reported as `matched_stop` when a generation ends on its own
@@ -75,7 +75,7 @@ class FakeSGLang(FakeEngine):
         if route in (("GET", "/health"), ("GET", "/health_generate")):
             await _empty(send, 503 if self.warming else 200)
         elif route == ("GET", "/get_model_info"):
-            await _json(send, 200, {"model_path": self.script.model, "tokenizer_path": self.script.model,
+            await send_json(send, 200, {"model_path": self.script.model, "tokenizer_path": self.script.model,
                                     "is_generation": True, "preferred_sampling_params": None,
                                     "weight_version": "default"})
         elif route == ("POST", "/abort_request"):
@@ -99,12 +99,12 @@ class FakeSGLang(FakeEngine):
         if body is None or not body.get("messages"):
             await _error(send, 400, "Messages cannot be empty.", "BadRequestError")
             return
-        script = _script_for(self.script, body)
+        script = script_for(self.script, body)
         if script.status != 200:
             await _error(send, script.status, f"scripted failure {script.status}", "InternalServerError")
             return
-        thoughts = _pieces(FakeScript(answer=self.reasoning), 1 << 30) if self.reasoning else []
-        answer = _pieces(script, 1 << 30)
+        thoughts = token_pieces(FakeScript(answer=self.reasoning), 1 << 30) if self.reasoning else []
+        answer = token_pieces(script, 1 << 30)
         planned = [("reasoning_content", t) for t in thoughts] + [("content", p) for p in answer]
         max_tokens = int(body.get("max_completion_tokens") or body.get("max_tokens") or 1 << 30)
         finish = "length" if len(planned) > max_tokens else "stop"
@@ -124,7 +124,7 @@ class FakeSGLang(FakeEngine):
         finally:
             watcher.cancel()
             self.stats.in_flight -= 1
-            del self._running[generation.rid]
+            self._running.pop(generation.rid, None)
             if generation.reason == "abort":
                 self.stats.aborted[generation.rid] = generation.tokens
 
@@ -136,9 +136,10 @@ class FakeSGLang(FakeEngine):
 
     async def _produce(
         self, generation: _Generation, script: FakeScript, tokens: list[tuple[str, str]],
-        emit: Callable[[str, str], Awaitable[None]],
+        emit: Callable[[str, str], Awaitable[None]] | None = None,
     ) -> None:
-        """Emit tokens on the scripted schedule until all are out or the generation is stopped."""
+        """Generate tokens on the scripted schedule until all are out or the generation is stopped;
+        `emit(field, text)` sends each one (streams only)."""
         start = time.perf_counter()
         for i, (field, text) in enumerate(tokens):
             due = start + (script.ttft_ms + script.itl_ms * i) / 1000
@@ -153,7 +154,8 @@ class FakeSGLang(FakeEngine):
                 return
             generation.tokens += 1
             self.stats.tokens_sent += 1
-            await emit(field, text)
+            if emit is not None:
+                await emit(field, text)
 
     async def _send_stream(
         self, send: Send, generation: _Generation, script: FakeScript, tokens: list[tuple[str, str]],
@@ -185,10 +187,7 @@ class FakeSGLang(FakeEngine):
         self, send: Send, generation: _Generation, script: FakeScript, tokens: list[tuple[str, str]],
         finish: str, head: dict[str, Any],
     ) -> None:
-        async def emit(field: str, text: str) -> None:
-            pass
-
-        await self._produce(generation, script, tokens, emit)
+        await self._produce(generation, script, tokens)
         if generation.reason == "disconnect":
             return
         finish = "abort" if generation.reason == "abort" else finish
@@ -198,7 +197,7 @@ class FakeSGLang(FakeEngine):
                    "reasoning_content": reasoning or None, "tool_calls": None}
         choice = {"index": 0, "message": message, "logprobs": None, "finish_reason": finish,
                   "matched_stop": EOS_TOKEN_ID if finish == "stop" else None}
-        await _json(send, 200, {**head, "object": "chat.completion", "choices": [choice],
+        await send_json(send, 200, {**head, "object": "chat.completion", "choices": [choice],
                                 "usage": _usage(out), "metadata": {"weight_version": "default"}})
 
 
@@ -223,7 +222,7 @@ async def _sse(send: Send, chunks: list[dict[str, Any]], done: bool = False) -> 
 
 async def _error(send: Send, status: int, message: str, kind: str) -> None:
     error = {"object": "error", "message": message, "type": kind, "param": None, "code": status}
-    await _json(send, status, error)
+    await send_json(send, status, error)
 
 
 async def _empty(send: Send, status: int) -> None:

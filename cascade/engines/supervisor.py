@@ -8,6 +8,7 @@ terminates each process group (SIGTERM, then SIGKILL after a grace period) so no
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import shutil
@@ -112,10 +113,8 @@ def _die_with_parent() -> None:
 
 
 def _signal_group(proc: subprocess.Popen[bytes], sig: int) -> None:
-    try:
+    with contextlib.suppress(ProcessLookupError):
         os.killpg(proc.pid, sig)
-    except ProcessLookupError:
-        pass
 
 
 async def wait_healthy(worker: Worker, timeout_s: float) -> None:

@@ -146,12 +146,11 @@ def test_backend_down_gives_503_and_ready_says_which_tier() -> None:
 
 def test_overload_gets_429() -> None:
     extra = "[gateway.limits]\nmax_in_flight = 1\n"
-    with running_gateway(FakeScript(tokens=2, ttft_ms=1500), extra=extra) as (base, _, _):
-        with ThreadPoolExecutor(1) as pool:
-            slow = pool.submit(post_chat, base, {"model": "cascade", "messages": user()})
-            time.sleep(0.5)  # the slow request is now in flight, waiting for its first token
-            assert_error(post_chat(base, {"model": "cascade", "messages": user()}), 429)
-            assert slow.result().status_code == 200
+    with running_gateway(FakeScript(tokens=2, ttft_ms=1500), extra=extra) as (base, _, _), ThreadPoolExecutor(1) as pool:
+        slow = pool.submit(post_chat, base, {"model": "cascade", "messages": user()})
+        time.sleep(0.5)  # the slow request is now in flight, waiting for its first token
+        assert_error(post_chat(base, {"model": "cascade", "messages": user()}), 429)
+        assert slow.result().status_code == 200
 
 
 def test_random_garbage_never_crashes_the_gateway(gw) -> None:

@@ -1,0 +1,107 @@
+"""Real HTTP servers for tests: an ASGI app served by uvicorn on 127.0.0.1 (port 0) in a thread.
+
+Every server has a bounded lifetime: `serve_asgi` stops it when its block exits, even on failure.
+`Replay` is a canned upstream: it answers each route with fixed bytes and records what it was sent.
+`dead_url` is a loopback URL that refuses connections; `eventually` polls a condition with a bound.
+"""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any, Literal
+
+import msgspec
+import uvicorn
+
+Scope = dict[str, Any]
+
+
+@contextmanager
+def serve_asgi(
+    app: Any, lifespan: Literal["off", "on"] = "off", startup_timeout_s: float = 10.0
+) -> Iterator[str]:
+    """Serve `app` on 127.0.0.1 at a free port and yield its base URL (`http://127.0.0.1:PORT`)."""
+    config = uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning", lifespan=lifespan,
+                            access_log=False, timeout_graceful_shutdown=1)
+    server = uvicorn.Server(config)
+    thread = threading.Thread(target=server.run, name=f"test-server-{type(app).__name__}", daemon=True)
+    thread.start()
+    try:
+        deadline = time.monotonic() + startup_timeout_s
+        while not server.started:
+            if not thread.is_alive() or time.monotonic() > deadline:
+                raise RuntimeError("the test server did not start")
+            time.sleep(0.002)
+        port = server.servers[0].sockets[0].getsockname()[1]
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        thread.join(timeout=5)
+        if thread.is_alive():  # a handler that ignores cancellation: stop waiting for it
+            server.force_exit = True
+            thread.join(timeout=5)
+
+
+def eventually(condition: Callable[[], bool], within_s: float = 2.0) -> bool:
+    """Poll `condition` (e.g. a fake engine's stats) until it holds or `within_s` has passed."""
+    deadline = time.monotonic() + within_s
+    while not condition():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.01)
+    return True
+
+
+def dead_url() -> str:
+    """A loopback URL where nothing listens (connections are refused)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    return f"http://127.0.0.1:{port}"
+
+
+class Reply(msgspec.Struct, kw_only=True):
+    status: int = 200
+    body: bytes = b""
+    content_type: str = "application/json"
+    # True: send the headers and `body`, then hang until the client goes away (a stalled stream).
+    stall: bool = False
+
+
+class Recorded(msgspec.Struct):
+    method: str
+    path: str
+    body: bytes
+
+
+class Replay:
+    """ASGI app answering `(method, path)` with a fixed `Reply` (404 otherwise), byte for byte."""
+
+    def __init__(self, routes: dict[tuple[str, str], Reply]) -> None:
+        self.routes = routes
+        self.requests: list[Recorded] = []
+
+    async def __call__(self, scope: Scope, receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            return
+        body = b""
+        while True:
+            message = await receive()
+            body += message.get("body", b"")
+            if not message.get("more_body"):
+                break
+        self.requests.append(Recorded(scope["method"], scope["path"], body))
+        not_found = Reply(status=404, body=b'{"detail":"Not Found"}')
+        reply = self.routes.get((scope["method"], scope["path"]), not_found)
+        headers = [(b"content-type", reply.content_type.encode())]
+        if not reply.stall:
+            headers.append((b"content-length", str(len(reply.body)).encode()))
+        await send({"type": "http.response.start", "status": reply.status, "headers": headers})
+        await send({"type": "http.response.body", "body": reply.body, "more_body": reply.stall})
+        if reply.stall:
+            while (await receive())["type"] != "http.disconnect":
+                pass

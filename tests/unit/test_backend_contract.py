@@ -1,0 +1,289 @@
+"""One contract for every Backend: each implementation runs the same tests against fake engines
+served over real HTTP on 127.0.0.1.
+
+- openai: OpenAIBackend -> FakeEngine
+- sglang: SGLangBackend -> FakeSGLang (which, unlike FakeEngine, ignores a client that went away
+  for 30 s, so that only `/abort_request` can stop a generation within the tests' bounds)
+- pool:   ReplicaPool over two OpenAIBackends -> two FakeEngines
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import ExitStack, aclosing, asynccontextmanager
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+import pytest
+
+from cascade.branches.backend import Backend, GenerationRequest, StreamDelta, collect
+from cascade.branches.openai_client import OpenAIBackend
+from cascade.branches.pool import ReplicaPool
+from cascade.branches.sglang_client import SGLangBackend
+from cascade.config import Timeouts
+from cascade.engines.fake_server import FakeEngine
+from cascade.engines.fake_sglang import FakeSGLang
+from cascade.errors import BackendFailed, BackendUnavailable
+from cascade.schemas import ChatMessage
+from tests.servers import dead_url, eventually, serve_asgi
+
+TIMEOUTS = Timeouts(connect_s=1.0, read_s=5.0, total_s=10.0)
+STOP_BOUND_S = 2.0  # an early-closed stream must stop upstream within this (s)
+
+
+def request(directive: str = "", max_tokens: int = 2000) -> GenerationRequest:
+    return GenerationRequest(
+        messages=[ChatMessage(role="user", content=f"hello {directive}")], max_tokens=max_tokens,
+        request_id=f"cascade-{uuid.uuid4().hex}",
+    )
+
+
+def stats(url: str) -> dict[str, Any]:
+    response = httpx.get(f"{url}/fake/stats", timeout=5, trust_env=False)
+    response.raise_for_status()
+    result: dict[str, Any] = response.json()
+    return result
+
+
+# --- the implementations ---------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Flavor:
+    engine: Callable[[], FakeEngine]
+    replicas: int
+    backend: Callable[[list[str]], Backend]
+    # Did the generation `rid` stop before its end, given the engines' /fake/stats?
+    stopped_early: Callable[[list[dict[str, Any]], str], bool]
+
+
+def _cancelled(all_stats: list[dict[str, Any]], rid: str) -> bool:
+    return sum(s["streams_cancelled"] for s in all_stats) == 1 and all(s["in_flight"] == 0 for s in all_stats)
+
+
+def _aborted(all_stats: list[dict[str, Any]], rid: str) -> bool:
+    [s] = all_stats
+    return s["in_flight"] == 0 and 0 < s["aborted"].get(rid, 1 << 30) < 1000
+
+
+FLAVORS = {
+    "openai": Flavor(
+        FakeEngine, 1, lambda urls: OpenAIBackend("openai", urls[0], "fake-model", TIMEOUTS), _cancelled
+    ),
+    "sglang": Flavor(
+        lambda: FakeSGLang(disconnect_abort_s=30), 1,
+        lambda urls: SGLangBackend("sglang", urls[0], "fake-model", TIMEOUTS), _aborted,
+    ),
+    "pool": Flavor(
+        FakeEngine, 2,
+        lambda urls: ReplicaPool(
+            "pool", [OpenAIBackend(f"replica-{i}", url, "fake-model", TIMEOUTS) for i, url in enumerate(urls)]
+        ),
+        _cancelled,
+    ),
+}
+
+
+@dataclass
+class Subject:
+    """A Backend implementation with its fake engines running."""
+
+    flavor: Flavor
+    urls: list[str]
+    stop_servers: Callable[[], None]
+
+    @asynccontextmanager
+    async def connect(self, urls: list[str] | None = None) -> AsyncIterator[Backend]:
+        backend = self.flavor.backend(urls or self.urls)
+        try:
+            yield backend
+        finally:
+            await backend.aclose()
+
+    def stats(self) -> list[dict[str, Any]]:
+        return [stats(url) for url in self.urls]
+
+
+@pytest.fixture(params=sorted(FLAVORS))
+def flavor(request: pytest.FixtureRequest) -> Flavor:
+    return FLAVORS[request.param]
+
+
+@pytest.fixture
+def subject(flavor: Flavor) -> Iterator[Subject]:
+    with ExitStack() as servers:
+        urls = [servers.enter_context(serve_asgi(flavor.engine())) for _ in range(flavor.replicas)]
+        yield Subject(flavor, urls, servers.close)
+
+
+# --- the contract ----------------------------------------------------------------------------
+
+
+def test_generate_returns_text_and_usage(subject: Subject) -> None:
+    async def main() -> Any:
+        async with subject.connect() as backend:
+            assert isinstance(backend, Backend)
+            return await backend.generate(request("[fake tokens=5]"))
+
+    result = asyncio.run(main())
+    assert (result.text, result.finish_reason) == ("t0 t1 t2 t3 t4 ", "stop")
+    assert (result.prompt_tokens, result.completion_tokens) == (8, 5)
+
+
+def test_generate_stops_at_max_tokens_with_finish_reason_length(subject: Subject) -> None:
+    async def main() -> Any:
+        async with subject.connect() as backend:
+            return await backend.generate(request("[fake tokens=5]", max_tokens=3))
+
+    result = asyncio.run(main())
+    assert (result.text, result.finish_reason, result.completion_tokens) == ("t0 t1 t2 ", "length", 3)
+
+
+def test_stream_deltas_concatenate_to_generated_text_and_end_with_a_finish_reason(subject: Subject) -> None:
+    async def main() -> tuple[str, list[StreamDelta]]:
+        async with subject.connect() as backend:
+            generated = await backend.generate(request("[fake tokens=7]"))
+            return generated.text, [d async for d in backend.stream(request("[fake tokens=7]"))]
+
+    text, deltas = asyncio.run(main())
+    assert "".join(d.text for d in deltas) == text == "".join(f"t{i} " for i in range(7))
+    finishes = [i for i, d in enumerate(deltas) if d.finish_reason is not None]
+    assert len(finishes) == 1 and deltas[finishes[0]].finish_reason == "stop"
+    assert all(not d.text for d in deltas[finishes[0]:])  # nothing after the finish but usage
+    assert (deltas[-1].prompt_tokens, deltas[-1].completion_tokens) == (8, 7)
+
+
+def test_stream_folds_into_the_same_result_as_generate(subject: Subject) -> None:
+    async def main() -> tuple[Any, Any]:
+        async with subject.connect() as backend:
+            return await backend.generate(request()), await collect(backend.stream(request()))
+
+    generated, streamed = asyncio.run(main())
+    assert streamed == generated
+
+
+def test_closing_a_stream_early_stops_the_generation_upstream(subject: Subject) -> None:
+    branch = request("[fake itl_ms=10 tokens=1000]")
+
+    async def main() -> list[StreamDelta]:
+        async with subject.connect() as backend, aclosing(backend.stream(branch)) as deltas:
+            return [await anext(deltas), await anext(deltas)]
+
+    first_two = asyncio.run(main())
+    assert [d.text for d in first_two] == ["t0 ", "t1 "]
+    assert eventually(lambda: subject.flavor.stopped_early(subject.stats(), branch.request_id), STOP_BOUND_S)
+
+
+def test_health_is_true_when_up_and_false_when_the_server_is_down(subject: Subject) -> None:
+    async def healthy() -> bool:
+        async with subject.connect() as backend:
+            return await backend.health()
+
+    assert asyncio.run(healthy()) is True
+    subject.stop_servers()
+    assert asyncio.run(healthy()) is False
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["generate", "stream"])
+def test_unreachable_url_raises_backend_unavailable(flavor: Flavor, stream: bool) -> None:
+    async def main() -> None:
+        backend = flavor.backend([dead_url() for _ in range(flavor.replicas)])
+        try:
+            await (collect(backend.stream(request())) if stream else backend.generate(request()))
+        finally:
+            await backend.aclose()
+
+    with pytest.raises(BackendUnavailable):
+        asyncio.run(main())
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["generate", "stream"])
+def test_scripted_500_raises_backend_failed(subject: Subject, stream: bool) -> None:
+    async def main() -> None:
+        async with subject.connect() as backend:
+            scripted = request("[fake status=500]")
+            await (collect(backend.stream(scripted)) if stream else backend.generate(scripted))
+
+    with pytest.raises(BackendFailed, match="500"):
+        asyncio.run(main())
+
+
+# --- ReplicaPool -----------------------------------------------------------------------------
+
+
+Engines = tuple[list[str], list[FakeEngine]]  # (base URLs, the apps)
+
+
+@pytest.fixture
+def two_engines() -> Iterator[Engines]:
+    engines = [FakeEngine(), FakeEngine()]
+    with ExitStack() as servers:
+        yield [servers.enter_context(serve_asgi(e)) for e in engines], engines
+
+
+def test_pool_sends_requests_to_the_replica_with_fewest_outstanding(
+    two_engines: Engines,
+) -> None:
+    urls, engines = two_engines
+
+    async def main() -> dict[str, int]:
+        pool = FLAVORS["pool"].backend(urls)
+        try:
+            async with aclosing(pool.stream(request("[fake itl_ms=10 tokens=1000]"))) as busy:
+                await anext(busy)  # one request in flight on one replica
+                for _ in range(4):  # round robin would put two of these on the busy replica
+                    await pool.generate(request("[fake tokens=2]"))
+                assert isinstance(pool, ReplicaPool)
+                return pool.outstanding_by_replica()
+        finally:
+            await pool.aclose()
+
+    outstanding = asyncio.run(main())
+    assert sorted(outstanding.values()) == [0, 1]
+    assert sorted(e.stats.requests for e in engines) == [1, 4]
+    busy = max(engines, key=lambda e: e.stats.streams_started)
+    assert busy.stats.requests == 1
+
+
+def test_pool_fails_over_from_a_dead_replica_to_a_live_one(two_engines: Engines) -> None:
+    urls, engines = two_engines
+
+    async def main() -> list[Any]:
+        pool = FLAVORS["pool"].backend([dead_url(), urls[0]])
+        try:
+            results = [await pool.generate(request("[fake tokens=3]")) for _ in range(3)]
+            results += [await collect(pool.stream(request("[fake tokens=3]"))) for _ in range(3)]
+            assert await pool.health() is True
+            return results
+        finally:
+            await pool.aclose()
+
+    results = asyncio.run(main())
+    assert [r.text for r in results] == ["t0 t1 t2 "] * 6
+    assert engines[0].stats.requests == 6
+
+
+# --- SGLang ----------------------------------------------------------------------------------
+
+
+def test_closing_an_sglang_stream_early_sends_abort_request_with_the_branch_rid() -> None:
+    engine = FakeSGLang(disconnect_abort_s=30)
+    branch = request("[fake itl_ms=10 tokens=1000]")
+    with serve_asgi(engine) as url:
+
+        async def main() -> None:
+            backend = SGLangBackend("sglang", url, "fake-model", TIMEOUTS)
+            try:
+                async with aclosing(backend.stream(branch)) as deltas:
+                    await anext(deltas)
+                    assert stats(url)["in_flight"] == 1
+            finally:
+                await backend.aclose()
+
+        asyncio.run(main())
+        assert stats(url)["abort_requests"] == [branch.request_id]
+        assert eventually(lambda: stats(url)["in_flight"] == 0, STOP_BOUND_S)
+        assert 0 < stats(url)["aborted"][branch.request_id] < 1000
