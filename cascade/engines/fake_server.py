@@ -119,7 +119,7 @@ class FakeEngine:
             body = msgspec.json.decode(raw)
             assert isinstance(body, dict)
         except (msgspec.DecodeError, AssertionError):
-            error = {"message": "body is not a JSON object", "type": "invalid_request_error"}
+            error: dict[str, Any] = {"message": "body is not a JSON object", "type": "invalid_request_error"}
             await send_json(send, 400, {"error": error})
             return
         script = script_for(self.script, body)
