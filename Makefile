@@ -17,7 +17,7 @@ install-serve:
 	scripts/bootstrap.sh embedded
 
 install-test:
-	scripts/bootstrap.sh embedded,dev,router
+	scripts/bootstrap.sh embedded,dev,router,optimizer,plots
 
 lint:
 	$(VENV)/bin/ruff check cascade loadgen tests benchmarks

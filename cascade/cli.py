@@ -109,6 +109,8 @@ def build_parser() -> argparse.ArgumentParser:
     fake.add_argument("--tokens", type=int, default=16, help="output tokens per request")
     fake.add_argument("--model", default="fake-model")
     fake.set_defaults(func=_fake_server)
+
+    # Each feature registers its own subcommands (its module imports only argparse-level code).
     return parser
 
 
