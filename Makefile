@@ -20,6 +20,6 @@ install-test:
 	scripts/bootstrap.sh embedded,dev,router,optimizer,plots
 
 lint:
-	$(VENV)/bin/ruff check cascade loadgen tests benchmarks
+	$(VENV)/bin/ruff check .
 	$(VENV)/bin/mypy
 	$(VENV)/bin/lint-imports
