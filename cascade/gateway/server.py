@@ -7,48 +7,16 @@ import logging
 from pathlib import Path
 from typing import Any
 
-import msgspec
-
-from cascade.branches.backend import Backend
-from cascade.branches.openai_client import OpenAIBackend
-from cascade.branches.pool import ReplicaPool
-from cascade.branches.sglang_client import SGLangBackend
-from cascade.config import BackendConfig, CascadeConfig
-from cascade.config import OpenAIBackend as OpenAIBackendConfig
-from cascade.config import SGLangBackend as SGLangBackendConfig
-from cascade.config import WorkerBackend as WorkerBackendConfig
-from cascade.engines.supervisor import Supervisor, Worker
+from cascade.config import CascadeConfig
+from cascade.engines.supervisor import Supervisor
 from cascade.gateway.app import create_app
 from cascade.gateway.metrics import GatewayMetrics
-from cascade.gateway.service import ChatService, Tier
+from cascade.gateway.service import ChatService
 from cascade.plan import load_plan
 from cascade.router.policy import RoutingPolicy
+from cascade.tiers import build_tiers, make_workers
 
 log = logging.getLogger("cascade.gateway")
-
-
-def make_backend(name: str, config: BackendConfig, workers: dict[str, Worker]) -> Backend:
-    match config:
-        case OpenAIBackendConfig():
-            return OpenAIBackend(name, config.url, config.model, config.timeouts, config.api_key)
-        case SGLangBackendConfig():
-            return SGLangBackend(name, config.url, config.model, config.timeouts, config.api_key)
-        case WorkerBackendConfig():
-            worker = workers[config.worker]
-            # transformers serve with a preloaded model answers any model id with that model.
-            return OpenAIBackend(name, worker.url, str(worker.model_dir), config.timeouts)
-    raise TypeError(f"unknown backend config {type(config).__name__}")
-
-
-def make_workers(config: CascadeConfig, log_dir: Path) -> dict[str, Worker]:
-    from cascade.engines.models import load_card, model_dir, prepare
-
-    workers = {}
-    for worker_config in config.workers:
-        card = load_card(worker_config.model)
-        directory = prepare(card) if not (model_dir(card) / "config.json").exists() else model_dir(card)
-        workers[worker_config.name] = Worker(worker_config, directory, log_dir)
-    return workers
 
 
 class Gateway:
@@ -58,11 +26,7 @@ class Gateway:
         self.config = config
         self.workers = make_workers(config, log_dir or Path.cwd() / "logs") if config.workers else {}
         self.supervisor = Supervisor(list(self.workers.values()))
-        tiers = []
-        for index, tier_config in enumerate(config.tiers):
-            replicas = [make_backend(f"{tier_config.name}/{j}", b, self.workers)
-                        for j, b in enumerate(tier_config.backends)]
-            tiers.append(Tier(index=index, config=tier_config, backend=ReplicaPool(tier_config.name, replicas)))
+        tiers = build_tiers(config, self.workers)
         points = dict(config.routing.operating_points)
         if plan_path:
             points |= load_plan(plan_path).thresholds_by_hint(len(tiers))
@@ -114,4 +78,3 @@ def run(config: CascadeConfig, plan_path: str | None, host: str, port: int, log_
         gateway.supervisor.stop()
 
 
-__all__ = ["Gateway", "make_backend", "msgspec", "run"]

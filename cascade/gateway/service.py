@@ -14,8 +14,8 @@ from collections.abc import AsyncGenerator, Sequence
 
 import msgspec
 
-from cascade.branches.backend import Backend, GenerationRequest, GenerationResult, StreamDelta
-from cascade.config import Limits, TierConfig
+from cascade.branches.backend import GenerationRequest, GenerationResult, StreamDelta
+from cascade.config import Limits
 from cascade.errors import BackendError, InvalidRequest, Overloaded, UnknownModel
 from cascade.gateway.metrics import GatewayMetrics
 from cascade.router.heuristic import heuristic_difficulty
@@ -35,19 +35,10 @@ from cascade.schemas import (
     ModelList,
     Usage,
 )
+from cascade.tiers import Tier, tier_request
 
 ROUTED_MODEL = "cascade"
 _encode = msgspec.json.Encoder().encode
-
-
-class Tier(msgspec.Struct, kw_only=True):
-    index: int
-    config: TierConfig
-    backend: Backend
-
-    @property
-    def name(self) -> str:
-        return self.config.name
 
 
 class Decision(msgspec.Struct, kw_only=True):
@@ -144,17 +135,10 @@ class ChatService:
         self.metrics.in_flight.dec()
 
     def _generation(self, req: ChatCompletionRequest, tier: Tier, max_tokens: int, index: int) -> GenerationRequest:
-        messages = req.messages
-        if tier.config.system_prompt:
-            messages = [ChatMessage(role="system", content=tier.config.system_prompt), *messages]
         stops = [req.stop] if isinstance(req.stop, str) else list(req.stop or [])
         # Distinct seeds per choice so that n > 1 gives distinct samples, yet stays reproducible.
         seed = None if req.seed is None else req.seed + index
-        return GenerationRequest(
-            messages=messages, max_tokens=max_tokens or tier.config.default_max_tokens,
-            temperature=req.temperature, top_p=req.top_p, stop=stops, seed=seed,
-            request_id=f"cascade-{uuid.uuid4().hex}",
-        )
+        return tier_request(tier, req.messages, max_tokens, req.temperature, req.top_p, stops, seed)
 
     def _info(self, decision: Decision, finished: int = 0) -> CascadeInfo:
         cfg = decision.tier.config

@@ -1,0 +1,77 @@
+"""The ladder as live objects: config tiers → backends (replica pools), embedded workers, and the
+request a tier sends upstream. Shared by the gateway and by offline commands (`cascade label`),
+so that both talk to the tiers the same way."""
+
+from __future__ import annotations
+
+import uuid
+from pathlib import Path
+
+import msgspec
+
+from cascade.branches.backend import Backend, GenerationRequest
+from cascade.branches.openai_client import OpenAIBackend
+from cascade.branches.pool import ReplicaPool
+from cascade.branches.sglang_client import SGLangBackend
+from cascade.config import BackendConfig, CascadeConfig, TierConfig
+from cascade.config import OpenAIBackend as OpenAIBackendConfig
+from cascade.config import SGLangBackend as SGLangBackendConfig
+from cascade.config import WorkerBackend as WorkerBackendConfig
+from cascade.engines.supervisor import Worker
+from cascade.schemas import ChatMessage
+
+
+class Tier(msgspec.Struct, kw_only=True):
+    index: int
+    config: TierConfig
+    backend: Backend
+
+    @property
+    def name(self) -> str:
+        return self.config.name
+
+
+def make_backend(name: str, config: BackendConfig, workers: dict[str, Worker]) -> Backend:
+    match config:
+        case OpenAIBackendConfig():
+            return OpenAIBackend(name, config.url, config.model, config.timeouts, config.api_key)
+        case SGLangBackendConfig():
+            return SGLangBackend(name, config.url, config.model, config.timeouts, config.api_key)
+        case WorkerBackendConfig():
+            worker = workers[config.worker]
+            # transformers serve with a preloaded model answers any model id with that model.
+            return OpenAIBackend(name, worker.url, str(worker.model_dir), config.timeouts)
+    raise TypeError(f"unknown backend config {type(config).__name__}")
+
+
+def make_workers(config: CascadeConfig, log_dir: Path) -> dict[str, Worker]:
+    """Workers for the config's [[workers]] (not started), preparing their models if needed."""
+    from cascade.engines.models import load_card, prepare
+
+    return {w.name: Worker(w, prepare(load_card(w.model)), log_dir) for w in config.workers}
+
+
+def build_tiers(config: CascadeConfig, workers: dict[str, Worker]) -> list[Tier]:
+    tiers = []
+    for index, tier_config in enumerate(config.tiers):
+        replicas = [make_backend(f"{tier_config.name}/{j}", b, workers) for j, b in enumerate(tier_config.backends)]
+        tiers.append(Tier(index=index, config=tier_config, backend=ReplicaPool(tier_config.name, replicas)))
+    return tiers
+
+
+def tier_request(
+    tier: Tier,
+    messages: list[ChatMessage],
+    max_tokens: int | None = None,
+    temperature: float | None = None,
+    top_p: float | None = None,
+    stop: list[str] | None = None,
+    seed: int | None = None,
+) -> GenerationRequest:
+    """What `tier` sends upstream for `messages`: its reasoning instruction first, its default length."""
+    if tier.config.system_prompt:
+        messages = [ChatMessage(role="system", content=tier.config.system_prompt), *messages]
+    return GenerationRequest(
+        messages=messages, max_tokens=max_tokens or tier.config.default_max_tokens, temperature=temperature,
+        top_p=top_p, stop=stop or [], seed=seed, request_id=f"cascade-{uuid.uuid4().hex}",
+    )
