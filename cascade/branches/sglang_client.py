@@ -22,13 +22,12 @@ import uuid
 from collections.abc import AsyncGenerator
 from contextlib import aclosing, suppress
 
-import httpx
 import msgspec
 
 from cascade.branches.backend import GenerationRequest, GenerationResult, StreamDelta
 from cascade.branches.openai_client import OpenAIBackend
 from cascade.config import Timeouts
-from cascade.errors import BackendFailed, BackendUnavailable, InvalidRequest
+from cascade.errors import BackendFailed, BackendUnavailable, CascadeError, InvalidRequest
 
 
 class SGLangModelInfo(msgspec.Struct):
@@ -89,30 +88,25 @@ class SGLangBackend(OpenAIBackend):
         rids, and if the abort is lost SGLang still stops a request whose client went away, later."""
         if not rid:
             return
-        with suppress(httpx.HTTPError):
-            await self._client.post(
-                f"{self.url}/abort_request", content=msgspec.json.encode({"rid": rid}), headers=self._headers,
-                timeout=self.timeouts.connect_s,
-            )
+        with suppress(CascadeError):
+            await self.request("POST", "/abort_request", msgspec.json.encode({"rid": rid}), self.timeouts.connect_s)
 
     async def model_info(self) -> SGLangModelInfo:
+        status, content = await self.request("GET", "/get_model_info")
+        if status != 200:
+            raise self._status_error(status, content)
         try:
-            response = await self._client.get(f"{self.url}/get_model_info", headers=self._headers)
-        except httpx.HTTPError as exc:
-            raise self._translate(exc) from None
-        if response.status_code != 200:
-            raise self._status_error(response.status_code, response.content)
-        try:
-            return msgspec.json.decode(response.content, type=SGLangModelInfo)
+            return msgspec.json.decode(content, type=SGLangModelInfo)
         except msgspec.DecodeError:
             raise BackendFailed(f"backend `{self.name}` sent unreadable model info", self.name) from None
 
     async def health(self) -> bool:
+        """SGLang's /health runs a one-token probe (up to ~20 s), so it gets the read timeout."""
         try:
-            response = await self._client.get(f"{self.url}/health", headers=self._headers)
-        except httpx.HTTPError:
+            status, _ = await self.request("GET", "/health")
+        except CascadeError:
             return False
-        return response.status_code == 200
+        return status == 200
 
     async def aclose(self) -> None:
         """Let aborts already scheduled go out (bounded by the connect timeout), then close."""
