@@ -26,13 +26,30 @@ class GenerationRequest(msgspec.Struct, kw_only=True, frozen=True):
 
 
 class StreamDelta(msgspec.Struct, kw_only=True):
-    """One increment of a streamed completion. The last delta carries `finish_reason`."""
+    """One increment of a streamed completion. The last delta carries `finish_reason`.
+
+    A delta may hold several upstream chunks that arrived together (`chunks` counts those with text,
+    about one token each, for engines that report no usage): merging
+    what one socket read delivered keeps per-token overhead flat when the gateway is busy."""
 
     text: str = ""
     reasoning: str = ""
     finish_reason: str | None = None
     prompt_tokens: int | None = None
     completion_tokens: int | None = None
+    chunks: int = 1
+
+    def absorb(self, later: StreamDelta) -> None:
+        """Append a delta that arrived right after this one."""
+        self.text += later.text
+        self.reasoning += later.reasoning
+        self.chunks += later.chunks
+        if later.finish_reason is not None:
+            self.finish_reason = later.finish_reason
+        if later.prompt_tokens is not None:
+            self.prompt_tokens = later.prompt_tokens
+        if later.completion_tokens is not None:
+            self.completion_tokens = later.completion_tokens
 
 
 class GenerationResult(msgspec.Struct, kw_only=True):
@@ -75,8 +92,7 @@ async def collect(deltas: AsyncGenerator[StreamDelta, None]) -> GenerationResult
     async for delta in deltas:
         text.append(delta.text)
         reasoning.append(delta.reasoning)
-        if delta.text or delta.reasoning:
-            n_deltas += 1
+        n_deltas += delta.chunks
         if delta.finish_reason is not None:
             finish_reason = delta.finish_reason
         if delta.prompt_tokens is not None:

@@ -173,15 +173,23 @@ class OpenAIBackend:
                 if response.status != 200:
                     raise self._status_error(response.status, await response.read())
                 done = False
-                async for data in _sse_data(response):
-                    # Keep reading after [DONE] to the end of the body: a response released early
-                    # closes its connection instead of returning it to the pool.
-                    if done or data == b"[DONE]":
-                        done = True
-                        continue
-                    delta = self._parse_chunk(data)
-                    if delta is not None:
-                        yield delta
+                async for events in _sse_events(response):
+                    merged: StreamDelta | None = None
+                    for data in events:
+                        # Keep reading after [DONE] to the end of the body: a response released early
+                        # closes its connection instead of returning it to the pool.
+                        if done or data == b"[DONE]":
+                            done = True
+                            continue
+                        delta = self._parse_chunk(data)
+                        if delta is None:
+                            continue
+                        if merged is None:
+                            merged = delta
+                        else:
+                            merged.absorb(delta)
+                    if merged is not None:
+                        yield merged
                     if time.monotonic() > deadline:
                         raise BackendTimeout(
                             f"backend `{self.name}` exceeded the total time limit of {self.timeouts.total_s:g} s",
@@ -205,6 +213,7 @@ class OpenAIBackend:
         if chunk.usage is not None:
             delta.prompt_tokens = chunk.usage.prompt_tokens
             delta.completion_tokens = chunk.usage.completion_tokens
+        delta.chunks = 1 if (delta.text or delta.reasoning) else 0
         if not (delta.text or delta.reasoning or delta.finish_reason or chunk.usage):
             # No choices and no usage: a role-only chunk, or an in-band error sent after the 200
             # (`data: {"error": {...}}`, as vLLM and SGLang do), which must not end as a success.
@@ -254,21 +263,15 @@ class OpenAIBackend:
         return BackendFailed(f"backend `{self.name}` returned HTTP {status}: {detail}", self.name)
 
 
-async def _sse_data(response: aiohttp.ClientResponse) -> AsyncGenerator[bytes, None]:
-    """Yield the payload of each `data:` line, splitting on bytes as they arrive from the socket."""
+async def _sse_events(response: aiohttp.ClientResponse) -> AsyncGenerator[list[bytes], None]:
+    """Per socket read, the payloads of the complete `data:` lines it delivered (maybe none)."""
     buffer = b""
     async for chunk in response.content.iter_any():
         buffer += chunk
-        while True:
-            newline = buffer.find(b"\n")
-            if newline < 0:
-                break
-            line = buffer[:newline].rstrip(b"\r")
-            buffer = buffer[newline + 1 :]
-            if line.startswith(b"data:"):
-                yield line[5:].strip()
+        *lines, buffer = buffer.split(b"\n")
+        yield [line[5:].strip() for line in lines if line.startswith(b"data:")]
     if buffer.startswith(b"data:"):
-        yield buffer[5:].strip()
+        yield [buffer[5:].strip()]
 
 
 def _error_message(content: bytes) -> str:

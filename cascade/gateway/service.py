@@ -227,20 +227,24 @@ class ChatService:
                     prompt_tokens = delta.prompt_tokens
                 if delta.completion_tokens is not None:
                     completion_tokens[index] = delta.completion_tokens
+                frame = b""
                 if delta.text or delta.reasoning:
                     if first_token:
                         self.metrics.ttft.labels(tier.name).observe(time.perf_counter() - start)
                         first_token = False
                     if delta.completion_tokens is None:
-                        completion_tokens[index] += 1
+                        completion_tokens[index] += delta.chunks
                     content = Delta(content=delta.text or None, reasoning_content=delta.reasoning or None)
-                    yield _sse(_encode(msgspec.structs.replace(
-                        head, choices=[ChunkChoice(index=index, delta=content)])))
+                    frame = _sse(_encode(msgspec.structs.replace(head, choices=[ChunkChoice(index=index,
+                                                                                              delta=content)])))
                 if delta.finish_reason is not None:
                     finished += 1
-                    yield _sse(_encode(msgspec.structs.replace(
+                    frame += _sse(_encode(msgspec.structs.replace(
                         head, choices=[ChunkChoice(index=index, delta=Delta(), finish_reason=delta.finish_reason)],
                     )))
+                if frame:
+                    # One send per upstream read, whatever it held.
+                    yield frame
         except BackendError as exc:
             # Headers are gone already: report the fault in-band, as OpenAI does, then end the stream.
             self._count_backend_error(tier, exc)
