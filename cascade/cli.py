@@ -111,6 +111,8 @@ def build_parser() -> argparse.ArgumentParser:
     fake.set_defaults(func=_fake_server)
 
     # Each feature registers its own subcommands (its module imports only argparse-level code).
+    from cascade.optimizer.cli import add_optimize_commands
+    add_optimize_commands(sub)
     return parser
 
 

@@ -2,11 +2,14 @@
 
 It carries operating points (thresholds and branch settings per quality hint) and, optionally,
 the deployment (GPUs and parallelism per tier). The gateway reads only the operating points.
+Fields after the first block of each Struct are written by `cascade optimize plan` (predictions,
+the Pareto front, planner settings) and are optional for hand-written plans.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Literal
 
 import msgspec
 
@@ -24,14 +27,56 @@ class OperatingPoint(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_f
     branches: dict[str, BranchSetting] = msgspec.field(default_factory=dict)
     predicted_quality: float | None = None
     predicted_p95_latency_s: float | None = None
+    # Planner output: the quality target this point was chosen for, the share of requests each
+    # tier processes, end-to-end p95 through the ladder, and sustainable rate within the SLO.
+    quality_target: float | None = None
+    tier_fractions: list[float] = msgspec.field(default_factory=list)
+    predicted_e2e_p95_latency_s: float | None = None
+    predicted_throughput_rps: float | None = None
+
+
+class ReplicaSet(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """`count` identical replicas, each on tp * pp GPUs."""
+
+    tp: int
+    pp: int = 1
+    count: int
 
 
 class TierDeployment(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
     tier: str
     gpus: int
     replicas: int
-    tp: int = 1
+    tp: int = 1  # of the first replica set (all of them when the tier is homogeneous)
     pp: int = 1
+    model: str = ""  # checkpoint to serve (Hugging Face id)
+    replica_sets: list[ReplicaSet] = msgspec.field(default_factory=list)  # empty: `replicas` x (tp, pp)
+    arrival_rate_rps: float | None = None
+    predicted_p95_latency_s: float | None = None
+    capacity_rps: float | None = None
+
+    def sets(self) -> list[ReplicaSet]:
+        return self.replica_sets or [ReplicaSet(tp=self.tp, pp=self.pp, count=self.replicas)]
+
+
+class FrontPoint(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    thresholds: list[float]
+    latency_s: float
+    quality: float
+
+
+class PlannerInfo(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    objective: str  # "penalty" (J = L + mu * shortfall) or "tchebycheff"
+    quality_target: float
+    mu: float
+    quality_utopia: float  # z1: everything on the top tier
+    quality_nadir: float  # z2: everything on tier 0
+    objective_value: float
+    rounds: int
+    solve_time_s: float
+    rate_rps: float
+    slo_percentile: float
+    latency_model: str = "roofline"  # or "profile"
 
 
 class Plan(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -39,8 +84,18 @@ class Plan(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True
     tiers: list[str]
     operating_points: list[OperatingPoint]
     deployment: list[TierDeployment] = msgspec.field(default_factory=list)
+    # "route": thresholds on difficulty, one tier per request (the gateway's policy); "cascade":
+    # judge-score acceptance thresholds per tier (Cascadia), which the gateway does not run yet.
+    routing: Literal["route", "cascade"] = "route"
+    gpu: str = ""
+    gpus_per_node: int = 0
+    pareto_front: list[FrontPoint] = msgspec.field(default_factory=list)
+    planner: PlannerInfo | None = None
 
     def thresholds_by_hint(self, n_tiers: int) -> dict[str, list[float]]:
+        if self.routing != "route":
+            raise ConfigError("plan thresholds are judge-score acceptance thresholds (routing = cascade); "
+                              "the gateway routes by difficulty: plan with [routing] mode = \"route\"")
         if len(self.tiers) != n_tiers:
             tiers = ", ".join(self.tiers)
             raise ConfigError(f"plan is for {len(self.tiers)} tiers ({tiers}); the config has {n_tiers}")

@@ -8,7 +8,8 @@ import sys
 import pytest
 
 HEAVY = ("torch", "litestar", "sklearn", "transformers")
-COMMANDS = [[], ["serve"], ["models"], ["models", "prepare"], ["models", "list"], ["fake-server"]]
+COMMANDS = [[], ["serve"], ["models"], ["models", "prepare"], ["models", "list"], ["fake-server"],
+            ["optimize"], ["optimize", "plan"], ["optimize", "allocate"], ["deploy"]]
 
 
 @pytest.mark.parametrize("command", COMMANDS, ids=lambda c: " ".join(c) or "cascade")

@@ -1,0 +1,125 @@
+"""GPU specs (`models/gpu/*.toml`) and GPU model cards (`models/gpu-models/*.toml`).
+
+A model card holds the architecture numbers of a checkpoint's `config.json` (same field names) and
+where they come from; a GPU spec holds datasheet peaks. The roofline model reads nothing else.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, TypeVar
+
+import msgspec
+
+from cascade.errors import ConfigError
+
+MODELS_ROOT = Path(__file__).resolve().parents[2] / "models"
+GPU_DIR = MODELS_ROOT / "gpu"
+GPU_MODEL_DIR = MODELS_ROOT / "gpu-models"
+
+_DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4, "float8": 1, "int8": 1}
+
+Positive = Annotated[float, msgspec.Meta(gt=0)]
+NonNegative = Annotated[float, msgspec.Meta(ge=0)]
+Count = Annotated[int, msgspec.Meta(ge=1)]
+T = TypeVar("T")
+
+
+class GpuSpec(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    name: str
+    display_name: str
+    memory_gb: Positive
+    memory_bandwidth_gb_s: Positive
+    bf16_tflops: Positive
+    fp8_tflops: NonNegative = 0.0
+    # Per GPU, per direction. 0 means no NVLink: tensor parallelism goes over PCIe.
+    nvlink_gb_s: NonNegative = 0.0
+    pcie_gb_s: Positive = 32.0
+    source: str
+
+    @property
+    def intra_node_gb_s(self) -> float:
+        return self.nvlink_gb_s or self.pcie_gb_s
+
+
+class ModelCard(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    name: str
+    hf_id: str
+    source: str
+    architecture: str
+    num_hidden_layers: Count
+    hidden_size: Count
+    num_attention_heads: Count
+    num_key_value_heads: Count
+    head_dim: Count
+    intermediate_size: Count
+    vocab_size: Count
+    max_position_embeddings: Count
+    tie_word_embeddings: bool = False
+    attention_bias: bool = False
+    params: Positive
+    torch_dtype: str = "bfloat16"
+
+    def __post_init__(self) -> None:
+        if self.torch_dtype not in _DTYPE_BYTES:
+            raise ValueError(f"torch_dtype must be one of {sorted(_DTYPE_BYTES)}")
+        if self.num_attention_heads % self.num_key_value_heads:
+            raise ValueError("num_attention_heads must be a multiple of num_key_value_heads")
+
+    @property
+    def dtype_bytes(self) -> int:
+        return _DTYPE_BYTES[self.torch_dtype]
+
+    @property
+    def q_dim(self) -> int:
+        return self.num_attention_heads * self.head_dim
+
+    @property
+    def kv_dim(self) -> int:
+        return self.num_key_value_heads * self.head_dim
+
+    @property
+    def layer_params(self) -> int:
+        """Weights of one decoder layer: attention (GQA), SwiGLU MLP, two RMSNorms."""
+        h = self.hidden_size
+        attention = h * self.q_dim + 2 * h * self.kv_dim + self.q_dim * h
+        if self.attention_bias:
+            attention += self.q_dim + 2 * self.kv_dim
+        return attention + 3 * h * self.intermediate_size + 2 * h
+
+    @property
+    def embedding_params(self) -> int:
+        """Input embedding plus LM head (one matrix when tied) plus the final norm."""
+        matrices = 1 if self.tie_word_embeddings else 2
+        return matrices * self.vocab_size * self.hidden_size + self.hidden_size
+
+    @property
+    def architecture_params(self) -> int:
+        return self.num_hidden_layers * self.layer_params + self.embedding_params
+
+
+def _load(directory: Path, name: str, kind: type[T], what: str) -> T:
+    path = directory / f"{name}.toml"
+    if not path.is_file():
+        known = ", ".join(sorted(p.stem for p in directory.glob("*.toml")))
+        raise ConfigError(f"unknown {what} `{name}`; known: {known} (in {directory})")
+    try:
+        return msgspec.toml.decode(path.read_bytes(), type=kind)
+    except (msgspec.ValidationError, msgspec.DecodeError) as exc:
+        raise ConfigError(f"{path}: {exc}") from None
+
+
+def load_gpu(name: str) -> GpuSpec:
+    return _load(GPU_DIR, name, GpuSpec, "GPU")
+
+
+def load_model(name: str) -> ModelCard:
+    return _load(GPU_MODEL_DIR, name, ModelCard, "GPU model card")
+
+
+def all_gpus() -> list[GpuSpec]:
+    return [load_gpu(p.stem) for p in sorted(GPU_DIR.glob("*.toml"))]
+
+
+def all_models() -> list[ModelCard]:
+    return [load_model(p.stem) for p in sorted(GPU_MODEL_DIR.glob("*.toml"))]

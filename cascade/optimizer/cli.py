@@ -1,0 +1,147 @@
+"""`cascade optimize plan|allocate` and `cascade deploy`. Only argparse here at import time: the
+solvers (highspy, pymoo, matplotlib) load when a command runs, so `cascade --help` stays light."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+
+def add_optimize_commands(sub: argparse._SubParsersAction) -> None:
+    optimize = sub.add_parser("optimize", help="plan routing thresholds and GPU allocation (Cascadia-style)")
+    actions = optimize.add_subparsers(dest="optimize_command", required=True, metavar="ACTION")
+
+    plan = actions.add_parser(
+        "plan", help="choose thresholds per quality hint and GPUs/TP/PP per tier for a problem.toml",
+        description="Bi-level search: pymoo over routing thresholds outside, a simulator-backed parallelism "
+        "search and an allocation MILP (HiGHS) inside. Writes plan.json plus a Markdown report, a PNG and "
+        "the latency table next to it.",
+    )
+    plan.add_argument("--spec", required=True, help="problem.toml (cluster, tiers, workload, outcomes, quality)")
+    plan.add_argument("--out", required=True, help="plan.json to write (also writes .md, .png, .latency.json)")
+    plan.add_argument("--json", action="store_true", help="print a JSON summary on stdout")
+    plan.add_argument("--no-figure", action="store_true", help="skip the PNG (no matplotlib needed)")
+    plan.set_defaults(func=_plan)
+
+    allocate = actions.add_parser(
+        "allocate", help="solve the GPU allocation MILP for a latency table",
+        description="latency.json: {\"gpus\": N, \"tiers\": [{\"name\": str, \"latency_s\": {\"<f>\": float}}]}; "
+        "a missing f means the tier does not fit on f GPUs. Minimizes the worst tier latency.",
+    )
+    allocate.add_argument("--table", required=True, help="latency.json")
+    allocate.add_argument("--json", action="store_true", help="print {status, latency_s, allocation}")
+    allocate.add_argument("--at-most", action="store_true", help="use at most N GPUs (default: exactly N)")
+    allocate.add_argument("--solver", choices=["highs", "dp"], default="highs",
+                          help="HiGHS MILP (default) or the exact dynamic program")
+    allocate.set_defaults(func=_allocate)
+
+    deploy = sub.add_parser(
+        "deploy", help="launch the plan's engines (SGLang) and print the gateway config",
+        description="Reads plan.json only. With --dry-run, prints the SGLang launch commands (GPUs, ports, "
+        "node placement) and the cascade.toml that points at them.",
+    )
+    deploy.add_argument("--plan", required=True, help="plan.json from `cascade optimize plan`")
+    deploy.add_argument("--engine", choices=["sglang", "local"], default="sglang")
+    deploy.add_argument("--dry-run", action="store_true", help="print what would run; start nothing")
+    deploy.add_argument("--hosts", help="comma-separated node hostnames (default: node-0, node-1, ...)")
+    deploy.add_argument("--base-port", type=int, default=30000, help="first engine port on each node")
+    deploy.add_argument("--dp-per-server", action="store_true",
+                        help="one SGLang server per tier and node with --dp-size (default: one server per replica)")
+    deploy.set_defaults(func=_deploy)
+
+
+def _plan(args: argparse.Namespace) -> int:
+    import msgspec
+
+    from cascade.optimizer import report
+    from cascade.optimizer.milp import table_from_matrix
+    from cascade.optimizer.planner import plan_problem
+    from cascade.optimizer.problem import load_problem
+
+    problem, base_dir = load_problem(args.spec)
+    quiet = args.json
+
+    def progress(message: str) -> None:
+        if not quiet:
+            print(message, file=sys.stderr)
+
+    result = plan_problem(problem, base_dir, progress)
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_bytes(msgspec.json.format(msgspec.json.encode(result.plan)) + b"\n")
+    md, png, table_path = out.with_suffix(".md"), out.with_suffix(".png"), out.with_suffix(".latency.json")
+    md.write_text(report.markdown(result.plan, args.spec))
+    rates = result.instance.rate_rps * result.instance.fractions(result.primary.ks)
+    matrix = [t.latency(r)[0] for t, r in zip(result.tables, rates, strict=True)]
+    import numpy as np
+
+    table_path.write_bytes(msgspec.json.encode(table_from_matrix(result.instance.names, np.array(matrix))))
+    if not args.no_figure:
+        report.figure(result.plan, png)
+    primary = result.primary
+    summary = {
+        "plan": str(out), "report": str(md), "figure": None if args.no_figure else str(png), "table": str(table_path),
+        "objective": primary.objective, "latency_s": primary.latency_s, "quality": primary.quality,
+        "thresholds": primary.thresholds,
+        "allocation": {d.tier: d.gpus for d in result.plan.deployment},
+        "solve_time_s": result.solve_time_s,
+    }
+    target = problem.quality.target
+    if primary.quality < target - 1e-9:
+        print(f"cascade: warning: quality {primary.quality:.4f} misses the target {target:g}: meeting it costs more "
+              f"latency than the penalty (mu = {problem.quality.mu:g}); raise [quality] mu to enforce it",
+              file=sys.stderr)
+    if args.json:
+        print(json.dumps(summary))
+    else:
+        print(f"wrote {out}, {md}, {table_path}" + ("" if args.no_figure else f", {png}"))
+        print(f"J = {primary.objective:.3f}: p95 {primary.latency_s:.2f} s, quality {primary.quality:.4f}, "
+              f"thresholds {primary.thresholds}, GPUs {summary['allocation']} ({result.solve_time_s:.2f} s)")
+    return 0
+
+
+def _allocate(args: argparse.Namespace) -> int:
+    from cascade.optimizer.milp import allocation_json, load_table, solve_dp, solve_highs
+
+    table = load_table(args.table)
+    matrix = table.matrix()
+    exact = not args.at_most
+    if args.solver == "dp":
+        allocation = solve_dp(matrix, table.gpus, exact)
+    else:
+        # The dynamic program's answer bounds HiGHS's search; HiGHS's answer is exact regardless.
+        bound = solve_dp(matrix, table.gpus, exact)
+        allocation = solve_highs(matrix, table.gpus, exact,
+                                 upper_bound=bound.latency_s if bound.status == "optimal" else None)
+    names = [t.name for t in table.tiers]
+    result = allocation_json(names, allocation)
+    if args.json:
+        print(json.dumps(result))
+    elif allocation.status == "optimal":
+        print(f"optimal: worst tier latency {allocation.latency_s:.4g} s")
+        for name, gpus in zip(names, allocation.gpus, strict=True):
+            print(f"  {name:24s} {gpus:4d} GPUs")
+    else:
+        print("infeasible: no allocation gives every tier a GPU count it fits on" +
+              (" within" if args.at_most else " using exactly") + f" {table.gpus} GPUs")
+    return 0
+
+
+def _deploy(args: argparse.Namespace) -> int:
+    from cascade.engines import sglang_launch
+    from cascade.errors import ConfigError
+    from cascade.plan import load_plan
+
+    plan = load_plan(args.plan)
+    if args.engine != "sglang":
+        raise ConfigError("`cascade deploy --engine local` is not built yet; "
+                          "use `cascade serve` for the embedded CPU tiers")
+    hosts = [h.strip() for h in args.hosts.split(",") if h.strip()] if args.hosts else None
+    launch = sglang_launch.launch_plan(plan, hosts=hosts, base_port=args.base_port, dp_per_server=args.dp_per_server)
+    if not args.dry_run:
+        raise ConfigError("launching and supervising SGLang servers is not built yet; run with --dry-run and start "
+                          "the printed commands on each node")
+    print(sglang_launch.render(launch))
+    return 0

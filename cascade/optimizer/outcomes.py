@@ -1,0 +1,123 @@
+"""Outcomes: one row per profiled prompt with each tier's result, as the planner reads them.
+
+JSONL, one object per line:
+
+    {"id": "gsm8k-17", "input_tokens": 96, "difficulty": 0.31,
+     "tiers": {"r1-7b": {"correct": true, "score": 0.92, "output_tokens": 611}, ...}}
+
+`score` is a judge score in [0, 1] (Cascadia's acceptance signal and quality measure); `correct`
+is 0/1 correctness; `difficulty` is the router's p_fail of tier 0 (the gateway's routing signal).
+`input_tokens` and `output_tokens` may be missing: the planner then draws them from the workload's
+length distributions. Rows written by `cascade label` read as they are (their extra fields, such
+as `answer` or `finish_reason`, are ignored). Held as numpy columns, tiers in ladder order.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import msgspec
+import numpy as np
+
+from cascade.errors import ConfigError
+
+
+class TierOutcome(msgspec.Struct, frozen=True, omit_defaults=True):
+    correct: bool | None = None
+    score: float | None = None
+    output_tokens: int | None = None
+    latency_s: float | None = None
+
+
+class OutcomeRow(msgspec.Struct, frozen=True, omit_defaults=True):
+    tiers: dict[str, TierOutcome]
+    id: str = ""
+    dataset: str = ""
+    prompt: str | None = None
+    input_tokens: int | None = None
+    difficulty: float | None = None
+    p_fail: dict[str, float] = msgspec.field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Outcomes:
+    tiers: list[str]
+    input_tokens: np.ndarray  # (n,), NaN where unknown
+    output_tokens: np.ndarray  # (n, tiers), NaN where unknown
+    correct: np.ndarray  # (n, tiers), NaN where unknown
+    score: np.ndarray  # (n, tiers), NaN where unknown
+    difficulty: np.ndarray  # (n,), NaN where unknown
+
+    @property
+    def n(self) -> int:
+        return len(self.input_tokens)
+
+
+def from_rows(rows: list[OutcomeRow], tiers: list[str], source: str = "outcomes") -> Outcomes:
+    if not rows:
+        raise ConfigError(f"{source}: no rows")
+    n, c = len(rows), len(tiers)
+    nan = np.full((n, c), np.nan)
+    output, correct, score = nan.copy(), nan.copy(), nan.copy()
+    inputs, difficulty = np.full(n, np.nan), np.full(n, np.nan)
+    for r, row in enumerate(rows):
+        missing = [t for t in tiers if t not in row.tiers]
+        if missing:
+            raise ConfigError(f"{source}: row {r + 1} has no result for tier(s) {', '.join(missing)}")
+        if row.input_tokens is not None:
+            inputs[r] = row.input_tokens
+        elif row.prompt:
+            inputs[r] = max(1, len(row.prompt) // 4)  # ~4 characters per token for English text
+        if row.difficulty is not None:
+            difficulty[r] = row.difficulty
+        elif tiers[0] in row.p_fail:
+            difficulty[r] = row.p_fail[tiers[0]]  # difficulty is p_fail of tier 0 (DESIGN.md §3)
+        for i, tier in enumerate(tiers):
+            result = row.tiers[tier]
+            if result.output_tokens is not None:
+                output[r, i] = result.output_tokens
+            if result.correct is not None:
+                correct[r, i] = float(result.correct)
+            if result.score is not None:
+                score[r, i] = result.score
+    return Outcomes(tiers=list(tiers), input_tokens=inputs, output_tokens=output, correct=correct,
+                    score=score, difficulty=difficulty)
+
+
+def load_outcomes(path: str | Path, tiers: list[str]) -> Outcomes:
+    p = Path(path)
+    decoder = msgspec.json.Decoder(OutcomeRow)
+    rows = []
+    try:
+        lines = p.read_bytes().splitlines()
+    except OSError as exc:
+        raise ConfigError(f"cannot read outcomes {p}: {exc.strerror}") from None
+    for number, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            rows.append(decoder.decode(line))
+        except msgspec.MsgspecError as exc:
+            raise ConfigError(f"{p}:{number}: invalid outcome row: {exc}") from None
+    return from_rows(rows, tiers, str(p))
+
+
+def write_outcomes(path: str | Path, outcomes: Outcomes) -> None:
+    """JSONL in the format above (used to export the synthetic outcomes)."""
+    encoder = msgspec.json.Encoder()
+    with Path(path).open("wb") as f:
+        for r in range(outcomes.n):
+            tiers = {}
+            for i, tier in enumerate(outcomes.tiers):
+                tiers[tier] = TierOutcome(
+                    correct=None if np.isnan(outcomes.correct[r, i]) else bool(outcomes.correct[r, i]),
+                    score=None if np.isnan(outcomes.score[r, i]) else round(float(outcomes.score[r, i]), 4),
+                    output_tokens=None if np.isnan(outcomes.output_tokens[r, i]) else int(outcomes.output_tokens[r, i]),
+                )
+            row = OutcomeRow(
+                id=str(r), tiers=tiers,
+                input_tokens=None if np.isnan(outcomes.input_tokens[r]) else int(outcomes.input_tokens[r]),
+                difficulty=None if np.isnan(outcomes.difficulty[r]) else round(float(outcomes.difficulty[r]), 4),
+            )
+            f.write(encoder.encode(row) + b"\n")

@@ -1,0 +1,170 @@
+"""`problem.toml`: everything `cascade optimize plan` needs, decoded into frozen msgspec Structs.
+
+    [cluster]   gpu = "h100-sxm", gpus = 32, gpus_per_node = 8
+    [[tiers]]   name = "r1-7b", model = "deepseek-r1-distill-qwen-7b"   (cheapest first)
+    [workload]  rate_rps = 12.0                    (+ length distributions for missing lengths)
+    [outcomes]  kind = "file", path = "outcomes.jsonl"   or   kind = "synthetic", n = 1000, seed = 0
+    [routing]   mode = "cascade" (judge scores, Cascadia) | "route" (router difficulty, the gateway)
+    [quality]   target = 0.90, mu = 100.0
+    [slo]       percentile = 95
+    [search]    seed = 0, ...
+
+Relative paths are relative to the problem file. Unknown keys are errors, as in cascade.toml.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Literal
+
+import msgspec
+
+from cascade.config import Name, PositiveFloat, PositiveInt
+from cascade.errors import ConfigError
+from cascade.optimizer.roofline import Efficiency
+
+Unit = Annotated[float, msgspec.Meta(ge=0, le=1)]
+Percentile = Annotated[float, msgspec.Meta(gt=0, lt=100)]
+
+
+class _Strict(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    pass
+
+
+class ClusterSpec(_Strict, frozen=True):
+    gpu: str
+    gpus: PositiveInt
+    gpus_per_node: PositiveInt = 8
+    internode_gb_s: PositiveFloat = 25.0  # per GPU, per direction (200 Gb/s InfiniBand)
+    # "exact": use all N GPUs (Cascadia's equality); "at_most": sum f <= N.
+    allocation: Literal["exact", "at_most"] = "exact"
+    max_replica_gpus: PositiveInt = 16  # the largest single replica (tp * pp) considered
+
+
+class TierSpec(_Strict, frozen=True):
+    name: Name
+    model: str  # a card in models/gpu-models/
+    column: str = ""  # the tier's key in the outcomes rows; default: name
+    max_batch: PositiveInt = 256  # SGLang --max-running-requests
+    max_prefill_tokens: PositiveInt = 16384
+    # Reasoning setting (SART branches). The planner models one branch per request for now.
+    branches: PositiveInt = 1
+    branches_to_finish: PositiveInt = 1
+
+    @property
+    def outcome_key(self) -> str:
+        return self.column or self.name
+
+
+class LengthSpec(_Strict, frozen=True):
+    """Lognormal token counts: median and log-standard-deviation, clipped to [1, max]."""
+
+    median: PositiveFloat
+    sigma: Annotated[float, msgspec.Meta(ge=0)] = 0.5
+    max: PositiveInt = 32768
+
+
+class WorkloadSpec(_Strict, frozen=True):
+    rate_rps: PositiveFloat
+    # Used only where the outcomes lack lengths.
+    input_tokens: LengthSpec = LengthSpec(median=200.0, sigma=0.6)
+    output_tokens: LengthSpec = LengthSpec(median=1000.0, sigma=0.7)
+
+
+class FileOutcomes(_Strict, frozen=True, tag="file", tag_field="kind"):
+    path: str
+
+
+class SyntheticOutcomes(_Strict, frozen=True, tag="synthetic", tag_field="kind"):
+    """cascade.optimizer.synthetic.gsm8k_like: for trying the planner without labelled data."""
+
+    n: PositiveInt = 1000
+    seed: int = 0
+    skills: list[float] | None = None
+    output_medians: list[float] | None = None
+
+
+OutcomesSpec = FileOutcomes | SyntheticOutcomes
+
+
+class RoutingSpec(_Strict, frozen=True):
+    mode: Literal["cascade", "route"] = "cascade"
+    judge_latency_s: Annotated[float, msgspec.Meta(ge=0)] = 0.27  # per escalation (Cascadia's GPT-4o judge)
+
+
+class QualitySpec(_Strict, frozen=True):
+    target: Unit
+    metric: Literal["score", "correct"] = "score"
+    mu: PositiveFloat = 100.0  # penalty weight of J (the paper's worked example)
+    objective: Literal["penalty", "tchebycheff"] = "penalty"
+    # Quality target of each named operating point; defaults: fast = nadir, balanced = target,
+    # best = utopia (everything on the top tier). Numeric names ("0.85") serve numeric hints.
+    hints: dict[str, Unit] = msgspec.field(default_factory=dict)
+
+
+class SloSpec(_Strict, frozen=True):
+    percentile: Percentile = 95.0
+    # For the reported throughput: the highest rate at which predicted latency stays within this.
+    # Default: twice the plan's predicted latency at the nominal rate.
+    latency_s: PositiveFloat | None = None
+
+
+class SearchSpec(_Strict, frozen=True):
+    seed: int = 0
+    pop_size: PositiveInt = 24
+    generations: PositiveInt = 12
+    max_rounds: PositiveInt = 6
+    patience: PositiveInt = 2  # rounds with J stable before stopping (Cascadia's K)
+    tolerance: Annotated[float, msgspec.Meta(ge=0)] = 0.01  # relative change of J counted as stable
+    sim_requests: PositiveInt = 600
+    # The deployment may trade this much of the bottleneck's latency L for a lower traffic-weighted
+    # latency over all tiers (predictions are not more accurate than a few percent anyway).
+    latency_slack: Annotated[float, msgspec.Meta(ge=0, le=0.5)] = 0.02
+    front_generations: PositiveInt = 10
+
+
+class Problem(_Strict, frozen=True):
+    cluster: ClusterSpec
+    tiers: list[TierSpec]
+    workload: WorkloadSpec
+    outcomes: OutcomesSpec
+    quality: QualitySpec
+    routing: RoutingSpec = RoutingSpec()
+    slo: SloSpec = SloSpec()
+    search: SearchSpec = SearchSpec()
+    efficiency: Efficiency = Efficiency()
+
+    def __post_init__(self) -> None:
+        if len(self.tiers) < 1:
+            raise ConfigError("`tiers` is empty: define at least one [[tiers]] entry")
+        names = [t.name for t in self.tiers]
+        if len(set(names)) != len(names):
+            raise ConfigError(f"`tiers` names must be unique, got {names}")
+        for i, tier in enumerate(self.tiers):
+            if tier.branches != 1 or tier.branches_to_finish != 1:
+                raise ConfigError(f"`tiers[{i}].branches`: the planner models one branch per request so far")
+
+
+def load_problem(path: str | Path) -> tuple[Problem, Path]:
+    """The problem and the directory its relative paths are relative to."""
+    p = Path(path)
+    try:
+        data = p.read_bytes()
+    except OSError as exc:
+        raise ConfigError(f"cannot read problem {p}: {exc.strerror}") from None
+    try:
+        return msgspec.toml.decode(data, type=Problem), p.resolve().parent
+    except msgspec.ValidationError as exc:
+        raise ConfigError(f"{p}: {_readable(str(exc))}") from None
+    except msgspec.DecodeError as exc:
+        raise ConfigError(f"{p}: not valid TOML: {exc}") from None
+    except ConfigError as exc:
+        raise ConfigError(f"{p}: {exc.message}") from None
+
+
+def _readable(message: str) -> str:
+    text, _, where = message.partition(" - at `$")
+    where = where.rstrip("`").lstrip(".")
+    text = text.replace("Object contains unknown field", "unknown key")
+    text = text.replace("Object missing required field", "missing required key")
+    return f"{text} in `{where}`" if where else text

@@ -1,0 +1,183 @@
+"""Roofline step costs of one serving replica: a model card on `tp x pp` GPUs of one type.
+
+Every engine iteration is either a prefill (new prompts) or a decode step (every running sequence
+gains one token), as in SGLang without mixed chunks. A stage's time is the larger of its FLOPs at
+the achievable compute rate and its bytes at the achievable memory bandwidth, plus tensor-parallel
+all-reduces (two per layer, ring algorithm) and pipeline hand-offs. Pipeline parallelism runs
+`pp` micro-batches in flight, so one decode step costs `pp` stage times of a `B/pp` micro-batch:
+PP adds memory (weights and KV cache) but not per-token speed, which matches practice.
+
+For a fixed batch size B a decode step is `max(a1 + b1*C, a2 + b2*C) + g`, C being the total
+context tokens of the batch (compute-bound vs memory-bound), which lets the simulator sum many
+steps in closed form. The numbers are estimates (`Efficiency` holds the assumed fractions of
+peak); `cascade profile` will replace them with measured step times.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from functools import cached_property
+from typing import Annotated, Protocol
+
+import msgspec
+
+from cascade.optimizer.cards import GpuSpec, ModelCard
+
+Fraction = Annotated[float, msgspec.Meta(gt=0, le=1)]
+Seconds = Annotated[float, msgspec.Meta(ge=0)]
+
+
+class Efficiency(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """Assumed fractions of datasheet peaks and fixed costs (typical of SGLang with CUDA graphs)."""
+
+    compute: Fraction = 0.6  # dense GEMMs: ~60% of peak tensor FLOPs
+    memory: Fraction = 0.8  # streaming weight/KV reads: ~80% of HBM bandwidth
+    link: Fraction = 0.8  # NVLink/PCIe/IB achievable fraction
+    step_overhead_s: Seconds = 0.001  # scheduler + sampling per engine iteration
+    layer_overhead_s: Seconds = 10e-6  # kernel launches per layer not hidden by graphs
+    allreduce_latency_s: Seconds = 20e-6  # per all-reduce, independent of size
+    p2p_latency_s: Seconds = 15e-6  # per pipeline hand-off
+    mem_fraction_static: Fraction = 0.88  # SGLang's share of GPU memory for weights + KV cache
+
+
+@dataclass(frozen=True, order=True)
+class Shape:
+    """One replica's parallelism: tensor-parallel degree x pipeline-parallel degree."""
+
+    tp: int
+    pp: int = 1
+
+    @property
+    def gpus(self) -> int:
+        return self.tp * self.pp
+
+    def __str__(self) -> str:
+        return f"TP{self.tp}" + (f"xPP{self.pp}" if self.pp > 1 else "")
+
+
+class StepCost(Protocol):
+    """What the simulator needs from a replica (roofline estimate or measured profile)."""
+
+    def decode_coeffs(self, batch: int) -> tuple[float, float, float, float, float]:
+        """(a1, b1, a2, b2, g): one decode step takes max(a1 + b1*C, a2 + b2*C) + g seconds."""
+        ...
+
+    def prefill_time(self, tokens: int, tokens_sq: float, requests: int) -> float:
+        """Seconds to prefill `requests` prompts of `tokens` in total (sum of squares `tokens_sq`)."""
+        ...
+
+
+def valid_shape(model: ModelCard, shape: Shape, gpus_per_node: int) -> bool:
+    """TP must split the attention heads evenly and stay inside a node; KV heads are split or
+    replicated (SGLang needs one to divide the other); PP cannot exceed the layer count."""
+    tp, kv = shape.tp, model.num_key_value_heads
+    if tp > gpus_per_node or model.num_attention_heads % tp:
+        return False
+    if (kv % tp) and (tp % kv):
+        return False
+    return 1 <= shape.pp <= model.num_hidden_layers
+
+
+class RooflineCost:
+    def __init__(self, model: ModelCard, gpu: GpuSpec, shape: Shape, *, gpus_per_node: int = 8,
+                 internode_gb_s: float = 25.0, efficiency: Efficiency | None = None) -> None:
+        self.model, self.gpu, self.shape = model, gpu, shape
+        self.eff = efficiency or Efficiency()
+        self.flops = gpu.bf16_tflops * 1e12 * self.eff.compute
+        self.bandwidth = gpu.memory_bandwidth_gb_s * 1e9 * self.eff.memory
+        self.tp_link = gpu.intra_node_gb_s * 1e9 * self.eff.link
+        # Stages of one replica leave the node once the replica needs more GPUs than a node has.
+        pp_gb_s = gpu.intra_node_gb_s if shape.gpus <= gpus_per_node else internode_gb_s
+        self.pp_link = pp_gb_s * 1e9 * self.eff.link
+        self.layers = math.ceil(model.num_hidden_layers / shape.pp)
+        self._coeffs: dict[int, tuple[float, float, float, float, float]] = {}
+
+    # ---- memory -------------------------------------------------------------------------------
+
+    @cached_property
+    def weight_bytes_per_gpu(self) -> float:
+        """Weights on the fullest GPU: its stage's layers plus one embedding matrix (both if pp=1)."""
+        m = self.model
+        embed = m.embedding_params if self.shape.pp == 1 else m.vocab_size * m.hidden_size
+        return (self.layers * m.layer_params + embed) * m.dtype_bytes / self.shape.tp
+
+    @cached_property
+    def kv_bytes_per_token(self) -> float:
+        """K and V of one token on one GPU; KV heads are replicated when tp exceeds their count."""
+        m = self.model
+        heads = math.ceil(m.num_key_value_heads / self.shape.tp)
+        return 2 * heads * m.head_dim * m.dtype_bytes * self.layers
+
+    @cached_property
+    def kv_capacity_tokens(self) -> int:
+        usable = self.gpu.memory_gb * 1e9 * self.eff.mem_fraction_static - self.weight_bytes_per_gpu
+        return max(0, int(usable // self.kv_bytes_per_token))
+
+    def fits(self, min_kv_tokens: int) -> bool:
+        return self.kv_capacity_tokens >= min_kv_tokens
+
+    # ---- time ---------------------------------------------------------------------------------
+
+    @cached_property
+    def _read_params_per_gpu(self) -> float:
+        """Parameters a forward pass streams per GPU per stage: layers + LM head (embedding
+        lookups read a few rows only). Stages are balanced, so the head is spread over them."""
+        m = self.model
+        return (m.num_hidden_layers * m.layer_params + m.vocab_size * m.hidden_size) / self.shape.gpus
+
+    def _tp_comm(self, tokens: float) -> float:
+        tp = self.shape.tp
+        if tp == 1:
+            return 0.0
+        message = tokens * self.model.hidden_size * self.model.dtype_bytes
+        per_allreduce = self.eff.allreduce_latency_s + 2 * (tp - 1) / tp * message / self.tp_link
+        return 2 * self.layers * per_allreduce
+
+    def _p2p(self, tokens: float) -> float:
+        if self.shape.pp == 1:
+            return 0.0
+        message = tokens * self.model.hidden_size * self.model.dtype_bytes
+        return self.eff.p2p_latency_s + message / self.pp_link
+
+    def decode_coeffs(self, batch: int) -> tuple[float, float, float, float, float]:
+        coeffs = self._coeffs.get(batch)
+        if coeffs is None:
+            coeffs = self._coeffs[batch] = self._decode_coeffs(batch)
+        return coeffs
+
+    def _decode_coeffs(self, batch: int) -> tuple[float, float, float, float, float]:
+        m, tp, pp = self.model, self.shape.tp, self.shape.pp
+        micro = math.ceil(batch / pp)  # sequences per micro-batch
+        share = micro / batch  # a micro-batch's share of the batch's context tokens
+        a1 = 2 * micro * self._read_params_per_gpu / self.flops
+        b1 = 4 * share * m.q_dim * self.layers / tp / self.flops
+        a2 = self._read_params_per_gpu * m.dtype_bytes / self.bandwidth
+        b2 = share * self.kv_bytes_per_token / self.bandwidth
+        g_stage = self._tp_comm(micro) + self.layers * self.eff.layer_overhead_s + self._p2p(micro)
+        return pp * a1, pp * b1, pp * a2, pp * b2, pp * g_stage + self.eff.step_overhead_s
+
+    def decode_time(self, batch: int, context_tokens: float) -> float:
+        a1, b1, a2, b2, g = self.decode_coeffs(batch)
+        return max(a1 + b1 * context_tokens, a2 + b2 * context_tokens) + g
+
+    def prefill_time(self, tokens: int, tokens_sq: float, requests: int = 1) -> float:
+        m, tp, pp = self.model, self.shape.tp, self.shape.pp
+        linear = 2 * tokens * self._read_params_per_gpu
+        attention = 2 * tokens_sq * m.q_dim * self.layers / tp
+        compute = (linear + attention) / self.flops
+        memory = (self._read_params_per_gpu * m.dtype_bytes + tokens * self.kv_bytes_per_token) / self.bandwidth
+        stage = max(compute, memory) + self._tp_comm(tokens) + self.layers * self.eff.layer_overhead_s
+        return pp * stage + (pp - 1) * self._p2p(tokens) + self.eff.step_overhead_s
+
+    def capacity_rps(self, mean_input: float, mean_output: float, max_batch: int, max_prefill_tokens: int) -> float:
+        """Requests/s the replica sustains at full batch on this mix (the simulator's rate scale)."""
+        per_request_kv = mean_input + mean_output
+        batch = min(max_batch, int(self.kv_capacity_tokens // per_request_kv))
+        if batch < 1:
+            return 0.0
+        step = self.decode_time(batch, batch * (mean_input + mean_output / 2))
+        chunk = max(1, min(batch, int(max_prefill_tokens // max(mean_input, 1.0))))
+        prefill = self.prefill_time(int(chunk * mean_input), chunk * mean_input**2, chunk) / chunk
+        return 1.0 / (mean_output * step / batch + prefill)
+

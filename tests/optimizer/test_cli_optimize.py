@@ -1,0 +1,72 @@
+"""`cascade optimize plan|allocate` and `cascade deploy` as a user runs them."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import msgspec
+
+from cascade.plan import Plan
+
+HEAVY = ("highspy", "pymoo", "matplotlib", "scipy", "torch", "litestar", "sklearn")
+
+
+def run(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "cascade.cli", *args], capture_output=True, text=True, timeout=300)
+
+
+def test_help_of_the_planner_commands_imports_no_solver() -> None:
+    probe = (
+        "import sys\nfrom cascade.cli import main\n"
+        "for command in (['optimize'], ['optimize', 'plan'], ['optimize', 'allocate'], ['deploy']):\n"
+        "    try:\n        main([*command, '--help'])\n    except SystemExit as e:\n        assert e.code == 0\n"
+        f"print(sorted(m for m in {HEAVY!r} if m in sys.modules))"
+    )
+    result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip().splitlines()[-1] == "[]"
+
+
+def test_plan_writes_the_plan_report_figure_and_latency_table(small_problem, tmp_path) -> None:
+    out = tmp_path / "plans" / "plan.json"
+    result = run("optimize", "plan", "--spec", str(small_problem), "--out", str(out), "--json")
+    assert result.returncode == 0, result.stderr
+    summary = json.loads(result.stdout)
+    assert {"plan", "objective", "latency_s", "quality", "thresholds", "allocation"} <= set(summary)
+    plan = msgspec.json.decode(out.read_bytes(), type=Plan)
+    assert plan.tiers == ["small", "large"] and sum(summary["allocation"].values()) == 8
+    assert "## Operating points" in out.with_suffix(".md").read_text()
+    assert out.with_suffix(".png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    # The cached l(f) table is valid input for `allocate`, which finds the same latency.
+    table = out.with_suffix(".latency.json")
+    allocated = json.loads(run("optimize", "allocate", "--table", str(table), "--json").stdout)
+    assert allocated["status"] == "optimal"
+    assert abs(allocated["latency_s"] - summary["latency_s"]) <= 1e-6 * summary["latency_s"]
+
+
+def test_a_bad_problem_file_is_one_line_and_exit_2(tmp_path) -> None:
+    bad = tmp_path / "problem.toml"
+    bad.write_text('[cluster]\ngpu = "h100-sxm"\ngpus = 8\n')
+    result = run("optimize", "plan", "--spec", str(bad), "--out", str(tmp_path / "p.json"))
+    assert result.returncode == 2
+    assert len(result.stderr.strip().splitlines()) == 1 and "missing required key `tiers`" in result.stderr
+    missing = run("optimize", "allocate", "--table", str(tmp_path / "none.json"), "--json")
+    assert missing.returncode == 2 and "cannot read latency table" in missing.stderr
+
+
+def test_deploy_dry_run_prints_sglang_commands_and_the_gateway_config(tmp_path) -> None:
+    plan = {"tiers": ["a", "b"], "operating_points": [], "gpu": "h100-sxm", "gpus_per_node": 8,
+            "deployment": [{"tier": "a", "gpus": 4, "replicas": 2, "tp": 2, "model": "org/a"},
+                           {"tier": "b", "gpus": 4, "replicas": 1, "tp": 4, "model": "org/b"}]}
+    path = tmp_path / "plan.json"
+    path.write_text(json.dumps(plan))
+    result = run("deploy", "--plan", str(path), "--engine", "sglang", "--dry-run")
+    assert result.returncode == 0, result.stderr
+    out = result.stdout
+    assert out.count("python -m sglang.launch_server") == 3
+    assert "CUDA_VISIBLE_DEVICES=0,1,2,3 python -m sglang.launch_server --model-path org/b" in out
+    assert "--tp-size 2" in out and 'url = "http://node-0:30001"' in out
+    refused = run("deploy", "--plan", str(path))
+    assert refused.returncode == 2 and "--dry-run" in refused.stderr
