@@ -24,7 +24,7 @@ def _serve(args: argparse.Namespace) -> int:
         config = embedded_config()
     host = args.host or config.gateway.host
     port = args.port if args.port is not None else config.gateway.port
-    run(config, args.plan, host, port, args.log_level)
+    run(config, args.plan, host, port, args.log_level, args.processes, args.config)
     return 0
 
 
@@ -86,6 +86,8 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--host", help="bind address (default from config: 127.0.0.1)")
     serve.add_argument("--port", type=int, help="port (default from config: 8000)")
     serve.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
+    serve.add_argument("--processes", type=int, default=1,
+                       help="gateway processes sharing the port (needs --config without embedded workers)")
     serve.set_defaults(func=_serve)
 
     models = sub.add_parser("models", help="manage the embedded CPU models").add_subparsers(

@@ -4,11 +4,15 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 from pathlib import Path
 from typing import Any
 
-from cascade.config import CascadeConfig
+from litestar import Litestar
+
+from cascade.config import CascadeConfig, load_config
 from cascade.engines.supervisor import Supervisor
+from cascade.errors import ConfigError
 from cascade.gateway.app import create_app
 from cascade.gateway.metrics import GatewayMetrics
 from cascade.gateway.service import ChatService
@@ -64,17 +68,43 @@ class Gateway:
         return {"tiers": tiers, "workers": workers}
 
 
-def run(config: CascadeConfig, plan_path: str | None, host: str, port: int, log_level: str = "info") -> None:
+def run(
+    config: CascadeConfig, plan_path: str | None, host: str, port: int, log_level: str = "info",
+    processes: int = 1, config_path: str | None = None,
+) -> None:
+    """Serve until SIGINT/SIGTERM. `processes` > 1 runs that many gateway processes on one socket
+    (uvicorn workers), for when one event loop is the bottleneck; each process has its own
+    admission counter and /metrics, and embedded workers need the single-process mode."""
     import uvicorn
 
-    logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per upstream request is noise
+    _configure_logging(log_level)
+    options: dict[str, Any] = dict(host=host, port=port, log_level="warning", access_log=False,
+                                   timeout_graceful_shutdown=10,
+                   backlog=4096)
+    if processes > 1:
+        if config.workers or config_path is None:
+            raise ConfigError("--processes > 1 needs a --config without [[workers]] (embedded workers are started "
+                              "by a single gateway process)")
+        os.environ[_CONFIG_ENV], os.environ[_PLAN_ENV] = config_path, plan_path or ""
+        uvicorn.run("cascade.gateway.server:app_from_env", factory=True, workers=processes, **options)
+        return
     gateway = Gateway(config, plan_path)
     try:
-        uvicorn.run(gateway.app, host=host, port=port, log_level="warning", access_log=False,
-                    timeout_graceful_shutdown=10, limit_concurrency=None, backlog=4096)
+        uvicorn.run(gateway.app, **options)
     finally:
         # uvicorn runs on_shutdown on SIGINT/SIGTERM; this also covers a failed startup.
         gateway.supervisor.stop()
 
 
+_CONFIG_ENV, _PLAN_ENV = "CASCADE_GATEWAY_CONFIG", "CASCADE_GATEWAY_PLAN"
+
+
+def app_from_env() -> Litestar:
+    """The app of one gateway process in multi-process mode (config path from the parent's environment)."""
+    _configure_logging("warning")
+    return Gateway(load_config(os.environ[_CONFIG_ENV]), os.environ.get(_PLAN_ENV) or None).app
+
+
+def _configure_logging(level: str) -> None:
+    logging.basicConfig(level=level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per upstream request is noise

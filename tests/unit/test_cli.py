@@ -42,3 +42,10 @@ def test_missing_plan_is_one_line_and_exit_2(tmp_path) -> None:
         capture_output=True, text=True, timeout=60)
     assert result.returncode == 2
     assert len(result.stderr.strip().splitlines()) == 1 and "cannot read plan" in result.stderr
+
+
+def test_several_gateway_processes_need_a_config_without_embedded_workers() -> None:
+    result = subprocess.run([sys.executable, "-m", "cascade.cli", "serve", "--processes", "2"],
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode == 2
+    assert "--processes > 1 needs a --config" in result.stderr
