@@ -103,13 +103,14 @@ class Worker:
 
 
 def _die_with_parent() -> None:
-    """Linux: SIGTERM the worker if the gateway dies without cleaning up (e.g. SIGKILL)."""
+    """Linux: kill the worker if its parent dies without cleaning up (e.g. SIGKILL). SIGKILL, not SIGTERM:
+    a worker in graceful shutdown waits for its in-flight generations, which then run for nobody."""
     if sys.platform.startswith("linux"):
         import ctypes
 
         libc = ctypes.CDLL(None, use_errno=True)
         pr_set_pdeathsig = 1
-        libc.prctl(pr_set_pdeathsig, signal.SIGTERM)
+        libc.prctl(pr_set_pdeathsig, signal.SIGKILL)
 
 
 def _signal_group(proc: subprocess.Popen[bytes], sig: int) -> None:
