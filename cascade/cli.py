@@ -4,10 +4,11 @@
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
 from collections.abc import Callable, Sequence
 
-from cascade.errors import CascadeError
+from cascade.errors import CascadeError, ConfigError
 
 EXIT_USAGE = 2
 
@@ -25,6 +26,49 @@ def _serve(args: argparse.Namespace) -> int:
     host = args.host or config.gateway.host
     port = args.port if args.port is not None else config.gateway.port
     run(config, args.plan, host, port, args.log_level, args.processes, args.config)
+    return 0
+
+
+def _label(args: argparse.Namespace) -> int:
+    import asyncio
+    from pathlib import Path
+
+    from tqdm import tqdm
+
+    from cascade.config import load_config
+    from cascade.engines.embedded import embedded_config
+    from cascade.engines.supervisor import Supervisor
+    from cascade.label import label, read_done_ids, select_prompts
+    from cascade.tiers import build_tiers, make_workers
+
+    config = load_config(args.config) if args.config else embedded_config()
+    prompts = select_prompts(args.dataset, args.n, args.seed)
+    out = Path(args.out)
+
+    async def run() -> int:
+        workers = make_workers(config, out.parent / "logs")
+        supervisor = Supervisor(list(workers.values()))
+        tiers = build_tiers(config, workers)
+        if args.tiers:
+            wanted = args.tiers.split(",")
+            unknown = sorted(set(wanted) - {t.name for t in tiers})
+            if unknown:
+                raise ConfigError(f"--tiers: unknown tier(s) {', '.join(unknown)}")
+            tiers = [t for t in tiers if t.name in wanted]
+        await supervisor.start()
+        try:
+            with tqdm(total=len(prompts), desc="label", unit="prompt") as bar:
+                done = read_done_ids(out)
+                bar.update(sum(1 for p in prompts if p.id in done))
+                return await label(tiers, prompts, out, args.concurrency, args.max_tokens, args.seed,
+                                   args.with_text, on_row=lambda _: bar.update(1))
+        finally:
+            for tier in tiers:
+                await tier.backend.aclose()
+            supervisor.stop()
+
+    written = asyncio.run(run())
+    print(f"wrote {written} rows to {out}")
     return 0
 
 
@@ -90,6 +134,23 @@ def build_parser() -> argparse.ArgumentParser:
                        help="gateway processes sharing the port (needs --config without embedded workers)")
     serve.set_defaults(func=_serve)
 
+    lab = sub.add_parser(
+        "label", help="answer a dataset on every tier and grade it: the outcomes a router trains on",
+        description="Send every prompt (with a reference answer) to every tier through the same backends the "
+        "gateway uses, grade the answers, and append one row per prompt to --out (resumable: ids already there "
+        "are skipped). With no --config, starts the embedded CPU ladder.",
+    )
+    lab.add_argument("--config", help="cascade.toml (default: the embedded CPU ladder)")
+    lab.add_argument("--dataset", required=True, help="gsm8k, gsm8k-train, routellm-gsm8k, or a .jsonl/.csv file")
+    lab.add_argument("--out", required=True, help="outcomes JSONL to append to")
+    lab.add_argument("--n", type=int, help="label a seeded sample of this many prompts (default: all)")
+    lab.add_argument("--seed", type=int, default=0)
+    lab.add_argument("--concurrency", type=int, default=8, help="requests in flight across all tiers")
+    lab.add_argument("--max-tokens", type=int, help="override each tier's default_max_tokens")
+    lab.add_argument("--tiers", help="comma-separated subset of tiers (default: all)")
+    lab.add_argument("--with-text", action="store_true", help="also store prompts (never commit such a file)")
+    lab.set_defaults(func=_label)
+
     models = sub.add_parser("models", help="manage the embedded CPU models").add_subparsers(
         dest="models_command", required=True, metavar="ACTION")
     prepare = models.add_parser(
@@ -113,13 +174,22 @@ def build_parser() -> argparse.ArgumentParser:
     fake.set_defaults(func=_fake_server)
 
     # Each feature registers its own subcommands (its module imports only argparse-level code).
+    from loadgen.cli import add_loadgen_command
+    add_loadgen_command(sub)
     from cascade.optimizer.cli import add_optimize_commands
     add_optimize_commands(sub)
     return parser
 
 
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    # SIGTERM unwinds like Ctrl-C, so that commands stop the workers they started (serve's uvicorn
+    # installs its own handlers while it runs).
+    signal.signal(signal.SIGTERM, _interrupt)
     func: Callable[[argparse.Namespace], int] = args.func
     try:
         return func(args)

@@ -9,7 +9,8 @@ import pytest
 
 HEAVY = ("torch", "litestar", "sklearn", "transformers")
 COMMANDS = [[], ["serve"], ["models"], ["models", "prepare"], ["models", "list"], ["fake-server"],
-            ["optimize"], ["optimize", "plan"], ["optimize", "allocate"], ["deploy"]]
+            ["optimize"], ["optimize", "plan"], ["optimize", "allocate"], ["deploy"],
+            ["loadgen"], ["label"]]
 
 
 @pytest.mark.parametrize("command", COMMANDS, ids=lambda c: " ".join(c) or "cascade")

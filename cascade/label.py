@@ -1,0 +1,125 @@
+"""`cascade label`: answer every prompt of a dataset on every tier, grade, write outcomes.
+
+The tiers are reached exactly as the gateway reaches them (cascade.tiers), so outcomes describe
+what serving will do. Rows are appended as soon as all tiers answered a prompt, so an interrupted
+run resumes where it stopped (ids already in the output are skipped). Decoding is greedy
+(temperature 0) so that a row is reproducible; the sample of prompts is drawn with `seed`.
+
+Row format (one JSON object per line), keyed by dataset row id so that committed outcomes carry no
+dataset text (`--with-text` adds prompts for local use):
+    {"id": "gsm8k-train:17", "dataset": "gsm8k-train",
+     "tiers": {"<tier>": {"correct": bool, "answer": str|null, "output_tokens": int, "latency_s": float,
+                          "finish_reason": str, "error": str|null}}}
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import msgspec
+import numpy as np
+
+from cascade.branches.backend import collect
+from cascade.errors import CascadeError, ConfigError
+from cascade.schemas import ChatMessage
+from cascade.tiers import Tier, tier_request
+from loadgen.datasets import DatasetError, load, sample
+from loadgen.grading import extract, grade
+from loadgen.records import Prompt
+
+
+class TierOutcome(msgspec.Struct, kw_only=True):
+    correct: bool
+    answer: str | None
+    output_tokens: int
+    latency_s: float
+    finish_reason: str
+    error: str | None = None
+
+
+class OutcomeRow(msgspec.Struct, kw_only=True, omit_defaults=True):
+    id: str
+    dataset: str
+    tiers: dict[str, TierOutcome]
+    prompt: str | None = None
+
+
+def read_done_ids(path: Path) -> set[str]:
+    if not path.is_file():
+        return set()
+    done = set()
+    for line_no, line in enumerate(path.read_bytes().splitlines(), 1):
+        if line.strip():
+            try:
+                done.add(msgspec.json.decode(line, type=OutcomeRow).id)
+            except msgspec.MsgspecError as exc:
+                raise ConfigError(f"{path} line {line_no} is not an outcome row ({exc}); move it away") from None
+    return done
+
+
+def select_prompts(dataset: str, n: int | None, seed: int) -> list[Prompt]:
+    try:
+        prompts = load(dataset)
+    except DatasetError as exc:
+        raise ConfigError(str(exc)) from None
+    prompts = [p for p in prompts if p.reference]
+    if not prompts:
+        raise ConfigError(f"dataset {dataset!r} has no prompts with a reference answer to grade against")
+    if n is not None and n < len(prompts):
+        prompts = sample(prompts, n, np.random.default_rng(seed))
+    return prompts
+
+
+async def answer_on_tier(tier: Tier, prompt: Prompt, max_tokens: int | None, seed: int) -> TierOutcome:
+    request = tier_request(tier, [ChatMessage(role="user", content=prompt.prompt)], max_tokens,
+                           temperature=0.0, seed=seed)
+    start = time.perf_counter()
+    try:
+        # Streamed, so that the read timeout bounds silence between tokens, not the whole answer.
+        result = await collect(tier.backend.stream(request))
+    except CascadeError as exc:
+        # A failed answer is an outcome too (the tier did not answer); it is marked so it can be re-run.
+        return TierOutcome(correct=False, answer=None, output_tokens=0, latency_s=time.perf_counter() - start,
+                           finish_reason="error", error=exc.message)
+    reference = prompt.reference or ""
+    return TierOutcome(
+        correct=grade(result.text, reference), answer=extract(result.text, reference),
+        output_tokens=result.completion_tokens, latency_s=round(time.perf_counter() - start, 3),
+        finish_reason=result.finish_reason,
+    )
+
+
+async def label(
+    tiers: list[Tier], prompts: list[Prompt], out: Path, concurrency: int, max_tokens: int | None, seed: int,
+    with_text: bool = False, on_row: Callable[[OutcomeRow], None] | None = None,
+) -> int:
+    """Label `prompts` not yet in `out`; returns how many rows were written."""
+    done = read_done_ids(out)
+    todo = [p for p in prompts if p.id not in done]
+    slots = asyncio.Semaphore(concurrency)
+    encoder = msgspec.json.Encoder()
+
+    async def one(tier: Tier, prompt: Prompt) -> TierOutcome:
+        async with slots:
+            return await answer_on_tier(tier, prompt, max_tokens, seed)
+
+    async def row(prompt: Prompt) -> OutcomeRow:
+        outcomes = await asyncio.gather(*(one(t, prompt) for t in tiers))
+        return OutcomeRow(id=prompt.id, dataset=prompt.id.rsplit(":", 1)[0],
+                          tiers={t.name: o for t, o in zip(tiers, outcomes, strict=True)},
+                          prompt=prompt.prompt if with_text else None)
+
+    written = 0
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with out.open("ab") as sink:
+        for finished in asyncio.as_completed([row(p) for p in todo]):
+            result = await finished
+            sink.write(encoder.encode(result) + b"\n")
+            sink.flush()
+            written += 1
+            if on_row:
+                on_row(result)
+    return written

@@ -1,0 +1,173 @@
+"""Summaries of a run's request records: latency percentiles, rates, goodput, SLO attainment, accuracy.
+
+Definitions (vLLM's benchmark where it has one):
+* duration: from the run start (first scheduled send) to the last response byte.
+* achieved_rate_rps: (sent - 1) / (last send - first send), the rate at which requests actually left.
+* request_throughput_rps / output_throughput_tps: completed requests / output tokens per second of duration.
+* tpot: (e2el - ttft) / (output tokens - 1) per request with > 1 token; itl pools every chunk gap.
+* a request meets the SLO when it completed without error and each given bound (ttft_ms, tpot_ms,
+  e2el_ms) holds; goodput_rps = such requests / duration; slo_attainment = such requests / all requests.
+* accuracy = correct / requests with a reference (a failed request is not correct);
+  correct_within_slo = correct and meeting the SLO / requests with a reference.
+* min_slo_scale: the smallest factor s such that `attainment_level` of all requests meet the SLO with
+  every bound multiplied by s (Cascadia's metric); null when failures exceed 1 - attainment_level.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+import numpy as np
+
+from loadgen.records import RequestRecord
+
+SLO_KEYS = ("ttft_ms", "tpot_ms", "e2el_ms")
+PERCENTILES = (50, 90, 99)
+
+
+def parse_slo(spec: str | None) -> dict[str, float]:
+    """`ttft_ms=500,tpot_ms=50,e2el_ms=10000` -> a dict; unknown keys or non-positive values are errors."""
+    slo: dict[str, float] = {}
+    for item in (spec or "").split(","):
+        if not item.strip():
+            continue
+        key, sep, value = item.partition("=")
+        key = key.strip()
+        if not sep or key not in SLO_KEYS:
+            raise ValueError(f"--slo takes {'=..,'.join(SLO_KEYS)}=.. (milliseconds), got {item.strip()!r}")
+        try:
+            bound = float(value)
+        except ValueError:
+            raise ValueError(f"--slo {key} must be a number of milliseconds, got {value!r}") from None
+        if not bound > 0:
+            raise ValueError(f"--slo {key} must be > 0, got {bound:g}")
+        slo[key] = bound
+    return slo
+
+
+def percentiles(values: Iterable[float]) -> dict[str, float | None]:
+    arr = np.fromiter(values, dtype=float)
+    if arr.size == 0:
+        return {"p50": None, "p90": None, "p99": None, "mean": None}
+    out: dict[str, float | None] = {f"p{p}": round(float(np.percentile(arr, p)), 3) for p in PERCENTILES}
+    out["mean"] = round(float(arr.mean()), 3)
+    return out
+
+
+def slo_scale_needed(record: RequestRecord, slo: dict[str, float]) -> float:
+    """The smallest factor on every SLO bound under which this request meets them (inf if it failed)."""
+    if not record.ok:
+        return math.inf
+    scale = 0.0
+    for key, bound in slo.items():
+        value = getattr(record, key)
+        if value is None:
+            if key == "tpot_ms":  # single-token answers have no TPOT: nothing to meet
+                continue
+            return math.inf
+        scale = max(scale, value / bound)
+    return scale
+
+
+def meets_slo(record: RequestRecord, slo: dict[str, float], scale: float = 1.0) -> bool:
+    return slo_scale_needed(record, slo) <= scale
+
+
+def min_slo_scale(records: Sequence[RequestRecord], slo: dict[str, float], level: float = 0.95) -> float | None:
+    """Cascadia's metric: the smallest s with a fraction >= `level` of requests meeting the SLO scaled by s."""
+    if not records or not slo:
+        return None
+    needed = sorted(slo_scale_needed(r, slo) for r in records)
+    k = max(1, math.ceil(level * len(needed) - 1e-9))
+    value = needed[k - 1]
+    return None if math.isinf(value) else round(value, 4)
+
+
+def attainment_curve(records: Sequence[RequestRecord], slo: dict[str, float],
+                     scales: Sequence[float]) -> list[float]:
+    needed = np.array([slo_scale_needed(r, slo) for r in records])
+    return [float((needed <= s).mean()) if len(needed) else 0.0 for s in scales]
+
+
+def _rate(count: int, seconds: float) -> float:
+    return round(count / seconds, 4) if seconds > 0 else 0.0
+
+
+def group_stats(records: Sequence[RequestRecord], slo: dict[str, float], duration_s: float) -> dict[str, Any]:
+    """Counts, latency percentiles, goodput, attainment and accuracy for a set of requests."""
+    done = [r for r in records if r.ok]
+    good = [r for r in records if meets_slo(r, slo)]
+    graded = [r for r in records if r.reference is not None]
+    correct = [r for r in graded if r.correct]
+    return {
+        "requests": len(records),
+        "completed": len(done),
+        "failed": len(records) - len(done),
+        "ttft_ms": percentiles(r.ttft_ms for r in done if r.ttft_ms is not None),
+        "tpot_ms": percentiles(r.tpot_ms for r in done if r.tpot_ms is not None),
+        "itl_ms": percentiles(x for r in done for x in r.itl_ms),
+        "e2el_ms": percentiles(r.e2el_ms for r in done if r.e2el_ms is not None),
+        "output_tokens_mean": round(float(np.mean([r.output_tokens for r in done])), 2) if done else None,
+        "request_throughput_rps": _rate(len(done), duration_s),
+        "output_throughput_tps": _rate(sum(r.output_tokens for r in done), duration_s),
+        "goodput_rps": _rate(len(good), duration_s),
+        "slo_attainment": round(len(good) / len(records), 4) if records else 0.0,
+        "graded": len(graded),
+        "accuracy": round(len(correct) / len(graded), 4) if graded else None,
+        "correct_within_slo": round(sum(1 for r in correct if meets_slo(r, slo)) / len(graded), 4) if graded else None,
+    }
+
+
+def summarize(records: Sequence[RequestRecord], slo: dict[str, float], duration_s: float,
+              attainment_level: float = 0.95) -> dict[str, Any]:
+    """The run summary: DESIGN.md §4's `--json` keys first, then the extras and the breakdowns."""
+    for r in records:
+        r.meets_slo = meets_slo(r, slo)
+    stats = group_stats(records, slo, duration_s)
+    sends = sorted(r.sent_s for r in records if r.sent_s is not None)
+    achieved = (len(sends) - 1) / (sends[-1] - sends[0]) if len(sends) > 1 and sends[-1] > sends[0] else 0.0
+    lags = [r.dispatch_lag_ms for r in records if r.dispatch_lag_ms is not None]
+    errors = Counter(_error_kind(r.error) for r in records if r.error is not None)
+    summary: dict[str, Any] = {
+        "requests": stats["requests"],
+        "completed": stats["completed"],
+        "failed": stats["failed"],
+        "achieved_rate_rps": round(achieved, 4),
+        "ttft_ms": stats["ttft_ms"],
+        "tpot_ms": stats["tpot_ms"],
+        "itl_ms": stats["itl_ms"],
+        "e2el_ms": stats["e2el_ms"],
+        "goodput_rps": stats["goodput_rps"],
+        "slo_attainment": stats["slo_attainment"],
+        "accuracy": stats["accuracy"],
+        # extras
+        "correct_within_slo": stats["correct_within_slo"],
+        "graded": stats["graded"],
+        "duration_s": round(duration_s, 4),
+        "request_throughput_rps": stats["request_throughput_rps"],
+        "output_throughput_tps": stats["output_throughput_tps"],
+        "output_tokens_mean": stats["output_tokens_mean"],
+        "dispatch_lag_ms": percentiles(lags),
+        "slo": slo,
+        "min_slo_scale": min_slo_scale(records, slo, attainment_level),
+        "min_slo_scale_level": attainment_level,
+        "errors": dict(errors.most_common(10)),
+        "by_tier": _by(records, slo, duration_s, lambda r: r.tier or "unknown"),
+        "by_quality": _by(records, slo, duration_s, lambda r: r.quality or "none"),
+    }
+    return summary
+
+
+def _by(records: Sequence[RequestRecord], slo: dict[str, float], duration_s: float, key: Any) -> dict[str, Any]:
+    groups: dict[str, list[RequestRecord]] = {}
+    for r in records:
+        groups.setdefault(str(key(r)), []).append(r)
+    return {name: group_stats(rs, slo, duration_s) for name, rs in sorted(groups.items())}
+
+
+def _error_kind(error: str) -> str:
+    """Group error messages for the summary (numbers and ids vary; the kind does not)."""
+    return error if len(error) <= 120 else error[:117] + "..."

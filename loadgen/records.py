@@ -1,0 +1,50 @@
+"""What one request produced: the per-request row of `requests.jsonl`, and the prompts sent."""
+
+from __future__ import annotations
+
+import msgspec
+
+
+class Prompt(msgspec.Struct, kw_only=True, frozen=True):
+    """One dataset item: the text sent as the user message, and what to grade the answer against."""
+
+    id: str
+    prompt: str
+    reference: str | None = None
+    max_tokens: int | None = None  # per-item output length (ShareGPT reply length, trace response tokens)
+
+
+class RequestRecord(msgspec.Struct, kw_only=True):
+    """One request's measurements. Times are milliseconds; `*_s` are offsets from the run start.
+
+    `error` is set when the request failed (HTTP status, in-band error, connection fault, timeout);
+    a failed request never meets the SLO and never counts as correct.
+    """
+
+    index: int
+    prompt_id: str
+    quality: str | None = None
+    scheduled_s: float = 0.0
+    sent_s: float | None = None
+    dispatch_lag_ms: float | None = None
+    status: int | None = None
+    error: str | None = None
+    ttft_ms: float | None = None
+    e2el_ms: float | None = None
+    tpot_ms: float | None = None
+    itl_ms: list[float] = msgspec.field(default_factory=list)
+    output_tokens: int = 0
+    prompt_tokens: int | None = None
+    finish_reason: str | None = None
+    model: str | None = None
+    tier: str | None = None
+    tier_index: int | None = None
+    reference: str | None = None
+    extracted: str | None = None
+    correct: bool | None = None
+    meets_slo: bool | None = None
+    output: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
