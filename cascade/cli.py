@@ -178,6 +178,8 @@ def build_parser() -> argparse.ArgumentParser:
     add_loadgen_command(sub)
     from cascade.optimizer.cli import add_optimize_commands
     add_optimize_commands(sub)
+    from cascade.router.cli import add_router_commands
+    add_router_commands(sub)
     return parser
 
 

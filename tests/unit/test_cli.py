@@ -10,7 +10,7 @@ import pytest
 HEAVY = ("torch", "litestar", "sklearn", "transformers")
 COMMANDS = [[], ["serve"], ["models"], ["models", "prepare"], ["models", "list"], ["fake-server"],
             ["optimize"], ["optimize", "plan"], ["optimize", "allocate"], ["deploy"],
-            ["loadgen"], ["label"]]
+            ["router"], ["router", "train"], ["router", "eval"], ["loadgen"], ["label"]]
 
 
 @pytest.mark.parametrize("command", COMMANDS, ids=lambda c: " ".join(c) or "cascade")
