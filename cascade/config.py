@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import itertools
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated, Literal, TypeVar
 
 import msgspec
 
 from cascade.errors import ConfigError
 
+T = TypeVar("T")
 Port = Annotated[int, msgspec.Meta(ge=0, le=65535)]
 PositiveFloat = Annotated[float, msgspec.Meta(gt=0)]
 PositiveInt = Annotated[int, msgspec.Meta(ge=1)]
@@ -155,8 +156,13 @@ def _check(config: CascadeConfig) -> None:
 
 
 def decode_config(data: bytes | str, source: str = "cascade.toml") -> CascadeConfig:
+    return decode_toml(data, CascadeConfig, source)
+
+
+def decode_toml(data: bytes | str, kind: type[T], source: str) -> T:
+    """Decode a TOML file into `kind`; any mistake is a ConfigError naming `source` and the key."""
     try:
-        return msgspec.toml.decode(data, type=CascadeConfig)
+        return msgspec.toml.decode(data, type=kind)
     except msgspec.ValidationError as exc:
         raise ConfigError(f"{source}: {_readable(str(exc))}") from None
     except msgspec.DecodeError as exc:

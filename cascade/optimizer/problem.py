@@ -19,7 +19,7 @@ from typing import Annotated, Literal
 
 import msgspec
 
-from cascade.config import Name, PositiveFloat, PositiveInt
+from cascade.config import Name, PositiveFloat, PositiveInt, decode_toml
 from cascade.errors import ConfigError
 from cascade.optimizer.roofline import Efficiency
 
@@ -152,19 +152,4 @@ def load_problem(path: str | Path) -> tuple[Problem, Path]:
         data = p.read_bytes()
     except OSError as exc:
         raise ConfigError(f"cannot read problem {p}: {exc.strerror}") from None
-    try:
-        return msgspec.toml.decode(data, type=Problem), p.resolve().parent
-    except msgspec.ValidationError as exc:
-        raise ConfigError(f"{p}: {_readable(str(exc))}") from None
-    except msgspec.DecodeError as exc:
-        raise ConfigError(f"{p}: not valid TOML: {exc}") from None
-    except ConfigError as exc:
-        raise ConfigError(f"{p}: {exc.message}") from None
-
-
-def _readable(message: str) -> str:
-    text, _, where = message.partition(" - at `$")
-    where = where.rstrip("`").lstrip(".")
-    text = text.replace("Object contains unknown field", "unknown key")
-    text = text.replace("Object missing required field", "missing required key")
-    return f"{text} in `{where}`" if where else text
+    return decode_toml(data, Problem, str(p)), p.resolve().parent
