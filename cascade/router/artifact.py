@@ -1,0 +1,142 @@
+"""Router artifacts: a directory with the fitted classifier (``router.skops``) and its card (``card.json``).
+
+The card names everything the router depends on: tiers, feature spec, versions of cascade, scikit-learn,
+numpy and skops, the training data's sha256 and split, the seed, the chosen hyper-parameters and the
+metrics measured at training time. Loading refuses, with a one-line reason:
+
+* a card that does not parse, or a model file whose sha256 is not the card's (tampered or swapped);
+* a feature spec this code cannot reproduce (spec version or lexical feature names changed);
+* another cascade version, another scikit-learn minor version or another numpy major version;
+* any type in the model file outside the allowlist below: the file is read by skops, never by pickle,
+  so an untrusted file cannot run code.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import platform
+from importlib.metadata import PackageNotFoundError, version
+from pathlib import Path
+from typing import Any
+
+import msgspec
+
+from cascade import __version__ as cascade_version
+from cascade.errors import ConfigError
+from cascade.router.features import LEXICAL_NAMES, FeatureSpec
+
+MODEL_FILE = "router.skops"
+CARD_FILE = "card.json"
+CARD_FORMAT = 1
+# Every type a DifficultyClassifier file may contain (besides skops' own builtins and numpy arrays).
+TRUSTED_TYPES = ["cascade.router.classifier.DifficultyClassifier"]
+
+
+class DataRef(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    path: str
+    sha256: str
+    n_rows: int
+    train_rows: int
+    split_seed: int | None = None
+    train_fraction: float = 1.0
+
+
+class RouterCard(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    format: int = CARD_FORMAT
+    tiers: list[str]
+    feature_spec: FeatureSpec
+    lexical_names_sha256: str
+    params: dict[str, Any]
+    versions: dict[str, str]
+    data: DataRef
+    seed: int
+    metrics: dict[str, Any]
+    model_sha256: str
+    created_with: str = "cascade router train"
+
+
+def runtime_versions() -> dict[str, str]:
+    versions = {"cascade": cascade_version, "python": platform.python_version()}
+    for dist, key in (("scikit-learn", "sklearn"), ("numpy", "numpy"), ("skops", "skops")):
+        try:
+            versions[key] = version(dist)
+        except PackageNotFoundError:
+            versions[key] = "missing"
+    return versions
+
+
+def lexical_names_sha256() -> str:
+    return hashlib.sha256("\n".join(LEXICAL_NAMES).encode()).hexdigest()
+
+
+def save_router(model: Any, out_dir: str | Path, *, tiers: list[str], data: DataRef, metrics: dict[str, Any]) -> Path:
+    """Write ``router.skops`` and ``card.json`` into ``out_dir`` (created if needed); returns the card path."""
+    import skops.io as sio
+
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    model_path = out / MODEL_FILE
+    sio.dump(model, model_path)
+    params = {k: (list(v) if isinstance(v, tuple) else v) for k, v in model.get_params().items()}
+    params["C_chosen"] = [float(c) for c in model.C_]
+    card = RouterCard(
+        tiers=list(tiers), feature_spec=model.spec, lexical_names_sha256=lexical_names_sha256(), params=params,
+        versions=runtime_versions(), data=data, seed=int(model.random_state), metrics=metrics,
+        model_sha256=hashlib.sha256(model_path.read_bytes()).hexdigest(),
+    )
+    card_path = out / CARD_FILE
+    card_path.write_bytes(msgspec.json.format(msgspec.json.encode(card), indent=2) + b"\n")
+    return card_path
+
+
+def read_card(router_dir: str | Path) -> RouterCard:
+    path = Path(router_dir) / CARD_FILE
+    try:
+        return msgspec.json.decode(path.read_bytes(), type=RouterCard)
+    except FileNotFoundError:
+        raise ConfigError(f"{path} not found: is {router_dir} a directory from `cascade router train`?") from None
+    except (msgspec.ValidationError, msgspec.DecodeError) as exc:
+        raise ConfigError(f"router card {path} is invalid: {exc}") from None
+
+
+def check_compatible(card: RouterCard, current: dict[str, str] | None = None) -> None:
+    """Raise ConfigError if this code cannot reproduce the card's router."""
+    current = current or runtime_versions()
+    retrain = "retrain it with `cascade router train`"
+    if card.format != CARD_FORMAT:
+        raise ConfigError(f"router card format {card.format} is not supported (expected {CARD_FORMAT}); {retrain}")
+    if card.feature_spec.version != FeatureSpec().version or card.lexical_names_sha256 != lexical_names_sha256():
+        raise ConfigError(f"router was trained with feature spec version {card.feature_spec.version} and other "
+                          f"lexical features than this cascade computes; {retrain}")
+    rules = {"cascade": 3, "sklearn": 2, "numpy": 1}  # how many leading version parts must match
+    for key, parts in rules.items():
+        theirs, ours = card.versions.get(key, "?"), current.get(key, "?")
+        if theirs.split(".")[:parts] != ours.split(".")[:parts]:
+            raise ConfigError(f"router was trained with {key} {theirs} but {ours} is installed; {retrain} "
+                              f"or install {key} {theirs}")
+
+
+def load_router(router_dir: str | Path) -> tuple[Any, RouterCard]:
+    """Load a router directory: (DifficultyClassifier, RouterCard). Never unpickles."""
+    import skops.io as sio
+
+    card = read_card(router_dir)
+    check_compatible(card)
+    model_path = Path(router_dir) / MODEL_FILE
+    try:
+        raw = model_path.read_bytes()
+    except FileNotFoundError:
+        raise ConfigError(f"{model_path} not found next to its card") from None
+    if hashlib.sha256(raw).hexdigest() != card.model_sha256:
+        raise ConfigError(f"{model_path} does not match the sha256 in its card: the file was changed or replaced")
+    untrusted = [t for t in sio.get_untrusted_types(data=raw) if t not in TRUSTED_TYPES]
+    if untrusted:
+        raise ConfigError(f"{model_path} contains types outside the allowlist: {', '.join(untrusted)}")
+    model = sio.loads(raw, trusted=TRUSTED_TYPES)
+    from cascade.router.classifier import DifficultyClassifier
+
+    if not isinstance(model, DifficultyClassifier):
+        raise ConfigError(f"{model_path} holds a {type(model).__name__}, not a DifficultyClassifier")
+    if model.spec != card.feature_spec or model.n_tiers_ != len(card.tiers):
+        raise ConfigError(f"{model_path} does not match its card (feature spec or number of tiers differ)")
+    return model, card

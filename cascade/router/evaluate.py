@@ -1,0 +1,211 @@
+"""Router quality metrics: the routing curve, APGR, CPT, AUC and ECE (after RouteLLM).
+
+Two tiers (RouteLLM's definitions). A router gives each prompt a score s and sends the top-x
+fraction by score to the strong tier. With ``c`` the 0/1 correctness matrix and ``n`` prompts:
+
+* ``quality(x)`` = mean correctness of the mixture (routed prompts answered by the strong tier);
+* ``PGR(x) = (quality(x) - q_weak) / (q_strong - q_weak)`` (performance gap recovered);
+* ``APGR`` = area under PGR(x) for x in [0, 1], trapezoid rule on the grid x = k/n (one step per prompt);
+* ``CPT(p%)`` = the smallest x with PGR(x) >= p/100 (linear between grid points): the fraction of
+  calls to the strong tier needed to recover p% of the gap.
+
+The score of a learned router is its *expected gain* from routing up, ``p_fail[0] - p_fail[1]``
+(with calibrated p_fail this is E[correct_strong - correct_weak]). Routing by difficulty alone
+(``p_fail[0]``) also spends strong calls on prompts both tiers fail; a 1-d score passed here is used
+as is. Ties are resolved by their expectation over a random order: the curve is evaluated at the end
+of each group of tied scores and is linear in between, so a constant score gives the diagonal
+(APGR 0.5), which is what a random router gives in expectation.
+
+Any number of tiers (the cost-ordered curve). Tier t costs ``costs[t]`` (default its index: linear,
+ascending). For a price ``lam`` per unit of cost a prompt goes to the tier minimising
+``p_fail[t] + lam * cost[t]`` (maximum expected quality net of cost; `classifier.tier_for_price`).
+Sweeping lam from +inf (all on tier 0) to -inf (all on the top tier) moves each prompt up along the
+lower convex hull of its (cost, p_fail) points. The x axis is the normalised mean cost
+``(mean cost - cost_0) / (cost_top - cost_0)``; PGR is measured between "all on tier 0" and "all on
+the top tier"; APGR and CPT are read from this curve as above. With two tiers and any costs the move
+happens when ``lam < p_fail[0] - p_fail[1]``: exactly the two-tier curve ranked by expected gain.
+A 1-d score with 3+ tiers chooses only between the cheapest and the top tier.
+
+Reference curves: random is the diagonal PGR(x) = x (a random mix of the cheapest and the top
+tier); the oracle runs the same rule on ``p_fail = 1 - c`` (for two tiers: RouteLLM's oracle, which
+routes "weak wrong, strong right" first and "weak right, strong wrong" last).
+
+AUC is the ROC AUC of ``p_fail[:, 0]`` for "tier 0 fails"; ECE is the expected calibration error of
+``p_fail[:, 0]`` over 10 equal-width bins. Both need a probability matrix, not a 1-d score.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from itertools import pairwise
+from pathlib import Path
+
+import numpy as np
+
+CPT_LEVELS = (50, 80, 95)
+
+
+@dataclass(frozen=True)
+class Curve:
+    """A routing curve: normalised cost (fraction routed up for two tiers), quality and PGR."""
+
+    x: np.ndarray
+    quality: np.ndarray
+    pgr: np.ndarray
+
+
+def linear_costs(n_tiers: int) -> np.ndarray:
+    return np.arange(n_tiers, dtype=float)
+
+
+def routing_curve(p_fail: np.ndarray, correct: np.ndarray, costs: np.ndarray | None = None) -> Curve:
+    """The price-sweep curve (see the module docstring). ``p_fail`` and ``correct`` are (n, n_tiers);
+    a 1-d ``p_fail`` is a difficulty score that chooses only between the cheapest and the top tier."""
+    correct = np.asarray(correct, dtype=float)
+    n, n_tiers = correct.shape
+    costs = linear_costs(n_tiers) if costs is None else np.asarray(costs, dtype=float)
+    if costs.shape != (n_tiers,) or np.any(np.diff(costs) <= 0):
+        raise ValueError(f"costs must be {n_tiers} strictly ascending numbers, got {costs.tolist()}")
+    scores = np.asarray(p_fail, dtype=float)
+    if scores.ndim == 1:
+        scores = np.outer(scores, (costs[-1] - costs) / (costs[-1] - costs[0]))
+    price, prompt, low, high = _upgrade_events(scores, costs)
+    order = np.lexsort((low, -price))
+    price, prompt, low, high = price[order], prompt[order], low[order], high[order]
+    gain = correct[prompt, high] - correct[prompt, low]
+    spend = costs[high] - costs[low]
+    ends = np.flatnonzero(np.r_[price[1:] != price[:-1], True]) if price.size else np.zeros(0, int)
+    cum_gain = np.r_[0.0, np.cumsum(gain)[ends]]
+    cum_cost = np.r_[0.0, np.cumsum(spend)[ends]]
+    q_low, q_high = correct[:, 0].mean(), correct[:, -1].mean()
+    quality = q_low + cum_gain / n
+    x = cum_cost / (n * (costs[-1] - costs[0]))
+    gap = q_high - q_low
+    pgr = (quality - q_low) / gap if gap != 0 else np.full_like(quality, np.nan)
+    return Curve(x=x, quality=quality, pgr=pgr)
+
+
+def _upgrade_events(p_fail: np.ndarray, costs: np.ndarray) -> tuple[np.ndarray, ...]:
+    """Every move of a prompt between consecutive vertices of the lower convex hull of its
+    (cost, p_fail) points, with the price below which the move happens."""
+    n, n_tiers = p_fail.shape
+    if n_tiers == 2:
+        zeros = np.zeros(n, dtype=int)
+        return p_fail[:, 0] - p_fail[:, 1], np.arange(n), zeros, zeros + 1
+    prices, prompts, lows, highs = [], [], [], []
+    for i, row in enumerate(p_fail):
+        hull: list[int] = []
+        for t in range(n_tiers):  # monotone chain: keep only strictly convex lower-hull vertices
+            while len(hull) >= 2:
+                a, b = hull[-2], hull[-1]
+                cross = (costs[b] - costs[a]) * (row[t] - row[a]) - (row[b] - row[a]) * (costs[t] - costs[a])
+                if cross > 0:
+                    break
+                hull.pop()
+            hull.append(t)
+        for a, b in pairwise(hull):
+            prices.append((row[a] - row[b]) / (costs[b] - costs[a]))
+            prompts.append(i)
+            lows.append(a)
+            highs.append(b)
+    return np.array(prices, float), np.array(prompts, int), np.array(lows, int), np.array(highs, int)
+
+
+def apgr(curve: Curve) -> float:
+    return float(np.trapezoid(curve.pgr, curve.x))
+
+
+def cpt(curve: Curve, level: float) -> float:
+    """Smallest x at which PGR reaches ``level`` (a fraction, e.g. 0.8); 1.0 if never reached."""
+    above = np.flatnonzero(curve.pgr >= level)
+    if above.size == 0:
+        return 1.0
+    k = int(above[0])
+    if k == 0:
+        return float(curve.x[0])
+    x0, x1, y0, y1 = curve.x[k - 1], curve.x[k], curve.pgr[k - 1], curve.pgr[k]
+    return float(x0 + (level - y0) / (y1 - y0) * (x1 - x0))
+
+
+def roc_auc(p_fail0: np.ndarray, failed: np.ndarray) -> float:
+    """ROC AUC by the rank statistic (ties count one half); NaN if only one class is present."""
+    failed = np.asarray(failed, dtype=bool)
+    n_pos, n_neg = int(failed.sum()), int((~failed).sum())
+    if n_pos == 0 or n_neg == 0:
+        return float("nan")
+    from scipy.stats import rankdata
+
+    ranks = rankdata(np.asarray(p_fail0, dtype=float))
+    return float((ranks[failed].sum() - n_pos * (n_pos + 1) / 2) / (n_pos * n_neg))
+
+
+def ece(p_fail0: np.ndarray, failed: np.ndarray, n_bins: int = 10) -> float:
+    """Expected calibration error: sum over equal-width bins of (share of prompts) * |mean p - failure rate|."""
+    p = np.clip(np.asarray(p_fail0, dtype=float), 0.0, 1.0)
+    y = np.asarray(failed, dtype=float)
+    bins = np.minimum((p * n_bins).astype(int), n_bins - 1)
+    total = 0.0
+    for b in range(n_bins):
+        mask = bins == b
+        if mask.any():
+            total += mask.mean() * abs(p[mask].mean() - y[mask].mean())
+    return float(total)
+
+
+def oracle_scores(correct: np.ndarray) -> np.ndarray:
+    return 1.0 - np.asarray(correct, dtype=float)
+
+
+def random_curve(correct: np.ndarray) -> Curve:
+    c = np.asarray(correct, dtype=float)
+    x = np.linspace(0.0, 1.0, 101)
+    return Curve(x=x, quality=c[:, 0].mean() + x * (c[:, -1].mean() - c[:, 0].mean()), pgr=x)
+
+
+def report(p_fail: np.ndarray, correct: np.ndarray, costs: np.ndarray | None = None) -> dict:
+    """The `cascade router eval --json` keys (DESIGN.md §4), plus `difficulty_apgr` (routing by
+    p_fail[0] alone, cheapest vs top tier) and the oracle's and random router's APGR."""
+    correct = np.asarray(correct, dtype=bool)
+    p_fail = np.asarray(p_fail, dtype=float)
+    if p_fail.shape != correct.shape:
+        raise ValueError(f"p_fail {p_fail.shape} and correct {correct.shape} must have the same shape")
+    curve = routing_curve(p_fail, correct, costs)
+    p0 = p_fail[:, 0]
+    return {
+        "n": len(correct),
+        "apgr": round(apgr(curve), 4),
+        "auc": round(roc_auc(p0, ~correct[:, 0]), 4),
+        "ece": round(ece(p0, ~correct[:, 0]), 4),
+        "cpt": {str(p): round(cpt(curve, p / 100), 4) for p in CPT_LEVELS},
+        "difficulty_apgr": round(apgr(routing_curve(p0, correct, costs)), 4),
+        "oracle_apgr": round(apgr(routing_curve(oracle_scores(correct), correct, costs)), 4),
+        "random_apgr": 0.5,
+    }
+
+
+def plot_curves(path: str | Path, p_fail: np.ndarray, correct: np.ndarray, tiers: list[str],
+                costs: np.ndarray | None = None, title: str = "router") -> Path:
+    """Quality vs fraction routed up (normalised cost for 3+ tiers): router, random and oracle."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    curves = {
+        "router": routing_curve(p_fail, correct, costs),
+        "random": random_curve(correct),
+        "oracle": routing_curve(oracle_scores(correct), correct, costs),
+    }
+    fig, ax = plt.subplots(figsize=(6, 4.2), dpi=110)
+    for (label, curve), style in zip(curves.items(), ("-", "--", ":"), strict=True):
+        ax.plot(curve.x, curve.quality, style, label=f"{label} (APGR {apgr(curve):.2f})")
+    ax.set_xlabel("fraction routed to " + tiers[-1] if len(tiers) == 2 else "normalised cost (0 = all cheapest)")
+    ax.set_ylabel("quality (mean correctness)")
+    ax.set_title(title)
+    ax.grid(alpha=0.3)
+    ax.legend(loc="lower right")
+    fig.tight_layout()
+    out = Path(path)
+    fig.savefig(out)
+    plt.close(fig)
+    return out

@@ -1,0 +1,51 @@
+"""`cascade router train` and `cascade router eval --json` end to end on a small CSV (in-process)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from cascade.cli import main
+from tests.router.conftest import synthetic_outcomes
+
+
+@pytest.fixture
+def csv_path(tmp_path):
+    prompts, correct = synthetic_outcomes(n=200, seed=1)
+    lines = ["prompt,weak,strong"] + [f'"{p}",{w},{s}' for p, (w, s) in zip(prompts, correct, strict=True)]
+    path = tmp_path / "outcomes.csv"
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def test_train_then_eval_prints_the_contract_keys_and_writes_a_png(tmp_path, csv_path, capsys) -> None:
+    router = tmp_path / "router"
+    args = ["--outcomes", str(csv_path), "--tiers", "weak,strong"]
+    assert main(["router", "train", *args, "--out", str(router), "--train-fraction", "0.5", "--C", "0.1",
+                 "--cv-folds", "3", "--json"]) == 0
+    train_metrics = json.loads(capsys.readouterr().out)
+    assert set(train_metrics) == {"cross_validated", "holdout"}
+    png = tmp_path / "curve.png"
+    assert main(["router", "eval", *args, "--router", str(router), "--holdout", "--plot", str(png), "--json"]) == 0
+    result = json.loads(capsys.readouterr().out)
+    assert {"n", "apgr", "auc", "ece", "cpt"} <= set(result) and set(result["cpt"]) == {"50", "80", "95"}
+    assert result["n"] == 100 and result["apgr"] == train_metrics["holdout"]["apgr"]
+    assert result["in_sample"] is False and png.exists()
+
+
+def test_eval_with_the_wrong_number_of_tiers_is_one_line_and_exit_2(tmp_path, csv_path, capsys) -> None:
+    router = tmp_path / "router"
+    assert main(["router", "train", "--outcomes", str(csv_path), "--tiers", "weak,strong", "--out", str(router),
+                 "--C", "0.1", "--cv-folds", "0"]) == 0
+    capsys.readouterr()
+    code = main(["router", "eval", "--outcomes", str(csv_path), "--tiers", "weak,strong,strong2",
+                 "--router", str(router), "--plot", "none"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1 and "has 2 tiers" in err[0]
+
+
+def test_train_on_a_missing_column_is_one_line_and_exit_2(tmp_path, csv_path, capsys) -> None:
+    code = main(["router", "train", "--outcomes", str(csv_path), "--tiers", "weak,medium", "--out", str(tmp_path / "r")])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1 and "missing column(s) medium" in err[0]

@@ -1,0 +1,113 @@
+"""Routing-curve metrics against closed forms (RouteLLM's APGR/CPT, ECE, AUC) and the 3+ tier curve."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from cascade.router import evaluate as ev
+from cascade.router.classifier import tier_for_price
+
+
+def _outcomes(n_gain: int, n_loss: int, n_same: int, seed: int = 0) -> np.ndarray:
+    rows = [[0, 1]] * n_gain + [[1, 0]] * n_loss + [[1, 1]] * (n_same // 2) + [[0, 0]] * (n_same - n_same // 2)
+    return np.random.default_rng(seed).permutation(np.array(rows, dtype=bool))
+
+
+def _closed_form(a: float, b: float, anti: bool = False) -> float:
+    """Area under the oracle's PGR curve (gains first, losses last) with shares a (gain) and b (loss)."""
+    g = a - b
+    if anti:
+        return -b * (b / g) / 2 - (1 - a - b) * (b / g) + a * (1 - b / g) / 2
+    return a * (a / g) / 2 + (1 - a - b) * (a / g) + b * (a / g + 1) / 2
+
+
+def test_oracle_apgr_equals_closed_form() -> None:
+    c = _outcomes(300, 80, 620)
+    curve = ev.routing_curve(ev.oracle_scores(c), c)
+    assert ev.apgr(curve) == pytest.approx(_closed_form(0.3, 0.08), abs=1e-9)
+
+
+def test_anti_oracle_apgr_equals_closed_form() -> None:
+    c = _outcomes(300, 80, 620)
+    gain = c[:, 1].astype(float) - c[:, 0]
+    assert ev.apgr(ev.routing_curve(-gain, c)) == pytest.approx(_closed_form(0.3, 0.08, anti=True), abs=1e-9)
+
+
+def test_constant_score_is_the_random_diagonal() -> None:
+    c = _outcomes(300, 80, 620)
+    curve = ev.routing_curve(np.zeros(len(c)), c)
+    assert ev.apgr(curve) == pytest.approx(0.5, abs=1e-12)
+    assert ev.cpt(curve, 0.8) == pytest.approx(0.8, abs=1e-9)
+
+
+def test_random_scores_give_apgr_near_one_half() -> None:
+    c = _outcomes(3000, 800, 6200)
+    apgrs = [ev.apgr(ev.routing_curve(np.random.default_rng(s).random(len(c)), c)) for s in range(5)]
+    assert np.mean(apgrs) == pytest.approx(0.5, abs=0.02)
+
+
+def test_two_tier_curve_ranks_by_expected_gain() -> None:
+    rng = np.random.default_rng(1)
+    c = rng.random((500, 2)) < [0.6, 0.8]
+    p_fail = rng.random((500, 2))
+    gain = p_fail[:, 0] - p_fail[:, 1]
+    assert ev.apgr(ev.routing_curve(p_fail, c)) == pytest.approx(ev.apgr(ev.routing_curve(gain, c)), abs=1e-12)
+
+
+def test_cpt_is_monotone_in_the_level() -> None:
+    rng = np.random.default_rng(2)
+    c = rng.random((800, 2)) < [0.6, 0.85]
+    curve = ev.routing_curve(rng.random(800) + 0.5 * ~c[:, 0], c)
+    levels = np.linspace(0.05, 0.99, 40)
+    values = [ev.cpt(curve, level) for level in levels]
+    assert all(np.diff(values) >= 0)
+    assert values[0] >= 0.0 and values[-1] <= 1.0
+
+
+def test_ece_of_a_calibrated_predictor_is_near_zero() -> None:
+    rng = np.random.default_rng(3)
+    p = rng.random(200_000)
+    failed = rng.random(200_000) < p
+    assert ev.ece(p, failed) < 0.01
+    assert ev.ece(np.clip(p * 2, 0, 1), failed) > 0.15
+
+
+def test_auc_orders_failures_above_successes() -> None:
+    failed = np.array([0, 0, 1, 1], dtype=bool)
+    assert ev.roc_auc(np.array([0.1, 0.2, 0.8, 0.9]), failed) == 1.0
+    assert ev.roc_auc(np.array([0.9, 0.8, 0.2, 0.1]), failed) == 0.0
+    assert ev.roc_auc(np.full(4, 0.5), failed) == 0.5
+
+
+def test_three_tier_curve_runs_from_cheapest_to_top_and_matches_tier_for_price() -> None:
+    rng = np.random.default_rng(4)
+    c = rng.random((400, 3)) < [0.4, 0.6, 0.8]
+    p_fail = np.clip(1 - c + rng.normal(0, 0.4, c.shape), 0, 1)
+    costs = np.array([1.0, 3.0, 10.0])
+    curve = ev.routing_curve(p_fail, c, costs)
+    assert curve.x[0] == 0 and curve.x[-1] == pytest.approx(1.0)
+    assert curve.pgr[0] == 0 and curve.pgr[-1] == pytest.approx(1.0)
+    assert np.all(np.diff(curve.x) >= 0)
+    for price in (0.5, 0.05, 0.01):
+        tiers = np.array([tier_for_price(row, costs, price) for row in p_fail])
+        x = (costs[tiers].mean() - costs[0]) / (costs[-1] - costs[0])
+        quality = c[np.arange(len(c)), tiers].mean()
+        assert np.interp(x, curve.x, curve.quality) == pytest.approx(quality, abs=1e-9)
+    oracle = ev.apgr(ev.routing_curve(ev.oracle_scores(c), c, costs))
+    assert oracle > ev.apgr(curve) > 0.5
+
+
+def test_report_has_the_cli_contract_keys() -> None:
+    rng = np.random.default_rng(5)
+    c = rng.random((300, 2)) < [0.6, 0.85]
+    report = ev.report(rng.random((300, 2)), c)
+    assert {"n", "apgr", "auc", "ece", "cpt"} <= set(report)
+    assert set(report["cpt"]) == {"50", "80", "95"}
+
+
+def test_plot_writes_a_png(tmp_path) -> None:
+    rng = np.random.default_rng(6)
+    c = rng.random((200, 2)) < [0.6, 0.85]
+    out = ev.plot_curves(tmp_path / "curve.png", rng.random((200, 2)), c, ["weak", "strong"])
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

@@ -1,0 +1,74 @@
+"""Outcomes load the same from RouteLLM CSVs, folders of CSVs and `cascade label` JSONL."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from cascade.errors import ConfigError
+from cascade.router.outcomes import load_outcomes, parse_tiers, split_indices
+
+ROWS = [("What is 2+2?", True, True), ("Prove that 17 is prime, then add 3.", False, True), ("Name a color.", True, False)]
+
+
+def _write_csv(path, rows=ROWS) -> None:
+    lines = ["prompt,weak,strong,weak_response"] + [f'"{p}",{w},{s},"..."' for p, w, s in rows]
+    path.write_text("\n".join(lines) + "\n")
+
+
+def test_csv_and_jsonl_outcomes_load_to_the_same_matrix(tmp_path) -> None:
+    _write_csv(tmp_path / "data.csv")
+    with (tmp_path / "data.jsonl").open("w") as f:
+        for i, (p, w, s) in enumerate(ROWS):
+            tiers = {"weak": {"correct": w, "output_tokens": 12, "latency_s": 0.5}, "strong": {"correct": s}}
+            f.write(json.dumps({"id": f"toy:{i}", "prompt": p, "tiers": tiers}) + "\n")
+    from_csv = load_outcomes(tmp_path / "data.csv", ["weak", "strong"])
+    from_jsonl = load_outcomes(tmp_path / "data.jsonl", ["weak", "strong"])
+    assert from_csv.prompts == from_jsonl.prompts == [r[0] for r in ROWS]
+    assert np.array_equal(from_csv.correct, from_jsonl.correct)
+    assert from_csv.correct.tolist() == [[True, True], [False, True], [True, False]]
+    assert from_jsonl.ids[1] == "toy:1" and from_jsonl.groups == ["toy"] * 3
+    assert len(from_csv.sha256) == 64
+
+
+def test_a_folder_of_csvs_is_one_table_grouped_by_file(tmp_path) -> None:
+    _write_csv(tmp_path / "mmlu_a.csv")
+    _write_csv(tmp_path / "mmlu_b.csv", ROWS[:2])
+    outcomes = load_outcomes(tmp_path, ["weak", "strong"])
+    assert len(outcomes) == 5
+    assert outcomes.groups == ["mmlu_a"] * 3 + ["mmlu_b"] * 2
+
+
+def test_missing_tier_column_names_the_columns(tmp_path) -> None:
+    _write_csv(tmp_path / "data.csv")
+    with pytest.raises(ConfigError, match=r"missing column.*medium.*columns are: prompt, weak, strong"):
+        load_outcomes(tmp_path / "data.csv", ["weak", "medium"])
+
+
+def test_non_boolean_cell_is_reported_with_its_line(tmp_path) -> None:
+    (tmp_path / "bad.csv").write_text('prompt,weak,strong\n"a",True,maybe\n')
+    with pytest.raises(ConfigError, match=r"bad.csv:2: column strong must be a boolean"):
+        load_outcomes(tmp_path / "bad.csv", ["weak", "strong"])
+
+
+def test_jsonl_row_without_a_tier_is_reported(tmp_path) -> None:
+    (tmp_path / "o.jsonl").write_text(json.dumps({"id": "x:1", "prompt": "p", "tiers": {"weak": {"correct": True}}}))
+    with pytest.raises(ConfigError, match=r"o.jsonl:1: no outcome for tier.*strong"):
+        load_outcomes(tmp_path / "o.jsonl", ["weak", "strong"])
+
+
+def test_tiers_need_two_distinct_names() -> None:
+    assert parse_tiers("a, b,c") == ["a", "b", "c"]
+    for bad in ("a", "a,a", ""):
+        with pytest.raises(ConfigError):
+            parse_tiers(bad)
+
+
+def test_split_is_a_seeded_permutation_with_floor_train_rows() -> None:
+    train, test = split_indices(1319, 0.5, 0)
+    assert len(train) == 659 and len(test) == 660
+    assert set(train).isdisjoint(test) and len(set(train) | set(test)) == 1319
+    assert np.array_equal(split_indices(1319, 0.5, 0)[1], test)
+    assert set(test) == set(np.random.RandomState(0).permutation(1319)[659:])
