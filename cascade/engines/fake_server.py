@@ -12,6 +12,7 @@ which is how tests prove that a client disconnect stops generation upstream.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import re
 import time
@@ -180,7 +181,11 @@ class FakeEngine:
                 # Sleep to an absolute schedule so that scripted TTFT/ITL do not drift with load.
                 due = start + (script.ttft_ms + script.itl_ms * i) / 1000
                 delay = due - time.perf_counter()
-                if delay > 0:
+                if delay > 0.1:
+                    # A long scripted wait (slow first token) ends early when the client leaves.
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(disconnected.wait(), delay)
+                elif delay > 0:
                     await asyncio.sleep(delay)
                 if disconnected.is_set():
                     self.stats.streams_cancelled += 1

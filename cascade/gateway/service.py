@@ -14,7 +14,7 @@ from collections.abc import AsyncGenerator, Sequence
 
 import msgspec
 
-from cascade.branches.backend import GenerationRequest, GenerationResult, StreamDelta
+from cascade.branches.backend import GenerationRequest, GenerationResult, StreamDelta, collect
 from cascade.config import Limits
 from cascade.errors import BackendError, InvalidRequest, Overloaded, UnknownModel
 from cascade.gateway.metrics import GatewayMetrics
@@ -156,8 +156,10 @@ class ChatService:
         tier = decision.tier
         start = time.perf_counter()
         try:
+            # Streamed upstream even for a non-streaming client: the read timeout then bounds the silence
+            # between tokens, not the whole answer (a CPU engine may take minutes for a long one).
             results: list[GenerationResult] = await asyncio.gather(
-                *(tier.backend.generate(self._generation(req, tier, max_tokens, i)) for i in range(req.n))
+                *(collect(tier.backend.stream(self._generation(req, tier, max_tokens, i))) for i in range(req.n))
             )
         except BackendError as exc:
             self._count_backend_error(tier, exc)
