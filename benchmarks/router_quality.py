@@ -7,14 +7,17 @@ reproduce (length 0.64, oracle 1.12, TF-IDF+LR 0.56). Routers:
   * length: prompt characters, longer = harder;
   * tfidf_lr: TF-IDF 1-2 grams + logistic regression (C=1) on "weak tier fails", as in FACTS.md;
   * oracle: RouteLLM's oracle;
-  * cascade_*: `DifficultyClassifier` variants (lexical; lexical+hashed n-grams; lexical+MiniLM if
-    installed), routed by expected gain p_fail[0] - p_fail[1] (`apgr`) and by p_fail[0] alone
-    (`difficulty_apgr`).
+  * cascade_*: `DifficultyClassifier` variants (lexical; lexical with the one-standard-error rule for C;
+    lexical+hashed n-grams; with --embeddings MiniLM alone and lexical+MiniLM), routed by expected gain
+    p_fail[0] - p_fail[1] (`apgr`) and by p_fail[0] alone (`difficulty_apgr`).
 Because 660 test prompts make APGR noisy (sd ~0.035 between random halves), length and the default
 router are also run on the splits of seeds 0..7 (`over_splits`).
 
 MMLU (45 subjects, 12,106 prompts): 5-fold GroupKFold by subject, APGR of the pooled out-of-fold
-predictions (`pooled_apgr`) and the mean of the per-fold APGRs (`fold_mean_apgr`).
+predictions (`pooled_apgr`, the number the target refers to) and the mean of the per-fold APGRs
+(`fold_mean_apgr`). Variants: lexical with default C selection, the one-standard-error rule, a fixed
+C=0.0003; with --mmlu-embeddings MiniLM alone (default and 1-SE) and lexical+MiniLM (1-SE).
+Feature blocks are computed once per dataset and sliced per fold (`fit_features`).
 
 Output: one JSON object on stdout. Usage:
   .venv/bin/python benchmarks/router_quality.py [--skip-mmlu] [--embeddings] [--json-out FILE]
@@ -36,7 +39,7 @@ from threadpoolctl import threadpool_limits
 
 from cascade.router import evaluate as ev
 from cascade.router.classifier import DifficultyClassifier
-from cascade.router.features import embedding_available
+from cascade.router.features import FeatureSpec, Featurizer, embedding_available
 from cascade.router.outcomes import Outcomes, load_outcomes, shared_data_dir, split_indices
 
 TIERS = ["mistralai/Mixtral-8x7B-Instruct-v0.1", "gpt-4-1106-preview"]
@@ -56,20 +59,46 @@ def _tfidf_lr(train: Outcomes, test: Outcomes) -> np.ndarray:
     return model.predict_proba(vectorizer.transform(test.prompts))[:, 1]
 
 
-def _router(train: Outcomes, test: Outcomes, **params: object) -> dict:
+class Features:
+    """Feature blocks computed once per dataset (embeddings are the slow part) and combined per spec."""
+
+    def __init__(self, outcomes: Outcomes) -> None:
+        self.outcomes = outcomes
+        self.blocks: dict[tuple, np.ndarray] = {}
+
+    def matrix(self, model: DifficultyClassifier) -> np.ndarray:
+        spec = model.spec
+        parts = [("lexical",)] if spec.lexical else []
+        parts += [("hash", spec.hash_features)] if spec.hash_features else []
+        parts += [("emb", spec.embeddings, spec.embedding_weight)] if spec.embeddings else []
+        for part in parts:
+            if part not in self.blocks:
+                only = {"lexical": part[0] == "lexical", "hash_features": part[1] if part[0] == "hash" else 0,
+                        "embeddings": part[1] if part[0] == "emb" else None}
+                featurizer = Featurizer(FeatureSpec(**only, embedding_weight=spec.embedding_weight))
+                self.blocks[part] = featurizer.transform(self.outcomes.prompts)
+        return np.hstack([self.blocks[part] for part in parts])
+
+
+def _router(features: Features, train_rows: np.ndarray, test_rows: np.ndarray, **params: object) -> dict:
     start = time.perf_counter()
-    model = DifficultyClassifier(**params).fit(train.prompts, train.correct)  # type: ignore[arg-type]
-    report = ev.report(model.predict_p_fail(test.prompts), test.correct)
+    model = DifficultyClassifier(**params)  # type: ignore[arg-type]
+    X, correct = features.matrix(model), features.outcomes.correct
+    model.fit_features(X[train_rows], correct[train_rows])
+    report = ev.report(model.predict_p_fail_features(X[test_rows]), correct[test_rows])
     return {**report, "C_chosen": model.C_.tolist(), "fit_s": round(time.perf_counter() - start, 1)}
 
 
 def gsm8k(embeddings: bool) -> dict:
     outcomes = load_outcomes(shared_data_dir() / "routellm" / "gsm8k_responses.csv", TIERS)
+    features = Features(outcomes)
     train_rows, test_rows = split_indices(len(outcomes), 0.5, 0)
     train, test = outcomes.subset(train_rows), outcomes.subset(test_rows)
     random = [_apgr(np.random.default_rng(s).random(len(test)), test.correct) for s in range(10)]
-    variants: dict[str, dict] = {"lexical": {}, "lexical_hash1024": {"hash_features": 1024}}
+    variants: dict[str, dict] = {"lexical": {}, "lexical_1se": {"selection": "log_loss_1se"},
+                                 "lexical_hash1024": {"hash_features": 1024}}
     if embeddings:
+        variants["minilm"] = {"lexical": False, "embeddings": "all-minilm-l6-v2"}
         variants["lexical_minilm"] = {"embeddings": "all-minilm-l6-v2"}
     result: dict = {
         "split": {"seed": 0, "train_rows": len(train), "test_rows": len(test)},
@@ -79,12 +108,12 @@ def gsm8k(embeddings: bool) -> dict:
         "oracle": _apgr(ev.oracle_scores(test.correct), test.correct),
     }
     for name, params in variants.items():
-        result[f"cascade_{name}"] = _router(train, test, **params)
+        result[f"cascade_{name}"] = _router(features, train_rows, test_rows, **params)
     over: dict[str, list[float]] = {"length": [], "cascade_lexical": []}
     for seed in range(8):
-        tr, te = (outcomes.subset(rows) for rows in split_indices(len(outcomes), 0.5, seed))
-        over["length"].append(_apgr(_length(te), te.correct))
-        over["cascade_lexical"].append(_router(tr, te)["apgr"])
+        tr, te = split_indices(len(outcomes), 0.5, seed)
+        over["length"].append(_apgr(_length(outcomes.subset(te)), outcomes.correct[te]))
+        over["cascade_lexical"].append(_router(features, tr, te)["apgr"])
     result["over_splits"] = {k: {"mean": round(float(np.mean(v)), 4), "sd": round(float(np.std(v)), 4), "values": v}
                              for k, v in over.items()}
     return result
@@ -92,6 +121,7 @@ def gsm8k(embeddings: bool) -> dict:
 
 def mmlu(variants: dict[str, dict]) -> dict:
     outcomes = load_outcomes(shared_data_dir() / "routellm" / "mmlu", TIERS)
+    features = Features(outcomes)
     folds = list(GroupKFold(5).split(outcomes.prompts, groups=outcomes.groups))
     scores: dict[str, np.ndarray] = {"length": _length(outcomes)}
     for name in ("tfidf_lr", *variants):
@@ -102,8 +132,10 @@ def mmlu(variants: dict[str, dict]) -> dict:
         for name, params in variants.items():
             # Internal C selection is stratified, not grouped: grouped selection measured worse here
             # (it picks C=1; pooled APGR 0.531 against 0.555).
-            model = DifficultyClassifier(**params).fit(train.prompts, train.correct)
-            scores[name][test_rows] = model.predict_p_fail(test.prompts)
+            model = DifficultyClassifier(**params)
+            X = features.matrix(model)
+            model.fit_features(X[train_rows], outcomes.correct[train_rows])
+            scores[name][test_rows] = model.predict_p_fail_features(X[test_rows])
     scores["tfidf_lr"] = scores["tfidf_lr"][:, 0]
     scores["oracle"] = ev.oracle_scores(outcomes.correct)
     result: dict = {"n": len(outcomes), "subjects": len(set(outcomes.groups)), "folds": "GroupKFold(5) by subject"}
@@ -135,15 +167,22 @@ def main() -> int:
     with threadpool_limits(limits=1, user_api="blas"):
         result: dict = {"gsm8k": gsm8k(args.embeddings)}
         if not args.skip_mmlu:
-            variants: dict[str, dict] = {"cascade_lexical": {}, "cascade_lexical_C0.0003": {"C": 0.0003}}
+            variants: dict[str, dict] = {"cascade_lexical": {}, "cascade_lexical_1se": {"selection": "log_loss_1se"},
+                                         "cascade_lexical_C0.0003": {"C": 0.0003}}
             if args.mmlu_embeddings:
-                variants["cascade_lexical_minilm"] = {"embeddings": "all-minilm-l6-v2"}
+                minilm = {"lexical": False, "embeddings": "all-minilm-l6-v2"}
+                variants["cascade_minilm"] = minilm
+                variants["cascade_minilm_1se"] = {**minilm, "selection": "log_loss_1se"}
+                variants["cascade_lexical_minilm_1se"] = {"embeddings": "all-minilm-l6-v2", "selection": "log_loss_1se"}
             result["mmlu"] = mmlu(variants)
-    result["targets"] = {
-        "gsm8k_apgr_ge_0.70": result["gsm8k"]["cascade_lexical"]["apgr"] >= 0.70,
-        **({"mmlu_grouped_apgr_ge_0.60": result["mmlu"]["cascade_lexical"]["pooled_apgr"] >= 0.60}
-           if "mmlu" in result else {}),
-    }
+    gsm = result["gsm8k"]["cascade_lexical"]["apgr"]
+    targets: dict = {"gsm8k_target": 0.70, "gsm8k_default_router_apgr": gsm, "gsm8k_met": gsm >= 0.70}
+    if "mmlu" in result:
+        pooled = {k: v["pooled_apgr"] for k, v in result["mmlu"].items() if k.startswith("cascade")}
+        # Several variants on the same folds: the best one is selected on this CV (optimistic).
+        targets |= {"mmlu_target": 0.60, "mmlu_pooled_apgr": pooled,
+                    "mmlu_variants_meeting_target": [k for k, v in pooled.items() if v >= 0.60]}
+    result["targets"] = targets
     result["elapsed_s"] = round(time.perf_counter() - start, 1)
     text = json.dumps(result, indent=2)
     print(text)

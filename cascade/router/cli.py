@@ -31,6 +31,10 @@ def add_router_commands(subparsers: Any) -> None:
     train.add_argument("--hash-features", type=int, default=1024, help="buckets for the hash block (default 1024)")
     train.add_argument("--C", type=float, default=None,
                        help="inverse L2 strength; default: chosen per tier by cross-validated log loss")
+    train.add_argument("--selection", choices=["log_loss", "log_loss_1se", "apgr"], default="log_loss",
+                       help="how C is chosen per tier: lowest CV log loss (default), the strongest shrinkage within "
+                       "one standard error of it (more robust to a shift of topic, e.g. unseen MMLU subjects), or "
+                       "the best CV APGR")
     train.add_argument("--seed", type=int, default=0, help="seed for the split and the CV folds (default 0)")
     train.add_argument("--train-fraction", type=float, default=1.0,
                        help="train on this fraction of a seeded random permutation, hold out the rest (default 1)")
@@ -83,7 +87,8 @@ def _train(args: argparse.Namespace) -> int:
     train = outcomes.subset(train_rows)
     model = DifficultyClassifier(
         lexical="lexical" in blocks, hash_features=args.hash_features if "hash" in blocks else 0,
-        embeddings="all-minilm-l6-v2" if "minilm" in blocks else None, C=args.C, random_state=args.seed)
+        embeddings="all-minilm-l6-v2" if "minilm" in blocks else None, C=args.C, selection=args.selection,
+        random_state=args.seed)
     model.spec.validate()
     metrics: dict[str, Any] = {}
     if args.cv_folds:
@@ -101,7 +106,7 @@ def _train(args: argparse.Namespace) -> int:
     else:
         print(f"router saved: {card.parent} ({len(train)} training rows, tiers {', '.join(tiers)})")
         for name, report in metrics.items():
-            print(f"  {name}: APGR {report['apgr']:.3f}  AUC {report['auc']:.3f}  ECE {report['ece']:.3f}  "
+            print(f"  {name}: APGR {_f(report['apgr'])}  AUC {_f(report['auc'])}  ECE {_f(report['ece'])}  "
                   f"n={report['n']}")
     return 0
 
@@ -143,11 +148,15 @@ def _eval(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(result))
     else:
-        cpt = ", ".join(f"CPT({k}%) {v:.3f}" for k, v in result["cpt"].items())
-        print(f"n={result['n']}  APGR {result['apgr']:.3f} (oracle {result['oracle_apgr']:.3f}, random 0.5)  "
-              f"AUC {result['auc']:.3f}  ECE {result['ece']:.3f}  {cpt}")
+        cpt = ", ".join(f"CPT({k}%) {_f(v)}" for k, v in result["cpt"].items())
+        print(f"n={result['n']}  APGR {_f(result['apgr'])} (oracle {_f(result['oracle_apgr'])}, random 0.5)  "
+              f"AUC {_f(result['auc'])}  ECE {_f(result['ece'])}  {cpt}")
         if result["in_sample"]:
             print("note: these outcomes are the router's training data (in-sample)", file=sys.stderr)
         if "plot" in result:
             print(f"plot: {result['plot']}")
     return 0
+
+
+def _f(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:.3f}"

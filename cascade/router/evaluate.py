@@ -173,14 +173,19 @@ def report(p_fail: np.ndarray, correct: np.ndarray, costs: np.ndarray | None = N
     p0 = p_fail[:, 0]
     return {
         "n": len(correct),
-        "apgr": round(apgr(curve), 4),
-        "auc": round(roc_auc(p0, ~correct[:, 0]), 4),
-        "ece": round(ece(p0, ~correct[:, 0]), 4),
-        "cpt": {str(p): round(cpt(curve, p / 100), 4) for p in CPT_LEVELS},
-        "difficulty_apgr": round(apgr(routing_curve(p0, correct, costs)), 4),
-        "oracle_apgr": round(apgr(routing_curve(oracle_scores(correct), correct, costs)), 4),
+        "apgr": _finite(apgr(curve)),
+        "auc": _finite(roc_auc(p0, ~correct[:, 0])),
+        "ece": _finite(ece(p0, ~correct[:, 0])),
+        "cpt": {str(p): _finite(cpt(curve, p / 100)) for p in CPT_LEVELS},
+        "difficulty_apgr": _finite(apgr(routing_curve(p0, correct, costs))),
+        "oracle_apgr": _finite(apgr(routing_curve(oracle_scores(correct), correct, costs))),
         "random_apgr": 0.5,
     }
+
+
+def _finite(value: float) -> float | None:
+    """Rounded for reports; None (JSON null) when undefined, e.g. PGR when both tiers score the same."""
+    return round(value, 4) if np.isfinite(value) else None
 
 
 def plot_curves(path: str | Path, p_fail: np.ndarray, correct: np.ndarray, tiers: list[str],

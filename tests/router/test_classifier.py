@@ -36,6 +36,26 @@ def test_p_fail_is_a_probability_per_tier_and_harder_prompts_score_higher(synthe
     assert ev.report(p_fail, correct)["apgr"] > 0.6
 
 
+def test_one_standard_error_rule_never_picks_a_weaker_shrinkage(synthetic) -> None:
+    prompts, correct = synthetic
+    best = DifficultyClassifier(Cs=(0.001, 0.01, 0.1, 1.0)).fit(prompts, correct)
+    one_se = DifficultyClassifier(Cs=(0.001, 0.01, 0.1, 1.0), selection="log_loss_1se").fit(prompts, correct)
+    assert np.all(one_se.C_ <= best.C_)
+    with pytest.raises(ValueError, match="selection must be"):
+        DifficultyClassifier(selection="auc").fit(prompts, correct)
+
+
+def test_fit_on_precomputed_features_equals_fit_on_prompts(synthetic) -> None:
+    prompts, correct = synthetic
+    model = DifficultyClassifier(C=0.1)
+    X = model.featurizer().transform(prompts)
+    a = clone(model).fit(prompts, correct).predict_p_fail(prompts)
+    b = clone(model).fit_features(X, correct).predict_p_fail_features(X)
+    assert np.array_equal(a, b)
+    with pytest.raises(ValueError, match="columns"):
+        clone(model).fit_features(X[:, :5], correct)
+
+
 def test_a_tier_that_never_fails_gets_a_constant_smoothed_p_fail(synthetic) -> None:
     prompts, correct = synthetic
     correct = correct.copy()
@@ -46,8 +66,8 @@ def test_a_tier_that_never_fails_gets_a_constant_smoothed_p_fail(synthetic) -> N
 
 def test_fit_is_deterministic_for_a_seed(synthetic) -> None:
     prompts, correct = synthetic
-    a = DifficultyClassifier(random_state=3).fit(prompts, correct).predict_p_fail(prompts)
-    b = DifficultyClassifier(random_state=3).fit(prompts, correct).predict_p_fail(prompts)
+    a = DifficultyClassifier(Cs=(0.01, 0.1), random_state=3).fit(prompts, correct).predict_p_fail(prompts)
+    b = DifficultyClassifier(Cs=(0.01, 0.1), random_state=3).fit(prompts, correct).predict_p_fail(prompts)
     assert np.array_equal(a, b)
 
 

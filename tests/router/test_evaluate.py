@@ -106,6 +106,12 @@ def test_report_has_the_cli_contract_keys() -> None:
     assert set(report["cpt"]) == {"50", "80", "95"}
 
 
+def test_equal_tiers_give_null_apgr_not_nan() -> None:
+    c = np.ones((10, 2), dtype=bool)
+    report = ev.report(np.full((10, 2), 0.5), c)
+    assert report["apgr"] is None and report["auc"] is None
+
+
 def test_plot_writes_a_png(tmp_path) -> None:
     rng = np.random.default_rng(6)
     c = rng.random((200, 2)) < [0.6, 0.85]
