@@ -145,22 +145,21 @@ class Connection(asyncio.Protocol):
         self.timer = None
         self.abort(f"timed out after {timeout_s:g} s")
 
-    def _fail(self, exc: HttpError) -> None:
+    def _detach(self) -> asyncio.Future[None] | None:
+        """End the current exchange: drop its sink and timer; return its future if still pending."""
         done = self.done
         self.sink, self.done, self.state = None, None, _IDLE
         if self.timer is not None:
             self.timer.cancel()
             self.timer = None
-        if done is not None and not done.done():
+        return done if done is not None and not done.done() else None
+
+    def _fail(self, exc: HttpError) -> None:
+        if (done := self._detach()) is not None:
             done.set_exception(exc)
 
     def _finish(self) -> None:
-        done = self.done
-        self.sink, self.done, self.state = None, None, _IDLE
-        if self.timer is not None:
-            self.timer.cancel()
-            self.timer = None
-        if done is not None and not done.done():
+        if (done := self._detach()) is not None:
             done.set_result(None)
         if self.keep_alive and not self.closed and not self.buf:
             self.pool.release(self)
