@@ -58,9 +58,11 @@ class _TierResult(msgspec.Struct):
 
 
 class _Row(msgspec.Struct):
-    prompt: str
     tiers: dict[str, _TierResult]
     id: str | None = None
+    # `cascade label` rows carry no dataset text: the prompt is looked up by `id` in `dataset`.
+    prompt: str | None = None
+    dataset: str | None = None
 
 
 def shared_data_dir() -> Path:
@@ -123,6 +125,7 @@ def _read_csv(file: Path, raw: bytes, tiers: list[str]) -> tuple[list[str], list
 def _read_jsonl(file: Path, raw: bytes, tiers: list[str]) -> tuple[list[str], list[str], np.ndarray, list[str]]:
     decoder = msgspec.json.Decoder(_Row)
     ids, prompts, rows, groups = [], [], [], []
+    texts: dict[str, dict[str, str]] = {}  # dataset -> id -> prompt, loaded once per dataset
     for line, text in enumerate(raw.splitlines(), start=1):
         if not text.strip():
             continue
@@ -137,10 +140,26 @@ def _read_jsonl(file: Path, raw: bytes, tiers: list[str]) -> tuple[list[str], li
             raise ConfigError(f"{file}:{line}: no outcome for tier(s) {', '.join(missing)}; has {', '.join(row.tiers)}")
         row_id = row.id if row.id is not None else f"{file.stem}:{line}"
         ids.append(row_id)
-        prompts.append(row.prompt)
+        prompts.append(row.prompt if row.prompt is not None else _prompt_by_id(row, file, line, texts))
         rows.append([row.tiers[t].correct for t in tiers])
         groups.append(row_id.rsplit(":", 1)[0] if ":" in row_id else file.stem)
     return ids, prompts, np.array(rows, dtype=bool).reshape(-1, len(tiers)), groups
+
+
+def _prompt_by_id(row: _Row, file: Path, line: int, texts: dict[str, dict[str, str]]) -> str:
+    if row.dataset is None or row.id is None:
+        raise ConfigError(f"{file}:{line}: a row needs `prompt`, or `dataset` and `id` to look it up")
+    if row.dataset not in texts:
+        from loadgen.datasets import DatasetError, load
+
+        try:
+            texts[row.dataset] = {p.id: p.prompt for p in load(row.dataset, data_dir=shared_data_dir())}
+        except DatasetError as exc:
+            raise ConfigError(f"{file}:{line}: cannot look up prompts of dataset `{row.dataset}`: {exc}") from None
+    try:
+        return texts[row.dataset][row.id]
+    except KeyError:
+        raise ConfigError(f"{file}:{line}: id `{row.id}` is not in dataset `{row.dataset}`") from None
 
 
 def _bool(value: str | None, file: Path, line: int, column: str) -> bool:

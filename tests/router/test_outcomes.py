@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -72,3 +73,14 @@ def test_split_is_a_seeded_permutation_with_floor_train_rows() -> None:
     assert set(train).isdisjoint(test) and len(set(train) | set(test)) == 1319
     assert np.array_equal(split_indices(1319, 0.5, 0)[1], test)
     assert set(test) == set(np.random.RandomState(0).permutation(1319)[659:])
+
+
+def test_label_rows_without_text_get_their_prompts_from_the_dataset() -> None:
+    from cascade.router.outcomes import shared_data_dir
+
+    if not (shared_data_dir() / "gsm8k" / "train.jsonl").is_file():
+        pytest.skip("shared data not available (set CASCADE_SHARED_DATA)")
+    tiers = ["smollm2-135m", "qwen2.5-coder-0.5b", "qwen2.5-coder-0.5b-reason"]
+    outcomes = load_outcomes(Path(__file__).parents[2] / "models/outcomes/gsm8k-train-embedded.jsonl", tiers)
+    assert len(outcomes.prompts) >= 17 and all(p.strip() for p in outcomes.prompts)
+    assert outcomes.correct.shape == (len(outcomes.prompts), 3)
