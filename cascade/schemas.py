@@ -127,7 +127,8 @@ class ChunkChoice(msgspec.Struct, kw_only=True):
 
 class ChatCompletionChunk(msgspec.Struct, kw_only=True, omit_defaults=True):
     id: str
-    object: str = "chat.completion.chunk"
+    # No default: omit_defaults would drop a defaulted `object`, and OpenAI's chunks always carry it.
+    object: Literal["chat.completion.chunk"]
     created: int
     model: str
     choices: list[ChunkChoice]

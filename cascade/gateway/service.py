@@ -17,6 +17,8 @@ import msgspec
 from cascade.branches.backend import GenerationRequest, GenerationResult, StreamDelta, collect
 from cascade.config import Limits
 from cascade.errors import BackendError, InvalidRequest, Overloaded, UnknownModel
+from cascade.gateway.frames import DONE, ChunkFrames
+from cascade.gateway.frames import sse as _sse
 from cascade.gateway.metrics import GatewayMetrics
 from cascade.router.heuristic import heuristic_difficulty
 from cascade.router.policy import NAMED_HINTS, RoutingPolicy, parse_hint
@@ -25,12 +27,9 @@ from cascade.schemas import (
     BranchStats,
     CascadeInfo,
     ChatCompletion,
-    ChatCompletionChunk,
     ChatCompletionRequest,
     ChatMessage,
     Choice,
-    ChunkChoice,
-    Delta,
     ModelCard,
     ModelList,
     Usage,
@@ -46,10 +45,6 @@ class Decision(msgspec.Struct, kw_only=True):
     hint: str
     difficulty: float | None
     routed: bool
-
-
-def _sse(payload: bytes) -> bytes:
-    return b"data: " + payload + b"\n\n"
 
 
 class ChatService:
@@ -209,9 +204,7 @@ class ChatService:
         firsts: list[StreamDelta | None], start: float,
     ) -> AsyncGenerator[bytes, None]:
         tier = decision.tier
-        completion_id = f"chatcmpl-{uuid.uuid4().hex}"
-        created = int(time.time())
-        head = ChatCompletionChunk(id=completion_id, created=created, model=tier.name, choices=[])
+        frames = ChunkFrames(f"chatcmpl-{uuid.uuid4().hex}", int(time.time()), tier.name)
         include_usage = bool(req.stream_options and req.stream_options.include_usage)
         prompt_tokens = 0
         completion_tokens = [0] * len(streams)
@@ -219,11 +212,7 @@ class ChatService:
         first_token = True
         merged = _merge(streams, firsts)
         try:
-            yield _sse(_encode(msgspec.structs.replace(
-                head, choices=[ChunkChoice(index=i, delta=Delta(role="assistant", content="")) for i in
-                               range(len(streams))],
-                cascade=self._info(decision),
-            )))
+            yield frames.role(len(streams), self._info(decision))
             async for index, delta in merged:
                 if delta.prompt_tokens is not None:
                     prompt_tokens = delta.prompt_tokens
@@ -236,14 +225,10 @@ class ChatService:
                         first_token = False
                     if delta.completion_tokens is None:
                         completion_tokens[index] += delta.chunks
-                    content = Delta(content=delta.text or None, reasoning_content=delta.reasoning or None)
-                    frame = _sse(_encode(msgspec.structs.replace(head, choices=[ChunkChoice(index=index,
-                                                                                              delta=content)])))
+                    frame = frames.content(index, delta.text, delta.reasoning)
                 if delta.finish_reason is not None:
                     finished += 1
-                    frame += _sse(_encode(msgspec.structs.replace(
-                        head, choices=[ChunkChoice(index=index, delta=Delta(), finish_reason=delta.finish_reason)],
-                    )))
+                    frame += frames.finish(index, delta.finish_reason)
                 if frame:
                     # One send per upstream read, whatever it held.
                     yield frame
@@ -251,8 +236,7 @@ class ChatService:
             # Headers are gone already: report the fault in-band, as OpenAI does, then end the stream.
             self._count_backend_error(tier, exc)
             error = {"error": {"message": exc.message, "type": "server_error", "param": None, "code": None}}
-            yield _sse(_encode(error))
-            yield b"data: [DONE]\n\n"
+            yield _sse(_encode(error)) + DONE
             return
         except (asyncio.CancelledError, GeneratorExit):
             self.metrics.disconnects.labels(tier.name).inc()
@@ -261,11 +245,11 @@ class ChatService:
             await merged.aclose()
             await _close_all(streams)
         total_completion = sum(completion_tokens)
-        tail = msgspec.structs.replace(head, choices=[], cascade=self._info(decision, finished=finished))
+        usage = None
         if include_usage:
-            tail.usage = Usage(prompt_tokens=prompt_tokens, completion_tokens=total_completion,
-                               total_tokens=prompt_tokens + total_completion)
-        yield _sse(_encode(tail)) + b"data: [DONE]\n\n"
+            usage = Usage(prompt_tokens=prompt_tokens, completion_tokens=total_completion,
+                          total_tokens=prompt_tokens + total_completion)
+        yield frames.tail(self._info(decision, finished=finished), usage)
         self._count_success(tier, time.perf_counter() - start, total_completion)
 
     def _count_success(self, tier: Tier, latency_s: float, tokens: int) -> None:
@@ -300,7 +284,7 @@ async def _merge(
     for index, first in enumerate(firsts):
         if first is not None:
             yield index, first
-    if len(streams) == 1:
+    if len(streams) == 1:  # the common case: no queue, no tasks
         if firsts[0] is not None:
             async for delta in streams[0]:
                 yield 0, delta
