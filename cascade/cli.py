@@ -46,7 +46,7 @@ def _label(args: argparse.Namespace) -> int:
     out = Path(args.out)
 
     async def run() -> int:
-        workers = make_workers(config, out.parent / "logs")
+        workers = make_workers(config, Path.cwd() / "logs")  # as `cascade serve`; never beside --out
         supervisor = Supervisor(list(workers.values()))
         tiers = build_tiers(config, workers)
         if args.tiers:

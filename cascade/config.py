@@ -110,7 +110,11 @@ class TierConfig(_Strict, frozen=True):
 
 
 class RoutingConfig(_Strict, frozen=True):
-    policy: Literal["heuristic"] = "heuristic"
+    # "learned": the difficulty classifier saved at `router` (from `cascade router train`);
+    # "heuristic": cascade/router/heuristic.py, no model needed.
+    policy: Literal["heuristic", "learned"] = "heuristic"
+    # Router directory; a relative path is relative to the config file's folder.
+    router: str = ""
     # Thresholds per named operating point (ascending, n_tiers - 1 values); a plan file overrides them.
     operating_points: dict[str, list[float]] = msgspec.field(default_factory=dict)
 
@@ -146,6 +150,8 @@ def _check(config: CascadeConfig) -> None:
                     raise ConfigError(f"`{where}.worker` names `{backend.worker}`, which is not in [[workers]]")
             elif not backend.url.startswith(("http://", "https://")):
                 raise ConfigError(f"`{where}.url` must start with http:// or https://, got {backend.url!r}")
+    if config.routing.policy == "learned" and not config.routing.router:
+        raise ConfigError("`routing.router` must name a router directory when `routing.policy` is \"learned\"")
     n_thresholds = len(config.tiers) - 1
     for hint, thresholds in config.routing.operating_points.items():
         key = f"routing.operating_points.{hint}"
@@ -177,7 +183,16 @@ def load_config(path: str | Path) -> CascadeConfig:
         data = p.read_bytes()
     except OSError as exc:
         raise ConfigError(f"cannot read config {p}: {exc.strerror}") from None
-    return decode_config(data, source=str(p))
+    return resolve_paths(decode_config(data, source=str(p)), p.parent)
+
+
+def resolve_paths(config: CascadeConfig, base: Path) -> CascadeConfig:
+    """Make relative file paths in the config relative to `base` (the config file's folder)."""
+    router = config.routing.router
+    if router and not Path(router).is_absolute():
+        routing = msgspec.structs.replace(config.routing, router=str((base / router).resolve()))
+        return msgspec.structs.replace(config, routing=routing)
+    return config
 
 
 def _readable(msgspec_message: str) -> str:

@@ -81,7 +81,8 @@ class CascadeInfo(msgspec.Struct, kw_only=True):
     tier: int
     tier_name: str
     quality: str
-    difficulty: float | None = None
+    difficulty: float | None = None  # p_fail of tier 0 (learned router) or the heuristic's difficulty
+    route_score: float | None = None  # what the operating point's thresholds were compared with
     escalations: int = 0
     router: str = ""
     branches: BranchStats = msgspec.field(default_factory=BranchStats)
@@ -135,6 +136,20 @@ class ChatCompletionChunk(msgspec.Struct, kw_only=True, omit_defaults=True):
     usage: Usage | None = None
     system_fingerprint: str | None = None
     cascade: CascadeInfo | None = None
+
+
+class RouteDecision(msgspec.Struct, kw_only=True):
+    """`POST /v1/route`: what the gateway would do with a chat request, without generating."""
+
+    object: Literal["cascade.route"] = "cascade.route"
+    tier: int
+    tier_name: str
+    quality: str
+    router: str  # "learned", "heuristic", or "bypass" (the request named a tier)
+    difficulty: float | None = None
+    route_score: float | None = None
+    p_fail: dict[str, float] | None = None  # per tier (learned router)
+    thresholds: list[float] | None = None  # the operating point's
 
 
 class ModelCard(msgspec.Struct, kw_only=True):

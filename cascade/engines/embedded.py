@@ -10,10 +10,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from cascade.config import CascadeConfig, decode_config
+from cascade.config import CascadeConfig, load_config
 
 EMBEDDED_TOML = Path(__file__).with_name("embedded.toml")
 
 
 def embedded_config() -> CascadeConfig:
-    return decode_config(EMBEDDED_TOML.read_bytes(), source=str(EMBEDDED_TOML))
+    return load_config(EMBEDDED_TOML)

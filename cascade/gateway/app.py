@@ -79,6 +79,16 @@ def create_app(
             service.release()
         return Response(_encode(completion), media_type=_JSON, headers=headers)
 
+    @post("/v1/route", status_code=200)
+    async def route(request: Request[Any, Any, Any]) -> Response[bytes]:
+        """The routing decision for a chat request, without generating (same body as chat completions)."""
+        check_auth(request)
+        req = decode_chat_request(await read_body(request))
+        service.validate(req)
+        decision = service.decide(req, request.headers.get("x-cascade-quality"))
+        return Response(_encode(service.route_decision(decision)), media_type=_JSON,
+                        headers={"X-Cascade-Tier": decision.tier.name})
+
     @get("/v1/models")
     async def models() -> Response[bytes]:
         return Response(_encode(service.model_list()), media_type=_JSON)
@@ -124,7 +134,7 @@ def create_app(
                         media_type=_JSON)
 
     return Litestar(
-        route_handlers=[chat_completions, models, health, ready, metrics],
+        route_handlers=[chat_completions, route, models, health, ready, metrics],
         exception_handlers={
             CascadeError: handle_cascade_error,
             HTTPException: handle_http_exception,

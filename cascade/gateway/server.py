@@ -17,10 +17,18 @@ from cascade.gateway.app import create_app
 from cascade.gateway.metrics import GatewayMetrics
 from cascade.gateway.service import ChatService
 from cascade.plan import load_plan
-from cascade.router.policy import RoutingPolicy
+from cascade.router.policy import HeuristicSignal, RoutingPolicy, RoutingSignal
 from cascade.tiers import build_tiers, make_workers
 
 log = logging.getLogger("cascade.gateway")
+
+
+def routing_signal(config: CascadeConfig, tier_names: list[str]) -> RoutingSignal:
+    if config.routing.policy == "learned":
+        from cascade.router.learned import LearnedSignal  # sklearn/skops only when a router is used
+
+        return LearnedSignal.load(config.routing.router, tier_names)
+    return HeuristicSignal()
 
 
 class Gateway:
@@ -36,7 +44,8 @@ class Gateway:
             points |= load_plan(plan_path).thresholds_by_hint(len(tiers))
         self.metrics = GatewayMetrics()
         self.service = ChatService(
-            tiers, RoutingPolicy(len(tiers), points), config.gateway.limits, self.metrics,
+            tiers, RoutingPolicy(len(tiers), points, routing_signal(config, [t.name for t in tiers])),
+            config.gateway.limits, self.metrics,
             config.gateway.default_quality,
         )
         self.app = create_app(

@@ -20,8 +20,7 @@ from cascade.errors import BackendError, InvalidRequest, Overloaded, UnknownMode
 from cascade.gateway.frames import DONE, ChunkFrames
 from cascade.gateway.frames import sse as _sse
 from cascade.gateway.metrics import GatewayMetrics
-from cascade.router.heuristic import heuristic_difficulty
-from cascade.router.policy import NAMED_HINTS, RoutingPolicy, parse_hint
+from cascade.router.policy import NAMED_HINTS, Assessment, RoutingPolicy, parse_hint
 from cascade.schemas import (
     AssistantMessage,
     BranchStats,
@@ -32,6 +31,7 @@ from cascade.schemas import (
     Choice,
     ModelCard,
     ModelList,
+    RouteDecision,
     Usage,
 )
 from cascade.tiers import Tier, tier_request
@@ -43,8 +43,9 @@ _encode = msgspec.json.Encoder().encode
 class Decision(msgspec.Struct, kw_only=True):
     tier: Tier
     hint: str
-    difficulty: float | None
-    routed: bool
+    router: str  # the routing signal's name, or "bypass" when the client named a tier
+    assessment: Assessment | None = None
+    thresholds: list[float] | None = None
 
 
 class ChatService:
@@ -100,7 +101,7 @@ class ChatService:
     def decide(self, req: ChatCompletionRequest, header_hint: str | None) -> Decision:
         model = req.model
         if model in self.by_name:
-            return Decision(tier=self.by_name[model], hint="bypass", difficulty=None, routed=False)
+            return Decision(tier=self.by_name[model], hint="bypass", router="bypass")
         base, _, alias = model.partition(":")
         if base != ROUTED_MODEL:
             raise UnknownModel(model, [m.id for m in self.model_list().data])
@@ -111,10 +112,22 @@ class ChatService:
             or self.default_hint
         )
         start = time.perf_counter()
-        difficulty = heuristic_difficulty(_last_user_text(req.messages))
-        tier = self.tiers[self.policy.choose(difficulty, hint)]
+        index, assessment = self.policy.route(_last_user_text(req.messages), hint)
         self.metrics.decision_latency.observe(time.perf_counter() - start)
-        return Decision(tier=tier, hint=hint.label, difficulty=round(difficulty, 4), routed=True)
+        return Decision(tier=self.tiers[index], hint=hint.label, router=self.policy.signal.name,
+                        assessment=assessment, thresholds=self.policy.thresholds(hint))
+
+    def route_decision(self, decision: Decision) -> RouteDecision:
+        assessment = decision.assessment
+        p_fail = None
+        if assessment is not None and assessment.p_fail is not None:
+            p_fail = {t.name: round(p, 4) for t, p in zip(self.tiers, assessment.p_fail, strict=True)}
+        return RouteDecision(
+            tier=decision.tier.index, tier_name=decision.tier.name, quality=decision.hint, router=decision.router,
+            difficulty=None if assessment is None else round(assessment.difficulty, 4),
+            route_score=None if assessment is None else round(assessment.score, 4),
+            p_fail=p_fail, thresholds=decision.thresholds,
+        )
 
     # --- generation --------------------------------------------------------------------------
 
@@ -141,9 +154,11 @@ class ChatService:
         if cfg.branches > 1:
             note = (f"tier is configured for {cfg.branches} reasoning branches; the branch runner is not "
                     "implemented yet, so one branch ran")
+        assessment = decision.assessment
         return CascadeInfo(
             tier=decision.tier.index, tier_name=decision.tier.name, quality=decision.hint,
-            difficulty=decision.difficulty, router="heuristic" if decision.routed else "bypass",
+            difficulty=None if assessment is None else round(assessment.difficulty, 4),
+            route_score=None if assessment is None else round(assessment.score, 4), router=decision.router,
             branches=BranchStats(configured=cfg.branches, launched=1, finished=finished), note=note,
         )
 

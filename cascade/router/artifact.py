@@ -24,6 +24,7 @@ import msgspec
 from cascade import __version__ as cascade_version
 from cascade.errors import ConfigError
 from cascade.router.features import LEXICAL_NAMES, FeatureSpec
+from cascade.router.operating import Calibration
 
 MODEL_FILE = "router.skops"
 CARD_FILE = "card.json"
@@ -53,6 +54,9 @@ class RouterCard(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_field
     metrics: dict[str, Any]
     model_sha256: str
     created_with: str = "cascade router train"
+    # Operating points calibrated on out-of-fold p_fail (cascade/router/operating.py); the gateway
+    # uses them unless a plan or the config gives thresholds.
+    calibration: Calibration | None = None
 
 
 def runtime_versions() -> dict[str, str]:
@@ -69,7 +73,8 @@ def lexical_names_sha256() -> str:
     return hashlib.sha256("\n".join(LEXICAL_NAMES).encode()).hexdigest()
 
 
-def save_router(model: Any, out_dir: str | Path, *, tiers: list[str], data: DataRef, metrics: dict[str, Any]) -> Path:
+def save_router(model: Any, out_dir: str | Path, *, tiers: list[str], data: DataRef, metrics: dict[str, Any],
+                calibration: Calibration | None = None) -> Path:
     """Write ``router.skops`` and ``card.json`` into ``out_dir`` (created if needed); returns the card path."""
     import skops.io as sio
 
@@ -82,7 +87,7 @@ def save_router(model: Any, out_dir: str | Path, *, tiers: list[str], data: Data
     card = RouterCard(
         tiers=list(tiers), feature_spec=model.spec, lexical_names_sha256=lexical_names_sha256(), params=params,
         versions=runtime_versions(), data=data, seed=int(model.random_state), metrics=metrics,
-        model_sha256=hashlib.sha256(model_path.read_bytes()).hexdigest(),
+        model_sha256=hashlib.sha256(model_path.read_bytes()).hexdigest(), calibration=calibration,
     )
     card_path = out / CARD_FILE
     card_path.write_bytes(msgspec.json.format(msgspec.json.encode(card), indent=2) + b"\n")

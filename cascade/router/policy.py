@@ -1,18 +1,25 @@
-"""Routing policy: a difficulty score plus an operating point's thresholds pick a tier.
+"""Routing policy: a routing signal's score plus an operating point's thresholds pick a tier.
 
-Thresholds are ascending, one fewer than tiers: a request of difficulty d goes to tier
-``#{t in thresholds : d >= t}``, so low difficulty stays on the cheapest tier. An operating point
+Thresholds are ascending, one fewer than tiers: a request of score s goes to tier
+``#{t in thresholds : s >= t}``, so a low score stays on the cheapest tier. An operating point
 is named by a quality hint: `fast`, `balanced`, `best`, or a numeric accuracy target in (0, 1].
+
+Two signals sit behind the `RoutingSignal` seam: the documented heuristic (score = its difficulty)
+and the learned router (`cascade.router.learned`: score = route score, see `cascade.router.operating`).
+Thresholds come, first match wins, from: the plan file or config (`operating_points`), the signal's
+own calibration (learned router), then `default_operating_points` / `thresholds_for_target`.
 """
 
 from __future__ import annotations
 
 import bisect
+import itertools
 import math
+from typing import Protocol
 
 import msgspec
 
-from cascade.errors import InvalidRequest
+from cascade.errors import ConfigError, InvalidRequest
 
 NAMED_HINTS = ("fast", "balanced", "best")
 
@@ -49,6 +56,44 @@ def parse_hint(raw: str | float | None, param: str = "quality") -> QualityHint |
     return QualityHint(target=value)
 
 
+class Assessment(msgspec.Struct, frozen=True, kw_only=True):
+    """What a routing signal says about one prompt."""
+
+    difficulty: float  # p_fail of tier 0 (learned) or the heuristic's difficulty
+    score: float  # what the thresholds compare against
+    p_fail: tuple[float, ...] | None = None  # per tier, cheapest first (learned router only)
+
+
+class RoutingSignal(Protocol):
+    name: str  # reported as `cascade.router`
+
+    def assess(self, text: str) -> Assessment: ...
+
+    def operating_points(self) -> dict[str, list[float]]:
+        """Calibrated thresholds per named hint (empty: use the defaults)."""
+        ...
+
+    def thresholds_for_target(self, target: float) -> list[float] | None:
+        """Calibrated thresholds for a numeric accuracy target (None: use the default rule)."""
+        ...
+
+
+class HeuristicSignal:
+    name = "heuristic"
+
+    def assess(self, text: str) -> Assessment:
+        from cascade.router.heuristic import heuristic_difficulty
+
+        difficulty = heuristic_difficulty(text)
+        return Assessment(difficulty=difficulty, score=difficulty)
+
+    def operating_points(self) -> dict[str, list[float]]:
+        return {}
+
+    def thresholds_for_target(self, target: float) -> list[float] | None:
+        return None
+
+
 def default_operating_points(n_tiers: int) -> dict[str, list[float]]:
     """Thresholds used when neither config nor plan gives them.
 
@@ -77,17 +122,30 @@ def tier_for(difficulty: float, thresholds: list[float]) -> int:
 
 
 class RoutingPolicy:
-    """Resolves a hint to thresholds (config/plan first, then defaults) and thresholds to a tier."""
+    """Resolves a hint to thresholds (plan/config, then the signal's calibration, then defaults) and
+    a score plus thresholds to a tier."""
 
-    def __init__(self, n_tiers: int, operating_points: dict[str, list[float]] | None = None) -> None:
+    def __init__(self, n_tiers: int, operating_points: dict[str, list[float]] | None = None,
+                 signal: RoutingSignal | None = None) -> None:
         self.n_tiers = n_tiers
-        self.operating_points = default_operating_points(n_tiers) | (operating_points or {})
+        self.signal: RoutingSignal = signal or HeuristicSignal()
+        self.operating_points = (default_operating_points(n_tiers) | self.signal.operating_points()
+                                 | (operating_points or {}))
+        for hint, thresholds in self.operating_points.items():
+            if len(thresholds) != n_tiers - 1 or any(b < a for a, b in itertools.pairwise(thresholds)):
+                raise ConfigError(f"operating point `{hint}` needs {n_tiers - 1} ascending thresholds, "
+                                  f"got {thresholds}")
 
     def thresholds(self, hint: QualityHint) -> list[float]:
         if hint.name is not None:
             return self.operating_points[hint.name]
         assert hint.target is not None
-        return self.operating_points.get(hint.label) or thresholds_for_target(hint.target, self.n_tiers)
+        return (self.operating_points.get(hint.label) or self.signal.thresholds_for_target(hint.target)
+                or thresholds_for_target(hint.target, self.n_tiers))
 
-    def choose(self, difficulty: float, hint: QualityHint) -> int:
-        return tier_for(difficulty, self.thresholds(hint))
+    def choose(self, score: float, hint: QualityHint) -> int:
+        return tier_for(score, self.thresholds(hint))
+
+    def route(self, text: str, hint: QualityHint) -> tuple[int, Assessment]:
+        assessment = self.signal.assess(text)
+        return self.choose(assessment.score, hint), assessment

@@ -112,3 +112,13 @@ def test_training_on_half_of_gsm8k_beats_random_on_the_other_half(gsm8k_csv) -> 
     model = DifficultyClassifier(C=0.003).fit(train.prompts, train.correct)
     report = ev.report(model.predict_p_fail(test.prompts), test.correct)
     assert report["apgr"] > 0.6 and report["auc"] > 0.55 and report["ece"] < 0.08
+
+
+def test_a_prompt_unlike_any_training_prompt_gets_a_finite_probability(synthetic) -> None:
+    """Features constant in training (std of float noise) must not blow up an unseen prompt's score."""
+    prompts, correct = synthetic
+    model = DifficultyClassifier().fit(prompts, correct)
+    odd = ["Write a haiku about the sea.", "A) 1\nB) 2\nC) 3\nD) 4\nWhich is prime? " * 20, "x" * 5000, ""]
+    p_fail = model.predict_p_fail(odd)  # pytest turns an overflow warning into a failure
+    assert np.all(np.isfinite(p_fail)) and np.all((p_fail >= 0) & (p_fail <= 1))
+    assert np.all(model.scale_ > 1e-6)  # no division by the float noise of a constant feature

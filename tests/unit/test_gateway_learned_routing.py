@@ -1,0 +1,103 @@
+"""The gateway routing with a learned router trained by `cascade router train`, over real HTTP."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import httpx
+import numpy as np
+import pytest
+
+from cascade.cli import main
+from cascade.config import decode_config
+from cascade.errors import ConfigError
+from cascade.gateway.server import Gateway
+from tests.unit.gateway_setup import TIERS, ladder_toml, post_chat, running_gateway, user
+
+EASY = "Sam buys 3 apples. How many apples?"
+HARD = ". ".join(f"Sam buys {k + 11} apples for ${k + 2} each" for k in range(6)) + ". How much in total?"
+
+
+@pytest.fixture(scope="module")
+def router_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A 3-tier router trained on seeded outcomes where long, number-heavy prompts defeat cheap tiers."""
+    rng = np.random.default_rng(0)
+    rows = ["prompt," + ",".join(TIERS)]
+    for _ in range(300):
+        k = int(rng.integers(1, 7))
+        prompt = ". ".join(f"Sam buys {int(rng.integers(2, 99))} apples for ${int(rng.integers(1, 9))} each"
+                           for _ in range(k)) + ". How much does he pay in total?"
+        ok = [rng.random() < 1.0 - 0.16 * k, rng.random() < 1.0 - 0.08 * k, rng.random() < 0.98 - 0.02 * k]
+        rows.append(f'"{prompt}",' + ",".join(str(v) for v in ok))
+    tmp = tmp_path_factory.mktemp("learned")
+    (tmp / "outcomes.csv").write_text("\n".join(rows) + "\n")
+    out = tmp / "router"
+    assert main(["router", "train", "--outcomes", str(tmp / "outcomes.csv"), "--tiers", ",".join(TIERS),
+                 "--out", str(out), "--cv-folds", "3"]) == 0
+    return out
+
+
+def learned(router_dir: Path) -> str:
+    return f'[routing]\npolicy = "learned"\nrouter = "{router_dir}"\n'
+
+
+def route(base: str, text: str, quality: str | float | None = None) -> dict:
+    body: dict = {"model": "cascade", "messages": user(text)}
+    if quality is not None:
+        body["quality"] = quality
+    response = httpx.post(f"{base}/v1/route", json=body, timeout=10)
+    assert response.status_code == 200, response.text
+    assert response.headers["x-cascade-tier"] == response.json()["tier_name"]
+    return response.json()
+
+
+def test_route_endpoint_reports_p_fail_per_tier_and_the_calibrated_thresholds(router_dir) -> None:
+    with running_gateway(extra=learned(router_dir)) as (base, _, engine):
+        easy, hard = route(base, EASY, "balanced"), route(base, HARD, "balanced")
+        assert easy["router"] == hard["router"] == "learned" and easy["object"] == "cascade.route"
+        assert set(easy["p_fail"]) == set(TIERS) and len(easy["thresholds"]) == 2
+        assert hard["difficulty"] > easy["difficulty"] and hard["route_score"] > easy["route_score"]
+        assert hard["tier"] > easy["tier"]
+        assert engine.stats.requests == 0  # routing only: nothing was generated
+
+
+def test_named_hints_order_tiers_and_a_numeric_target_is_honoured(router_dir) -> None:
+    with running_gateway(extra=learned(router_dir)) as (base, _, _):
+        tiers = [route(base, HARD, hint)["tier"] for hint in ("fast", "balanced", "best")]
+        assert tiers == sorted(tiers) and tiers[-1] > tiers[0]
+        assert route(base, HARD, 0.05)["tier"] <= route(base, HARD, 0.99)["tier"]
+
+
+def test_chat_completion_reports_the_learned_decision(router_dir) -> None:
+    with running_gateway(extra=learned(router_dir)) as (base, _, _):
+        decision = route(base, HARD, "balanced")
+        response = post_chat(base, {"model": "cascade:balanced", "messages": user(HARD)})
+        info = response.json()["cascade"]
+        assert response.status_code == 200 and info["router"] == "learned"
+        assert info["tier"] == decision["tier"] and info["route_score"] == decision["route_score"]
+
+
+def test_config_thresholds_override_the_calibration(router_dir) -> None:
+    extra = learned(router_dir) + "operating_points = { balanced = [0.0, 0.0] }\n"
+    with running_gateway(extra=extra) as (base, _, _):
+        assert route(base, EASY, "balanced")["tier"] == 2
+
+
+def test_route_rejects_bad_input_with_an_openai_error(router_dir) -> None:
+    with running_gateway(extra=learned(router_dir)) as (base, _, _):
+        response = httpx.post(f"{base}/v1/route", json={"model": "cascade", "messages": user(), "quality": 7},
+                              timeout=10)
+        assert response.status_code == 400 and response.json()["error"]["param"] == "quality"
+        response = httpx.post(f"{base}/v1/route", json={"model": "nope", "messages": user()}, timeout=10)
+        assert response.status_code == 404
+
+
+def test_a_router_for_other_tiers_is_refused_at_start(router_dir) -> None:
+    toml = ladder_toml("http://127.0.0.1:9", learned(router_dir)).replace('"tier-large"', '"tier-xl"')
+    with pytest.raises(ConfigError, match="trained for tiers"):
+        Gateway(decode_config(toml))
+
+
+def test_learned_policy_without_a_router_is_a_config_error() -> None:
+    with pytest.raises(ConfigError, match=r"routing\.router"):
+        decode_config(ladder_toml("http://127.0.0.1:9", '[routing]\npolicy = "learned"\n'))
