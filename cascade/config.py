@@ -44,6 +44,8 @@ class GatewayConfig(_Strict, frozen=True):
     # Empty: no authentication (the default binds loopback only).
     api_keys: tuple[str, ...] = ()
     default_quality: str = "balanced"
+    # Seconds between SSE keep-alive comments while a stream waits for its first token (cascade mode).
+    keepalive_s: PositiveFloat = 2.0
     limits: Limits = Limits()
 
 
@@ -115,6 +117,12 @@ class RoutingConfig(_Strict, frozen=True):
     policy: Literal["heuristic", "learned"] = "heuristic"
     # Router directory; a relative path is relative to the config file's folder.
     router: str = ""
+    # "route": one tier per request, picked by `operating_points`; "cascade": start on the cheapest tier
+    # that can accept and escalate while the answer's confidence is below the tier's `accept` threshold
+    # (cascade/router/acceptance.py). A --plan's own mode wins.
+    mode: Literal["route", "cascade"] = "route"
+    # Cascade mode: acceptance thresholds per named operating point, one per tier but the last.
+    accept: dict[str, list[float]] = msgspec.field(default_factory=dict)
     # Thresholds per named operating point (ascending, n_tiers - 1 values); a plan file overrides them.
     operating_points: dict[str, list[float]] = msgspec.field(default_factory=dict)
 
@@ -159,6 +167,13 @@ def _check(config: CascadeConfig) -> None:
             raise ConfigError(f"`{key}` needs {n_thresholds} thresholds (one fewer than tiers)")
         if any(b < a for a, b in itertools.pairwise(thresholds)):
             raise ConfigError(f"`{key}` must be ascending, got {thresholds}")
+    for hint, thresholds in config.routing.accept.items():
+        key = f"routing.accept.{hint}"
+        if len(thresholds) != n_thresholds:
+            raise ConfigError(f"`{key}` needs {n_thresholds} acceptance thresholds (one per tier but the last)")
+        if any(not h >= 0.0 for h in thresholds):  # written so that NaN fails too
+            raise ConfigError(f"`{key}` thresholds must be >= 0 (above 1 means the tier never accepts), "
+                              f"got {thresholds}")
 
 
 def decode_config(data: bytes | str, source: str = "cascade.toml") -> CascadeConfig:

@@ -84,8 +84,8 @@ class Plan(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True
     tiers: list[str]
     operating_points: list[OperatingPoint]
     deployment: list[TierDeployment] = msgspec.field(default_factory=list)
-    # "route": thresholds on difficulty, one tier per request (the gateway's policy); "cascade":
-    # judge-score acceptance thresholds per tier (Cascadia), which the gateway does not run yet.
+    # "route": thresholds on the router's score, one tier per request; "cascade": acceptance
+    # thresholds per tier (Cascadia): the gateway runs its cascade mode (cascade/router/acceptance.py).
     routing: Literal["route", "cascade"] = "route"
     gpu: str = ""
     gpus_per_node: int = 0
@@ -93,9 +93,8 @@ class Plan(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True
     planner: PlannerInfo | None = None
 
     def thresholds_by_hint(self, n_tiers: int) -> dict[str, list[float]]:
-        if self.routing != "route":
-            raise ConfigError("plan thresholds are judge-score acceptance thresholds (routing = cascade); "
-                              "the gateway routes by difficulty: plan with [routing] mode = \"route\"")
+        """Per hint: route-mode difficulty thresholds (ascending) or, for a cascade-mode plan, the
+        acceptance thresholds of every tier but the last (Cascadia's judge-score thresholds)."""
         if len(self.tiers) != n_tiers:
             tiers = ", ".join(self.tiers)
             raise ConfigError(f"plan is for {len(self.tiers)} tiers ({tiers}); the config has {n_tiers}")

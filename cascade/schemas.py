@@ -84,6 +84,8 @@ class CascadeInfo(msgspec.Struct, kw_only=True):
     difficulty: float | None = None  # p_fail of tier 0 (learned router) or the heuristic's difficulty
     route_score: float | None = None  # what the operating point's thresholds were compared with
     escalations: int = 0
+    # Cascade mode: confidence of the accepted answer (cascade/router/acceptance.py).
+    confidence: float | None = None
     router: str = ""
     branches: BranchStats = msgspec.field(default_factory=BranchStats)
     note: str | None = None

@@ -3,7 +3,8 @@
 It is a plain ASGI app (no framework, so that it costs little CPU next to what it measures).
 Behaviour comes from its `FakeScript` and can be overridden per request by a directive in the
 last user message, e.g. ``[fake status=500]`` or ``[fake ttft_ms=50 itl_ms=5 tokens=20 stall_after=3]``,
-so that tests can inject faults through the gateway without any side channel.
+so that tests can inject faults through the gateway without any side channel. ``[fake@MODEL ...]``
+applies only to requests for that model (one engine can play every tier of a ladder).
 
 `GET /fake/stats` reports how many streams started, finished and were cancelled by the client,
 which is how tests prove that a client disconnect stops generation upstream.
@@ -26,7 +27,7 @@ Message = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[Message]]
 Send = Callable[[Message], Awaitable[None]]
 
-_DIRECTIVE = re.compile(r"\[fake ([^\]]*)\]")
+_DIRECTIVE = re.compile(r"\[fake(?:@([^\s\]]+))? ([^\]]*)\]")
 
 
 class FakeScript(msgspec.Struct, kw_only=True):
@@ -58,18 +59,19 @@ def script_for(base: FakeScript, body: dict[str, Any]) -> FakeScript:
     if messages and isinstance(messages[-1], dict):
         content = messages[-1].get("content")
         text = content if isinstance(content, str) else ""
-    match = _DIRECTIVE.search(text)
-    if not match:
-        return base
     overrides: dict[str, Any] = {}
-    for item in match.group(1).split():
-        key, _, value = item.partition("=")
-        if key in ("ttft_ms", "itl_ms"):
-            overrides[key] = float(value)
-        elif key in ("tokens", "status", "stall_after"):
-            overrides[key] = int(value)
-        elif key == "answer":
-            overrides[key] = value.replace("_", " ")
+    # Unscoped directives first, so that a model-scoped one overrides them for its model.
+    for model, items in sorted(_DIRECTIVE.findall(text), key=lambda d: bool(d[0])):
+        if model and model != body.get("model"):
+            continue
+        for item in items.split():
+            key, _, value = item.partition("=")
+            if key in ("ttft_ms", "itl_ms"):
+                overrides[key] = float(value)
+            elif key in ("tokens", "status", "stall_after"):
+                overrides[key] = int(value)
+            elif key == "answer":
+                overrides[key] = value.replace("_", " ")
     return msgspec.structs.replace(base, **overrides)
 
 

@@ -64,20 +64,23 @@ def create_app(
         max_tokens = service.validate(req)
         decision = service.decide(req, request.headers.get("x-cascade-quality"))
         service.admit()
-        headers = {"X-Cascade-Tier": decision.tier.name}
         if req.stream:
             try:
                 frames = await service.open_stream(req, decision, max_tokens)
             except BaseException:
                 service.release()
                 raise
-            return Stream(_released(frames, service), media_type="text/event-stream",
-                          headers={**headers, "Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+            # In cascade mode the headers leave before any tier answered: they name the first tier and
+            # say the stream may escalate; its chunks' `model` and `cascade` name the tier that answered.
+            headers = {"X-Cascade-Tier": decision.tier.name, "Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+            if decision.accept is not None:
+                headers["X-Cascade-Mode"] = "cascade"
+            return Stream(_released(frames, service), media_type="text/event-stream", headers=headers)
         try:
             completion = await _unless_disconnected(request, service.complete(req, decision, max_tokens))
         finally:
             service.release()
-        return Response(_encode(completion), media_type=_JSON, headers=headers)
+        return Response(_encode(completion), media_type=_JSON, headers={"X-Cascade-Tier": completion.model})
 
     @post("/v1/route", status_code=200)
     async def route(request: Request[Any, Any, Any]) -> Response[bytes]:

@@ -39,14 +39,16 @@ class Gateway:
         self.workers = make_workers(config, log_dir or Path.cwd() / "logs") if config.workers else {}
         self.supervisor = Supervisor(list(self.workers.values()))
         tiers = build_tiers(config, self.workers)
-        points = dict(config.routing.operating_points)
+        points, accept, mode = dict(config.routing.operating_points), dict(config.routing.accept), config.routing.mode
         if plan_path:
-            points |= load_plan(plan_path).thresholds_by_hint(len(tiers))
+            plan = load_plan(plan_path)
+            mode = plan.routing  # the plan was optimised for its own mode
+            (accept if mode == "cascade" else points).update(plan.thresholds_by_hint(len(tiers)))
         self.metrics = GatewayMetrics()
         self.service = ChatService(
-            tiers, RoutingPolicy(len(tiers), points, routing_signal(config, [t.name for t in tiers])),
+            tiers, RoutingPolicy(len(tiers), points, routing_signal(config, [t.name for t in tiers]), mode, accept),
             config.gateway.limits, self.metrics,
-            config.gateway.default_quality,
+            config.gateway.default_quality, config.gateway.keepalive_s,
         )
         self.app = create_app(
             self.service, config.gateway.api_keys, ready_check=self.ready,

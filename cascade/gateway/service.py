@@ -20,7 +20,8 @@ from cascade.errors import BackendError, InvalidRequest, Overloaded, UnknownMode
 from cascade.gateway.frames import DONE, ChunkFrames
 from cascade.gateway.frames import sse as _sse
 from cascade.gateway.metrics import GatewayMetrics
-from cascade.router.policy import NAMED_HINTS, Assessment, RoutingPolicy, parse_hint
+from cascade.router.acceptance import accepts, answer_confidence, first_tier, next_tier
+from cascade.router.policy import NAMED_HINTS, Assessment, QualityHint, RoutingPolicy, parse_hint
 from cascade.schemas import (
     AssistantMessage,
     BranchStats,
@@ -37,6 +38,9 @@ from cascade.schemas import (
 from cascade.tiers import Tier, tier_request
 
 ROUTED_MODEL = "cascade"
+# SSE comment sent while a cascade (or branches) works before the first token: proxies and clients
+# with idle timeouts keep the connection, and OpenAI SDKs ignore comments.
+KEEPALIVE = b": keep-alive\n\n"
 _encode = msgspec.json.Encoder().encode
 
 
@@ -46,6 +50,11 @@ class Decision(msgspec.Struct, kw_only=True):
     router: str  # the routing signal's name, or "bypass" when the client named a tier
     assessment: Assessment | None = None
     thresholds: list[float] | None = None
+    quality: QualityHint | None = None  # None when the client named a tier
+    # Cascade mode: acceptance thresholds, escalations so far, and the accepted answer's confidence.
+    accept: list[float] | None = None
+    escalations: int = 0
+    confidence: float | None = None
 
 
 class ChatService:
@@ -56,6 +65,7 @@ class ChatService:
         limits: Limits,
         metrics: GatewayMetrics,
         default_quality: str = "balanced",
+        keepalive_s: float = 2.0,
     ) -> None:
         self.tiers = list(tiers)
         self.by_name = {t.name: t for t in self.tiers}
@@ -66,6 +76,7 @@ class ChatService:
         assert default is not None
         self.default_hint = default
         self.in_flight = 0
+        self.keepalive_s = keepalive_s
 
     # --- models and validation -------------------------------------------------------------
 
@@ -113,9 +124,14 @@ class ChatService:
         )
         start = time.perf_counter()
         index, assessment = self.policy.route(_last_user_text(req.messages), hint)
+        accept = None
+        if self.policy.mode == "cascade":
+            accept = self.policy.accept(hint)
+            index = first_tier(accept)
         self.metrics.decision_latency.observe(time.perf_counter() - start)
         return Decision(tier=self.tiers[index], hint=hint.label, router=self.policy.signal.name,
-                        assessment=assessment, thresholds=self.policy.thresholds(hint))
+                        assessment=assessment, thresholds=accept or self.policy.thresholds(hint), quality=hint,
+                        accept=accept)
 
     def route_decision(self, decision: Decision) -> RouteDecision:
         assessment = decision.assessment
@@ -159,24 +175,63 @@ class ChatService:
             tier=decision.tier.index, tier_name=decision.tier.name, quality=decision.hint,
             difficulty=None if assessment is None else round(assessment.difficulty, 4),
             route_score=None if assessment is None else round(assessment.score, 4), router=decision.router,
+            escalations=decision.escalations,
+            confidence=None if decision.confidence is None else round(decision.confidence, 4),
             branches=BranchStats(configured=cfg.branches, launched=1, finished=finished), note=note,
         )
 
     async def complete(self, req: ChatCompletionRequest, decision: Decision, max_tokens: int) -> ChatCompletion:
-        tier = decision.tier
         start = time.perf_counter()
+        if decision.accept is not None:
+            decision, results = await self._cascade(req, decision, max_tokens)
+        else:
+            results = await self._answer(req, decision.tier, max_tokens)
+        return self._completion(decision, results, start)
+
+    async def _answer(self, req: ChatCompletionRequest, tier: Tier, max_tokens: int) -> list[GenerationResult]:
+        """All `n` choices of one tier, collected (errors and disconnects are counted)."""
         try:
             # Streamed upstream even for a non-streaming client: the read timeout then bounds the silence
             # between tokens, not the whole answer (a CPU engine may take minutes for a long one).
-            results: list[GenerationResult] = await asyncio.gather(
+            return list(await asyncio.gather(
                 *(collect(tier.backend.stream(self._generation(req, tier, max_tokens, i))) for i in range(req.n))
-            )
+            ))
         except BackendError as exc:
             self._count_backend_error(tier, exc)
             raise
         except asyncio.CancelledError:
             self.metrics.disconnects.labels(tier.name).inc()
             raise
+
+    async def _cascade(
+        self, req: ChatCompletionRequest, decision: Decision, max_tokens: int
+    ) -> tuple[Decision, list[GenerationResult]]:
+        """Cascade mode: answer on the decision's tier, escalate while the answer's confidence is below
+        the tier's acceptance threshold or the tier fails (cascade/router/acceptance.py)."""
+        accept = decision.accept
+        assert accept is not None
+        p_fail = decision.assessment.p_fail if decision.assessment else None
+        index = decision.tier.index
+        while True:
+            tier = self.tiers[index]
+            decision = msgspec.structs.replace(decision, tier=tier)
+            try:
+                results = await self._answer(req, tier, max_tokens)
+            except BackendError:
+                if index == len(self.tiers) - 1:
+                    raise
+                confidence = 0.0
+            else:
+                prior = None if p_fail is None else 1.0 - p_fail[index]
+                confidence = min(answer_confidence(prior, r.finish_reason, r.text) for r in results)
+                if accepts(index, confidence, accept):
+                    return msgspec.structs.replace(decision, confidence=confidence), results
+            self.metrics.escalations.labels(tier.name).inc()
+            decision = msgspec.structs.replace(decision, escalations=decision.escalations + 1)
+            index = next_tier(index, accept)
+
+    def _completion(self, decision: Decision, results: list[GenerationResult], start: float) -> ChatCompletion:
+        tier = decision.tier
         usage = Usage(
             prompt_tokens=results[0].prompt_tokens,
             completion_tokens=sum(r.completion_tokens for r in results),
@@ -193,11 +248,53 @@ class ChatService:
             usage=usage, cascade=self._info(decision, finished=len(results)),
         )
 
+    async def _cascade_frames(
+        self, req: ChatCompletionRequest, decision: Decision, max_tokens: int
+    ) -> AsyncGenerator[bytes, None]:
+        """A streamed cascade: SSE comments keep the connection alive while tiers answer, then the accepted
+        answer is sent (so TTFT honestly includes every escalation)."""
+        start = time.perf_counter()
+        work = asyncio.ensure_future(self._cascade(req, decision, max_tokens))
+        try:
+            while True:
+                done, _ = await asyncio.wait({work}, timeout=self.keepalive_s)
+                if done:
+                    break
+                yield KEEPALIVE
+            decision, results = work.result()
+        except BackendError as exc:
+            yield _in_band_error(exc)
+            return
+        except (asyncio.CancelledError, GeneratorExit):
+            self.metrics.disconnects.labels(decision.tier.name).inc()
+            raise
+        finally:
+            if not work.done():
+                work.cancel()
+                await asyncio.gather(work, return_exceptions=True)
+        tier = decision.tier
+        frames = ChunkFrames(f"chatcmpl-{uuid.uuid4().hex}", int(time.time()), tier.name)
+        body = [frames.role(len(results), self._info(decision, finished=len(results)))]
+        for i, r in enumerate(results):
+            body.append(frames.content(i, r.text, r.reasoning))
+            body.append(frames.finish(i, r.finish_reason))
+        self.metrics.ttft.labels(tier.name).observe(time.perf_counter() - start)
+        completion_tokens = sum(r.completion_tokens for r in results)
+        usage = None
+        if req.stream_options and req.stream_options.include_usage:
+            usage = Usage(prompt_tokens=results[0].prompt_tokens, completion_tokens=completion_tokens,
+                          total_tokens=results[0].prompt_tokens + completion_tokens)
+        body.append(frames.tail(self._info(decision, finished=len(results)), usage))
+        yield b"".join(body)
+        self._count_success(tier, time.perf_counter() - start, completion_tokens)
+
     async def open_stream(
         self, req: ChatCompletionRequest, decision: Decision, max_tokens: int
     ) -> AsyncGenerator[bytes, None]:
         """Start the upstream streams and wait for their first delta, so that a backend fault becomes
         an HTTP error status instead of a broken 200 stream. Returns the SSE frame iterator."""
+        if decision.accept is not None:
+            return self._cascade_frames(req, decision, max_tokens)
         tier = decision.tier
         start = time.perf_counter()
         streams = [tier.backend.stream(self._generation(req, tier, max_tokens, i)) for i in range(req.n)]
@@ -250,8 +347,7 @@ class ChatService:
         except BackendError as exc:
             # Headers are gone already: report the fault in-band, as OpenAI does, then end the stream.
             self._count_backend_error(tier, exc)
-            error = {"error": {"message": exc.message, "type": "server_error", "param": None, "code": None}}
-            yield _sse(_encode(error)) + DONE
+            yield _in_band_error(exc)
             return
         except (asyncio.CancelledError, GeneratorExit):
             self.metrics.disconnects.labels(tier.name).inc()
@@ -276,6 +372,12 @@ class ChatService:
     def _count_backend_error(self, tier: Tier, exc: BackendError) -> None:
         self.metrics.requests.labels(tier.name, "backend_error").inc()
         self.metrics.backend_errors.labels(tier.name, type(exc).__name__).inc()
+
+
+def _in_band_error(exc: BackendError) -> bytes:
+    """A fault after the headers went out is reported in-band, as OpenAI does, and ends the stream."""
+    error = {"error": {"message": exc.message, "type": "server_error", "param": None, "code": None}}
+    return _sse(_encode(error)) + DONE
 
 
 def _last_user_text(messages: list[ChatMessage]) -> str:

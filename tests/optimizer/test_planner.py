@@ -33,12 +33,14 @@ def test_operating_points_reach_the_gateway_in_its_own_threshold_semantics(small
     assert 0.0 <= points["balanced"][0] <= 1.01
 
 
-def test_a_cascade_plan_is_not_mistaken_for_difficulty_thresholds(small_cascade_problem) -> None:
+def test_a_cascade_plan_carries_acceptance_thresholds_for_the_gateways_cascade_mode(small_cascade_problem) -> None:
     problem, base = load_problem(small_cascade_problem)
     plan = plan_problem(problem, base).plan
     assert plan.routing == "cascade" and plan.pareto_front
-    with pytest.raises(ConfigError, match="judge-score"):
-        plan.thresholds_by_hint(2)
+    points = plan.thresholds_by_hint(2)
+    assert set(points) >= {"fast", "balanced", "best"} and all(len(h) == 1 for h in points.values())
+    with pytest.raises(ConfigError, match="the config has 3"):
+        plan.thresholds_by_hint(3)
 
 
 def test_the_same_seed_gives_the_same_plan(small_problem) -> None:

@@ -101,3 +101,17 @@ def test_a_router_for_other_tiers_is_refused_at_start(router_dir) -> None:
 def test_learned_policy_without_a_router_is_a_config_error() -> None:
     with pytest.raises(ConfigError, match=r"routing\.router"):
         decode_config(ladder_toml("http://127.0.0.1:9", '[routing]\npolicy = "learned"\n'))
+
+
+def test_cascade_mode_accepts_on_the_learned_prior_and_escalates_below_it(router_dir) -> None:
+    extra = learned(router_dir) + 'mode = "cascade"\naccept = { balanced = [0.5, 0.5] }\n'
+    with running_gateway(extra=extra) as (base, _, _):
+        easy, hard = route(base, EASY, "balanced"), route(base, HARD, "balanced")
+        assert easy["thresholds"] == [0.5, 0.5]
+        for decision, text in ((easy, EASY), (hard, HARD)):
+            info = post_chat(base, {"model": "cascade:balanced", "messages": user(text)}).json()["cascade"]
+            p_ok = [1 - decision["p_fail"][t] for t in TIERS]
+            expected = next((t for t in range(2) if p_ok[t] >= 0.5), 2)
+            assert info["tier"] == expected and info["escalations"] == expected
+            assert info["confidence"] == pytest.approx(p_ok[expected], abs=1e-3)
+        assert 1 - hard["p_fail"][TIERS[0]] < 0.5  # the hard prompt did escalate

@@ -1,0 +1,55 @@
+"""Cascade mode: accept a tier's answer, or escalate the request to the next tier.
+
+In cascade mode (`[routing] mode = "cascade"`, or a plan made with `mode = "cascade"`) a request is
+answered by the cheapest tier that can accept, and moves up while its answer's **confidence** stays
+below that tier's acceptance threshold (Cascadia's rule; the last tier always accepts). An operating
+point is one acceptance threshold per tier but the last, named by a quality hint like route mode's.
+
+Confidence of an answer on tier t, in [0, 1]:
+
+* 0 when the answer cannot be right as returned: cut off (`finish_reason` other than `stop`) or empty;
+* otherwise the router's prior that tier t answers this prompt correctly, ``1 - p_fail[t]`` (learned
+  router), or 1 without a learned router (so cascade mode then escalates exactly the truncated and
+  empty answers, and backend faults).
+
+A tier whose threshold is above 1 can never accept, so it is skipped rather than run: `best`
+(`[NEVER, ...]`) goes straight to the top tier, and a plan can switch tiers off per operating point.
+"""
+
+from __future__ import annotations
+
+import math
+
+NEVER = 1.01  # an acceptance threshold no confidence reaches
+
+
+def default_accept_points(n_tiers: int) -> dict[str, list[float]]:
+    """Acceptance thresholds per named hint when neither config nor plan gives them: `fast` accepts
+    any answer (even a cut-off one), `balanced` one the router gives even odds or better, `best` only the top tier."""
+    k = n_tiers - 1
+    return {"fast": [0.0] * k, "balanced": [0.5] * k, "best": [NEVER] * k}
+
+
+def accept_for_target(target: float, n_tiers: int) -> list[float]:
+    """A numeric accuracy target: accept an answer whose confidence reaches the target."""
+    return [target] * (n_tiers - 1)
+
+
+def answer_confidence(prior_correct: float | None, finish_reason: str | None, text: str) -> float:
+    if finish_reason != "stop" or not text.strip():
+        return 0.0
+    return 1.0 if prior_correct is None else min(1.0, max(0.0, prior_correct))
+
+
+def first_tier(accept: list[float]) -> int:
+    """The cheapest tier that can accept (the last tier always can)."""
+    return next((t for t, h in enumerate(accept) if h <= 1.0), len(accept))
+
+
+def next_tier(tier: int, accept: list[float]) -> int:
+    """The tier to escalate to from `tier`, skipping tiers that can never accept."""
+    return next((t for t in range(tier + 1, len(accept)) if accept[t] <= 1.0), len(accept))
+
+
+def accepts(tier: int, confidence: float, accept: list[float]) -> bool:
+    return tier >= len(accept) or (confidence >= accept[tier] and not math.isnan(confidence))
