@@ -19,6 +19,8 @@ T = TypeVar("T")
 Port = Annotated[int, msgspec.Meta(ge=0, le=65535)]
 PositiveFloat = Annotated[float, msgspec.Meta(gt=0)]
 PositiveInt = Annotated[int, msgspec.Meta(ge=1)]
+NonNegativeInt = Annotated[int, msgspec.Meta(ge=0)]
+UnitFloat = Annotated[float, msgspec.Meta(ge=0, le=1)]
 Name = Annotated[str, msgspec.Meta(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9][A-Za-z0-9._:/-]*$")]
 
 
@@ -36,6 +38,10 @@ class Limits(_Strict, frozen=True):
     max_stop_sequences: PositiveInt = 4
     # Admission: requests in flight beyond this get 429 instead of queueing without bound.
     max_in_flight: PositiveInt = 1024
+    # Reasoning branches a request may ask for (`branches.n`), and how long it may wait for a tier's
+    # branch slots before a 429.
+    max_branches: PositiveInt = 16
+    max_slot_wait_s: PositiveFloat = 60.0
 
 
 class GatewayConfig(_Strict, frozen=True):
@@ -106,9 +112,21 @@ class TierConfig(_Strict, frozen=True):
     # A reasoning instruction prepended as a system message (e.g. "think step by step").
     system_prompt: str = ""
     default_max_tokens: PositiveInt = 512
-    # Reasoning branches per request (N) and how many must finish (M); see cascade/branches.
+    # Reasoning branches per request (N) and how many must finish (M): SART, cascade/branches/runner.py.
     branches: PositiveInt = 1
     branches_to_finish: PositiveInt = 1
+    # Phase-1 pruning: branches scoring below prune_alpha, at most prune_beta per request (0: off).
+    prune_alpha: UnitFloat = 0.0
+    prune_beta: NonNegativeInt = 0
+    # Phase 2 (prune below the first finished branch's score) and scoring are on unless scorer = "none".
+    scorer: Literal["cpu", "none"] = "cpu"
+    score_every_steps: PositiveInt = 2  # K: score a branch every K reasoning steps (paragraphs)
+    aggregation: Literal["majority", "weighted"] = "majority"
+    # Sampling temperature of branches when the request gives none (identical greedy branches vote alike).
+    branch_temperature: Annotated[float, msgspec.Meta(ge=0, le=2)] = 0.7
+    # Branch-aware admission: live branches on this tier at most (0: no limit). A request needs one
+    # slot per branch; freed slots (finished, pruned, stopped branches) admit waiting requests.
+    branch_slots: NonNegativeInt = 0
 
 
 class RoutingConfig(_Strict, frozen=True):
@@ -151,6 +169,9 @@ def _check(config: CascadeConfig) -> None:
             raise ConfigError(f"`tiers[{i}].backends` is empty: tier `{tier.name}` needs a backend")
         if tier.branches_to_finish > tier.branches:
             raise ConfigError(f"`tiers[{i}].branches_to_finish` must be <= `branches` ({tier.branches})")
+        if tier.branch_slots and tier.branch_slots < tier.branches:
+            raise ConfigError(f"`tiers[{i}].branch_slots` ({tier.branch_slots}) must be 0 (no limit) or at least "
+                              f"`branches` ({tier.branches})")
         for j, backend in enumerate(tier.backends):
             where = f"tiers[{i}].backends[{j}]"
             if isinstance(backend, WorkerBackend):

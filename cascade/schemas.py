@@ -35,6 +35,17 @@ class StreamOptions(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     include_usage: bool = False
 
 
+class BranchOverride(msgspec.Struct, kw_only=True, forbid_unknown_fields=True, omit_defaults=True):
+    """cascade's extension: per-request reasoning-branch settings, within the gateway's limits."""
+
+    n: int | None = None
+    m: int | None = None
+    alpha: float | None = None
+    beta: int | None = None
+    k: int | None = None  # score every k reasoning steps
+    aggregation: Literal["majority", "weighted"] | None = None
+
+
 class ChatCompletionRequest(msgspec.Struct, kw_only=True, forbid_unknown_fields=True, omit_defaults=True):
     """The request body. Fields we accept but do not act on are listed so that clients sending
     them are not refused; truly unknown fields are refused with their name."""
@@ -59,6 +70,8 @@ class ChatCompletionRequest(msgspec.Struct, kw_only=True, forbid_unknown_fields=
     reasoning_effort: str | None = None
     # cascade's own extension: a named operating point or a numeric accuracy target in (0, 1].
     quality: str | float | None = None
+    # cascade's own extension: override the served tier's reasoning-branch settings.
+    branches: BranchOverride | None = None
 
 
 class Usage(msgspec.Struct, kw_only=True):
@@ -73,6 +86,11 @@ class BranchStats(msgspec.Struct, kw_only=True):
     finished: int = 0
     pruned: int = 0
     early_stopped: int = 0
+    pruned_phase1: int = 0
+    pruned_phase2: int = 0
+    failed: int = 0
+    decode_tokens: int | None = None  # all branches' generated tokens, pruned and stopped ones included
+    votes: dict[str, int] | None = None  # answer -> finished branches giving it
 
 
 class CascadeInfo(msgspec.Struct, kw_only=True):

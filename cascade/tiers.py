@@ -10,9 +10,12 @@ from pathlib import Path
 import msgspec
 
 from cascade.branches.backend import Backend, GenerationRequest
+from cascade.branches.cpu_scorer import CPUScorer
 from cascade.branches.openai_client import OpenAIBackend
 from cascade.branches.pool import ReplicaPool
+from cascade.branches.scoring import Scorer
 from cascade.branches.sglang_client import SGLangBackend
+from cascade.branches.slots import BranchSlots
 from cascade.config import BackendConfig, CascadeConfig, TierConfig
 from cascade.config import OpenAIBackend as OpenAIBackendConfig
 from cascade.config import SGLangBackend as SGLangBackendConfig
@@ -25,6 +28,9 @@ class Tier(msgspec.Struct, kw_only=True):
     index: int
     config: TierConfig
     backend: Backend
+    # Branch-aware admission (config.branch_slots > 0) and the partial-branch scorer (SART).
+    slots: BranchSlots | None = None
+    scorer: Scorer | None = None
 
     @property
     def name(self) -> str:
@@ -55,7 +61,10 @@ def build_tiers(config: CascadeConfig, workers: dict[str, Worker]) -> list[Tier]
     tiers = []
     for index, tier_config in enumerate(config.tiers):
         replicas = [make_backend(f"{tier_config.name}/{j}", b, workers) for j, b in enumerate(tier_config.backends)]
-        tiers.append(Tier(index=index, config=tier_config, backend=ReplicaPool(tier_config.name, replicas)))
+        slots = BranchSlots(tier_config.name, tier_config.branch_slots) if tier_config.branch_slots else None
+        scorer = CPUScorer() if tier_config.scorer == "cpu" else None
+        tiers.append(Tier(index=index, config=tier_config, backend=ReplicaPool(tier_config.name, replicas),
+                          slots=slots, scorer=scorer))
     return tiers
 
 

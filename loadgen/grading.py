@@ -25,6 +25,7 @@ _LETTER_ANSWER_RE = re.compile(
     r"\b(?:answer|option|choice)\b\W{0,3}\s*(?:is\b|:|=)?\s*(?:option\s*)?[(*]*\s*((?-i:[A-J]))\b(?![a-z'])",
     re.IGNORECASE)
 _LETTER_ALONE_RE = re.compile(r"^\s*\(?([A-J])\)?(?:[.:)\s]|$)")
+_LETTER_ONLY_RE = re.compile(r"\s*\(?[A-Ja-j]\)?\.?\s*")
 _LETTER_PAREN_RE = re.compile(r"\(([A-J])\)")
 _WORD_EDGES = re.compile(r"^[\s\"'`*_]+|[\s\"'`*_.!?,;:]+$")
 
@@ -116,6 +117,25 @@ def extract(response: str, reference: str) -> str | None:
         return None if value is None else format_number(value)
     matches = _ANSWER_RE.findall(response)
     return _normal_text(matches[-1] if matches else response)
+
+
+def answer_key(response: str) -> str | None:
+    """The answer a response gives, without a reference (for majority votes over branches): its final
+    number when it has one, else its chosen letter, else the normalized text after its last ``Answer:``
+    (or its last line). Two responses vote together exactly when their keys are equal."""
+    value = final_number(response)
+    if value is not None:
+        return format_number(value)
+    # Only explicit choices: choice_letter would also read the "I" of "I think" as option I.
+    letters = _LETTER_ANSWER_RE.findall(response)
+    if letters:
+        return str(letters[-1]).upper()
+    if _LETTER_ONLY_RE.fullmatch(response):
+        return response.strip(" ().").upper()
+    matches = _ANSWER_RE.findall(response)
+    lines = [line for line in response.strip().splitlines() if line.strip()]
+    text = _normal_text(matches[-1] if matches else (lines[-1] if lines else ""))
+    return text or None
 
 
 def grade(response: str, reference: str) -> bool:

@@ -4,7 +4,9 @@ It is a plain ASGI app (no framework, so that it costs little CPU next to what i
 Behaviour comes from its `FakeScript` and can be overridden per request by a directive in the
 last user message, e.g. ``[fake status=500]`` or ``[fake ttft_ms=50 itl_ms=5 tokens=20 stall_after=3]``,
 so that tests can inject faults through the gateway without any side channel. ``[fake@MODEL ...]``
-applies only to requests for that model (one engine can play every tier of a ladder).
+applies only to requests for that model (one engine can play every tier of a ladder), and
+``[fake@seed=N ...]`` only to requests with that seed (one engine can play distinct branches).
+In ``answer=``, ``_`` is a space and ``|`` a paragraph break (a reasoning step).
 
 `GET /fake/stats` reports how many streams started, finished and were cancelled by the client,
 which is how tests prove that a client disconnect stops generation upstream.
@@ -47,6 +49,7 @@ class FakeStats(msgspec.Struct):
     streams_cancelled: int = 0
     requests_cancelled: int = 0  # non-streaming requests whose client went away first
     in_flight: int = 0
+    peak_in_flight: int = 0  # most requests generating at once (tests of admission limits)
     tokens_sent: int = 0
 
 
@@ -62,7 +65,7 @@ def script_for(base: FakeScript, body: dict[str, Any]) -> FakeScript:
     overrides: dict[str, Any] = {}
     # Unscoped directives first, so that a model-scoped one overrides them for its model.
     for model, items in sorted(_DIRECTIVE.findall(text), key=lambda d: bool(d[0])):
-        if model and model != body.get("model"):
+        if model and model != body.get("model") and model != f"seed={body.get('seed')}":
             continue
         for item in items.split():
             key, _, value = item.partition("=")
@@ -71,7 +74,7 @@ def script_for(base: FakeScript, body: dict[str, Any]) -> FakeScript:
             elif key in ("tokens", "status", "stall_after"):
                 overrides[key] = int(value)
             elif key == "answer":
-                overrides[key] = value.replace("_", " ")
+                overrides[key] = value.replace("_", " ").replace("|", "\n\n")
     return msgspec.structs.replace(base, **overrides)
 
 
@@ -137,6 +140,7 @@ class FakeEngine:
         finish = "length" if len(pieces) < planned else "stop"
         rid = f"chatcmpl-fake-{next(self._ids)}"
         self.stats.in_flight += 1
+        self.stats.peak_in_flight = max(self.stats.peak_in_flight, self.stats.in_flight)
         try:
             if body.get("stream"):
                 await self._stream(receive, send, script, pieces, finish, rid, body)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import math
+import secrets
 import time
 import uuid
 from collections.abc import AsyncGenerator, Sequence
@@ -15,6 +16,7 @@ from collections.abc import AsyncGenerator, Sequence
 import msgspec
 
 from cascade.branches.backend import GenerationRequest, GenerationResult, StreamDelta, collect
+from cascade.branches.runner import BranchReport, BranchRunner, BranchSettings
 from cascade.config import Limits
 from cascade.errors import BackendError, InvalidRequest, Overloaded, UnknownModel
 from cascade.gateway.frames import DONE, ChunkFrames
@@ -55,6 +57,14 @@ class Decision(msgspec.Struct, kw_only=True):
     accept: list[float] | None = None
     escalations: int = 0
     confidence: float | None = None
+
+
+class Answer(msgspec.Struct, kw_only=True):
+    """A tier's answer: one result per choice and, for branched tiers, what the branches did."""
+
+    results: list[GenerationResult]
+    reports: list[BranchReport] = msgspec.field(default_factory=list)
+    branches_configured: int = 1
 
 
 class ChatService:
@@ -164,38 +174,76 @@ class ChatService:
         seed = None if req.seed is None else req.seed + index
         return tier_request(tier, req.messages, max_tokens, req.temperature, req.top_p, stops, seed)
 
-    def _info(self, decision: Decision, finished: int = 0) -> CascadeInfo:
-        cfg = decision.tier.config
-        note = None
-        if cfg.branches > 1:
-            note = (f"tier is configured for {cfg.branches} reasoning branches; the branch runner is not "
-                    "implemented yet, so one branch ran")
+    def _info(self, decision: Decision, answer: Answer | None = None) -> CascadeInfo:
         assessment = decision.assessment
+        branches = BranchStats(configured=answer.branches_configured if answer else decision.tier.config.branches,
+                               launched=0 if answer is None else len(answer.results),
+                               finished=0 if answer is None else len(answer.results))
+        if answer is not None and answer.reports:
+            reports = answer.reports
+            branches = BranchStats(
+                configured=answer.branches_configured, launched=sum(r.launched for r in reports),
+                finished=sum(r.finished for r in reports),
+                pruned=sum(r.pruned_phase1 + r.pruned_phase2 for r in reports),
+                early_stopped=sum(r.early_stopped for r in reports),
+                pruned_phase1=sum(r.pruned_phase1 for r in reports),
+                pruned_phase2=sum(r.pruned_phase2 for r in reports),
+                failed=sum(r.failed for r in reports), decode_tokens=sum(r.decode_tokens for r in reports),
+                votes=reports[0].votes if len(reports) == 1 else None,
+            )
         return CascadeInfo(
             tier=decision.tier.index, tier_name=decision.tier.name, quality=decision.hint,
             difficulty=None if assessment is None else round(assessment.difficulty, 4),
             route_score=None if assessment is None else round(assessment.score, 4), router=decision.router,
             escalations=decision.escalations,
             confidence=None if decision.confidence is None else round(decision.confidence, 4),
-            branches=BranchStats(configured=cfg.branches, launched=1, finished=finished), note=note,
+            branches=branches,
         )
 
     async def complete(self, req: ChatCompletionRequest, decision: Decision, max_tokens: int) -> ChatCompletion:
         start = time.perf_counter()
-        if decision.accept is not None:
-            decision, results = await self._cascade(req, decision, max_tokens)
-        else:
-            results = await self._answer(req, decision.tier, max_tokens)
-        return self._completion(decision, results, start)
+        decision, answer = await self._serve(req, decision, max_tokens)
+        return self._completion(decision, answer, start)
 
-    async def _answer(self, req: ChatCompletionRequest, tier: Tier, max_tokens: int) -> list[GenerationResult]:
+    async def _serve(self, req: ChatCompletionRequest, decision: Decision, max_tokens: int) -> tuple[Decision, Answer]:
+        if decision.accept is not None:
+            return await self._cascade(req, decision, max_tokens)
+        return decision, await self._answer(req, decision.tier, max_tokens)
+
+    def branch_settings(self, req: ChatCompletionRequest, tier: Tier) -> BranchSettings | None:
+        """The tier's SART settings with the request's overrides (validated), or None for one branch."""
+        cfg, override = tier.config, req.branches
+        n, m = cfg.branches, cfg.branches_to_finish
+        settings = BranchSettings(n=n, m=m, alpha=cfg.prune_alpha, beta=cfg.prune_beta,
+                                  prune=tier.scorer is not None, score_every_steps=cfg.score_every_steps,
+                                  aggregation=cfg.aggregation)
+        if override is not None:
+            n = override.n if override.n is not None else n
+            m = override.m if override.m is not None else min(m, n)
+            settings = msgspec.structs.replace(
+                settings, n=n, m=m,
+                alpha=settings.alpha if override.alpha is None else override.alpha,
+                beta=settings.beta if override.beta is None else override.beta,
+                score_every_steps=settings.score_every_steps if override.k is None else override.k,
+                aggregation=override.aggregation or settings.aggregation,
+            )
+            _check_branch_override(settings, self.limits.max_branches)
+        if tier.slots is not None and settings.n * req.n > tier.slots.capacity:
+            raise InvalidRequest(f"{settings.n} branches x n={req.n} exceed tier `{tier.name}`'s "
+                                 f"{tier.slots.capacity} branch slots", "branches.n")
+        return settings if settings.n > 1 else None
+
+    async def _answer(self, req: ChatCompletionRequest, tier: Tier, max_tokens: int) -> Answer:
         """All `n` choices of one tier, collected (errors and disconnects are counted)."""
+        settings = self.branch_settings(req, tier)
         try:
+            if settings is not None:
+                return await self._branched(req, tier, max_tokens, settings)
             # Streamed upstream even for a non-streaming client: the read timeout then bounds the silence
             # between tokens, not the whole answer (a CPU engine may take minutes for a long one).
-            return list(await asyncio.gather(
+            return Answer(results=list(await asyncio.gather(
                 *(collect(tier.backend.stream(self._generation(req, tier, max_tokens, i))) for i in range(req.n))
-            ))
+            )))
         except BackendError as exc:
             self._count_backend_error(tier, exc)
             raise
@@ -203,9 +251,55 @@ class ChatService:
             self.metrics.disconnects.labels(tier.name).inc()
             raise
 
+    async def _branched(self, req: ChatCompletionRequest, tier: Tier, max_tokens: int,
+                        settings: BranchSettings) -> Answer:
+        """SART on one tier: per choice, `settings.n` branches through the runner (cascade/branches)."""
+        runner = BranchRunner(tier.backend, settings, tier.scorer)
+        question = _last_user_text(req.messages)
+        # Branches need distinct samples: distinct seeds (reproducible when the request has a seed) and
+        # a sampling temperature unless the request set one.
+        base_seed = req.seed if req.seed is not None else secrets.randbelow(1 << 31)
+        temperature = req.temperature if req.temperature is not None else tier.config.branch_temperature
+        needed = settings.n * req.n
+        released = 0
+
+        def branch_ended() -> None:
+            nonlocal released
+            released += 1
+            if tier.slots is not None:
+                tier.slots.release(1)
+
+        if tier.slots is not None:
+            await tier.slots.acquire(needed, self.limits.max_slot_wait_s)
+        template = self._generation(req, tier, max_tokens, 0)
+
+        def branch(seed: int) -> GenerationRequest:
+            return msgspec.structs.replace(template, seed=seed, temperature=temperature,
+                                           request_id=f"cascade-{uuid.uuid4().hex}")
+
+        try:
+            runs = await asyncio.gather(*(
+                runner.run(question, [branch(base_seed + c * settings.n + b) for b in range(settings.n)], branch_ended)
+                for c in range(req.n)
+            ))
+        finally:
+            if tier.slots is not None and released < needed:  # e.g. cancelled before every branch started
+                tier.slots.release(needed - released)
+        reports = [r.report for r in runs]
+        for report in reports:
+            for event, count in (("launched", report.launched), ("finished", report.finished),
+                                 ("pruned_phase1", report.pruned_phase1), ("pruned_phase2", report.pruned_phase2),
+                                 ("early_stopped", report.early_stopped), ("failed", report.failed)):
+                if count:
+                    self.metrics.branches.labels(tier.name, event).inc(count)
+            self.metrics.decode_tokens.labels(tier.name).inc(report.decode_tokens)
+        results = [GenerationResult(text=r.text, reasoning=r.reasoning, finish_reason=r.finish_reason,
+                                    prompt_tokens=r.prompt_tokens, completion_tokens=r.completion_tokens) for r in runs]
+        return Answer(results=results, reports=reports, branches_configured=settings.n)
+
     async def _cascade(
         self, req: ChatCompletionRequest, decision: Decision, max_tokens: int
-    ) -> tuple[Decision, list[GenerationResult]]:
+    ) -> tuple[Decision, Answer]:
         """Cascade mode: answer on the decision's tier, escalate while the answer's confidence is below
         the tier's acceptance threshold or the tier fails (cascade/router/acceptance.py)."""
         accept = decision.accept
@@ -216,22 +310,24 @@ class ChatService:
             tier = self.tiers[index]
             decision = msgspec.structs.replace(decision, tier=tier)
             try:
-                results = await self._answer(req, tier, max_tokens)
+                answer = await self._answer(req, tier, max_tokens)
             except BackendError:
                 if index == len(self.tiers) - 1:
                     raise
                 confidence = 0.0
             else:
                 prior = None if p_fail is None else 1.0 - p_fail[index]
-                confidence = min(answer_confidence(prior, r.finish_reason, r.text) for r in results)
+                agreements = [_agreement(r) for r in answer.reports] or [None] * len(answer.results)
+                confidence = min(answer_confidence(prior, r.finish_reason, r.text, agreement)
+                                 for r, agreement in zip(answer.results, agreements, strict=True))
                 if accepts(index, confidence, accept):
-                    return msgspec.structs.replace(decision, confidence=confidence), results
+                    return msgspec.structs.replace(decision, confidence=confidence), answer
             self.metrics.escalations.labels(tier.name).inc()
             decision = msgspec.structs.replace(decision, escalations=decision.escalations + 1)
             index = next_tier(index, accept)
 
-    def _completion(self, decision: Decision, results: list[GenerationResult], start: float) -> ChatCompletion:
-        tier = decision.tier
+    def _completion(self, decision: Decision, answer: Answer, start: float) -> ChatCompletion:
+        tier, results = decision.tier, answer.results
         usage = Usage(
             prompt_tokens=results[0].prompt_tokens,
             completion_tokens=sum(r.completion_tokens for r in results),
@@ -245,23 +341,23 @@ class ChatService:
                        message=AssistantMessage(content=r.text, reasoning_content=r.reasoning or None))
                 for i, r in enumerate(results)
             ],
-            usage=usage, cascade=self._info(decision, finished=len(results)),
+            usage=usage, cascade=self._info(decision, answer),
         )
 
-    async def _cascade_frames(
+    async def _deferred_frames(
         self, req: ChatCompletionRequest, decision: Decision, max_tokens: int
     ) -> AsyncGenerator[bytes, None]:
-        """A streamed cascade: SSE comments keep the connection alive while tiers answer, then the accepted
-        answer is sent (so TTFT honestly includes every escalation)."""
+        """A stream whose answer is known only at the end (cascade mode, reasoning branches): SSE comments
+        keep the connection alive meanwhile, then the answer is sent, so TTFT honestly includes the wait."""
         start = time.perf_counter()
-        work = asyncio.ensure_future(self._cascade(req, decision, max_tokens))
+        work = asyncio.ensure_future(self._serve(req, decision, max_tokens))
         try:
             while True:
                 done, _ = await asyncio.wait({work}, timeout=self.keepalive_s)
                 if done:
                     break
                 yield KEEPALIVE
-            decision, results = work.result()
+            decision, answer = work.result()
         except BackendError as exc:
             yield _in_band_error(exc)
             return
@@ -272,9 +368,9 @@ class ChatService:
             if not work.done():
                 work.cancel()
                 await asyncio.gather(work, return_exceptions=True)
-        tier = decision.tier
+        tier, results = decision.tier, answer.results
         frames = ChunkFrames(f"chatcmpl-{uuid.uuid4().hex}", int(time.time()), tier.name)
-        body = [frames.role(len(results), self._info(decision, finished=len(results)))]
+        body = [frames.role(len(results), self._info(decision, answer))]
         for i, r in enumerate(results):
             body.append(frames.content(i, r.text, r.reasoning))
             body.append(frames.finish(i, r.finish_reason))
@@ -284,7 +380,7 @@ class ChatService:
         if req.stream_options and req.stream_options.include_usage:
             usage = Usage(prompt_tokens=results[0].prompt_tokens, completion_tokens=completion_tokens,
                           total_tokens=results[0].prompt_tokens + completion_tokens)
-        body.append(frames.tail(self._info(decision, finished=len(results)), usage))
+        body.append(frames.tail(self._info(decision, answer), usage))
         yield b"".join(body)
         self._count_success(tier, time.perf_counter() - start, completion_tokens)
 
@@ -293,8 +389,8 @@ class ChatService:
     ) -> AsyncGenerator[bytes, None]:
         """Start the upstream streams and wait for their first delta, so that a backend fault becomes
         an HTTP error status instead of a broken 200 stream. Returns the SSE frame iterator."""
-        if decision.accept is not None:
-            return self._cascade_frames(req, decision, max_tokens)
+        if decision.accept is not None or self.branch_settings(req, decision.tier) is not None:
+            return self._deferred_frames(req, decision, max_tokens)
         tier = decision.tier
         start = time.perf_counter()
         streams = [tier.backend.stream(self._generation(req, tier, max_tokens, i)) for i in range(req.n)]
@@ -360,18 +456,37 @@ class ChatService:
         if include_usage:
             usage = Usage(prompt_tokens=prompt_tokens, completion_tokens=total_completion,
                           total_tokens=prompt_tokens + total_completion)
-        yield frames.tail(self._info(decision, finished=finished), usage)
+        yield frames.tail(self._info(decision, Answer(results=[GenerationResult(text="")] * finished)), usage)
         self._count_success(tier, time.perf_counter() - start, total_completion)
 
     def _count_success(self, tier: Tier, latency_s: float, tokens: int) -> None:
         self.metrics.requests.labels(tier.name, "ok").inc()
         self.metrics.latency.labels(tier.name).observe(latency_s)
         self.metrics.output_tokens.labels(tier.name).inc(tokens)
-        self.metrics.branches.labels(tier.name, "launched").inc()
 
     def _count_backend_error(self, tier: Tier, exc: BackendError) -> None:
         self.metrics.requests.labels(tier.name, "backend_error").inc()
         self.metrics.backend_errors.labels(tier.name, type(exc).__name__).inc()
+
+
+def _agreement(report: BranchReport) -> float | None:
+    """Share of the finished branches that gave the voted answer (None with fewer than two)."""
+    if report.finished < 2 or report.answer is None:
+        return None
+    return report.votes.get(report.answer, 0) / report.finished
+
+
+def _check_branch_override(settings: BranchSettings, max_branches: int) -> None:
+    checks = [
+        (1 <= settings.n <= max_branches, "branches.n", f"must be between 1 and {max_branches}"),
+        (1 <= settings.m <= settings.n, "branches.m", f"must be between 1 and branches.n ({settings.n})"),
+        (0.0 <= settings.alpha <= 1.0, "branches.alpha", "must be in [0, 1]"),
+        (0 <= settings.beta <= settings.n, "branches.beta", f"must be between 0 and branches.n ({settings.n})"),
+        (1 <= settings.score_every_steps <= 1000, "branches.k", "must be between 1 and 1000"),
+    ]
+    for ok, param, rule in checks:
+        if not ok:
+            raise InvalidRequest(f"`{param}` {rule}", param)
 
 
 def _in_band_error(exc: BackendError) -> bytes:

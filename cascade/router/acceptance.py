@@ -8,6 +8,8 @@ point is one acceptance threshold per tier but the last, named by a quality hint
 Confidence of an answer on tier t, in [0, 1]:
 
 * 0 when the answer cannot be right as returned: cut off (`finish_reason` other than `stop`) or empty;
+* on a tier with reasoning branches (two or more finished), the share of them that voted for the
+  returned answer: self-consistency, evidence read from the answers themselves;
 * otherwise the router's prior that tier t answers this prompt correctly, ``1 - p_fail[t]`` (learned
   router), or 1 without a learned router (so cascade mode then escalates exactly the truncated and
   empty answers, and backend faults).
@@ -35,9 +37,12 @@ def accept_for_target(target: float, n_tiers: int) -> list[float]:
     return [target] * (n_tiers - 1)
 
 
-def answer_confidence(prior_correct: float | None, finish_reason: str | None, text: str) -> float:
+def answer_confidence(prior_correct: float | None, finish_reason: str | None, text: str,
+                      agreement: float | None = None) -> float:
     if finish_reason != "stop" or not text.strip():
         return 0.0
+    if agreement is not None:  # evidence from the answer itself beats the router's prior
+        return agreement
     return 1.0 if prior_correct is None else min(1.0, max(0.0, prior_correct))
 
 

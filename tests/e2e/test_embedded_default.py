@@ -77,7 +77,8 @@ def test_fast_and_best_are_answered_by_different_real_tiers(served) -> None:
         fast = client.chat.completions.with_raw_response.create(
             model="cascade:fast", messages=[{"role": "user", "content": "Say hello."}], max_tokens=16)
         best = client.chat.completions.with_raw_response.create(
-            model="cascade:best", messages=[{"role": "user", "content": "What is 17*23?"}], max_tokens=160)
+            model="cascade:best", messages=[{"role": "user", "content": "What is 17*23?"}], max_tokens=160,
+            temperature=0.0)
     finally:
         client.close()
     fast_body, best_body = fast.parse(), best.parse()
@@ -85,8 +86,12 @@ def test_fast_and_best_are_answered_by_different_real_tiers(served) -> None:
     assert best.headers["x-cascade-tier"] == best_body.model == "qwen2.5-coder-0.5b-reason"
     assert fast_body.choices[0].message.content.strip()
     assert best_body.usage.completion_tokens > 0
-    # FACTS.md: the 0.5B model gets this one right; greedy decoding keeps it stable.
+    # FACTS.md: the 0.5B model gets this one right; greedy decoding keeps it stable (the 4 greedy
+    # branches agree, and the first 2 to finish stop the others).
     assert "391" in best_body.choices[0].message.content
+    branches = best_body.model_extra["cascade"]["branches"]
+    assert branches["launched"] == 4 and branches["finished"] >= 2
+    assert branches["finished"] + branches["early_stopped"] + branches["pruned"] == 4
 
 
 def test_real_stream_reports_usage_and_tier(served) -> None:

@@ -6,7 +6,7 @@ import itertools
 
 import pytest
 
-from loadgen.grading import extract, final_number, grade, reference_answer
+from loadgen.grading import answer_key, extract, final_number, grade, reference_answer
 
 GSM8K_REFERENCE = ("Janet sells 16 - 3 - 4 = <<16-3-4=9>>9 duck eggs a day.\n"
                    "She makes 9 * 2 = $<<9*2=18>>18 every day at the farmer’s market.\n#### 18")
@@ -79,3 +79,22 @@ def test_real_gsm8k_references_grade_their_own_solutions_correct() -> None:
     wrong = sum(grade(a.reference or "", b.reference or "") for a, b in itertools.pairwise(prompts)
                 if reference_answer(a.reference or "") != reference_answer(b.reference or ""))
     assert wrong == 0
+
+
+@pytest.mark.parametrize(("response", "key"), [
+    ("She pays 3 * 6 = $18.\n#### 18", "18"),
+    ("The answer is 18.00 dollars.", "18"),
+    ("so \\boxed{3/4}", "0.75"),
+    ("Answer: (C) because the others fail", "C"),
+    ("Answer: Paris.", "paris"),
+    ("I think it is Paris\n\nFinal: paris!", "final: paris"),
+    ("", None),
+])
+def test_answer_key_reads_answers_without_a_reference(response: str, key: str | None) -> None:
+    assert answer_key(response) == key
+
+
+def test_answers_with_equal_keys_grade_alike() -> None:
+    reference = "#### 18"
+    for a, b in [("#### 18", "The answer is $18.00"), ("Answer: 17", "so 17")]:
+        assert answer_key(a) == answer_key(b) and grade(a, reference) == grade(b, reference)

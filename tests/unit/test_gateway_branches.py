@@ -1,0 +1,147 @@
+"""A tier with reasoning branches behind the gateway, over real HTTP against the fake engine.
+
+`[fake@seed=N ...]` scripts the branch with seed N: the request's seed is the first branch's.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import httpx
+import pytest
+
+from cascade.config import decode_config
+from cascade.engines.fake_server import FakeEngine, FakeScript
+from cascade.gateway.server import Gateway
+from tests.servers import eventually, serve_asgi
+from tests.unit.gateway_setup import post_chat, user
+
+RIGHT = "3_*_6_=_18.|So_the_answer_is_18.|####_18"
+WRONG = "3_*_6_=_19.|So_the_answer_is_19.|####_19"
+SLOW = "ttft_ms=0 itl_ms=40 tokens=300"
+
+
+def config(url: str, tier: str = "", extra: str = "") -> str:
+    return f"""{extra}
+[[tiers]]
+name = "plain"
+default_max_tokens = 64
+backends = [{{ kind = "openai", url = "{url}", model = "fake-0" }}]
+
+[[tiers]]
+name = "thinker"
+default_max_tokens = 400
+branches = 3
+branches_to_finish = 2
+{tier}
+backends = [{{ kind = "openai", url = "{url}", model = "fake-1" }}]
+"""
+
+
+@contextmanager
+def gateway(tier: str = "", extra: str = "") -> Iterator[tuple[str, FakeEngine]]:
+    engine = FakeEngine(FakeScript(tokens=8))
+    with serve_asgi(engine) as engine_url:
+        gw = Gateway(decode_config(config(engine_url, tier, extra)))
+        with serve_asgi(gw.app, lifespan="on") as base:
+            yield base, engine
+
+
+def ask(base: str, directives: str, **body: object) -> httpx.Response:
+    return post_chat(base, {"model": "thinker", "messages": user(f"Q {directives}"), "seed": 0, **body}, timeout=20)
+
+
+def test_branches_vote_early_stop_and_report_in_the_cascade_object() -> None:
+    with gateway() as (base, engine):
+        response = ask(base, f"[fake answer={RIGHT}] [fake@seed=1 answer={WRONG} ttft_ms=300] [fake@seed=2 {SLOW}]")
+        body = response.json()
+        assert response.status_code == 200, body
+        branches = body["cascade"]["branches"]
+        assert body["choices"][0]["message"]["content"].endswith("#### 18")
+        assert (branches["configured"], branches["launched"], branches["finished"]) == (3, 3, 2)
+        assert branches["early_stopped"] == 1 and branches["decode_tokens"] > 0
+        assert branches["votes"] in ({"18": 1, "19": 1}, {"18": 2})
+        assert eventually(lambda: engine.stats.in_flight == 0) and engine.stats.streams_cancelled >= 1
+        metrics = httpx.get(f"{base}/metrics", timeout=5).text
+        assert 'cascade_branches_total{event="early_stopped",tier="thinker"} 1.0' in metrics
+        assert 'cascade_decode_tokens_total{tier="thinker"}' in metrics
+
+
+def test_the_majority_answer_is_returned() -> None:
+    with gateway() as (base, _):
+        directives = f"[fake answer={WRONG}] [fake@seed=0 answer={RIGHT}] [fake@seed=2 answer={RIGHT}]"
+        body = ask(base, directives, branches={"m": 3}).json()
+        assert body["choices"][0]["message"]["content"].endswith("#### 18")
+        assert body["cascade"]["branches"]["votes"] == {"18": 2, "19": 1}
+
+
+def test_a_streamed_branched_request_keeps_alive_then_sends_the_voted_answer() -> None:
+    with gateway(extra="[gateway]\nkeepalive_s = 0.05\n") as (base, _):
+        body = {"model": "thinker", "messages": user(f"Q [fake answer={RIGHT} ttft_ms=300]"), "stream": True, "seed": 0}
+        with httpx.stream("POST", f"{base}/v1/chat/completions", json=body, timeout=20) as response:
+            raw = b"".join(response.iter_bytes())
+        events = [e for e in raw.split(b"\n\n") if e]
+        assert events[0] == b": keep-alive" and events[-1] == b"data: [DONE]"
+        chunks = [json.loads(e.removeprefix(b"data: ")) for e in events if e.startswith(b"data: {")]
+        text = "".join(c["choices"][0]["delta"].get("content") or "" for c in chunks if c["choices"])
+        assert text.endswith("#### 18") and chunks[-1]["cascade"]["branches"]["finished"] == 2
+
+
+def test_a_request_may_override_branch_settings_within_limits() -> None:
+    with gateway() as (base, engine):
+        body = ask(base, f"[fake answer={RIGHT}]", branches={"n": 1}).json()
+        assert body["cascade"]["branches"]["launched"] == 1 and engine.stats.requests == 1
+        body = ask(base, f"[fake answer={RIGHT}]", branches={"n": 5, "m": 1}).json()
+        assert body["cascade"]["branches"]["launched"] == 5 and body["cascade"]["branches"]["finished"] == 1
+
+
+@pytest.mark.parametrize(("override", "param"), [
+    ({"n": 100}, "branches.n"),
+    ({"n": 2, "m": 3}, "branches.m"),
+    ({"alpha": 1.5}, "branches.alpha"),
+    ({"k": 0}, "branches.k"),
+    ({"beta": -1}, "branches.beta"),
+])
+def test_bad_branch_overrides_get_a_400_naming_the_param(override: dict, param: str) -> None:
+    with gateway() as (base, engine):
+        response = ask(base, "", branches=override)
+        assert response.status_code == 400 and response.json()["error"]["param"] == param
+        assert engine.stats.requests == 0
+
+
+def test_branch_slots_bound_live_branches_and_freed_slots_admit_waiting_requests() -> None:
+    with gateway(tier="branch_slots = 3") as (base, engine):
+        async def burst() -> list[httpx.Response]:
+            async with httpx.AsyncClient(timeout=30) as client:
+                body = {"model": "thinker", "messages": user(f"Q [fake answer={RIGHT} itl_ms=20]"), "seed": 0}
+                return await asyncio.gather(*(client.post(f"{base}/v1/chat/completions", json=body) for _ in range(4)))
+
+        responses = asyncio.run(burst())
+        assert all(r.status_code == 200 for r in responses)
+        assert engine.stats.peak_in_flight <= 3 and engine.stats.requests == 12
+
+
+def test_a_request_that_cannot_get_slots_in_time_gets_a_429() -> None:
+    extra = "[gateway.limits]\nmax_slot_wait_s = 0.2\n"
+    with gateway(tier="branch_slots = 3", extra=extra) as (base, _):
+        async def two() -> list[httpx.Response]:
+            async with httpx.AsyncClient(timeout=30) as client:
+                slow = {"model": "thinker", "messages": user(f"Q [fake {SLOW}]"), "seed": 0, "max_tokens": 30}
+                first = asyncio.create_task(client.post(f"{base}/v1/chat/completions", json=slow))
+                await asyncio.sleep(0.2)
+                second = await client.post(f"{base}/v1/chat/completions", json=slow)
+                return [await first, second]
+
+        first, second = asyncio.run(two())
+        assert first.status_code == 200 and second.status_code == 429
+        assert "branch slots" in second.json()["error"]["message"]
+
+
+def test_a_config_with_fewer_slots_than_branches_is_refused() -> None:
+    from cascade.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="branch_slots"):
+        decode_config(config("http://127.0.0.1:9", tier="branch_slots = 2"))
