@@ -103,6 +103,20 @@ class WorkerConfig(_Strict, frozen=True):
     startup_timeout_s: PositiveFloat = 300.0
 
 
+# One scoring call is one short prefill: it must finish within min(read_s, total_s).
+PRM_TIMEOUTS = Timeouts(connect_s=2.0, read_s=30.0, total_s=30.0)
+
+
+class PRMScorerConfig(_Strict, frozen=True):
+    """A process reward model served by SGLang (`url` is the server root): cascade/branches/prm_client.py."""
+
+    url: str
+    model: str
+    aggregate: Literal["last", "min", "mean"] = "last"
+    timeouts: Timeouts = PRM_TIMEOUTS
+    api_key: str = ""  # SGLang's --api-key, sent as a Bearer token
+
+
 class TierConfig(_Strict, frozen=True):
     """One rung of the ladder: a model plus a reasoning setting. Tiers are listed cheapest first."""
 
@@ -118,8 +132,9 @@ class TierConfig(_Strict, frozen=True):
     # Phase-1 pruning: branches scoring below prune_alpha, at most prune_beta per request (0: off).
     prune_alpha: UnitFloat = 0.0
     prune_beta: NonNegativeInt = 0
-    # Phase 2 (prune below the first finished branch's score) and scoring are on unless scorer = "none".
-    scorer: Literal["cpu", "none"] = "cpu"
+    # Phase 2 (prune below the first finished branch's score) and scoring are on unless scorer = "none";
+    # "cpu" is the embedded scorer, a table ({ url = ..., model = ... }) a PRM served by SGLang.
+    scorer: Literal["cpu", "none"] | PRMScorerConfig = "cpu"
     score_every_steps: PositiveInt = 2  # K: score a branch every K reasoning steps (paragraphs)
     aggregation: Literal["majority", "weighted"] = "majority"
     # Sampling temperature of branches when the request gives none (identical greedy branches vote alike).

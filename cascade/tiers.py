@@ -16,7 +16,7 @@ from cascade.branches.pool import ReplicaPool
 from cascade.branches.scoring import Scorer
 from cascade.branches.sglang_client import SGLangBackend
 from cascade.branches.slots import BranchSlots
-from cascade.config import BackendConfig, CascadeConfig, TierConfig
+from cascade.config import BackendConfig, CascadeConfig, PRMScorerConfig, TierConfig
 from cascade.config import OpenAIBackend as OpenAIBackendConfig
 from cascade.config import SGLangBackend as SGLangBackendConfig
 from cascade.config import WorkerBackend as WorkerBackendConfig
@@ -57,12 +57,20 @@ def make_workers(config: CascadeConfig, log_dir: Path) -> dict[str, Worker]:
     return {w.name: Worker(w, prepare(load_card(w.model)), log_dir) for w in config.workers}
 
 
+def make_scorer(config: TierConfig) -> Scorer | None:
+    if isinstance(config.scorer, PRMScorerConfig):
+        from cascade.branches.prm_client import SGLangPRMScorer
+
+        return SGLangPRMScorer.from_config(config.scorer, name=f"{config.name}/prm")
+    return CPUScorer() if config.scorer == "cpu" else None
+
+
 def build_tiers(config: CascadeConfig, workers: dict[str, Worker]) -> list[Tier]:
     tiers = []
     for index, tier_config in enumerate(config.tiers):
         replicas = [make_backend(f"{tier_config.name}/{j}", b, workers) for j, b in enumerate(tier_config.backends)]
         slots = BranchSlots(tier_config.name, tier_config.branch_slots) if tier_config.branch_slots else None
-        scorer = CPUScorer() if tier_config.scorer == "cpu" else None
+        scorer = make_scorer(tier_config)
         tiers.append(Tier(index=index, config=tier_config, backend=ReplicaPool(tier_config.name, replicas),
                           slots=slots, scorer=scorer))
     return tiers

@@ -62,3 +62,23 @@ def test_bad_config_fails_naming_the_key(toml: str, expected: str) -> None:
 def test_missing_config_file_is_a_config_error(tmp_path) -> None:
     with pytest.raises(ConfigError, match="cannot read config"):
         load_config(tmp_path / "absent.toml")
+
+
+def test_a_tier_scorer_is_the_cpu_scorer_none_or_an_sglang_prm() -> None:
+    from cascade.branches.cpu_scorer import CPUScorer
+    from cascade.branches.prm_client import SGLangPRMScorer
+    from cascade.tiers import make_scorer
+
+    base = '[[tiers]]\nname = "t"\nbranches = 4\nbackends = [{ kind = "openai", url = "http://127.0.0.1:1", model = "m" }]\n'
+    tiers = {
+        "cpu": isinstance(make_scorer(decode_config(base).tiers[0]), CPUScorer),
+        "none": make_scorer(decode_config(base + 'scorer = "none"\n').tiers[0]) is None,
+        "prm": isinstance(make_scorer(decode_config(
+            base + 'scorer = { url = "http://127.0.0.1:30001", model = "Qwen/Qwen2.5-Math-PRM-7B" }\n').tiers[0]),
+            SGLangPRMScorer),
+    }
+    assert tiers == {"cpu": True, "none": True, "prm": True}
+    with pytest.raises(ConfigError, match="scorer"):
+        decode_config(base + 'scorer = "gpu"\n')
+    with pytest.raises(ConfigError, match="prune_alpha"):
+        decode_config(base + "prune_alpha = 1.5\n")
