@@ -180,6 +180,8 @@ def build_parser() -> argparse.ArgumentParser:
     add_optimize_commands(sub)
     from cascade.router.cli import add_router_commands
     add_router_commands(sub)
+    from cascade.bench_cli import add_bench_commands
+    add_bench_commands(sub)
     return parser
 
 

@@ -100,6 +100,9 @@ class BranchRun(msgspec.Struct, kw_only=True):
     prompt_tokens: int
     completion_tokens: int  # of the returned branch
     report: BranchReport
+    # Every branch's text so far and how it ended (finished/pruned/stopped/failed), by branch index:
+    # for offline analysis (benchmarks, scorer training), never sent to clients.
+    branch_texts: list[tuple[str, str]] = msgspec.field(default_factory=list)
 
 
 class BranchRunner:
@@ -291,4 +294,5 @@ class _Run:
         )
         return BranchRun(text=chosen.full_text, reasoning="".join(chosen.reasoning),
                          finish_reason=chosen.finish_reason or "stop", prompt_tokens=chosen.prompt_tokens,
-                         completion_tokens=chosen.tokens, report=report)
+                         completion_tokens=chosen.tokens, report=report,
+                         branch_texts=[(b.full_text, b.state) for b in self.branches])

@@ -7,10 +7,13 @@ import sys
 
 import pytest
 
+from cascade.cli import main
+
 HEAVY = ("torch", "litestar", "sklearn", "transformers")
 COMMANDS = [[], ["serve"], ["models"], ["models", "prepare"], ["models", "list"], ["fake-server"],
             ["optimize"], ["optimize", "plan"], ["optimize", "allocate"], ["deploy"],
-            ["router"], ["router", "train"], ["router", "eval"], ["loadgen"], ["label"]]
+            ["router"], ["router", "train"], ["router", "eval"], ["loadgen"], ["label"], ["bench"],
+            ["bench", "branches"]]
 
 
 @pytest.mark.parametrize("command", COMMANDS, ids=lambda c: " ".join(c) or "cascade")
@@ -50,3 +53,15 @@ def test_several_gateway_processes_need_a_config_without_embedded_workers() -> N
                             capture_output=True, text=True, timeout=60)
     assert result.returncode == 2
     assert "--processes > 1 needs a --config" in result.stderr
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["--n", "2", "--m", "3"], "--n/--m"),
+    (["--methods", "vanilla,magic"], "--methods"),
+    (["--sweep", "4-2"], "--sweep"),
+    (["--rate", "0"], "--rate"),
+])
+def test_bench_branches_bad_options_are_one_line_and_exit_2(args: list[str], message: str, capsys) -> None:
+    assert main(["bench", "branches", *args]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and message in err[0]

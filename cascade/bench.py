@@ -1,0 +1,158 @@
+"""`cascade bench branches`: vanilla vs self-consistency vs SART (and ablations) on GSM8K, side by side.
+
+Method (SART's evaluation, ../shared/PAPERS.md §2.6, on whatever tier is given):
+
+* The same seeded sample of GSM8K questions (`--dataset`, default the test split) and the same Poisson
+  arrival schedule (`--rate`) are replayed for every method, one method after the other, against the
+  tier's backend (the embedded CPU ladder's reasoning tier unless --config/--tier say otherwise).
+* Methods: `vanilla` (one greedy branch), `self_consistency` (N sampled branches to completion,
+  majority vote), `sart` (N branches, early stop at M, two-phase pruning by the tier's scorer),
+  `early_stop_only` (N, M, no pruning) and `prune_only` (N branches must all finish or be pruned).
+* Each method runs with the tier's branch slots (`--slots`, default 4 x N): requests wait for free
+  slots, and slots freed by finished, pruned and stopped branches admit waiting requests; latency is
+  measured from the scheduled arrival, so it includes that queueing.
+* Per request: end-to-end latency, correctness (the shared grader), decode tokens of all branches.
+  `--save-branches FILE` also writes every finished self-consistency branch's text with its
+  correctness (local use only: never commit model outputs on dataset questions).
+
+Output (`--json`): {"methods": {name: {"accuracy", "latency_s_mean", "latency_s_p95", "tokens_mean", ...}},
+"config": {...}, "questions": [ids]}; with `--sweep N:M,N:M` also a sweep of SART and self-consistency
+over (N, M) and a PNG of accuracy vs mean latency.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import msgspec
+import numpy as np
+
+from cascade.branches.runner import BranchRun, BranchRunner, BranchSettings
+from cascade.branches.slots import BranchSlots
+from cascade.errors import CascadeError
+from cascade.schemas import ChatMessage
+from cascade.tiers import Tier, tier_request
+from loadgen.arrivals import schedule
+from loadgen.grading import grade
+from loadgen.records import Prompt
+
+METHODS = ("vanilla", "self_consistency", "sart", "early_stop_only", "prune_only")
+
+
+class BenchSettings(msgspec.Struct, frozen=True, kw_only=True):
+    n: int = 4
+    m: int = 2
+    alpha: float = 0.3
+    beta: int = 1
+    k: int = 2
+    rate: float = 0.05
+    max_tokens: int = 512
+    temperature: float = 0.7
+    slots: int = 0  # 0: 4 x n
+    seed: int = 0
+
+
+def method_settings(method: str, s: BenchSettings) -> BranchSettings:
+    return {
+        "vanilla": BranchSettings(n=1, m=1, prune=False),
+        "self_consistency": BranchSettings(n=s.n, m=s.n, prune=False),
+        "sart": BranchSettings(n=s.n, m=s.m, alpha=s.alpha, beta=s.beta, prune=True, score_every_steps=s.k),
+        "early_stop_only": BranchSettings(n=s.n, m=s.m, prune=False),
+        "prune_only": BranchSettings(n=s.n, m=s.n, alpha=s.alpha, beta=s.beta, prune=True, score_every_steps=s.k),
+    }[method]
+
+
+class RequestRecord(msgspec.Struct, kw_only=True):
+    id: str
+    correct: bool
+    latency_s: float
+    queue_s: float
+    decode_tokens: int
+    launched: int = 0
+    finished: int = 0
+    pruned: int = 0
+    early_stopped: int = 0
+    error: str | None = None
+
+
+async def run_method(
+    tier: Tier, method: str, settings: BenchSettings, prompts: list[Prompt], offsets: np.ndarray,
+    on_done: Callable[[RequestRecord], None] | None = None, branches_out: list[dict] | None = None,
+) -> list[RequestRecord]:
+    branch_settings = method_settings(method, settings)
+    runner = BranchRunner(tier.backend, branch_settings, tier.scorer)
+    slots = BranchSlots(tier.name, settings.slots or 4 * settings.n)
+    temperature = 0.0 if method == "vanilla" else settings.temperature
+    start = time.perf_counter() + 0.05
+
+    async def one(i: int, prompt: Prompt) -> RequestRecord:
+        arrival = start + float(offsets[i])
+        await asyncio.sleep(max(0.0, arrival - time.perf_counter()))
+        template = tier_request(tier, [ChatMessage(role="user", content=prompt.prompt)], settings.max_tokens,
+                                temperature=temperature)
+        requests = [msgspec.structs.replace(template, seed=settings.seed * 1000 + b,
+                                            request_id=f"{template.request_id}-{b}") for b in range(branch_settings.n)]
+        await slots.acquire(branch_settings.n, timeout_s=3600)
+        queued = time.perf_counter() - arrival
+        released = 0
+
+        def ended() -> None:
+            nonlocal released
+            released += 1
+            slots.release(1)
+
+        try:
+            run: BranchRun = await runner.run(prompt.prompt, requests, ended)
+        except CascadeError as exc:
+            record = RequestRecord(id=prompt.id, correct=False, latency_s=time.perf_counter() - arrival,
+                                   queue_s=queued, decode_tokens=0, error=exc.message)
+        else:
+            r = run.report
+            record = RequestRecord(
+                id=prompt.id, correct=grade(run.text, prompt.reference or ""), latency_s=time.perf_counter() - arrival,
+                queue_s=queued, decode_tokens=r.decode_tokens, launched=r.launched, finished=r.finished,
+                pruned=r.pruned_phase1 + r.pruned_phase2, early_stopped=r.early_stopped,
+            )
+            if branches_out is not None and method == "self_consistency":
+                branches_out.extend(_branch_rows(prompt, run))
+        finally:
+            if released < branch_settings.n:
+                slots.release(branch_settings.n - released)
+        if on_done is not None:
+            on_done(record)
+        return record
+
+    return list(await asyncio.gather(*(one(i, p) for i, p in enumerate(prompts))))
+
+
+def _branch_rows(prompt: Prompt, run: BranchRun) -> list[dict]:
+    return [{"id": prompt.id, "branch": i, "text": text, "correct": grade(text, prompt.reference or ""),
+             "state": state}
+            for i, (text, state) in enumerate(run.branch_texts) if state == "finished"]
+
+
+def summarize(records: list[RequestRecord]) -> dict:
+    latencies = np.array([r.latency_s for r in records])
+    return {
+        "requests": len(records),
+        "accuracy": round(float(np.mean([r.correct for r in records])), 4),
+        "latency_s_mean": round(float(latencies.mean()), 3),
+        "latency_s_p95": round(float(np.percentile(latencies, 95)), 3),
+        "tokens_mean": round(float(np.mean([r.decode_tokens for r in records])), 1),
+        "queue_s_mean": round(float(np.mean([r.queue_s for r in records])), 3),
+        "errors": sum(r.error is not None for r in records),
+        "branches": {k: int(sum(getattr(r, k) for r in records))
+                     for k in ("launched", "finished", "pruned", "early_stopped")},
+    }
+
+
+def arrival_offsets(n: int, rate: float, seed: int) -> np.ndarray:
+    return schedule("poisson", rate, np.random.default_rng(seed), n=n)
+
+
+def write_json(path: str | Path, payload: dict) -> None:
+    Path(path).write_text(json.dumps(payload, indent=2) + "\n")

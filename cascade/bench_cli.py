@@ -1,0 +1,183 @@
+"""`cascade bench branches` (cascade/bench.py has the method). Only argparse at import time."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any
+
+from cascade.errors import ConfigError
+
+
+def add_bench_commands(subparsers: Any) -> None:
+    bench = subparsers.add_parser("bench", help="benchmarks of serving features on real tiers").add_subparsers(
+        dest="bench_command", required=True, metavar="WHAT")
+    br = bench.add_parser(
+        "branches", help="vanilla vs self-consistency vs SART (+ ablations) on GSM8K under Poisson arrivals",
+        description="Replay the same GSM8K questions and Poisson arrivals against one tier with each method: "
+        "vanilla (1 greedy branch), self_consistency (N to completion, majority vote), sart (N, early stop at M, "
+        "two-phase pruning), early_stop_only, prune_only. With no --config, starts the embedded CPU ladder and "
+        "uses its reasoning tier. Prints accuracy, mean/p95 latency (from arrival, queueing included) and "
+        "decode tokens per method.",
+    )
+    br.add_argument("--config", help="cascade.toml (default: the embedded CPU ladder)")
+    br.add_argument("--tier", help="tier to run on (default: the last tier)")
+    br.add_argument("--dataset", default="gsm8k", help="gsm8k (test split, default), gsm8k-train, or a .jsonl file")
+    br.add_argument("--n-questions", type=int, default=20, help="seeded sample of questions (default 20)")
+    br.add_argument("--rate", type=float, default=0.05, help="Poisson arrival rate, requests/s (default 0.05)")
+    br.add_argument("--n", type=int, default=4, help="branches N (default 4)")
+    br.add_argument("--m", type=int, default=2, help="branches that must finish, M (default 2)")
+    br.add_argument("--alpha", type=float, default=0.3, help="phase-1 prune threshold (default 0.3)")
+    br.add_argument("--beta", type=int, default=1, help="phase-1 prunes per request at most (default 1)")
+    br.add_argument("--k", type=int, default=2, help="score every K reasoning steps (default 2)")
+    br.add_argument("--max-tokens", type=int, default=512, help="per branch (default 512)")
+    br.add_argument("--temperature", type=float, default=0.7, help="sampling temperature of branches (default 0.7)")
+    br.add_argument("--slots", type=int, default=0, help="branch slots on the tier (default 4 x N)")
+    br.add_argument("--methods", default=",".join(("vanilla", "self_consistency", "sart", "early_stop_only",
+                                                   "prune_only")), help="comma-separated subset, run in this order")
+    br.add_argument("--sweep", help="also run sart and self_consistency for each N:M in this list, e.g. 2:1,4:2,8:4")
+    br.add_argument("--seed", type=int, default=0)
+    br.add_argument("--out", help="directory for summary.json, per-request records and the sweep PNG")
+    br.add_argument("--save-branches", help="JSONL of every finished self-consistency branch with its correctness "
+                    "(local analysis only: never commit it)")
+    br.add_argument("--json", action="store_true", help="print the summary as one JSON object")
+    br.set_defaults(func=_branches)
+
+
+def _branches(args: argparse.Namespace) -> int:
+    import asyncio
+    from pathlib import Path
+
+    import msgspec
+    from tqdm import tqdm
+
+    from cascade.bench import METHODS, BenchSettings, arrival_offsets, run_method, summarize
+    from cascade.config import load_config
+    from cascade.engines.embedded import embedded_config
+    from cascade.engines.supervisor import Supervisor
+    from cascade.label import select_prompts
+    from cascade.tiers import build_tiers, make_workers
+
+    methods = [m.strip() for m in args.methods.split(",") if m.strip()]
+    unknown = [m for m in methods if m not in METHODS]
+    if unknown or not methods:
+        raise ConfigError(f"--methods takes names from {', '.join(METHODS)}, got {args.methods!r}")
+    sweep = _parse_sweep(args.sweep)
+    settings = BenchSettings(n=args.n, m=args.m, alpha=args.alpha, beta=args.beta, k=args.k, rate=args.rate,
+                             max_tokens=args.max_tokens, temperature=args.temperature, slots=args.slots,
+                             seed=args.seed)
+    if not 1 <= args.m <= args.n:
+        raise ConfigError(f"--n/--m: need 1 <= M <= N, got N={args.n} M={args.m}")
+    if args.rate <= 0 or args.n_questions < 1:
+        raise ConfigError("--rate must be > 0 and --n-questions >= 1")
+    config = load_config(args.config) if args.config else embedded_config()
+    names = [t.name for t in config.tiers]
+    tier_name = args.tier or names[-1]
+    if tier_name not in names:
+        raise ConfigError(f"--tier {tier_name!r} is not in the config (tiers: {', '.join(names)})")
+    prompts = select_prompts(args.dataset, args.n_questions, args.seed)
+    offsets = arrival_offsets(len(prompts), args.rate, args.seed)
+    runs = [(m, settings) for m in methods]
+    runs += [(m, msgspec.structs.replace(settings, n=n, m=k)) for n, k in sweep for m in ("self_consistency", "sart")]
+
+    async def run() -> dict[str, Any]:
+        workers = make_workers(config, Path.cwd() / "logs")
+        supervisor = Supervisor(list(workers.values()))
+        tiers = build_tiers(config, workers)
+        tier = next(t for t in tiers if t.name == tier_name)
+        branches: list[dict] = []
+        results: dict[str, Any] = {}
+        sweep_results: list[dict] = []
+        await supervisor.start()
+        try:
+            with tqdm(total=len(runs) * len(prompts), desc="bench branches", unit="request") as bar:
+                for i, (method, s) in enumerate(runs):
+                    bar.set_postfix_str(f"{method} N={s.n} M={s.m}")
+                    records = await run_method(tier, method, s, prompts, offsets, lambda _: bar.update(1),
+                                               branches if args.save_branches else None)
+                    summary = summarize(records)
+                    if i < len(methods):
+                        results[method] = summary
+                    else:
+                        sweep_results.append({"method": method, "n": s.n, "m": s.m, **summary})
+                    if args.out:
+                        out = Path(args.out)
+                        out.mkdir(parents=True, exist_ok=True)
+                        with (out / "requests.jsonl").open("ab") as f:
+                            for r in records:
+                                f.write(msgspec.json.encode({"method": method, "n": s.n, "m": s.m,
+                                                             **msgspec.to_builtins(r)}) + b"\n")
+        finally:
+            for t in tiers:
+                await t.backend.aclose()
+                if t.scorer is not None:
+                    await t.scorer.aclose()
+            supervisor.stop()
+        if args.save_branches:
+            with open(args.save_branches, "w") as f:
+                for row in branches:
+                    f.write(json.dumps(row) + "\n")
+        return {"methods": results, "sweep": sweep_results}
+
+    outcome = asyncio.run(run())
+    payload = {
+        **outcome,
+        "config": {"tier": tier_name, "dataset": args.dataset, "n_questions": len(prompts), "rate_rps": args.rate,
+                   "n": args.n, "m": args.m, "alpha": args.alpha, "beta": args.beta, "k": args.k,
+                   "max_tokens": args.max_tokens, "temperature": args.temperature,
+                   "slots": args.slots or 4 * args.n, "seed": args.seed},
+        "questions": [p.id for p in prompts],
+    }
+    if args.out:
+        out = Path(args.out)
+        (out / "summary.json").write_text(json.dumps(payload, indent=2) + "\n")
+        if outcome["sweep"]:
+            payload["plot"] = str(_plot_sweep(out / "sweep.png", outcome["sweep"], outcome["methods"]))
+    if args.json:
+        print(json.dumps(payload))
+    else:
+        for name, s in outcome["methods"].items():
+            print(f"{name:18s} accuracy {s['accuracy']:.3f}  latency mean {s['latency_s_mean']:.1f} s  "
+                  f"p95 {s['latency_s_p95']:.1f} s  tokens {s['tokens_mean']:.0f}", file=sys.stdout)
+    return 0
+
+
+def _parse_sweep(raw: str | None) -> list[tuple[int, int]]:
+    if not raw:
+        return []
+    pairs = []
+    for item in raw.split(","):
+        try:
+            n, m = (int(x) for x in item.split(":"))
+        except ValueError:
+            raise ConfigError(f"--sweep takes N:M pairs like 2:1,4:2, got {item!r}") from None
+        if not 1 <= m <= n:
+            raise ConfigError(f"--sweep: need 1 <= M <= N, got {item!r}")
+        pairs.append((n, m))
+    return pairs
+
+
+def _plot_sweep(path: Any, sweep: list[dict], methods: dict[str, dict]) -> Any:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for method, marker in (("self_consistency", "s"), ("sart", "o")):
+        points = [p for p in sweep if p["method"] == method]
+        ax.plot([p["latency_s_mean"] for p in points], [p["accuracy"] for p in points], marker=marker, label=method)
+        for p in points:
+            ax.annotate(f"{p['n']}:{p['m']}", (p["latency_s_mean"], p["accuracy"]), fontsize=8)
+    if "vanilla" in methods:
+        v = methods["vanilla"]
+        ax.scatter([v["latency_s_mean"]], [v["accuracy"]], marker="x", color="k", label="vanilla")
+    ax.set_xlabel("mean end-to-end latency (s)")
+    ax.set_ylabel("accuracy")
+    ax.set_title("Branches: accuracy vs latency (labels N:M)")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path

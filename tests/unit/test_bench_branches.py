@@ -1,0 +1,42 @@
+"""`cascade bench branches` end to end against the fake engine over real HTTP (the contract keys)."""
+
+from __future__ import annotations
+
+import json
+
+from cascade.cli import main
+from cascade.engines.fake_server import FakeEngine, FakeScript
+from tests.servers import serve_asgi
+
+RIGHT = "3_*_6_=_18.|So_the_answer_is_18.|####_18"
+
+
+def test_bench_branches_prints_the_contract_keys_and_sart_spends_fewer_tokens(tmp_path, capsys) -> None:
+    engine = FakeEngine(FakeScript(tokens=8))
+    with serve_asgi(engine) as url:
+        (tmp_path / "cascade.toml").write_text(f"""
+[[tiers]]
+name = "thinker"
+default_max_tokens = 200
+backends = [{{ kind = "openai", url = "{url}", model = "fake" }}]
+""")
+        rows = [{"id": f"q{i}", "prompt": f"Question {i} [fake answer={RIGHT}] [fake@seed=3 answer= tokens=60 itl_ms=10]",
+                 "reference": "#### 18"} for i in range(3)]
+        (tmp_path / "q.jsonl").write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+        code = main(["bench", "branches", "--config", str(tmp_path / "cascade.toml"), "--dataset",
+                     str(tmp_path / "q.jsonl"), "--n-questions", "3", "--rate", "20", "--n", "4", "--m", "2",
+                     "--sweep", "2:1", "--out", str(tmp_path / "out"), "--save-branches", str(tmp_path / "b.jsonl"),
+                     "--json"])
+    assert code == 0
+    result = json.loads(capsys.readouterr().out)
+    methods = result["methods"]
+    assert set(methods) == {"vanilla", "self_consistency", "sart", "early_stop_only", "prune_only"}
+    for summary in methods.values():
+        assert {"accuracy", "latency_s_mean", "latency_s_p95", "tokens_mean"} <= set(summary)
+    assert methods["vanilla"]["accuracy"] == methods["sart"]["accuracy"] == 1.0
+    assert methods["sart"]["tokens_mean"] < methods["self_consistency"]["tokens_mean"]
+    assert methods["sart"]["branches"]["early_stopped"] >= 3
+    assert {(p["method"], p["n"], p["m"]) for p in result["sweep"]} == {("self_consistency", 2, 1), ("sart", 2, 1)}
+    assert (tmp_path / "out" / "sweep.png").exists() and (tmp_path / "out" / "summary.json").exists()
+    saved = [json.loads(line) for line in (tmp_path / "b.jsonl").read_text().splitlines()]
+    assert saved and all(set(row) >= {"id", "text", "correct"} for row in saved)
