@@ -52,6 +52,9 @@ class GatewayConfig(_Strict, frozen=True):
     default_quality: str = "balanced"
     # Seconds between SSE keep-alive comments while a stream waits for its first token (cascade mode).
     keepalive_s: PositiveFloat = 2.0
+    # JSONL of served requests (router outputs, tier, tokens, latency; no text) for `cascade optimize`'s
+    # drift check. Empty: off. Relative to the working directory.
+    traffic_log: str = ""
     limits: Limits = Limits()
 
 

@@ -16,6 +16,7 @@ from cascade.errors import ConfigError
 from cascade.gateway.app import create_app
 from cascade.gateway.metrics import GatewayMetrics
 from cascade.gateway.service import ChatService
+from cascade.gateway.traffic import TrafficLog
 from cascade.plan import load_plan
 from cascade.router.policy import HeuristicSignal, RoutingPolicy, RoutingSignal
 from cascade.tiers import build_tiers, make_workers
@@ -49,6 +50,7 @@ class Gateway:
             tiers, RoutingPolicy(len(tiers), points, routing_signal(config, [t.name for t in tiers]), mode, accept),
             config.gateway.limits, self.metrics,
             config.gateway.default_quality, config.gateway.keepalive_s,
+            TrafficLog(config.gateway.traffic_log) if config.gateway.traffic_log else None,
         )
         self.app = create_app(
             self.service, config.gateway.api_keys, ready_check=self.ready,
@@ -65,6 +67,10 @@ class Gateway:
     async def stop(self) -> None:
         for tier in self.service.tiers:
             await tier.backend.aclose()
+            if tier.scorer is not None:
+                await tier.scorer.aclose()
+        if self.service.traffic is not None:
+            self.service.traffic.close()
         self.supervisor.stop()
 
     async def ready(self) -> dict[str, Any]:

@@ -22,6 +22,7 @@ from cascade.errors import BackendError, InvalidRequest, Overloaded, UnknownMode
 from cascade.gateway.frames import DONE, ChunkFrames
 from cascade.gateway.frames import sse as _sse
 from cascade.gateway.metrics import GatewayMetrics
+from cascade.gateway.traffic import TrafficLog, TrafficRecord
 from cascade.router.acceptance import accepts, answer_confidence, first_tier, next_tier
 from cascade.router.policy import NAMED_HINTS, Assessment, QualityHint, RoutingPolicy, parse_hint
 from cascade.schemas import (
@@ -76,6 +77,7 @@ class ChatService:
         metrics: GatewayMetrics,
         default_quality: str = "balanced",
         keepalive_s: float = 2.0,
+        traffic: TrafficLog | None = None,
     ) -> None:
         self.tiers = list(tiers)
         self.by_name = {t.name: t for t in self.tiers}
@@ -87,6 +89,7 @@ class ChatService:
         self.default_hint = default
         self.in_flight = 0
         self.keepalive_s = keepalive_s
+        self.traffic = traffic
 
     # --- models and validation -------------------------------------------------------------
 
@@ -333,7 +336,7 @@ class ChatService:
             completion_tokens=sum(r.completion_tokens for r in results),
         )
         usage.total_tokens = usage.prompt_tokens + usage.completion_tokens
-        self._count_success(tier, time.perf_counter() - start, usage.completion_tokens)
+        self._count_success(decision, time.perf_counter() - start, usage.prompt_tokens, usage.completion_tokens, answer)
         return ChatCompletion(
             id=f"chatcmpl-{uuid.uuid4().hex}", created=int(time.time()), model=tier.name,
             choices=[
@@ -382,7 +385,8 @@ class ChatService:
                           total_tokens=results[0].prompt_tokens + completion_tokens)
         body.append(frames.tail(self._info(decision, answer), usage))
         yield b"".join(body)
-        self._count_success(tier, time.perf_counter() - start, completion_tokens)
+        self._count_success(decision, time.perf_counter() - start, results[0].prompt_tokens, completion_tokens, answer,
+                            stream=True)
 
     async def open_stream(
         self, req: ChatCompletionRequest, decision: Decision, max_tokens: int
@@ -457,12 +461,28 @@ class ChatService:
             usage = Usage(prompt_tokens=prompt_tokens, completion_tokens=total_completion,
                           total_tokens=prompt_tokens + total_completion)
         yield frames.tail(self._info(decision, Answer(results=[GenerationResult(text="")] * finished)), usage)
-        self._count_success(tier, time.perf_counter() - start, total_completion)
+        self._count_success(decision, time.perf_counter() - start, prompt_tokens, total_completion, stream=True)
 
-    def _count_success(self, tier: Tier, latency_s: float, tokens: int) -> None:
+    def _count_success(self, decision: Decision, latency_s: float, prompt_tokens: int, completion_tokens: int,
+                       answer: Answer | None = None, stream: bool = False) -> None:
+        tier = decision.tier
         self.metrics.requests.labels(tier.name, "ok").inc()
         self.metrics.latency.labels(tier.name).observe(latency_s)
-        self.metrics.output_tokens.labels(tier.name).inc(tokens)
+        self.metrics.output_tokens.labels(tier.name).inc(completion_tokens)
+        if self.traffic is not None:
+            assessment = decision.assessment
+            reports = answer.reports if answer is not None else []
+            self.traffic.write(TrafficRecord(
+                ts=round(time.time(), 3), hint=decision.hint, router=decision.router, tier=tier.index,
+                tier_name=tier.name, latency_s=round(latency_s, 4), prompt_tokens=prompt_tokens,
+                completion_tokens=completion_tokens, stream=stream,
+                difficulty=None if assessment is None else round(assessment.difficulty, 4),
+                route_score=None if assessment is None else round(assessment.score, 4),
+                p_fail=None if assessment is None or assessment.p_fail is None
+                else [round(p, 4) for p in assessment.p_fail],
+                escalations=decision.escalations, branches=answer.branches_configured if answer else 1,
+                decode_tokens=sum(r.decode_tokens for r in reports) if reports else None,
+            ))
 
     def _count_backend_error(self, tier: Tier, exc: BackendError) -> None:
         self.metrics.requests.labels(tier.name, "backend_error").inc()
