@@ -96,7 +96,7 @@ async def run_method(
                                 temperature=temperature)
         requests = [msgspec.structs.replace(template, seed=settings.seed * 1000 + b,
                                             request_id=f"{template.request_id}-{b}") for b in range(branch_settings.n)]
-        await slots.acquire(branch_settings.n, timeout_s=3600)
+        await slots.acquire(branch_settings.n, timeout_s=None)
         queued = time.perf_counter() - arrival
         released = 0
 

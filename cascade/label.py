@@ -2,8 +2,10 @@
 
 The tiers are reached exactly as the gateway reaches them (cascade.tiers), so outcomes describe
 what serving will do. Rows are appended as soon as all tiers answered a prompt, so an interrupted
-run resumes where it stopped (ids already in the output are skipped). Decoding is greedy
-(temperature 0) so that a row is reproducible; the sample of prompts is drawn with `seed`.
+run resumes where it stopped (ids already in the output are skipped). Single-branch tiers decode
+greedily (temperature 0) so that a row is reproducible; tiers with reasoning branches run their
+branch runner with seeded sampled branches, as the gateway serves them. The sample of prompts is
+drawn with `seed`.
 
 Row format (one JSON object per line), keyed by dataset row id so that committed outcomes carry no
 dataset text (`--with-text` adds prompts for local use):
@@ -23,21 +25,25 @@ import msgspec
 import numpy as np
 
 from cascade.branches.backend import collect
+from cascade.branches.runner import BranchRunner
+from cascade.branches.slots import BranchSlots
 from cascade.errors import CascadeError, ConfigError
 from cascade.schemas import ChatMessage
-from cascade.tiers import Tier, tier_request
+from cascade.tiers import Tier, branch_settings, tier_request
 from loadgen.datasets import DatasetError, load, sample
 from loadgen.grading import extract, grade
 from loadgen.records import Prompt
 
 
-class TierOutcome(msgspec.Struct, kw_only=True):
+class TierOutcome(msgspec.Struct, kw_only=True, omit_defaults=True):
     correct: bool
     answer: str | None
     output_tokens: int
     latency_s: float
     finish_reason: str
     error: str | None = None
+    # Tiers with reasoning branches: the tokens all branches generated (the tier's real cost).
+    decode_tokens: int | None = None
 
 
 class OutcomeRow(msgspec.Struct, kw_only=True, omit_defaults=True):
@@ -74,21 +80,34 @@ def select_prompts(dataset: str, n: int | None, seed: int) -> list[Prompt]:
 
 
 async def answer_on_tier(tier: Tier, prompt: Prompt, max_tokens: int | None, seed: int) -> TierOutcome:
-    request = tier_request(tier, [ChatMessage(role="user", content=prompt.prompt)], max_tokens,
-                           temperature=0.0, seed=seed)
+    """One tier's graded answer, as the gateway would produce it: greedy for a single-branch tier; for a
+    tier with reasoning branches, its branch runner (sampled branches, early stop, pruning, vote)."""
+    messages = [ChatMessage(role="user", content=prompt.prompt)]
+    settings = branch_settings(tier)
+    branched = settings.n > 1
+    request = tier_request(tier, messages, max_tokens, temperature=tier.config.branch_temperature if branched else 0.0,
+                           seed=seed)
     start = time.perf_counter()
+    decode_tokens = None
     try:
-        # Streamed, so that the read timeout bounds silence between tokens, not the whole answer.
-        result = await collect(tier.backend.stream(request))
+        if branched:
+            requests = [msgspec.structs.replace(request, seed=seed * 1000 + b, request_id=f"{request.request_id}-{b}")
+                        for b in range(settings.n)]
+            run = await BranchRunner(tier.backend, settings, tier.scorer).run(prompt.prompt, requests)
+            text, finish_reason, tokens = run.text, run.finish_reason, run.completion_tokens
+            decode_tokens = run.report.decode_tokens
+        else:
+            # Streamed, so that the read timeout bounds silence between tokens, not the whole answer.
+            result = await collect(tier.backend.stream(request))
+            text, finish_reason, tokens = result.text, result.finish_reason, result.completion_tokens
     except CascadeError as exc:
         # A failed answer is an outcome too (the tier did not answer); it is marked so it can be re-run.
         return TierOutcome(correct=False, answer=None, output_tokens=0, latency_s=time.perf_counter() - start,
                            finish_reason="error", error=exc.message)
     reference = prompt.reference or ""
     return TierOutcome(
-        correct=grade(result.text, reference), answer=extract(result.text, reference),
-        output_tokens=result.completion_tokens, latency_s=round(time.perf_counter() - start, 3),
-        finish_reason=result.finish_reason,
+        correct=grade(text, reference), answer=extract(text, reference), output_tokens=tokens,
+        latency_s=round(time.perf_counter() - start, 3), finish_reason=finish_reason, decode_tokens=decode_tokens,
     )
 
 
@@ -99,12 +118,17 @@ async def label(
     """Label `prompts` not yet in `out`; returns how many rows were written."""
     done = read_done_ids(out)
     todo = [p for p in prompts if p.id not in done]
-    slots = asyncio.Semaphore(concurrency)
+    # Weighted: a tier with N reasoning branches holds N of the `concurrency` requests in flight.
+    slots = BranchSlots("label", concurrency)
     encoder = msgspec.json.Encoder()
 
     async def one(tier: Tier, prompt: Prompt) -> TierOutcome:
-        async with slots:
+        weight = min(concurrency, tier.config.branches)
+        await slots.acquire(weight, timeout_s=None)
+        try:
             return await answer_on_tier(tier, prompt, max_tokens, seed)
+        finally:
+            slots.release(weight)
 
     async def row(prompt: Prompt) -> OutcomeRow:
         outcomes = await asyncio.gather(*(one(t, prompt) for t in tiers))

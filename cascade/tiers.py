@@ -13,6 +13,7 @@ from cascade.branches.backend import Backend, GenerationRequest
 from cascade.branches.cpu_scorer import CPUScorer
 from cascade.branches.openai_client import OpenAIBackend
 from cascade.branches.pool import ReplicaPool
+from cascade.branches.runner import BranchSettings
 from cascade.branches.scoring import Scorer
 from cascade.branches.sglang_client import SGLangBackend
 from cascade.branches.slots import BranchSlots
@@ -74,6 +75,14 @@ def build_tiers(config: CascadeConfig, workers: dict[str, Worker]) -> list[Tier]
         tiers.append(Tier(index=index, config=tier_config, backend=ReplicaPool(tier_config.name, replicas),
                           slots=slots, scorer=scorer))
     return tiers
+
+
+def branch_settings(tier: Tier) -> BranchSettings:
+    """The tier's SART settings from its config (requests may override them within limits)."""
+    cfg = tier.config
+    return BranchSettings(n=cfg.branches, m=cfg.branches_to_finish, alpha=cfg.prune_alpha, beta=cfg.prune_beta,
+                          prune=tier.scorer is not None, score_every_steps=cfg.score_every_steps,
+                          aggregation=cfg.aggregation)
 
 
 def tier_request(

@@ -28,8 +28,8 @@ class BranchSlots:
     def waiting(self) -> int:
         return len(self._waiters)
 
-    async def acquire(self, count: int, timeout_s: float) -> None:
-        """Take `count` slots, waiting at most `timeout_s` (then Overloaded: the client gets a 429)."""
+    async def acquire(self, count: int, timeout_s: float | None) -> None:
+        """Take `count` slots, waiting at most `timeout_s` (None: no limit), then Overloaded (a 429)."""
         if count > self.capacity:
             raise Overloaded(f"tier `{self.name}` has {self.capacity} branch slots; a request needs {count}")
         if not self._waiters and self.free >= count:
@@ -48,7 +48,7 @@ class BranchSlots:
                 self._waiters.remove(entry)
                 self._wake()
             if isinstance(exc, TimeoutError):
-                raise Overloaded(f"tier `{self.name}`: no {count} free branch slots within {timeout_s:g} s "
+                raise Overloaded(f"tier `{self.name}`: no {count} free branch slots within {timeout_s} s "
                                  f"({self.capacity} in all, {len(self._waiters)} requests waiting)") from None
             raise
 

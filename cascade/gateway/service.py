@@ -38,7 +38,7 @@ from cascade.schemas import (
     RouteDecision,
     Usage,
 )
-from cascade.tiers import Tier, tier_request
+from cascade.tiers import Tier, branch_settings, tier_request
 
 ROUTED_MODEL = "cascade"
 # SSE comment sent while a cascade (or branches) works before the first token: proxies and clients
@@ -215,11 +215,9 @@ class ChatService:
 
     def branch_settings(self, req: ChatCompletionRequest, tier: Tier) -> BranchSettings | None:
         """The tier's SART settings with the request's overrides (validated), or None for one branch."""
-        cfg, override = tier.config, req.branches
-        n, m = cfg.branches, cfg.branches_to_finish
-        settings = BranchSettings(n=n, m=m, alpha=cfg.prune_alpha, beta=cfg.prune_beta,
-                                  prune=tier.scorer is not None, score_every_steps=cfg.score_every_steps,
-                                  aggregation=cfg.aggregation)
+        override = req.branches
+        settings = branch_settings(tier)
+        n, m = settings.n, settings.m
         if override is not None:
             n = override.n if override.n is not None else n
             m = override.m if override.m is not None else min(m, n)

@@ -1,0 +1,56 @@
+"""`cascade label` end to end against the fake engine over real HTTP: grading, branches, resumption."""
+
+from __future__ import annotations
+
+import json
+
+from cascade.cli import main
+from cascade.engines.fake_server import FakeEngine, FakeScript
+from tests.servers import serve_asgi
+
+RIGHT = "3_*_6_=_18.|####_18"
+WRONG = "3_*_6_=_19.|####_19"
+
+
+def write_inputs(tmp_path, url: str) -> tuple[str, str]:
+    (tmp_path / "cascade.toml").write_text(f"""
+[[tiers]]
+name = "small"
+default_max_tokens = 64
+backends = [{{ kind = "openai", url = "{url}", model = "fake-small" }}]
+
+[[tiers]]
+name = "thinker"
+default_max_tokens = 64
+branches = 3
+branches_to_finish = 2
+backends = [{{ kind = "openai", url = "{url}", model = "fake-big" }}]
+""")
+    # The small tier answers wrongly on q1; the thinker's branches vote 18 everywhere.
+    rows = [{"id": "q0", "prompt": f"Q0 [fake answer={RIGHT}]", "reference": "#### 18"},
+            {"id": "q1", "prompt": f"Q1 [fake answer={RIGHT}] [fake@fake-small answer={WRONG}]", "reference": "#### 18"},
+            {"id": "q2", "prompt": "Q2 no reference"}]
+    (tmp_path / "q.jsonl").write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    return str(tmp_path / "cascade.toml"), str(tmp_path / "q.jsonl")
+
+
+def test_label_grades_every_tier_runs_branches_and_resumes(tmp_path, capsys) -> None:
+    engine = FakeEngine(FakeScript(tokens=8))
+    out = tmp_path / "outcomes.jsonl"
+    with serve_asgi(engine) as url:
+        config, dataset = write_inputs(tmp_path, url)
+        args = ["label", "--config", config, "--dataset", dataset, "--out", str(out), "--concurrency", "4"]
+        assert main(args) == 0
+        requests_first_run = engine.stats.requests
+        assert main(args) == 0  # everything labelled already: nothing is sent again
+        assert engine.stats.requests == requests_first_run
+    assert "wrote 0 rows" in capsys.readouterr().out
+    rows = {r["id"]: r for r in map(json.loads, out.read_text().splitlines())}
+    assert set(rows) == {"q0", "q1"}  # q2 has no reference to grade against
+    assert rows["q0"]["tiers"]["small"]["correct"] and not rows["q1"]["tiers"]["small"]["correct"]
+    assert rows["q1"]["tiers"]["small"]["answer"] == "19"
+    thinker = rows["q1"]["tiers"]["thinker"]
+    assert thinker["correct"] and thinker["decode_tokens"] >= thinker["output_tokens"] > 0
+    assert "decode_tokens" not in rows["q1"]["tiers"]["small"]
+    assert requests_first_run == 2 * (1 + 3)  # one request on the small tier, three branches on the thinker
+    assert "prompt" not in rows["q0"]  # no dataset text unless --with-text
