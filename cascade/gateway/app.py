@@ -1,19 +1,19 @@
-"""The Litestar app: thin routes over ChatService, OpenAI error objects for every failure."""
+"""The gateway app: Litestar routes over ChatService (chat completions in front of it as plain ASGI,
+cascade/gateway/chat_asgi.py), OpenAI error objects for every failure."""
 
 from __future__ import annotations
 
-import asyncio
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import msgspec
 from litestar import Litestar, Request, Response, get, post
 from litestar.exceptions import HTTPException
-from litestar.response import Stream
 
 from cascade.errors import CascadeError, InvalidRequest, PayloadTooLarge, Unauthorized
-from cascade.gateway.errors import error_response, status_for
+from cascade.gateway.chat_asgi import ChatCompletionsASGI
+from cascade.gateway.errors import error_response, openai_error, status_for
 from cascade.gateway.service import ChatService, Decision
 from cascade.schemas import ChatCompletionRequest
 
@@ -29,7 +29,7 @@ def create_app(
     ready_check: Callable[[], Awaitable[dict[str, Any]]] | None = None,
     on_startup: list[Callable[[], Awaitable[None]]] | None = None,
     on_shutdown: list[Callable[[], Awaitable[None]]] | None = None,
-) -> Litestar:
+) -> ChatCompletionsASGI:
     max_body = service.limits.max_body_bytes
     keys = frozenset(api_keys)
 
@@ -55,32 +55,6 @@ def create_app(
                                       "request_too_large")
             chunks.append(chunk)
         return b"".join(chunks)
-
-    @post("/v1/chat/completions", status_code=200)
-    async def chat_completions(request: Request[Any, Any, Any]) -> Response[bytes] | Stream:
-        check_auth(request)
-        raw = await read_body(request)
-        req = decode_chat_request(raw)
-        max_tokens = service.validate(req)
-        decision = service.decide(req, request.headers.get("x-cascade-quality"))
-        service.admit()
-        if req.stream:
-            try:
-                frames = await service.open_stream(req, decision, max_tokens)
-            except BaseException:
-                service.release()
-                raise
-            # In cascade mode the headers leave before any tier answered: they name the first tier and
-            # say the stream may escalate; its chunks' `model` and `cascade` name the tier that answered.
-            headers = {"X-Cascade-Tier": decision.tier.name, "Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
-            if decision.accept is not None:
-                headers["X-Cascade-Mode"] = "cascade"
-            return Stream(_released(frames, service), media_type="text/event-stream", headers=headers)
-        try:
-            completion = await _unless_disconnected(request, service.complete(req, decision, max_tokens))
-        finally:
-            service.release()
-        return Response(_encode(completion), media_type=_JSON, headers={"X-Cascade-Tier": completion.model})
 
     @post("/v1/route", status_code=200)
     async def route(request: Request[Any, Any, Any]) -> Response[bytes]:
@@ -136,8 +110,8 @@ def create_app(
         return Response(error_response("internal error in the gateway", "server_error"), status_code=500,
                         media_type=_JSON)
 
-    return Litestar(
-        route_handlers=[chat_completions, route, models, health, ready, metrics],
+    litestar = Litestar(
+        route_handlers=[route, models, health, ready, metrics],
         exception_handlers={
             CascadeError: handle_cascade_error,
             HTTPException: handle_http_exception,
@@ -151,6 +125,8 @@ def create_app(
         logging_config=None,  # logging is configured once by `cascade serve`, not by the framework
         debug=False,
     )
+    # The hot route bypasses the framework (cascade/gateway/chat_asgi.py says why).
+    return ChatCompletionsASGI(litestar, service, api_keys, decode_chat_request)
 
 
 def decode_chat_request(raw: bytes) -> ChatCompletionRequest:
@@ -181,46 +157,7 @@ def _validation_param(message: str) -> tuple[str, str | None]:
 
 
 def _error(exc: CascadeError, status: int) -> Response[bytes]:
-    param = getattr(exc, "param", None)
-    code = getattr(exc, "code", None)
-    kind = {400: "invalid_request_error", 401: "authentication_error", 404: "invalid_request_error",
-            413: "invalid_request_error", 429: "rate_limit_error"}.get(status, "server_error")
-    if status == 404:
-        code, param = "model_not_found", "model"
-    return Response(error_response(exc.message, kind, param, code), status_code=status, media_type=_JSON)
-
-
-async def _released(frames: AsyncIterator[bytes], service: ChatService) -> AsyncIterator[bytes]:
-    try:
-        async for frame in frames:
-            yield frame
-    finally:
-        aclose = getattr(frames, "aclose", None)
-        if aclose is not None:
-            await aclose()
-        service.release()
-
-
-async def _unless_disconnected(request: Request[Any, Any, Any], work: Awaitable[Any]) -> Any:
-    """Run `work`, but cancel it (and so the upstream generation) if the client disconnects."""
-    task = asyncio.ensure_future(work)
-    watcher = asyncio.ensure_future(_wait_disconnect(request))
-    try:
-        await asyncio.wait({task, watcher}, return_when=asyncio.FIRST_COMPLETED)
-        if not task.done():
-            task.cancel()
-            await asyncio.gather(task, return_exceptions=True)
-            raise asyncio.CancelledError("client disconnected")
-        return task.result()
-    finally:
-        watcher.cancel()
-        if not task.done():
-            task.cancel()
-
-
-async def _wait_disconnect(request: Request[Any, Any, Any]) -> None:
-    while (await request.receive())["type"] != "http.disconnect":
-        pass
+    return Response(openai_error(exc, status), status_code=status, media_type=_JSON)
 
 
 __all__ = ["Decision", "create_app", "decode_chat_request"]

@@ -39,3 +39,14 @@ def status_for(exc: CascadeError) -> int:
 
 def error_response(message: str, kind: str, param: str | None = None, code: str | None = None) -> bytes:
     return msgspec.json.encode(ErrorResponse(error=ErrorBody(message=message, type=kind, param=param, code=code)))
+
+
+def openai_error(exc: CascadeError, status: int) -> bytes:
+    """The OpenAI error body for `exc` answered with `status`."""
+    param = getattr(exc, "param", None)
+    code = getattr(exc, "code", None)
+    kind = {400: "invalid_request_error", 401: "authentication_error", 404: "invalid_request_error",
+            413: "invalid_request_error", 429: "rate_limit_error"}.get(status, "server_error")
+    if status == 404:
+        code, param = "model_not_found", "model"
+    return error_response(exc.message, kind, param, code)

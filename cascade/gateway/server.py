@@ -8,12 +8,11 @@ import os
 from pathlib import Path
 from typing import Any
 
-from litestar import Litestar
-
 from cascade.config import CascadeConfig, load_config
 from cascade.engines.supervisor import Supervisor
 from cascade.errors import ConfigError
 from cascade.gateway.app import create_app
+from cascade.gateway.chat_asgi import ChatCompletionsASGI
 from cascade.gateway.metrics import GatewayMetrics
 from cascade.gateway.service import ChatService
 from cascade.gateway.traffic import TrafficLog
@@ -116,7 +115,7 @@ def run(
 _CONFIG_ENV, _PLAN_ENV = "CASCADE_GATEWAY_CONFIG", "CASCADE_GATEWAY_PLAN"
 
 
-def app_from_env() -> Litestar:
+def app_from_env() -> ChatCompletionsASGI:
     """The app of one gateway process in multi-process mode (config path from the parent's environment)."""
     _configure_logging("warning")
     return Gateway(load_config(os.environ[_CONFIG_ENV]), os.environ.get(_PLAN_ENV) or None).app

@@ -1,0 +1,174 @@
+"""POST /v1/chat/completions as a plain ASGI handler in front of the Litestar app.
+
+Why not a Litestar route: a streamed completion is one ASGI `send` per upstream read, tens of
+thousands per second at 200 streams, and on that path Litestar's streaming response (a task group
+per response, a middleware wrapper around every `send`) cost about a fifth of the gateway's CPU
+(py-spy, benchmarks/gateway_overhead.py). Everything else (/v1/route, /v1/models, /health, /ready,
+/metrics, 404/405 for unknown routes) stays in Litestar; both share ChatService, the body reader's
+limits and the OpenAI error objects, and the same tests run against both.
+
+Disconnects: after the body is read, a watcher awaits `http.disconnect` and cancels the work, which
+closes the upstream streams (the engine stops; SGLang also gets `/abort_request`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncGenerator, Awaitable, Callable, MutableMapping
+from typing import Any
+
+import msgspec
+
+from cascade.errors import CascadeError, PayloadTooLarge, Unauthorized
+from cascade.gateway.errors import error_response, openai_error, status_for
+from cascade.gateway.service import ChatService
+from cascade.schemas import ChatCompletionRequest
+
+Scope = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
+Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
+ASGIApp = Callable[..., Awaitable[None]]  # Litestar's own ASGI types are narrower than these
+
+log = logging.getLogger("cascade.gateway")
+_encode = msgspec.json.Encoder().encode
+PATH = "/v1/chat/completions"
+
+
+class ClientGone(Exception):
+    """The client disconnected before the response was complete."""
+
+
+class ChatCompletionsASGI:
+    def __init__(self, app: ASGIApp, service: ChatService, api_keys: tuple[str, ...],
+                 decode: Callable[[bytes], ChatCompletionRequest]) -> None:
+        self.app = app
+        self.service = service
+        self.keys = frozenset(api_keys)
+        self.decode = decode
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope["path"] != PATH:
+            await self.app(scope, receive, send)
+            return
+        if scope["method"] != "POST":
+            message = f"method {scope['method']} is not allowed on {PATH}"
+            await _respond(send, 405, error_response(message, "invalid_request_error"), [(b"allow", b"POST")])
+            return
+        started = False
+
+        async def tracked_send(message: MutableMapping[str, Any]) -> None:
+            nonlocal started
+            started = True
+            try:
+                await send(message)
+            except OSError as exc:  # uvicorn: the client closed the connection
+                raise ClientGone() from exc
+
+        try:
+            await self._handle(scope, receive, tracked_send)
+        except ClientGone:
+            return
+        except CascadeError as exc:
+            if started:
+                raise
+            status = status_for(exc)
+            if status < 500:
+                self.service.metrics.client_errors.labels(str(status)).inc()
+            else:
+                log.warning("POST %s -> %d: %s", PATH, status, exc.message)
+            await _respond(send, status, openai_error(exc, status))
+        except Exception:
+            log.exception("unhandled error on POST %s", PATH)
+            if not started:  # never a traceback to the client; the log has it
+                await _respond(send, 500, error_response("internal error in the gateway", "server_error"))
+
+    async def _handle(self, scope: Scope, receive: Receive, send: Send) -> None:
+        headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in scope["headers"]}
+        self._check_auth(headers)
+        raw = await self._read_body(headers, receive)
+        service = self.service
+        req = self.decode(raw)
+        max_tokens = service.validate(req)
+        decision = service.decide(req, headers.get("x-cascade-quality"))
+        service.admit()
+        try:
+            if req.stream:
+                frames = await _until_disconnect(receive, service.open_stream(req, decision, max_tokens))
+                out = [(b"content-type", b"text/event-stream"), (b"cache-control", b"no-cache"),
+                       (b"x-accel-buffering", b"no"), (b"x-cascade-tier", decision.tier.name.encode())]
+                if decision.accept is not None:
+                    # The answering tier is known only at the end: the chunks' `model` and `cascade` name it.
+                    out.append((b"x-cascade-mode", b"cascade"))
+                await send({"type": "http.response.start", "status": 200, "headers": out})
+                await _until_disconnect(receive, _pump(frames, send))
+            else:
+                completion = await _until_disconnect(receive, service.complete(req, decision, max_tokens))
+                await _respond(send, 200, _encode(completion), [(b"x-cascade-tier", completion.model.encode())])
+        finally:
+            service.release()
+
+    def _check_auth(self, headers: dict[str, str]) -> None:
+        if not self.keys:
+            return
+        scheme, _, token = headers.get("authorization", "").partition(" ")
+        if scheme.lower() != "bearer" or token not in self.keys:
+            raise Unauthorized("missing or invalid API key: send `Authorization: Bearer <key>`")
+
+    async def _read_body(self, headers: dict[str, str], receive: Receive) -> bytes:
+        limit = self.service.limits.max_body_bytes
+        declared = headers.get("content-length")
+        if declared is not None and declared.isdigit() and int(declared) > limit:
+            raise PayloadTooLarge(f"request body is {declared} bytes; the limit is {limit}", None, "request_too_large")
+        chunks: list[bytes] = []
+        size = 0
+        while True:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                raise ClientGone()
+            chunk = message.get("body", b"")
+            size += len(chunk)
+            if size > limit:
+                raise PayloadTooLarge(f"request body exceeds the limit of {limit} bytes", None, "request_too_large")
+            chunks.append(chunk)
+            if not message.get("more_body", False):
+                return b"".join(chunks)
+
+
+async def _pump(frames: AsyncGenerator[bytes, None], send: Send) -> None:
+    try:
+        async for frame in frames:
+            await send({"type": "http.response.body", "body": frame, "more_body": True})
+        await send({"type": "http.response.body", "body": b"", "more_body": False})
+    finally:
+        await frames.aclose()
+
+
+async def _until_disconnect(receive: Receive, work: Awaitable[Any]) -> Any:
+    """Run `work`; if the client disconnects first, cancel it (and so the upstream generation)."""
+    task = asyncio.ensure_future(work)
+    watcher = asyncio.ensure_future(_disconnected(receive))
+    try:
+        await asyncio.wait({task, watcher}, return_when=asyncio.FIRST_COMPLETED)
+        if not task.done():
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+            raise ClientGone()
+        return task.result()
+    finally:
+        watcher.cancel()
+        if not task.done():
+            task.cancel()
+
+
+async def _disconnected(receive: Receive) -> None:
+    while (await receive())["type"] != "http.disconnect":
+        pass
+
+
+async def _respond(send: Send, status: int, body: bytes, extra: list[tuple[bytes, bytes]] | None = None) -> None:
+    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()), *(extra or [])]
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": body, "more_body": False})
