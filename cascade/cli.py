@@ -182,6 +182,8 @@ def build_parser() -> argparse.ArgumentParser:
     add_router_commands(sub)
     from cascade.bench_cli import add_bench_commands
     add_bench_commands(sub)
+    from cascade.profiler_cli import add_profile_command
+    add_profile_command(sub)
     return parser
 
 

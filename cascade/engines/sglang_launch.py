@@ -32,18 +32,25 @@ class Server:
     node_rank: int = 0
     dist_init_addr: str = ""
 
-    def command(self) -> str:
-        args = [f"CUDA_VISIBLE_DEVICES={','.join(map(str, self.gpus))}", "python -m sglang.launch_server",
-                f"--model-path {self.model}", "--host 0.0.0.0", f"--port {self.port}", f"--tp-size {self.tp}"]
+    @property
+    def cuda_visible_devices(self) -> str:
+        return ",".join(map(str, self.gpus))
+
+    def args(self) -> list[str]:
+        """The arguments of `python -m sglang.launch_server`."""
+        args = ["--model-path", self.model, "--host", "0.0.0.0", "--port", str(self.port), "--tp-size", str(self.tp)]
         if self.pp > 1:
-            args.append(f"--pp-size {self.pp}")
+            args += ["--pp-size", str(self.pp)]
         if self.dp > 1:
-            args.append(f"--dp-size {self.dp}")
+            args += ["--dp-size", str(self.dp)]
         if self.nnodes > 1:
-            args += [f"--nnodes {self.nnodes}", f"--node-rank {self.node_rank}",
-                     f"--dist-init-addr {self.dist_init_addr}"]
-        args.append("--enable-metrics")
-        return " ".join(args)
+            args += ["--nnodes", str(self.nnodes), "--node-rank", str(self.node_rank),
+                     "--dist-init-addr", self.dist_init_addr]
+        return [*args, "--enable-metrics"]
+
+    def command(self) -> str:
+        return " ".join([f"CUDA_VISIBLE_DEVICES={self.cuda_visible_devices}", "python -m sglang.launch_server",
+                         *self.args()])
 
 
 @dataclass(frozen=True)
@@ -137,12 +144,18 @@ def _servers(placed: list[tuple[_Replica, list[tuple[int, list[int]]]]], hosts: 
 
 
 def _gateway_config(plan: Plan, servers: list[Server]) -> str:
+    return gateway_config(plan.tiers, [(s.tier, "sglang", f"http://{s.host}:{s.port}", s.model)
+                                       for s in servers if s.node_rank == 0])
+
+
+def gateway_config(tiers: list[str], backends: list[tuple[str, str, str, str]]) -> str:
+    """cascade.toml with one [[tiers]] per plan tier; backends are (tier, kind, url, model)."""
     lines = ["# cascade.toml for this deployment; run: cascade serve --config cascade.toml --plan plan.json", ""]
-    for tier in plan.tiers:
+    for tier in tiers:
         lines += ["[[tiers]]", f'name = "{tier}"', "backends = ["]
-        for s in servers:
-            if s.tier == tier and s.node_rank == 0:
-                lines.append(f'  {{ kind = "sglang", url = "http://{s.host}:{s.port}", model = "{s.model}" }},')
+        for owner, kind, url, model in backends:
+            if owner == tier:
+                lines.append(f'  {{ kind = "{kind}", url = "{url}", model = "{model}" }},')
         lines += ["]", ""]
     return "\n".join(lines)
 

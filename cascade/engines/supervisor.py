@@ -1,4 +1,5 @@
-"""Start, watch and stop embedded engine workers (`transformers serve --continuous-batching`).
+"""Start, watch and stop engine workers: `transformers serve --continuous-batching` for the embedded
+models, or any given command (`cascade deploy`: SGLang servers, fake engines).
 
 Each worker is its own process group on a loopback port. The supervisor waits until every worker
 answers /health, restarts a worker that dies (with backoff, up to `max_restarts`), and on shutdown
@@ -58,11 +59,19 @@ def worker_env() -> dict[str, str]:
 
 
 class Worker:
-    def __init__(self, config: WorkerConfig, model_dir: Path, log_dir: Path) -> None:
+    """One engine process. By default `transformers serve` of `model_dir`; `command` (with its port
+    in it, which must then be `config.port`) and `env` (default: `worker_env()`) run anything else."""
+
+    def __init__(self, config: WorkerConfig, model_dir: Path, log_dir: Path, *, command: list[str] | None = None,
+                 env: dict[str, str] | None = None) -> None:
+        if command is not None and not config.port:
+            raise ValueError("a worker with its own command needs config.port (the port its command serves on)")
         self.config = config
         self.model_dir = model_dir
         self.port = config.port or free_port()
         self.log_path = log_dir / f"{config.name}.log"
+        self.command = command
+        self.env = env
         self.process: subprocess.Popen[bytes] | None = None
         self.restarts = 0
 
@@ -75,8 +84,9 @@ class Worker:
         with self.log_path.open("ab") as out:
             # A new session: the worker and anything it spawns form one process group we can kill.
             self.process = subprocess.Popen(
-                worker_command(self.model_dir, self.port, self.config), stdout=out, stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL, env=worker_env(), start_new_session=True,
+                self.command or worker_command(self.model_dir, self.port, self.config), stdout=out,
+                stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                env=worker_env() if self.env is None else self.env, start_new_session=True,
                 preexec_fn=_die_with_parent,
             )
         log.info("worker %s: pid %d on %s", self.config.name, self.process.pid, self.url)

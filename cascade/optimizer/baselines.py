@@ -21,7 +21,7 @@ from collections.abc import Callable
 from cascade.optimizer import evaluate, planner, routing, search
 from cascade.optimizer.instance import Instance
 from cascade.optimizer.parallelism import TierTable
-from cascade.optimizer.roofline import RooflineCost, Shape, valid_shape
+from cascade.optimizer.roofline import ReplicaCost, RooflineCost, Shape, valid_shape
 
 
 @dataclasses.dataclass(frozen=True)
@@ -43,21 +43,26 @@ def slice_instance(inst: Instance, tiers: list[int]) -> Instance:
     data = routing.RoutingData(mode=inst.data.mode, signal=inst.data.signal if inst.data.mode == "route"
                                else inst.data.signal[:, tiers], quality=inst.data.quality[:, tiers])
     return dataclasses.replace(
-        inst, names=[inst.names[i] for i in tiers], models=[inst.models[i] for i in tiers], data=data,
+        inst, names=[inst.names[i] for i in tiers], models=[inst.models[i] for i in tiers],
+        served_models=[inst.served_models[i] for i in tiers], data=data,
         output_tokens=inst.output_tokens[:, tiers], costs=[inst.costs[i] for i in tiers],
         settings=[inst.settings[i] for i in tiers], curves={})
 
 
 def uniform_shape_instance(inst: Instance) -> Instance:
-    """Every tier restricted to TP = the smallest degree on which the largest model fits (PP 1)."""
+    """Every tier restricted to TP = the smallest degree on which the largest model fits (PP 1).
+    Profiled tiers keep their measured shapes (no other shape has numbers)."""
     top = min(s.tp for s in inst.costs[-1] if s.pp == 1)
     cluster = inst.problem.cluster
-    costs = []
+    costs: list[dict[Shape, ReplicaCost]] = []
     for model, tier_costs in zip(inst.models, inst.costs, strict=True):
-        any_cost = next(iter(tier_costs.values()))
+        if model is None or inst.gpu is None:
+            costs.append(tier_costs)
+            continue
         tp = max(t for t in (1, 2, 4, 8) if t <= top and valid_shape(model, Shape(t), cluster.gpus_per_node))
         costs.append({Shape(tp): RooflineCost(model, inst.gpu, Shape(tp), gpus_per_node=cluster.gpus_per_node,
-                                              internode_gb_s=cluster.internode_gb_s, efficiency=any_cost.eff)})
+                                              internode_gb_s=cluster.internode_gb_s,
+                                              efficiency=inst.problem.efficiency)})
     return dataclasses.replace(inst, costs=costs, curves={})
 
 

@@ -1,5 +1,6 @@
 """`cascade optimize plan|allocate` and `cascade deploy`. Only argparse here at import time: the
-solvers (highspy, pymoo, matplotlib) load when a command runs, so `cascade --help` stays light."""
+solvers (highspy, pymoo, matplotlib) and the engine launcher load when a command runs, so
+`cascade --help` stays light."""
 
 from __future__ import annotations
 
@@ -38,17 +39,27 @@ def add_optimize_commands(sub: argparse._SubParsersAction) -> None:
     allocate.set_defaults(func=_allocate)
 
     deploy = sub.add_parser(
-        "deploy", help="launch the plan's engines (SGLang) and print the gateway config",
-        description="Reads plan.json only. With --dry-run, prints the SGLang launch commands (GPUs, ports, "
-        "node placement) and the cascade.toml that points at them.",
+        "deploy", help="launch and supervise the plan's engines and write the gateway config",
+        description="Reads plan.json only. Starts the engines (SGLang servers on this node, or one local process "
+        "per tier replica), restarts any that dies, writes the cascade.toml that points at them once all are "
+        "healthy, and stops them all on Ctrl-C/SIGTERM. With --dry-run, prints the launch commands (GPUs, "
+        "ports, node placement) and that cascade.toml instead.",
     )
     deploy.add_argument("--plan", required=True, help="plan.json from `cascade optimize plan`")
     deploy.add_argument("--engine", choices=["sglang", "local"], default="sglang")
     deploy.add_argument("--dry-run", action="store_true", help="print what would run; start nothing")
-    deploy.add_argument("--hosts", help="comma-separated node hostnames (default: node-0, node-1, ...)")
-    deploy.add_argument("--base-port", type=int, default=30000, help="first engine port on each node")
+    deploy.add_argument("--hosts", help="sglang --dry-run: comma-separated node hostnames (default: node-0, ...)")
+    deploy.add_argument("--base-port", type=int, default=30000, help="first SGLang port on each node")
     deploy.add_argument("--dp-per-server", action="store_true",
                         help="one SGLang server per tier and node with --dp-size (default: one server per replica)")
+    deploy.add_argument("--engine-command", metavar="TEMPLATE",
+                        help="local: the command per tier replica, with {port}, {model}, {tier}, {replica}, e.g. "
+                        "'cascade fake-server --port {port} --model {model}' (default: `transformers serve` of the "
+                        "tier's embedded model)")
+    deploy.add_argument("--config-out", help="gateway config to write (default: PLAN.cascade.toml beside the plan)")
+    deploy.add_argument("--log-dir", default="logs/deploy", help="one log file per engine")
+    deploy.add_argument("--startup-timeout-s", type=float, default=900.0, help="wait this long for each /health")
+    deploy.add_argument("--max-restarts", type=int, default=5, help="restarts per engine before giving up on it")
     deploy.set_defaults(func=_deploy)
 
 
@@ -86,7 +97,7 @@ def _plan(args: argparse.Namespace) -> int:
         "objective": primary.objective, "latency_s": primary.latency_s, "quality": primary.quality,
         "thresholds": primary.thresholds,
         "allocation": {d.tier: d.gpus for d in result.plan.deployment},
-        "solve_time_s": result.solve_time_s,
+        "solve_time_s": result.solve_time_s, "latency_model": result.instance.latency_model,
     }
     target = problem.quality.target
     if primary.quality < target - 1e-9:
@@ -132,16 +143,31 @@ def _allocate(args: argparse.Namespace) -> int:
 def _deploy(args: argparse.Namespace) -> int:
     from cascade.engines import sglang_launch
     from cascade.errors import ConfigError
+    from cascade.optimizer import deploy
     from cascade.plan import load_plan
 
     plan = load_plan(args.plan)
-    if args.engine != "sglang":
-        raise ConfigError("`cascade deploy --engine local` is not built yet; "
-                          "use `cascade serve` for the embedded CPU tiers")
-    hosts = [h.strip() for h in args.hosts.split(",") if h.strip()] if args.hosts else None
-    launch = sglang_launch.launch_plan(plan, hosts=hosts, base_port=args.base_port, dp_per_server=args.dp_per_server)
-    if not args.dry_run:
-        raise ConfigError("launching and supervising SGLang servers is not built yet; run with --dry-run and start "
-                          "the printed commands on each node")
-    print(sglang_launch.render(launch))
-    return 0
+    if args.engine_command and args.engine != "local":
+        raise ConfigError("--engine-command applies to --engine local")
+    if args.engine == "sglang" and args.dry_run:
+        hosts = [h.strip() for h in args.hosts.split(",") if h.strip()] if args.hosts else None
+        launch = sglang_launch.launch_plan(plan, hosts=hosts, base_port=args.base_port,
+                                           dp_per_server=args.dp_per_server)
+        print(sglang_launch.render(launch))
+        return 0
+    if args.engine == "sglang":
+        engines = deploy.sglang_engines(plan, args.base_port, args.dp_per_server)
+    else:
+        engines = deploy.local_engines(plan, args.engine_command)
+    config = deploy.gateway_config(plan, engines)
+    if args.dry_run:
+        print(deploy.render(engines, config))
+        return 0
+    deploy.setup_logging()
+    config_out = Path(args.config_out) if args.config_out else Path(args.plan).with_suffix(".cascade.toml")
+
+    def say(message: str) -> None:
+        print(message, flush=True)
+
+    return deploy.run(engines, config, config_out, Path(args.log_dir), args.startup_timeout_s, args.max_restarts, say,
+                      args.plan)

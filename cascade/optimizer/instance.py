@@ -1,5 +1,6 @@
-"""A problem resolved into what the solvers use: cards, candidate replica shapes, routing data,
-token lengths, and per-tier latency tables for the workload a routing induces (cached)."""
+"""A problem resolved into what the solvers use: cards or measured profiles, candidate replica
+shapes, routing data, token lengths, and per-tier latency tables for the workload a routing
+induces (cached)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from pathlib import Path
 import numpy as np
 
 from cascade.errors import ConfigError
-from cascade.optimizer import cards, routing, synthetic
+from cascade.optimizer import cards, routing, synthetic, workload
 from cascade.optimizer.outcomes import Outcomes, load_outcomes
 from cascade.optimizer.parallelism import (
     ReplicaCurve,
@@ -20,21 +21,24 @@ from cascade.optimizer.parallelism import (
     enumerate_shapes,
     replica_curve,
 )
-from cascade.optimizer.problem import FileOutcomes, LengthSpec, Problem
-from cascade.optimizer.roofline import RooflineCost, Shape, valid_shape
+from cascade.optimizer.problem import FileOutcomes, Problem, SyntheticOutcomes, TierSpec
+from cascade.optimizer.profile import ProfileCost, load_profile
+from cascade.optimizer.roofline import ReplicaCost, RooflineCost, Shape, valid_shape
 
 
 @dataclass
 class Instance:
     problem: Problem
     names: list[str]
-    gpu: cards.GpuSpec
-    models: list[cards.ModelCard]
+    gpu: cards.GpuSpec | None  # None when every tier has a measured profile
+    models: list[cards.ModelCard | None]  # None: a profiled tier
+    served_models: list[str]  # the checkpoint each tier serves (the plan's `model`)
     data: routing.RoutingData
     input_tokens: np.ndarray  # (n,) int
     output_tokens: np.ndarray  # (n, tiers) int
-    costs: list[dict[Shape, RooflineCost]]  # candidate shapes per tier
+    costs: list[dict[Shape, ReplicaCost]]  # candidate shapes per tier
     settings: list[SimSettings]
+    rate_rps: float
     curves: dict[tuple[int, Shape, str], ReplicaCurve] = field(default_factory=dict)
 
     @property
@@ -42,8 +46,10 @@ class Instance:
         return self.problem.cluster.gpus
 
     @property
-    def rate_rps(self) -> float:
-        return self.problem.workload.rate_rps
+    def latency_model(self) -> str:
+        """"roofline", "profile" (every tier measured) or "mixed"."""
+        profiled = [bool(t.profiles) for t in self.problem.tiers]
+        return "profile" if all(profiled) else "mixed" if any(profiled) else "roofline"
 
     def fractions(self, ks: tuple[int, ...]) -> np.ndarray:
         """Share of requests each tier processes under thresholds ks."""
@@ -72,20 +78,30 @@ class Instance:
 
 def load_instance(problem: Problem, base_dir: Path) -> Instance:
     names = [t.name for t in problem.tiers]
-    gpu = cards.load_gpu(problem.cluster.gpu)
-    models = [cards.load_model(t.model) for t in problem.tiers]
+    profiled = [[_profile(i, path, base_dir) for path in t.profiles] for i, t in enumerate(problem.tiers)]
+    gpu = cards.load_gpu(problem.cluster.gpu) if not all(profiled) else None
+    models = [None if profiled[i] else cards.load_model(t.model) for i, t in enumerate(problem.tiers)]
     outcomes = _outcomes(problem, base_dir)
     rng = np.random.default_rng(problem.search.seed)
-    inputs = _fill(outcomes.input_tokens, problem.workload.input_tokens, rng)
-    outputs = np.stack([_fill(outcomes.output_tokens[:, i], problem.workload.output_tokens, rng)
-                        for i in range(len(names))], axis=1)
+    inputs, outputs, rate = workload.resolve(problem.workload, outcomes, base_dir,
+                                             isinstance(problem.outcomes, SyntheticOutcomes), rng)
     data = _routing_data(problem, outcomes)
     settings = [SimSettings(requests=problem.search.sim_requests, percentile=problem.slo.percentile,
                             max_batch=t.max_batch, max_prefill_tokens=t.max_prefill_tokens,
                             seed=problem.search.seed + i) for i, t in enumerate(problem.tiers)]
-    costs = [_tier_costs(problem, gpu, models[i], inputs, outputs[:, i], settings[i]) for i in range(len(names))]
-    return Instance(problem=problem, names=names, gpu=gpu, models=models, data=data, input_tokens=inputs,
-                    output_tokens=outputs, costs=costs, settings=settings)
+    costs, served = [], []
+    for i, tier in enumerate(problem.tiers):
+        model = models[i]
+        if model is None:
+            candidates = _profile_costs(problem, i, profiled[i])
+            served.append(tier.model or profiled[i][0].profile.model)
+        else:
+            assert gpu is not None  # loaded whenever a tier has no profile
+            candidates = _roofline_costs(problem, gpu, model)
+            served.append(model.hf_id)
+        costs.append(_keep_fitting(problem, tier, candidates, inputs, outputs[:, i], settings[i]))
+    return Instance(problem=problem, names=names, gpu=gpu, models=models, served_models=served, data=data,
+                    input_tokens=inputs, output_tokens=outputs, costs=costs, settings=settings, rate_rps=rate)
 
 
 def _outcomes(problem: Problem, base_dir: Path) -> Outcomes:
@@ -98,12 +114,6 @@ def _outcomes(problem: Problem, base_dir: Path) -> Outcomes:
         found = synthetic.gsm8k_like(keys, n=spec.n, seed=spec.seed, skills=spec.skills,
                                      output_medians=spec.output_medians)
     return found
-
-
-def _fill(values: np.ndarray, spec: LengthSpec, rng: np.random.Generator) -> np.ndarray:
-    """Known token counts as they are; unknown ones drawn from the workload's distribution."""
-    drawn = np.clip(np.round(rng.lognormal(np.log(spec.median), spec.sigma, size=len(values))), 1, spec.max)
-    return np.where(np.isnan(values), drawn, values).astype(np.int64)
 
 
 def _routing_data(problem: Problem, outcomes: Outcomes) -> routing.RoutingData:
@@ -126,20 +136,46 @@ def _require(values: np.ndarray, tiers: list[str], what: str) -> None:
         raise ConfigError(f"outcomes: tier(s) {', '.join(missing)} lack {what} on some rows")
 
 
-def _tier_costs(problem: Problem, gpu: cards.GpuSpec, model: cards.ModelCard, inputs: np.ndarray,
-                outputs: np.ndarray, settings: SimSettings) -> dict[Shape, RooflineCost]:
+def _profile(tier: int, path: str, base_dir: Path) -> ProfileCost:
+    p = Path(path)
+    try:
+        return ProfileCost(load_profile(p if p.is_absolute() else base_dir / p))
+    except ConfigError as exc:
+        raise ConfigError(f"`tiers[{tier}].profile`: {exc.message}") from None
+
+
+def _profile_costs(problem: Problem, index: int, profiled: list[ProfileCost]) -> dict[Shape, ReplicaCost]:
     cluster = problem.cluster
+    costs: dict[Shape, ReplicaCost] = {}
+    for cost in profiled:
+        if cost.shape in costs:
+            raise ConfigError(f"`tiers[{index}].profile`: two profiles of shape {cost.shape}; keep one per shape")
+        if cost.shape.gpus > min(cluster.gpus, cluster.max_replica_gpus):
+            raise ConfigError(f"`tiers[{index}].profile`: a {cost.shape} replica needs {cost.shape.gpus} GPUs; "
+                              f"the cluster allows {min(cluster.gpus, cluster.max_replica_gpus)} per replica")
+        costs[cost.shape] = cost
+    return costs
+
+
+def _roofline_costs(problem: Problem, gpu: cards.GpuSpec, model: cards.ModelCard) -> dict[Shape, ReplicaCost]:
+    cluster = problem.cluster
+    return {shape: RooflineCost(model, gpu, shape, gpus_per_node=cluster.gpus_per_node,
+                                internode_gb_s=cluster.internode_gb_s, efficiency=problem.efficiency)
+            for shape in enumerate_shapes(min(cluster.gpus, cluster.max_replica_gpus))
+            if valid_shape(model, shape, cluster.gpus_per_node)}
+
+
+def _keep_fitting(problem: Problem, tier: TierSpec, costs: dict[Shape, ReplicaCost], inputs: np.ndarray,
+                  outputs: np.ndarray, settings: SimSettings) -> dict[Shape, ReplicaCost]:
+    """The shapes whose KV cache holds the longest request, minus those another shape dominates."""
     longest = int((inputs + outputs).max())
-    costs = {}
-    for shape in enumerate_shapes(min(cluster.gpus, cluster.max_replica_gpus)):
-        if not valid_shape(model, shape, cluster.gpus_per_node):
-            continue
-        cost = RooflineCost(model, gpu, shape, gpus_per_node=cluster.gpus_per_node,
-                            internode_gb_s=cluster.internode_gb_s, efficiency=problem.efficiency)
-        if cost.fits(longest):
-            costs[shape] = cost
-    if not costs:
-        raise ConfigError(f"model `{model.name}` does not fit on up to {min(cluster.gpus, cluster.max_replica_gpus)} "
-                          f"{gpu.name} GPUs with a {longest}-token request in its KV cache")
-    keep = candidate_shapes(costs, float(inputs.mean()), float(outputs.mean()), settings)
-    return {s: costs[s] for s in keep}
+    fitting = {shape: cost for shape, cost in costs.items() if cost.fits(longest)}
+    if not fitting and tier.profiles:
+        raise ConfigError(f"tier `{tier.name}`: no profiled shape ({', '.join(str(s) for s in costs)}) holds a "
+                          f"{longest}-token request in its KV cache (the profiles' kv_capacity_tokens)")
+    if not fitting:
+        cluster = problem.cluster
+        raise ConfigError(f"model `{tier.model}` does not fit on up to {min(cluster.gpus, cluster.max_replica_gpus)} "
+                          f"{cluster.gpu} GPUs with a {longest}-token request in its KV cache")
+    keep = candidate_shapes(fitting, float(inputs.mean()), float(outputs.mean()), settings)
+    return {s: fitting[s] for s in keep}

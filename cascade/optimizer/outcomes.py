@@ -48,6 +48,7 @@ class Outcomes:
     correct: np.ndarray  # (n, tiers), NaN where unknown
     score: np.ndarray  # (n, tiers), NaN where unknown
     difficulty: np.ndarray  # (n,), NaN where unknown
+    ids: tuple[str, ...] = ()  # the rows' `id`s, when read from a file
 
     @property
     def n(self) -> int:
@@ -82,7 +83,7 @@ def from_rows(rows: list[OutcomeRow], tiers: list[str], source: str = "outcomes"
             if result.score is not None:
                 score[r, i] = result.score
     return Outcomes(tiers=list(tiers), input_tokens=inputs, output_tokens=output, correct=correct,
-                    score=score, difficulty=difficulty)
+                    score=score, difficulty=difficulty, ids=tuple(row.id for row in rows))
 
 
 def load_outcomes(path: str | Path, tiers: list[str]) -> Outcomes:

@@ -21,7 +21,7 @@ import msgspec
 import numpy as np
 
 from cascade.optimizer import simulator
-from cascade.optimizer.roofline import RooflineCost, Shape
+from cascade.optimizer.roofline import ReplicaCost, Shape
 
 # Utilization grid of the latency curves; beyond the last point a replica counts as overloaded.
 U_GRID = np.array([0.0, 0.3, 0.6, 0.8, 0.92])
@@ -55,7 +55,7 @@ class SimSettings:
     seed: int = 0
 
 
-def candidate_shapes(costs: dict[Shape, RooflineCost], mean_input: float, mean_output: float,
+def candidate_shapes(costs: dict[Shape, ReplicaCost], mean_input: float, mean_output: float,
                      settings: SimSettings) -> list[Shape]:
     """Drop shapes another shape beats on both counts: a shape on g' GPUs loses to one on g | g'
     GPUs whose g'/g replicas have at least its capacity at no worse single-request speed (e.g. PP
@@ -79,7 +79,7 @@ def enumerate_shapes(max_gpus: int) -> list[Shape]:
     return [Shape(tp, pp) for tp, pp in itertools.product(TP_DEGREES, PP_DEGREES) if tp * pp <= max_gpus]
 
 
-def replica_curve(cost: RooflineCost, input_tokens: np.ndarray, output_tokens: np.ndarray,
+def replica_curve(cost: ReplicaCost, input_tokens: np.ndarray, output_tokens: np.ndarray,
                   settings: SimSettings) -> ReplicaCurve:
     """Capacity and latency percentile over U_GRID for one shape on one tier's request mix."""
     rng = np.random.default_rng(settings.seed)

@@ -217,7 +217,7 @@ def build_plan(inst: Instance, tables: list[TierTable], deployment: search.Deplo
         sets = [ReplicaSet(tp=r.tp, pp=r.pp, count=r.count) for r in tables[i].replicas(g, f) if r.count > 0]
         tiers.append(TierDeployment(
             tier=spec.name, gpus=f, replicas=sum(r.count for r in sets), tp=sets[0].tp, pp=sets[0].pp,
-            model=inst.models[i].hf_id, replica_sets=sets if len(sets) > 1 else [],
+            model=inst.served_models[i], replica_sets=sets if len(sets) > 1 else [],
             arrival_rate_rps=round(float(rates[i]), 4),
             predicted_p95_latency_s=round(tables[i].group_latency(g, f, float(rates[i])), 3),
             capacity_rps=round(float(tables[i].capacity[g, f]), 3)))
@@ -225,9 +225,10 @@ def build_plan(inst: Instance, tables: list[TierTable], deployment: search.Deplo
     info = PlannerInfo(objective=problem.quality.objective, quality_target=problem.quality.target,
                        mu=problem.quality.mu, quality_utopia=round(z1, 4), quality_nadir=round(z2, 4),
                        objective_value=round(primary.objective, 4), rounds=rounds, solve_time_s=round(elapsed, 3),
-                       rate_rps=inst.rate_rps, slo_percentile=problem.slo.percentile)
+                       rate_rps=inst.rate_rps, slo_percentile=problem.slo.percentile,
+                       latency_model=inst.latency_model)
     return Plan(tiers=list(inst.names), operating_points=ops, deployment=tiers, routing=inst.data.mode,
-                gpu=inst.gpu.name, gpus_per_node=problem.cluster.gpus_per_node,
+                gpu=inst.gpu.name if inst.gpu else problem.cluster.gpu, gpus_per_node=problem.cluster.gpus_per_node,
                 pareto_front=[FrontPoint(thresholds=e.thresholds, latency_s=round(e.latency_s, 3),
                                          quality=round(e.quality, 4)) for e in front],
                 planner=info)

@@ -1,8 +1,10 @@
 """`problem.toml`: everything `cascade optimize plan` needs, decoded into frozen msgspec Structs.
 
     [cluster]   gpu = "h100-sxm", gpus = 32, gpus_per_node = 8
-    [[tiers]]   name = "r1-7b", model = "deepseek-r1-distill-qwen-7b"   (cheapest first)
-    [workload]  rate_rps = 12.0                    (+ length distributions for missing lengths)
+    [[tiers]]   name = "r1-7b", model = "deepseek-r1-distill-qwen-7b"   (cheapest first; roofline costs)
+                or  profile = "profiles/r1-7b.json"   (measured by `cascade profile`: replaces the roofline)
+    [workload]  rate_rps = 12.0   (+ where missing lengths come from: dataset = "gsm8k" | trace = "burstgpt.csv"
+                                     | lognormal input_tokens / output_tokens; see optimizer/workload.py)
     [outcomes]  kind = "file", path = "outcomes.jsonl"   or   kind = "synthetic", n = 1000, seed = 0
     [routing]   mode = "cascade" (judge scores, Cascadia) | "route" (router difficulty, the gateway)
     [quality]   target = 0.90, mu = 100.0
@@ -43,7 +45,11 @@ class ClusterSpec(_Strict, frozen=True):
 
 class TierSpec(_Strict, frozen=True):
     name: Name
-    model: str  # a card in models/gpu-models/
+    # A card in models/gpu-models/ (roofline latency model). With `profile`, only the name written to
+    # the plan (default: the profile's model) and no card is read.
+    model: str = ""
+    # Measured profile(s) from `cascade profile`, one per replica shape: they replace the roofline.
+    profile: str | list[str] = ""
     column: str = ""  # the tier's key in the outcomes rows; default: name
     max_batch: PositiveInt = 256  # SGLang --max-running-requests
     max_prefill_tokens: PositiveInt = 16384
@@ -55,6 +61,12 @@ class TierSpec(_Strict, frozen=True):
     def outcome_key(self) -> str:
         return self.column or self.name
 
+    @property
+    def profiles(self) -> list[str]:
+        if isinstance(self.profile, str):
+            return [self.profile] if self.profile else []
+        return list(self.profile)
+
 
 class LengthSpec(_Strict, frozen=True):
     """Lognormal token counts: median and log-standard-deviation, clipped to [1, max]."""
@@ -65,10 +77,20 @@ class LengthSpec(_Strict, frozen=True):
 
 
 class WorkloadSpec(_Strict, frozen=True):
-    rate_rps: PositiveFloat
-    # Used only where the outcomes lack lengths.
+    rate_rps: PositiveFloat | None = None  # may be omitted with a trace: then the trace's mean rate
+    # Request lengths the outcomes lack (synthetic outcomes: replaced) come from one of these:
+    dataset: str = ""  # a loadgen dataset name (gsm8k, sharegpt, ...) or a .jsonl/.csv file
+    trace: str = ""  # a BurstGPT-format CSV (Timestamp, Request tokens, Response tokens)
+    # ... and, for whatever is still missing, lognormal distributions.
     input_tokens: LengthSpec = LengthSpec(median=200.0, sigma=0.6)
     output_tokens: LengthSpec = LengthSpec(median=1000.0, sigma=0.7)
+
+    def __post_init__(self) -> None:
+        if self.dataset and self.trace:
+            raise ConfigError("`workload.dataset` and `workload.trace` are exclusive: give one source of lengths")
+        if self.rate_rps is None and not self.trace:
+            raise ConfigError("`workload.rate_rps` is missing: give the arrival rate in requests/s "
+                              "(it may be omitted only with a `workload.trace`, whose mean rate is used)")
 
 
 class FileOutcomes(_Strict, frozen=True, tag="file", tag_field="kind"):
@@ -141,6 +163,9 @@ class Problem(_Strict, frozen=True):
         if len(set(names)) != len(names):
             raise ConfigError(f"`tiers` names must be unique, got {names}")
         for i, tier in enumerate(self.tiers):
+            if not tier.model and not tier.profiles:
+                raise ConfigError(f"`tiers[{i}].model` is missing: name a card in models/gpu-models/, "
+                                  f"or give `tiers[{i}].profile` (a file from `cascade profile`)")
             if tier.branches != 1 or tier.branches_to_finish != 1:
                 raise ConfigError(f"`tiers[{i}].branches`: the planner models one branch per request so far")
 

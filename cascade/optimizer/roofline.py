@@ -10,7 +10,8 @@ PP adds memory (weights and KV cache) but not per-token speed, which matches pra
 For a fixed batch size B a decode step is `max(a1 + b1*C, a2 + b2*C) + g`, C being the total
 context tokens of the batch (compute-bound vs memory-bound), which lets the simulator sum many
 steps in closed form. The numbers are estimates (`Efficiency` holds the assumed fractions of
-peak); `cascade profile` will replace them with measured step times.
+peak); a tier with a measured profile (`cascade profile`, cascade/optimizer/profile.py) uses
+`ProfileCost` instead, through the same `ReplicaCost` interface.
 """
 
 from __future__ import annotations
@@ -79,7 +80,43 @@ def valid_shape(model: ModelCard, shape: Shape, gpus_per_node: int) -> bool:
     return 1 <= shape.pp <= model.num_hidden_layers
 
 
-class RooflineCost:
+class ReplicaCost:
+    """One replica shape as the planner sees it, whatever the source of its numbers (this roofline,
+    or a measured profile). Subclasses set `shape` and `kv_capacity_tokens` and give the two step
+    costs of `StepCost`; the rest derives from them."""
+
+    shape: Shape
+
+    @property
+    def kv_capacity_tokens(self) -> int:
+        raise NotImplementedError
+
+    def decode_coeffs(self, batch: int) -> tuple[float, float, float, float, float]:
+        raise NotImplementedError
+
+    def prefill_time(self, tokens: int, tokens_sq: float, requests: int = 1) -> float:
+        raise NotImplementedError
+
+    def fits(self, min_kv_tokens: int) -> bool:
+        return self.kv_capacity_tokens >= min_kv_tokens
+
+    def decode_time(self, batch: int, context_tokens: float) -> float:
+        a1, b1, a2, b2, g = self.decode_coeffs(batch)
+        return max(a1 + b1 * context_tokens, a2 + b2 * context_tokens) + g
+
+    def capacity_rps(self, mean_input: float, mean_output: float, max_batch: int, max_prefill_tokens: int) -> float:
+        """Requests/s the replica sustains at full batch on this mix (the simulator's rate scale)."""
+        per_request_kv = mean_input + mean_output
+        batch = min(max_batch, int(self.kv_capacity_tokens // per_request_kv))
+        if batch < 1:
+            return 0.0
+        step = self.decode_time(batch, batch * (mean_input + mean_output / 2))
+        chunk = max(1, min(batch, int(max_prefill_tokens // max(mean_input, 1.0))))
+        prefill = self.prefill_time(int(chunk * mean_input), chunk * mean_input**2, chunk) / chunk
+        return 1.0 / (mean_output * step / batch + prefill)
+
+
+class RooflineCost(ReplicaCost):
     def __init__(self, model: ModelCard, gpu: GpuSpec, shape: Shape, *, gpus_per_node: int = 8,
                  internode_gb_s: float = 25.0, efficiency: Efficiency | None = None) -> None:
         self.model, self.gpu, self.shape = model, gpu, shape
@@ -113,9 +150,6 @@ class RooflineCost:
     def kv_capacity_tokens(self) -> int:
         usable = self.gpu.memory_gb * 1e9 * self.eff.mem_fraction_static - self.weight_bytes_per_gpu
         return max(0, int(usable // self.kv_bytes_per_token))
-
-    def fits(self, min_kv_tokens: int) -> bool:
-        return self.kv_capacity_tokens >= min_kv_tokens
 
     # ---- time ---------------------------------------------------------------------------------
 
@@ -157,10 +191,6 @@ class RooflineCost:
         g_stage = self._tp_comm(micro) + self.layers * self.eff.layer_overhead_s + self._p2p(micro)
         return pp * a1, pp * b1, pp * a2, pp * b2, pp * g_stage + self.eff.step_overhead_s
 
-    def decode_time(self, batch: int, context_tokens: float) -> float:
-        a1, b1, a2, b2, g = self.decode_coeffs(batch)
-        return max(a1 + b1 * context_tokens, a2 + b2 * context_tokens) + g
-
     def prefill_time(self, tokens: int, tokens_sq: float, requests: int = 1) -> float:
         m, tp, pp = self.model, self.shape.tp, self.shape.pp
         linear = 2 * tokens * self._read_params_per_gpu
@@ -169,15 +199,3 @@ class RooflineCost:
         memory = (self._read_params_per_gpu * m.dtype_bytes + tokens * self.kv_bytes_per_token) / self.bandwidth
         stage = max(compute, memory) + self._tp_comm(tokens) + self.layers * self.eff.layer_overhead_s
         return pp * stage + (pp - 1) * self._p2p(tokens) + self.eff.step_overhead_s
-
-    def capacity_rps(self, mean_input: float, mean_output: float, max_batch: int, max_prefill_tokens: int) -> float:
-        """Requests/s the replica sustains at full batch on this mix (the simulator's rate scale)."""
-        per_request_kv = mean_input + mean_output
-        batch = min(max_batch, int(self.kv_capacity_tokens // per_request_kv))
-        if batch < 1:
-            return 0.0
-        step = self.decode_time(batch, batch * (mean_input + mean_output / 2))
-        chunk = max(1, min(batch, int(max_prefill_tokens // max(mean_input, 1.0))))
-        prefill = self.prefill_time(int(chunk * mean_input), chunk * mean_input**2, chunk) / chunk
-        return 1.0 / (mean_output * step / batch + prefill)
-

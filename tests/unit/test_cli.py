@@ -13,7 +13,7 @@ HEAVY = ("torch", "litestar", "sklearn", "transformers")
 COMMANDS = [[], ["serve"], ["models"], ["models", "prepare"], ["models", "list"], ["fake-server"],
             ["optimize"], ["optimize", "plan"], ["optimize", "allocate"], ["deploy"],
             ["router"], ["router", "train"], ["router", "eval"], ["loadgen"], ["label"], ["bench"],
-            ["bench", "branches"]]
+            ["bench", "branches"], ["profile"]]
 
 
 @pytest.mark.parametrize("command", COMMANDS, ids=lambda c: " ".join(c) or "cascade")

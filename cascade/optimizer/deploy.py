@@ -1,0 +1,191 @@
+"""`cascade deploy`: start a plan's engines on this machine, supervise them, write the gateway config
+that points at them, and stop them all on SIGINT/SIGTERM. Reads plan.json only.
+
+* `--engine sglang`: one `python -m sglang.launch_server` per server of the SGLang placement
+  (cascade/engines/sglang_launch.py) with its CUDA_VISIBLE_DEVICES; this node only (a plan that spans
+  nodes is started per node from `--dry-run`'s commands).
+* `--engine local`: one process per tier replica on 127.0.0.1 (TP/PP do not apply on a CPU):
+  `transformers serve` of the tier's embedded model (`cascade models list`), or `--engine-command`,
+  a template with {port}, {model}, {tier} and {replica}, e.g. `cascade fake-server --port {port}
+  --model {model}`.
+
+Supervision is cascade/engines/supervisor.py's, as for `cascade serve`: every engine in its own
+process group, health-checked at start, restarted with backoff when it dies, and on shutdown its
+whole group terminated (SIGTERM, then SIGKILL), so that no engine outlives the command.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib.util
+import logging
+import math
+import os
+import shlex
+import shutil
+import signal
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from cascade.config import WorkerConfig
+from cascade.engines import sglang_launch
+from cascade.engines.supervisor import Supervisor, Worker, free_port, worker_command
+from cascade.errors import ConfigError
+from cascade.plan import Plan
+
+PLACEHOLDERS = ("port", "model", "tier", "replica")
+
+
+@dataclass(frozen=True)
+class Engine:
+    """One process to run: its argv serves `model` for `tier` on `port` of 127.0.0.1."""
+
+    name: str
+    tier: str
+    model: str
+    port: int
+    argv: list[str]
+    env: dict[str, str] | None = None  # None: the embedded workers' environment (offline hub)
+    kind: str = "openai"  # the gateway backend kind that talks to it
+    embedded: str = ""  # the embedded model card to prepare before the start
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+
+def sglang_engines(plan: Plan, base_port: int, dp_per_server: bool) -> list[Engine]:
+    if importlib.util.find_spec("sglang") is None:
+        raise ConfigError("cannot launch SGLang: the `sglang` package is not importable by this Python "
+                          "(install it on the GPU node: pip install \"sglang[all]\"), or run with --dry-run and "
+                          "start the printed commands on each node")
+    if not 1 <= base_port <= 65000:
+        raise ConfigError(f"--base-port must be between 1 and 65000, got {base_port}")
+    per_node = plan.gpus_per_node or 8
+    nodes = math.ceil(sum(d.gpus for d in plan.deployment) / per_node)
+    if nodes > 1:
+        raise ConfigError(f"the plan spans {nodes} nodes of {per_node} GPUs; `cascade deploy` starts engines on this "
+                          "node only: run it with --dry-run and start each node's commands there")
+    launch = sglang_launch.launch_plan(plan, hosts=["127.0.0.1"], base_port=base_port, dp_per_server=dp_per_server)
+    engines: list[Engine] = []
+    for s in launch.servers:
+        replica = sum(e.tier == s.tier for e in engines)
+        engines.append(Engine(name=f"{s.tier}-{replica}", tier=s.tier, model=s.model, port=s.port, kind="sglang",
+                              argv=[sys.executable, "-m", "sglang.launch_server", *s.args()],
+                              env=dict(os.environ, CUDA_VISIBLE_DEVICES=s.cuda_visible_devices)))
+    return engines
+
+
+def local_engines(plan: Plan, command: str | None, port: Callable[[], int] = free_port) -> list[Engine]:
+    if not plan.deployment:
+        raise ConfigError("the plan has no deployment: write it with `cascade optimize plan`")
+    engines = []
+    for d in plan.deployment:
+        model = d.model or d.tier
+        for replica in range(sum(s.count for s in d.sets())):
+            p = port()
+            name = f"{d.tier}-{replica}"
+            if command is not None:
+                argv = _from_template(command, port=p, model=model, tier=d.tier, replica=replica)
+                engines.append(Engine(name=name, tier=d.tier, model=model, port=p, argv=argv, env=dict(os.environ)))
+            else:
+                engines.append(_embedded(name, d.tier, model, p))
+    return engines
+
+
+def _from_template(template: str, **values: object) -> list[str]:
+    try:
+        argv = [part.format(**values) for part in shlex.split(template)]
+    except (KeyError, IndexError, ValueError) as exc:
+        raise ConfigError(f"--engine-command: bad placeholder {exc}; use "
+                          f"{', '.join('{' + p + '}' for p in PLACEHOLDERS)}") from None
+    if not argv or shutil.which(argv[0]) is None:
+        raise ConfigError(f"--engine-command: `{argv[0] if argv else ''}` is not an executable on PATH")
+    return argv
+
+
+def _embedded(name: str, tier: str, model: str, port: int) -> Engine:
+    """`transformers serve` of an embedded CPU model (the plan's model names its card)."""
+    from cascade.engines import models
+
+    known = [c.name for c in models.all_cards()]
+    if model not in known:
+        raise ConfigError(f"tier `{tier}`: model `{model}` is not an embedded CPU model ({', '.join(known)}); "
+                          "pass --engine-command to launch another engine per replica")
+    card = models.load_card(model)
+    directory = models.model_dir(card)
+    config = WorkerConfig(name=name, model=model, port=port)
+    # Served under its directory: `transformers serve` answers that id (as `cascade serve`'s workers).
+    return Engine(name=name, tier=tier, model=str(directory), port=port, argv=worker_command(directory, port, config),
+                  embedded=card.name)
+
+
+def gateway_config(plan: Plan, engines: list[Engine]) -> str:
+    return sglang_launch.gateway_config(plan.tiers, [(e.tier, e.kind, e.url, e.model) for e in engines])
+
+
+def render(engines: list[Engine], config_toml: str) -> str:
+    lines = []
+    for e in engines:
+        env = {k: v for k, v in (e.env or {}).items() if k == "CUDA_VISIBLE_DEVICES"}
+        prefix = "".join(f"{k}={v} " for k, v in env.items())
+        lines.append(f"{prefix}{shlex.join(e.argv)} &  # tier {e.tier}")
+    return "\n".join([*lines, "", config_toml])
+
+
+def run(engines: list[Engine], config_toml: str, config_out: Path, log_dir: Path, startup_timeout_s: float,
+        max_restarts: int, say: Callable[[str], None], plan_path: str = "plan.json") -> int:
+    """Start and supervise the engines until SIGINT/SIGTERM; the config is written once all are healthy
+    (a config left from an earlier run is removed first: it would point at dead ports)."""
+    from cascade.engines import models
+
+    config_out.unlink(missing_ok=True)
+    for card in sorted({e.embedded for e in engines if e.embedded}):  # fetch/convert/verify once (idempotent)
+        models.prepare(models.load_card(card))
+    workers = [Worker(WorkerConfig(name=e.name, model=e.embedded or e.tier, port=e.port, max_restarts=max_restarts,
+                                   startup_timeout_s=startup_timeout_s), Path(e.model), log_dir, command=e.argv,
+                      env=e.env) for e in engines]
+    supervisor = Supervisor(workers)
+    try:
+        return asyncio.run(_supervise(supervisor, config_toml, config_out, say, plan_path))
+    finally:
+        supervisor.stop()  # idempotent; covers an exit through an exception
+
+
+async def _supervise(supervisor: Supervisor, config_toml: str, config_out: Path, say: Callable[[str], None],
+                     plan_path: str) -> int:
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    stopping = asyncio.create_task(stop.wait())
+    starting = asyncio.create_task(supervisor.start())
+    try:
+        await asyncio.wait({starting, stopping}, return_when=asyncio.FIRST_COMPLETED)
+        if not starting.done():  # a signal while the engines start: stop them (start() cleans up)
+            starting.cancel()
+            say("stopping before every engine was healthy")
+            return 0
+        starting.result()  # a worker that failed to start raises here
+        config_out.parent.mkdir(parents=True, exist_ok=True)
+        config_out.write_text(config_toml)
+        for worker in supervisor.workers:
+            say(f"{worker.config.name}: {worker.url} (pid {worker.process.pid if worker.process else '?'})")
+        say(f"{len(supervisor.workers)} engine(s) up; gateway config: {config_out}. Run the gateway with "
+            f"`cascade serve --config {config_out} --plan {plan_path}`. Ctrl-C (or SIGTERM) stops every engine.")
+        await stopping
+        say("stopping the engines")
+        return 0
+    finally:
+        stopping.cancel()
+        supervisor.stop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.remove_signal_handler(sig)
+
+
+def setup_logging() -> None:
+    """Starts, exits and restarts of the engines on stderr (not every health probe)."""
+    logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.getLogger("httpx").setLevel(logging.WARNING)
