@@ -193,3 +193,23 @@ class ErrorBody(msgspec.Struct, kw_only=True):
 
 class ErrorResponse(msgspec.Struct, kw_only=True):
     error: ErrorBody
+
+
+class TrafficRecord(msgspec.Struct, kw_only=True, omit_defaults=True):
+    """One line of the gateway's traffic log (`[gateway] traffic_log`): a served request, no text."""
+
+    ts: float  # unix time the request was answered
+    hint: str
+    router: str
+    tier: int
+    tier_name: str
+    latency_s: float
+    prompt_tokens: int
+    completion_tokens: int
+    stream: bool = False
+    difficulty: float | None = None
+    route_score: float | None = None
+    p_fail: list[float] | None = None
+    escalations: int = 0
+    branches: int = 1
+    decode_tokens: int | None = None  # all branches' tokens, when the tier ran branches

@@ -13,23 +13,7 @@ from pathlib import Path
 
 import msgspec
 
-
-class TrafficRecord(msgspec.Struct, kw_only=True, omit_defaults=True):
-    ts: float  # unix time the request was answered
-    hint: str
-    router: str
-    tier: int
-    tier_name: str
-    latency_s: float
-    prompt_tokens: int
-    completion_tokens: int
-    stream: bool = False
-    difficulty: float | None = None
-    route_score: float | None = None
-    p_fail: list[float] | None = None
-    escalations: int = 0
-    branches: int = 1
-    decode_tokens: int | None = None  # all branches' tokens, when the tier ran branches
+from cascade.schemas import TrafficRecord
 
 
 class TrafficLog:
@@ -51,6 +35,9 @@ class TrafficLog:
 
     def close(self) -> None:
         self._file.close()
+
+
+__all__ = ["TrafficLog", "TrafficRecord", "read_traffic"]
 
 
 def read_traffic(path: str | Path) -> list[TrafficRecord]:
