@@ -94,6 +94,16 @@ def test_fast_and_best_are_answered_by_different_real_tiers(served) -> None:
     assert branches["finished"] + branches["early_stopped"] + branches["pruned"] == 4
 
 
+def test_route_decision_matches_serving_and_requests_are_logged(served) -> None:
+    base, proc, _ = served
+    body = {"model": "cascade:best", "messages": [{"role": "user", "content": "What is 17*23?"}]}
+    decision = httpx.post(f"{base}/v1/route", json=body, timeout=30).json()
+    assert decision["object"] == "cascade.route" and decision["tier_name"] == "qwen2.5-coder-0.5b-reason"
+    # The earlier tests' requests are in the traffic log (written beside the gateway's working directory).
+    log = Path(f"/proc/{proc.pid}/cwd").resolve() / "logs" / "traffic.jsonl"
+    assert log.exists() and log.read_text().count("\n") >= 2
+
+
 def test_real_stream_reports_usage_and_tier(served) -> None:
     base, _, _ = served
     client = openai.OpenAI(base_url=f"{base}/v1", api_key="unused", timeout=300)
