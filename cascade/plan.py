@@ -33,6 +33,10 @@ class OperatingPoint(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_f
     tier_fractions: list[float] = msgspec.field(default_factory=list)
     predicted_e2e_p95_latency_s: float | None = None
     predicted_throughput_rps: float | None = None
+    # Per tier: mean prompt / output tokens of the requests that tier answers at this point (its mean
+    # over all requests when it answers none). `cascade optimize drift` compares traffic with them.
+    mean_prompt_tokens: list[float] = msgspec.field(default_factory=list)
+    mean_output_tokens: list[float] = msgspec.field(default_factory=list)
 
 
 class ReplicaSet(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -79,6 +83,15 @@ class PlannerInfo(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fiel
     latency_model: str = "roofline"  # or "profile"
 
 
+class PlanWorkload(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """The traffic the plan was made for (written by `cascade optimize plan`; read by `drift`)."""
+
+    rate_rps: float
+    mean_prompt_tokens: float  # over all requests
+    mean_output_tokens: float  # of the answer returned, at the planner's quality target
+    mean_output_tokens_per_tier: list[float] = msgspec.field(default_factory=list)  # each tier, all requests
+
+
 class Plan(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
     version: int = 1
     tiers: list[str]
@@ -91,6 +104,7 @@ class Plan(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True
     gpus_per_node: int = 0
     pareto_front: list[FrontPoint] = msgspec.field(default_factory=list)
     planner: PlannerInfo | None = None
+    workload: PlanWorkload | None = None  # absent in plans written before drift checks existed
 
     def thresholds_by_hint(self, n_tiers: int) -> dict[str, list[float]]:
         """Per hint: route-mode difficulty thresholds (ascending) or, for a cascade-mode plan, the

@@ -1,4 +1,4 @@
-"""`cascade optimize plan|allocate` and `cascade deploy`. Only argparse here at import time: the
+"""`cascade optimize plan|allocate|drift` and `cascade deploy`. Only argparse here at import time: the
 solvers (highspy, pymoo, matplotlib) and the engine launcher load when a command runs, so
 `cascade --help` stays light."""
 
@@ -37,6 +37,7 @@ def add_optimize_commands(sub: argparse._SubParsersAction) -> None:
     allocate.add_argument("--solver", choices=["highs", "dp"], default="highs",
                           help="HiGHS MILP (default) or the exact dynamic program")
     allocate.set_defaults(func=_allocate)
+    _add_drift(actions)
 
     deploy = sub.add_parser(
         "deploy", help="launch and supervise the plan's engines and write the gateway config",
@@ -61,6 +62,80 @@ def add_optimize_commands(sub: argparse._SubParsersAction) -> None:
     deploy.add_argument("--startup-timeout-s", type=float, default=900.0, help="wait this long for each /health")
     deploy.add_argument("--max-restarts", type=int, default=5, help="restarts per engine before giving up on it")
     deploy.set_defaults(func=_deploy)
+
+
+def _add_drift(actions: argparse._SubParsersAction) -> None:
+    drift = actions.add_parser(
+        "drift", help="check a plan against recent gateway traffic; optionally re-plan for it",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        description="Reads the last --window-s seconds of the gateway's traffic log ([gateway] traffic_log; the "
+        "window ends at the newest record) and compares it with the plan: arrival rate, tier mix per quality hint, "
+        "hint mix, token lengths, tier load vs capacity, latency vs predictions. Verdict `ok` or `drift` with the "
+        "reasons. Exit 0 either way (3 with --fail-on-drift and drift); 2 on errors. With --spec/--out, re-plans "
+        "with the observed rate and token lengths and compares old and new predictions per hint.\n\n"
+        "--json keys: verdict, reasons [{check, detail}], window {start_ts, end_ts, window_s, span_s, records, "
+        "malformed_lines, unknown_tier_records}, settings, checks {rate, tier_mix, hint_mix, tokens, tier_load, "
+        "latency: each {status: ok|drift|skipped, note, ...}}, replan (null, or {plan, report, rate_rps, "
+        "rate_source, length_scale, notes, allocation {old, new}, hints {<hint>: {old, new}}}). Every key is "
+        "documented in cascade/optimizer/drift.py and cascade/optimizer/replan.py.",
+    )
+    drift.add_argument("--plan", required=True, help="plan.json the gateway serves")
+    drift.add_argument("--traffic", required=True, help="the gateway's traffic log (JSONL), e.g. logs/traffic.jsonl")
+    drift.add_argument("--window-s", type=float, default=3600.0, help="judge the last this many seconds (default 3600)")
+    drift.add_argument("--json", action="store_true", help="print the report as JSON")
+    drift.add_argument("--fail-on-drift", action="store_true", help="exit 3 when the verdict is drift")
+    drift.add_argument("--rate-band", type=float, default=0.25,
+                       help="drift when the arrival rate is outside (1 ± this) x the plan's (default 0.25)")
+    drift.add_argument("--tier-mix-tv", type=float, default=0.15,
+                       help="drift when a hint's tier shares are this far (total variation) from its point's")
+    drift.add_argument("--hint-mix-tv", type=float, default=0.15,
+                       help="drift when the hint mix moves the tier load this far (total variation) from the plan's")
+    drift.add_argument("--tokens-band", type=float, default=0.25,
+                       help="drift when mean prompt or completion tokens are outside (1 ± this) x expected")
+    drift.add_argument("--latency-margin", type=float, default=0.25,
+                       help="drift when observed latency exceeds the prediction by more than this fraction")
+    drift.add_argument("--min-requests", type=int, default=50,
+                       help="judge a hint, tier or the window only with at least this many records (default 50)")
+    drift.add_argument("--spec", help="problem.toml the plan was made from: re-plan with the observed workload")
+    drift.add_argument("--out", help="with --spec: the new plan.json to write (and its .md report)")
+    drift.set_defaults(func=_drift)
+
+
+def _drift(args: argparse.Namespace) -> int:
+    from cascade.errors import ConfigError
+    from cascade.optimizer import drift, report
+    from cascade.optimizer.traffic import read_window
+    from cascade.plan import load_plan
+
+    if bool(args.spec) != bool(args.out):
+        raise ConfigError("--spec and --out go together: the problem to re-plan and the new plan.json to write")
+    settings = drift.Settings(rate_band=args.rate_band, tier_mix_tv=args.tier_mix_tv, hint_mix_tv=args.hint_mix_tv,
+                              tokens_band=args.tokens_band, latency_margin=args.latency_margin,
+                              min_requests=args.min_requests)
+    plan = load_plan(args.plan)
+    window = read_window(args.traffic, args.window_s, len(plan.tiers))
+    result = drift.check(plan, window, settings)
+    if args.spec:
+        import msgspec
+
+        from cascade.optimizer.problem import load_problem
+        from cascade.optimizer.replan import replan
+
+        problem, base_dir = load_problem(args.spec)
+
+        def progress(message: str) -> None:
+            if not args.json:
+                print(message, file=sys.stderr)
+
+        new, summary = replan(plan, result, problem, base_dir, settings.min_requests, progress)
+        out = Path(args.out)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_bytes(msgspec.json.format(msgspec.json.encode(new.plan)) + b"\n")
+        md = out.with_suffix(".md")
+        md.write_text(report.markdown(new.plan, args.spec))
+        result["replan"] = summary | {"plan": str(out), "report": str(md)}
+    print(json.dumps(result) if args.json else report.drift_text(result))
+    return 3 if args.fail_on_drift and result["verdict"] == drift.DRIFT else 0
 
 
 def _plan(args: argparse.Namespace) -> int:

@@ -76,7 +76,8 @@ class Instance:
         return TierTable(curves, self.total_gpus)
 
 
-def load_instance(problem: Problem, base_dir: Path) -> Instance:
+def load_instance(problem: Problem, base_dir: Path, lengths: workload.LengthScale | None = None) -> Instance:
+    """`lengths` rescales the workload's token counts (a re-plan from observed traffic)."""
     names = [t.name for t in problem.tiers]
     profiled = [[_profile(i, path, base_dir) for path in t.profiles] for i, t in enumerate(problem.tiers)]
     gpu = cards.load_gpu(problem.cluster.gpu) if not all(profiled) else None
@@ -85,6 +86,8 @@ def load_instance(problem: Problem, base_dir: Path) -> Instance:
     rng = np.random.default_rng(problem.search.seed)
     inputs, outputs, rate = workload.resolve(problem.workload, outcomes, base_dir,
                                              isinstance(problem.outcomes, SyntheticOutcomes), rng)
+    if lengths is not None:
+        inputs, outputs = lengths.apply(inputs, outputs)
     data = _routing_data(problem, outcomes)
     settings = [SimSettings(requests=problem.search.sim_requests, percentile=problem.slo.percentile,
                             max_batch=t.max_batch, max_prefill_tokens=t.max_prefill_tokens,

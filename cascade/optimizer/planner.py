@@ -28,7 +28,8 @@ from cascade.optimizer.instance import Instance, load_instance
 from cascade.optimizer.milp import SolverError, solve_dp, solve_highs, weighted
 from cascade.optimizer.parallelism import TierTable
 from cascade.optimizer.problem import Problem
-from cascade.plan import FrontPoint, OperatingPoint, Plan, PlannerInfo, ReplicaSet, TierDeployment
+from cascade.optimizer.workload import LengthScale
+from cascade.plan import FrontPoint, OperatingPoint, Plan, PlannerInfo, PlanWorkload, ReplicaSet, TierDeployment
 
 Progress = Callable[[str], None]
 PolicyFactory = Callable[[Instance, list[TierTable]], search.Policy]
@@ -51,10 +52,12 @@ class PlanResult:
     solve_time_s: float = 0.0
 
 
-def plan_problem(problem: Problem, base_dir: Path, progress: Progress | None = None) -> PlanResult:
+def plan_problem(problem: Problem, base_dir: Path, progress: Progress | None = None,
+                 lengths: LengthScale | None = None) -> PlanResult:
+    """`lengths` rescales the workload's token counts (`cascade optimize drift --spec` re-plans)."""
     started = time.perf_counter()
     say = progress or (lambda _: None)
-    inst = load_instance(problem, base_dir)
+    inst = load_instance(problem, base_dir, lengths)
     primary, tables, history = bilevel(inst, say)
     deployment = solve_deployment(inst, tables, primary.ks)
     evaluator = _evaluator(inst, joint(inst, tables))
@@ -204,11 +207,13 @@ def build_plan(inst: Instance, tables: list[TierTable], deployment: search.Deplo
     slo_s = problem.slo.latency_s or 2 * primary.latency_s
     targets = hint_targets(inst)
     e2e = {ks: e2e_p95(inst, tables, deployment, ks) for ks in {e.ks for e in points.values()}}
+    lengths = {ks: answered_lengths(inst, ks) for ks in e2e}
     ops = [OperatingPoint(hint=hint, thresholds=e.thresholds, predicted_quality=round(e.quality, 4),
                           predicted_p95_latency_s=round(e.latency_s, 3), quality_target=round(targets[hint], 4),
                           tier_fractions=[round(x, 4) for x in e.fractions],
                           predicted_e2e_p95_latency_s=round(e2e[e.ks], 3),
-                          predicted_throughput_rps=round(throughput_rps(inst, tables, deployment, e.ks, slo_s), 3))
+                          predicted_throughput_rps=round(throughput_rps(inst, tables, deployment, e.ks, slo_s), 3),
+                          mean_prompt_tokens=lengths[e.ks][0], mean_output_tokens=lengths[e.ks][1])
            for hint, e in points.items()]
     rates = inst.rate_rps * np.asarray(primary.fractions)
     tiers = []
@@ -231,4 +236,26 @@ def build_plan(inst: Instance, tables: list[TierTable], deployment: search.Deplo
                 gpu=inst.gpu.name if inst.gpu else problem.cluster.gpu, gpus_per_node=problem.cluster.gpus_per_node,
                 pareto_front=[FrontPoint(thresholds=e.thresholds, latency_s=round(e.latency_s, 3),
                                          quality=round(e.quality, 4)) for e in front],
-                planner=info)
+                planner=info, workload=plan_workload(inst, primary.ks))
+
+
+def answered_lengths(inst: Instance, ks: tuple[int, ...]) -> tuple[list[float], list[float]]:
+    """Per tier, the mean prompt and output tokens of the requests it answers under ks (over all
+    requests for a tier that answers none): what the traffic of each (hint, tier) should look like."""
+    final = routing.final_tier(inst.data, ks)
+    prompts, outputs = [], []
+    for i in range(len(inst.names)):
+        rows = final == i
+        if not rows.any():
+            rows = np.ones_like(rows)
+        prompts.append(round(float(inst.input_tokens[rows].mean()), 1))
+        outputs.append(round(float(inst.output_tokens[rows, i].mean()), 1))
+    return prompts, outputs
+
+
+def plan_workload(inst: Instance, ks: tuple[int, ...]) -> PlanWorkload:
+    final = routing.final_tier(inst.data, ks)
+    answered = inst.output_tokens[np.arange(len(final)), final]
+    return PlanWorkload(rate_rps=inst.rate_rps, mean_prompt_tokens=round(float(inst.input_tokens.mean()), 1),
+                        mean_output_tokens=round(float(answered.mean()), 1),
+                        mean_output_tokens_per_tier=[round(float(x), 1) for x in inst.output_tokens.mean(axis=0)])

@@ -1,8 +1,10 @@
-"""A readable Markdown report and a PNG (Pareto front + allocation) for a plan."""
+"""A readable Markdown report and a PNG (Pareto front + allocation) for a plan; the drift check's
+report (cascade/optimizer/drift.py) for a terminal."""
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from cascade.plan import Plan, TierDeployment
 
@@ -50,6 +52,61 @@ def markdown(plan: Plan, problem_path: str = "") -> str:
     lines += [f"| {', '.join(f'{t:.2f}' for t in p.thresholds)} | {p.latency_s:.2f} | {p.quality:.4f} |"
               for p in plan.pareto_front]
     return "\n".join(lines) + "\n"
+
+
+def drift_text(report: dict[str, Any]) -> str:
+    """The verdict, one line per check with its numbers, the reasons, and the re-plan if any."""
+    w = report["window"]
+    lines = [f"verdict: {report['verdict']} ({w['records']} requests over {w['span_s']:g} s, window "
+             f"{w['window_s']:g} s; {w['malformed_lines']} malformed line(s), {w['unknown_tier_records']} of unknown "
+             "tiers skipped)"]
+    for name, check in report["checks"].items():
+        lines.append(f"  {name:9s} {check['status']:7s} {check['note'] or _check_numbers(name, check)}")
+    if report["reasons"]:
+        lines += ["reasons:", *(f"  - {r['check']}: {r['detail']}" for r in report["reasons"])]
+    replan = report.get("replan")
+    if replan:
+        old_gpus, new_gpus = (", ".join(f"{t} {g}" for t, g in replan["allocation"][k].items()) for k in ("old", "new"))
+        lines.append(f"new plan: {replan['plan']} at {replan['rate_rps']:.4g} req/s (rate from the "
+                     f"{replan['rate_source']}); GPUs {old_gpus} -> {new_gpus}")
+        lines += [f"  note: {note}" for note in replan["notes"]]
+        for hint, pair in replan["hints"].items():
+            old, new = (_point_numbers(pair[k]) for k in ("old", "new"))
+            lines.append(f"  {hint:9s} {old}  ->  {new}")
+    return "\n".join(lines)
+
+
+def _check_numbers(name: str, c: dict[str, Any]) -> str:
+    if name == "rate":
+        return f"{c['observed_rps']:.4g} req/s vs {c['planned_rps']:.4g} planned ({c['ratio']:.2f}x)"
+    if name == "tier_mix":
+        return "; ".join(f"{h} TV {e['tv_distance']:.2f} (n {e['n']})" for h, e in c["hints"].items()
+                         if e["tv_distance"] is not None)
+    if name == "hint_mix":
+        mix = ", ".join(f"{h} {x:.0%}" for h, x in c["observed"].items())
+        return f"TV {c['tv_distance']:.2f} of the tier load vs `{c['planned_hint']}` ({mix})"
+    if name == "tokens":
+        return (f"prompt {c['prompt']['observed_mean']:g} vs {c['prompt']['expected_mean']:g}, completion "
+                f"{c['completion']['observed_mean']:g} vs {c['completion']['expected_mean']:g} expected")
+    if name == "tier_load":
+        return ", ".join(f"{t} {e['observed_rps']:.3g} req/s ({_pct(e['utilization'])} of capacity)"
+                         for t, e in c["tiers"].items())
+    if name == "latency":
+        ratios = [f"{kind[:-1]} {n} {e['ratio']:.2f}x" for kind in ("tiers", "hints") for n, e in c[kind].items()
+                  if e["ratio"] is not None]
+        return f"p{c['percentile']:g} observed/predicted: " + ", ".join(ratios)
+    return ""
+
+
+def _pct(value: float | None) -> str:
+    return "-" if value is None else f"{value:.0%}"
+
+
+def _point_numbers(p: dict[str, float | None] | None) -> str:
+    if p is None:
+        return "-"
+    return (f"p95 {_fmt(p['predicted_p95_latency_s'])} s (e2e {_fmt(p['predicted_e2e_p95_latency_s'])} s), "
+            f"{_fmt(p['predicted_throughput_rps'])} req/s, quality {_fmt(p['predicted_quality'])}")
 
 
 def _fmt(value: float | None) -> str:

@@ -14,6 +14,9 @@ Each outcome row is one request. Its prompt and output token counts come, in thi
 Synthetic outcomes carry modelled lengths, not measured ones: there a trace or dataset replaces
 what it knows. `workload.rate_rps` may be omitted with a trace: its mean rate is then used (the
 simulator still draws Poisson arrivals at that rate; the trace's burstiness is not modelled).
+A `LengthScale` (a re-plan from observed traffic, `cascade optimize drift --spec`) then multiplies
+the resolved counts, so that their means follow the traffic while their spread and their relation
+to difficulty stay the outcomes'.
 """
 
 from __future__ import annotations
@@ -36,6 +39,22 @@ class Lengths:
     output_tokens: np.ndarray
     rate_rps: float | None = None  # the mean arrival rate of a trace
     ids: tuple[str, ...] = ()  # a dataset's prompt ids
+
+
+@dataclass(frozen=True)
+class LengthScale:
+    """Factors for the resolved token counts: prompts, and each tier's outputs (empty: 1.0)."""
+
+    prompt: float = 1.0
+    output: tuple[float, ...] = ()
+
+    def apply(self, inputs: np.ndarray, outputs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        factors = np.asarray(self.output if self.output else [1.0] * outputs.shape[1], dtype=float)
+        if len(factors) != outputs.shape[1]:
+            raise ConfigError(f"length scale has {len(factors)} output factors for {outputs.shape[1]} tiers")
+        scaled_in = np.maximum(1, np.round(inputs * self.prompt)).astype(np.int64)
+        scaled_out = np.maximum(1, np.round(outputs * factors[None, :])).astype(np.int64)
+        return scaled_in, scaled_out
 
 
 def resolve(workload: WorkloadSpec, outcomes: Outcomes, base_dir: Path, synthetic: bool,

@@ -11,7 +11,7 @@ from cascade.cli import main
 
 HEAVY = ("torch", "litestar", "sklearn", "transformers")
 COMMANDS = [[], ["serve"], ["models"], ["models", "prepare"], ["models", "list"], ["fake-server"],
-            ["optimize"], ["optimize", "plan"], ["optimize", "allocate"], ["deploy"],
+            ["optimize"], ["optimize", "plan"], ["optimize", "allocate"], ["optimize", "drift"], ["deploy"],
             ["router"], ["router", "train"], ["router", "eval"], ["loadgen"], ["label"], ["bench"],
             ["bench", "branches"], ["profile"]]
 
