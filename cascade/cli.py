@@ -45,7 +45,7 @@ def _label(args: argparse.Namespace) -> int:
     prompts = select_prompts(args.dataset, args.n, args.seed)
     out = Path(args.out)
 
-    async def run() -> int:
+    async def run() -> tuple[int, int]:
         workers = make_workers(config, Path.cwd() / "logs")  # as `cascade serve`; never beside --out
         supervisor = Supervisor(list(workers.values()))
         tiers = build_tiers(config, workers)
@@ -61,14 +61,17 @@ def _label(args: argparse.Namespace) -> int:
                 done = read_done_ids(out)
                 bar.update(sum(1 for p in prompts if p.id in done))
                 return await label(tiers, prompts, out, args.concurrency, args.max_tokens, args.seed,
-                                   args.with_text, on_row=lambda _: bar.update(1))
+                                   args.with_text, on_row=lambda _: bar.update(1),
+                                   on_failed=lambda row: bar.write(f"{row.id}: failed on some tier (will be retried)"))
         finally:
             for tier in tiers:
                 await tier.backend.aclose()
             supervisor.stop()
 
-    written = asyncio.run(run())
-    print(f"wrote {written} rows to {out}")
+    written, failed = asyncio.run(run())
+    retry = (f"; {failed} prompts failed on some tier and were not written (re-run to retry; lower "
+             "--concurrency if they timed out)") if failed else ""
+    print(f"wrote {written} rows to {out}{retry}")
     return 0
 
 

@@ -114,8 +114,9 @@ async def answer_on_tier(tier: Tier, prompt: Prompt, max_tokens: int | None, see
 async def label(
     tiers: list[Tier], prompts: list[Prompt], out: Path, concurrency: int, max_tokens: int | None, seed: int,
     with_text: bool = False, on_row: Callable[[OutcomeRow], None] | None = None,
-) -> int:
-    """Label `prompts` not yet in `out`; returns how many rows were written."""
+    on_failed: Callable[[OutcomeRow], None] | None = None,
+) -> tuple[int, int]:
+    """Label `prompts` not yet in `out`; returns (rows written, prompts that failed on some tier)."""
     done = read_done_ids(out)
     todo = [p for p in prompts if p.id not in done]
     # Weighted: a tier with N reasoning branches holds N of the `concurrency` requests in flight.
@@ -136,14 +137,21 @@ async def label(
                           tiers={t.name: o for t, o in zip(tiers, outcomes, strict=True)},
                           prompt=prompt.prompt if with_text else None)
 
-    written = 0
+    written = failed = 0
     out.parent.mkdir(parents=True, exist_ok=True)
     with out.open("ab") as sink:
         for finished in asyncio.as_completed([row(p) for p in todo]):
             result = await finished
+            if any(o.error is not None for o in result.tiers.values()):
+                # Not an outcome of the tier but of the run (a timeout under overload, a dead backend):
+                # not written, so that the next run retries the prompt.
+                failed += 1
+                if on_failed:
+                    on_failed(result)
+                continue
             sink.write(encoder.encode(result) + b"\n")
             sink.flush()
             written += 1
             if on_row:
                 on_row(result)
-    return written
+    return written, failed

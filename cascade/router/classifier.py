@@ -136,11 +136,14 @@ class DifficultyClassifier(BaseEstimator):
 
         if groups is not None and len(set(groups)) >= self.cv:
             return list(GroupKFold(self.cv).split(failed, groups=list(groups)))
-        n_min = int(min(failed[:, 0].sum(), (~failed[:, 0]).sum()))
-        if n_min < 2:
+        # Stratify on the cheapest tier that both fails and succeeds (a weak tier may never succeed:
+        # stratifying on it would leave no folds, and so no learned tier at all).
+        minority = [int(min(failed[:, t].sum(), (~failed[:, t]).sum())) for t in range(failed.shape[1])]
+        t = next((t for t, n in enumerate(minority) if n >= 2), None)
+        if t is None:
             return []
-        splitter = StratifiedKFold(min(self.cv, n_min), shuffle=True, random_state=self.random_state)
-        return list(splitter.split(failed, failed[:, 0]))
+        splitter = StratifiedKFold(min(self.cv, minority[t]), shuffle=True, random_state=self.random_state)
+        return list(splitter.split(failed, failed[:, t]))
 
     def _standardize(self, X: np.ndarray) -> np.ndarray:
         # Clipped at +-8 standard deviations: one absurd feature of an unseen prompt (a 5000-letter

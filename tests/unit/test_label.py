@@ -54,3 +54,20 @@ def test_label_grades_every_tier_runs_branches_and_resumes(tmp_path, capsys) -> 
     assert "decode_tokens" not in rows["q1"]["tiers"]["small"]
     assert requests_first_run == 2 * (1 + 3)  # one request on the small tier, three branches on the thinker
     assert "prompt" not in rows["q0"]  # no dataset text unless --with-text
+
+
+def test_a_prompt_that_fails_on_a_tier_is_not_written_and_is_retried(tmp_path, capsys) -> None:
+    engine = FakeEngine(FakeScript(tokens=8))
+    out = tmp_path / "outcomes.jsonl"
+    with serve_asgi(engine) as url:
+        config, _ = write_inputs(tmp_path, url)
+        rows = [{"id": "ok", "prompt": f"[fake answer={RIGHT}]", "reference": "#### 18"},
+                {"id": "broken", "prompt": f"[fake answer={RIGHT}] [fake@fake-big status=500]", "reference": "#### 18"}]
+        (tmp_path / "d.jsonl").write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+        args = ["label", "--config", config, "--dataset", str(tmp_path / "d.jsonl"), "--out", str(out)]
+        assert main(args) == 0
+        assert "1 prompts failed" in capsys.readouterr().out
+        assert [json.loads(line)["id"] for line in out.read_text().splitlines()] == ["ok"]
+        before = engine.stats.requests
+        assert main(args) == 0  # the failed prompt is tried again, the labelled one is not
+        assert engine.stats.requests == before + 4
