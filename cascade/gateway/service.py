@@ -18,7 +18,7 @@ import msgspec
 from cascade.branches.backend import GenerationRequest, GenerationResult, StreamDelta, collect
 from cascade.branches.runner import BranchReport, BranchRunner, BranchSettings
 from cascade.config import Limits
-from cascade.errors import BackendError, InvalidRequest, Overloaded, UnknownModel
+from cascade.errors import BackendError, CascadeError, InvalidRequest, Overloaded, UnknownModel
 from cascade.gateway.frames import DONE, ChunkFrames
 from cascade.gateway.frames import sse as _sse
 from cascade.gateway.metrics import GatewayMetrics
@@ -359,7 +359,11 @@ class ChatService:
                     break
                 yield KEEPALIVE
             decision, answer = work.result()
-        except BackendError as exc:
+        except CascadeError as exc:
+            # Headers are gone: a backend fault, or no branch slots in time (Overloaded), ends the
+            # stream with an in-band error rather than a dropped connection.
+            if isinstance(exc, Overloaded):
+                self.metrics.client_errors.labels("429").inc()
             yield _in_band_error(exc)
             return
         except (asyncio.CancelledError, GeneratorExit):
@@ -507,9 +511,10 @@ def _check_branch_override(settings: BranchSettings, max_branches: int) -> None:
             raise InvalidRequest(f"`{param}` {rule}", param)
 
 
-def _in_band_error(exc: BackendError) -> bytes:
+def _in_band_error(exc: CascadeError) -> bytes:
     """A fault after the headers went out is reported in-band, as OpenAI does, and ends the stream."""
-    error = {"error": {"message": exc.message, "type": "server_error", "param": None, "code": None}}
+    kind = "rate_limit_error" if isinstance(exc, Overloaded) else "server_error"
+    error = {"error": {"message": exc.message, "type": kind, "param": None, "code": None}}
     return _sse(_encode(error)) + DONE
 
 

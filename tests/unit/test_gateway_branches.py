@@ -145,3 +145,23 @@ def test_a_config_with_fewer_slots_than_branches_is_refused() -> None:
 
     with pytest.raises(ConfigError, match="branch_slots"):
         decode_config(config("http://127.0.0.1:9", tier="branch_slots = 2"))
+
+
+def test_a_streamed_request_that_cannot_get_slots_ends_with_an_in_band_error_not_a_dropped_connection() -> None:
+    extra = "[gateway]\nkeepalive_s = 0.05\n[gateway.limits]\nmax_slot_wait_s = 0.3\n"
+    with gateway(tier="branch_slots = 3", extra=extra) as (base, _):
+        async def two() -> tuple[httpx.Response, bytes]:
+            async with httpx.AsyncClient(timeout=30) as client:
+                slow = {"model": "thinker", "messages": user(f"Q [fake {SLOW}]"), "seed": 0, "max_tokens": 30}
+                first = asyncio.create_task(client.post(f"{base}/v1/chat/completions", json=slow))
+                await asyncio.sleep(0.2)
+                async with client.stream("POST", f"{base}/v1/chat/completions", json={**slow, "stream": True}) as r:
+                    raw = b"".join([chunk async for chunk in r.aiter_bytes()])
+                return await first, raw
+
+        first, raw = asyncio.run(two())
+        assert first.status_code == 200
+        events = [e for e in raw.split(b"\n\n") if e]
+        error = json.loads(events[-2].removeprefix(b"data: "))["error"]
+        assert error["type"] == "rate_limit_error" and "branch slots" in error["message"]
+        assert events[-1] == b"data: [DONE]"
