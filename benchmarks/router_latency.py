@@ -1,9 +1,10 @@
 """Routing decision latency: featurize + classify + policy for one prompt at a time, as the gateway does.
 
 Method
-  * The router is the committed artifact (models/routers/routellm-gsm8k, lexical features), loaded
-    once through `load_router` (skops, card checks). Prompts are RouteLLM's GSM8K questions (or, without
-    the shared data, seeded synthetic word problems), cycled.
+  * The router is the committed artifact (models/routers/routellm-gsm8k: lexical features + the steps
+    block, whose auxiliary model predicts in numpy from crc32-hashed word 1-2 grams), loaded once
+    through `load_router` (skops, card checks); `--router DIR` times another one. Prompts are RouteLLM's
+    GSM8K questions (or, without the shared data, seeded synthetic word problems), cycled.
   * One decision = `predict_p_fail([prompt])` (featurize + calibrated classifier) + the score
     ``p_fail[0] - p_fail[-1]`` (expected gain) + `RoutingPolicy.choose(score, hint)` with hint `balanced`.
     Timed with perf_counter_ns per decision after a warm-up; the parts (featurize, classify) are
@@ -83,7 +84,8 @@ def main() -> int:
     prompts, correct = _prompts()
     model, card = load_router(args.router)
     result: dict = {"router": str(args.router), "feature_spec": {"lexical": card.feature_spec.lexical,
-                    "hash_features": card.feature_spec.hash_features, "embeddings": card.feature_spec.embeddings}}
+                    "hash_features": card.feature_spec.hash_features, "embeddings": card.feature_spec.embeddings,
+                    "steps": card.feature_spec.steps}}
     result["without_embeddings"] = measure(model, prompts, args.n, warmup=200)
     if args.embeddings:
         if not embedding_available() or correct is None:

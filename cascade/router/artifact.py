@@ -5,7 +5,8 @@ numpy and skops, the training data's sha256 and split, the seed, the chosen hype
 metrics measured at training time. Loading refuses, with a one-line reason:
 
 * a card that does not parse, or a model file whose sha256 is not the card's (tampered or swapped);
-* a feature spec this code cannot reproduce (spec version or lexical feature names changed);
+* a feature spec this code cannot reproduce (spec version or lexical feature names changed), or a model
+  whose steps block (auxiliary model) is missing or was fitted on other data than the card names;
 * another cascade version, another scikit-learn minor version or another numpy major version;
 * any type in the model file outside the allowlist below: the file is read by skops, never by pickle,
   so an untrusted file cannot run code.
@@ -30,7 +31,7 @@ MODEL_FILE = "router.skops"
 CARD_FILE = "card.json"
 CARD_FORMAT = 1
 # Every type a DifficultyClassifier file may contain (besides skops' own builtins and numpy arrays).
-TRUSTED_TYPES = ["cascade.router.classifier.DifficultyClassifier"]
+TRUSTED_TYPES = ["cascade.router.classifier.DifficultyClassifier", "cascade.router.features.StepsModel"]
 
 
 class DataRef(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -40,6 +41,16 @@ class DataRef(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=T
     train_rows: int
     split_seed: int | None = None
     train_fraction: float = 1.0
+
+
+class AuxDataRef(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """The data an auxiliary feature model was fitted on (the steps block: GSM8K training solutions)."""
+
+    block: str
+    path: str
+    sha256: str
+    n_rows: int
+    cv_r2: float
 
 
 class RouterCard(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -57,6 +68,8 @@ class RouterCard(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_field
     # Operating points calibrated on out-of-fold p_fail (cascade/router/operating.py); the gateway
     # uses them unless a plan or the config gives thresholds.
     calibration: Calibration | None = None
+    # Auxiliary feature models inside the router (the steps block), with the data they were fitted on.
+    aux_data: list[AuxDataRef] = msgspec.field(default_factory=list)
 
 
 def runtime_versions() -> dict[str, str]:
@@ -88,10 +101,19 @@ def save_router(model: Any, out_dir: str | Path, *, tiers: list[str], data: Data
         tiers=list(tiers), feature_spec=model.spec, lexical_names_sha256=lexical_names_sha256(), params=params,
         versions=runtime_versions(), data=data, seed=int(model.random_state), metrics=metrics,
         model_sha256=hashlib.sha256(model_path.read_bytes()).hexdigest(), calibration=calibration,
+        aux_data=_aux_data(model),
     )
     card_path = out / CARD_FILE
     card_path.write_bytes(msgspec.json.format(msgspec.json.encode(card), indent=2) + b"\n")
     return card_path
+
+
+def _aux_data(model: Any) -> list[AuxDataRef]:
+    steps = getattr(model, "steps_model_", None) if model.spec.steps else None
+    if steps is None:
+        return []
+    return [AuxDataRef(block="steps", path=steps.data_path, sha256=steps.data_sha256, n_rows=steps.n_rows,
+                       cv_r2=steps.cv_r2)]
 
 
 def read_card(router_dir: str | Path) -> RouterCard:
@@ -144,4 +166,10 @@ def load_router(router_dir: str | Path) -> tuple[Any, RouterCard]:
         raise ConfigError(f"{model_path} holds a {type(model).__name__}, not a DifficultyClassifier")
     if model.spec != card.feature_spec or model.n_tiers_ != len(card.tiers):
         raise ConfigError(f"{model_path} does not match its card (feature spec or number of tiers differ)")
+    from cascade.router.features import StepsModel
+
+    if card.feature_spec.steps and not isinstance(getattr(model, "steps_model_", None), StepsModel):
+        raise ConfigError(f"{model_path} has no steps model although its card's feature spec uses the steps block")
+    if _aux_data(model) != card.aux_data:
+        raise ConfigError(f"{model_path} does not match its card (auxiliary model data differ)")
     return model, card

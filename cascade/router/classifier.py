@@ -2,18 +2,29 @@
 
 Model (one per tier, scikit-learn conventions: `fit` returns self, fitted attributes end in `_`):
 
-1. features from `Featurizer` (lexical block standardised with the training mean and scale);
-2. an L2 logistic regression for "tier t fails". Its strength C is chosen per tier from `Cs` by
-   k-fold cross-validated log loss (``selection="log_loss"``; or fixed by ``C``). Small data wants
-   strong shrinkage. ``"log_loss_1se"`` takes the smallest C within one standard error of the best
-   (measured: better across unseen MMLU subjects, 0.592 vs 0.554 pooled APGR; worse on GSM8K, 0.654
-   vs 0.679 mean over 8 splits); ``"apgr"`` picks the C with the best out-of-fold APGR (measured
-   worse on both: it overfits a noisy criterion);
+1. features from `Featurizer` (lexical and steps columns standardised with the training mean and scale).
+   With the ``steps`` block, `fit` first fits the auxiliary `StepsModel` on ``steps_data`` (cached per
+   process) and keeps it as ``steps_model_``, so the saved router carries it;
+2. an L2 logistic regression for "tier t fails". Its strength C is chosen per tier from `Cs` by k-fold
+   cross-validated log loss (``selection="log_loss"``; or fixed by ``C``). Small data wants strong
+   shrinkage. ``"log_loss_1se"`` takes the smallest C within one standard error of the best (measured:
+   better across unseen MMLU subjects, 0.592 vs 0.554 pooled APGR; worse on GSM8K, 0.654 vs 0.679 mean
+   over 8 splits); ``"apgr"`` picks the C with the best out-of-fold APGR (measured worse on both: it
+   overfits a noisy criterion);
 3. Platt calibration: a one-dimensional logistic regression on the *out-of-fold* decision values
    (the same folds), so the probabilities are calibrated on data the model did not see.
 
-At prediction time the whole model is a matrix product and a sigmoid in numpy: no sklearn call on the
-request path. A tier that never (or always) failed in training gets a constant, Laplace-smoothed p_fail.
+``estimator="linear"`` replaces 2-3 by a ridge linear-probability model per tier with one fixed ``alpha``
+for all tiers, p_fail[t] = clip(z . w_t + b_t, P_MIN, 1 - P_MIN), and no recalibration (a per-tier
+rescaling would re-weight the tiers in the gain): the expected gain p_fail[0] - p_fail[1] is then a ridge
+regression of ``correct[:, 1] - correct[:, 0]`` itself. It looked better in 5-fold CV (6 repeats) on the
+training half of RouteLLM GSM8K (0.656 vs 0.640 APGR, lexical; 0.663 vs 0.643 with steps; alpha 300
+from a plateau 150..500) but not on held-out prompts: 0.649 vs 0.682 on that split's test half and
+0.679 vs 0.683 mean over 8 splits (lexical + steps; benchmarks/router_quality.py). Kept as an option,
+not the default.
+
+At prediction time the whole model is a matrix product and a sigmoid (or a clip) in numpy: no sklearn call
+on the request path. A tier that never (or always) failed in training gets a constant, Laplace-smoothed p_fail.
 
 Routing (see `tier_for_price`): with calibrated p_fail per tier the expected quality of tier t is
 ``1 - p_fail[t]``; for a price ``lam`` per unit of cost the best tier minimises ``p_fail[t] + lam * cost[t]``.
@@ -26,49 +37,73 @@ from collections.abc import Sequence
 
 import numpy as np
 from sklearn.base import BaseEstimator
-from sklearn.linear_model import LogisticRegression
+from sklearn.linear_model import LogisticRegression, Ridge
 from sklearn.model_selection import StratifiedKFold, cross_val_predict
 
-from cascade.router.features import FeatureSpec, Featurizer
+from cascade.router.features import FeatureSpec, Featurizer, StepsModel, fit_steps_model
 
+SELECTIONS = ("log_loss", "log_loss_1se", "apgr")
+ESTIMATORS = ("logistic", "linear")
 DEFAULT_CS = (0.0003, 0.001, 0.003, 0.01, 0.03, 0.1)
+DEFAULT_ALPHA = 300.0
 Z_LIMIT = 8.0
+P_MIN = 0.001  # linear estimator: probabilities are clipped to [P_MIN, 1 - P_MIN]
 
 
 class DifficultyClassifier(BaseEstimator):
     """Predicts `p_fail` (n_prompts, n_tiers), tiers cheapest first. Difficulty is column 0."""
 
     def __init__(self, *, lexical: bool = True, hash_features: int = 0, embeddings: str | None = None,
-                 embedding_weight: float = 3.0, C: float | None = None, Cs: Sequence[float] = DEFAULT_CS,
-                 cv: int = 5, selection: str = "log_loss", random_state: int = 0) -> None:
+                 embedding_weight: float = 3.0, steps: bool = False, steps_data: str | None = None,
+                 estimator: str = "logistic", alpha: float = DEFAULT_ALPHA, C: float | None = None,
+                 Cs: Sequence[float] = DEFAULT_CS, cv: int = 5, selection: str = "log_loss",
+                 random_state: int = 0) -> None:
         self.lexical = lexical
         self.hash_features = hash_features
         self.embeddings = embeddings
         self.embedding_weight = embedding_weight
+        self.steps = steps
+        self.steps_data = steps_data
+        self.estimator = estimator
+        self.alpha = alpha
         self.C = C
         self.Cs = Cs
         self.cv = cv
         self.selection = selection
         self.random_state = random_state
 
+    def __setstate__(self, state: dict) -> None:
+        # A model saved before a parameter existed loads with that parameter's default.
+        super().__setstate__({**_PARAMS_ADDED_LATER, **state})
+
     @property
     def spec(self) -> FeatureSpec:
         return FeatureSpec(lexical=self.lexical, hash_features=self.hash_features, embeddings=self.embeddings,
-                           embedding_weight=self.embedding_weight)
+                           embedding_weight=self.embedding_weight, steps=self.steps)
 
     def featurizer(self) -> Featurizer:
-        return Featurizer(self.spec)
+        """The featurizer of this model. With the steps block: the fitted steps model (fitted here if
+        the classifier is not fitted yet)."""
+        return Featurizer(self.spec, self._steps_model() if self.steps else None)
+
+    def _steps_model(self) -> StepsModel:
+        if getattr(self, "steps_model_", None) is None:
+            self.steps_model_ = fit_steps_model(self.steps_data)
+        return self.steps_model_
 
     def fit(self, prompts: Sequence[str], correct: np.ndarray,
             groups: Sequence[str] | None = None) -> DifficultyClassifier:
         """Fit one calibrated model per tier. ``groups`` (e.g. subjects), when there are at least ``cv``
         of them, make the internal folds grouped, so C is chosen for unseen groups."""
+        if self.steps:
+            self.steps_model_ = fit_steps_model(self.steps_data)
         return self.fit_features(self.featurizer().transform(list(prompts)), correct, groups)
 
     def fit_features(self, X: np.ndarray, correct: np.ndarray,
                      groups: Sequence[str] | None = None) -> DifficultyClassifier:
         """`fit` on features already computed by ``self.featurizer().transform`` (e.g. embeddings computed
-        once for many cross-validation folds)."""
+        once for many cross-validation folds). The steps column must come from ``fit_steps_model(steps_data)``
+        (cached per process: the model this classifier keeps)."""
         from threadpoolctl import threadpool_limits
 
         # Small dense problems: BLAS threads only contend (measured 6x slower with 2 threads on 2 cores).
@@ -76,8 +111,10 @@ class DifficultyClassifier(BaseEstimator):
             return self._fit(np.asarray(X, dtype=float), correct, groups)
 
     def _fit(self, X: np.ndarray, correct: np.ndarray, groups: Sequence[str] | None) -> DifficultyClassifier:
-        if self.selection not in ("log_loss", "log_loss_1se", "apgr"):
-            raise ValueError(f"selection must be log_loss, log_loss_1se or apgr, got {self.selection!r}")
+        if self.selection not in SELECTIONS:
+            raise ValueError(f"selection must be one of {', '.join(SELECTIONS)}, got {self.selection!r}")
+        if self.estimator not in ESTIMATORS:
+            raise ValueError(f"estimator must be one of {', '.join(ESTIMATORS)}, got {self.estimator!r}")
         correct = np.asarray(correct, dtype=bool)
         featurizer = self.featurizer()
         if correct.ndim != 2 or correct.shape[0] != len(X) or correct.shape[1] < 1:
@@ -98,6 +135,11 @@ class DifficultyClassifier(BaseEstimator):
         self.intercept_ = np.zeros(n_tiers)
         self.calibration_ = np.tile([1.0, 0.0], (n_tiers, 1))
         self.C_ = np.full(n_tiers, np.nan)
+        self.n_tiers_ = n_tiers
+        self.n_features_in_ = Z.shape[1]
+        self.feature_names_ = featurizer.names
+        if self.estimator == "linear":
+            return self._fit_linear(Z, failed)
         folds = self._folds(failed, groups)
         learnable = [t for t in range(n_tiers) if folds and _both_classes(failed[:, t], folds)]
         for t in set(range(n_tiers)) - set(learnable):  # (almost) one class: a smoothed constant
@@ -126,9 +168,15 @@ class DifficultyClassifier(BaseEstimator):
             self.coef_[t] = model.coef_[0]
             self.intercept_[t] = model.intercept_[0]
             self.calibration_[t] = [platt.coef_[0, 0], platt.intercept_[0]]
-        self.n_tiers_ = n_tiers
-        self.n_features_in_ = Z.shape[1]
-        self.feature_names_ = featurizer.names
+        return self
+
+    def _fit_linear(self, Z: np.ndarray, failed: np.ndarray) -> DifficultyClassifier:
+        for t in range(failed.shape[1]):
+            if 0 < failed[:, t].sum() < len(failed):
+                model = Ridge(alpha=self.alpha).fit(Z, failed[:, t].astype(float))
+                self.coef_[t], self.intercept_[t] = model.coef_, model.intercept_
+            else:  # one class: a smoothed constant
+                self.intercept_[t] = (failed[:, t].sum() + 1) / (len(failed) + 2)
         return self
 
     def _folds(self, failed: np.ndarray, groups: Sequence[str] | None) -> list[tuple[np.ndarray, np.ndarray]]:
@@ -153,6 +201,8 @@ class DifficultyClassifier(BaseEstimator):
     def predict_p_fail_features(self, X: np.ndarray) -> np.ndarray:
         # einsum, not BLAS: no thread start-up or spinning on the request path.
         decision = np.einsum("ij,tj->it", self._standardize(X), self.coef_) + self.intercept_
+        if self.estimator == "linear":
+            return np.clip(decision, P_MIN, 1.0 - P_MIN)
         logit = decision * self.calibration_[:, 0] + self.calibration_[:, 1]
         # Clipped: a prompt far outside the training data must give p near 0 or 1, not an overflow.
         return 1.0 / (1.0 + np.exp(-np.clip(logit, -40.0, 40.0)))
@@ -164,6 +214,9 @@ class DifficultyClassifier(BaseEstimator):
     def difficulty(self, prompt: str) -> float:
         """p_fail of the cheapest tier for one prompt (DESIGN.md §3)."""
         return float(self.predict_p_fail([prompt])[0, 0])
+
+
+_PARAMS_ADDED_LATER = {"steps": False, "steps_data": None, "estimator": "logistic", "alpha": DEFAULT_ALPHA}
 
 
 def _both_classes(y: np.ndarray, folds: list[tuple[np.ndarray, np.ndarray]]) -> bool:

