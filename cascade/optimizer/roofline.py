@@ -16,6 +16,7 @@ peak); a tier with a measured profile (`cascade profile`, cascade/optimizer/prof
 
 from __future__ import annotations
 
+import abc
 import math
 from dataclasses import dataclass
 from functools import cached_property
@@ -80,22 +81,22 @@ def valid_shape(model: ModelCard, shape: Shape, gpus_per_node: int) -> bool:
     return 1 <= shape.pp <= model.num_hidden_layers
 
 
-class ReplicaCost:
+class ReplicaCost(abc.ABC):
     """One replica shape as the planner sees it, whatever the source of its numbers (this roofline,
-    or a measured profile). Subclasses set `shape` and `kv_capacity_tokens` and give the two step
-    costs of `StepCost`; the rest derives from them."""
+    or a measured profile). Subclasses set `shape` and give the three abstract members; the rest
+    derives from them."""
 
     shape: Shape
 
     @property
-    def kv_capacity_tokens(self) -> int:
-        raise NotImplementedError
+    @abc.abstractmethod
+    def kv_capacity_tokens(self) -> int: ...
 
-    def decode_coeffs(self, batch: int) -> tuple[float, float, float, float, float]:
-        raise NotImplementedError
+    @abc.abstractmethod
+    def decode_coeffs(self, batch: int) -> tuple[float, float, float, float, float]: ...
 
-    def prefill_time(self, tokens: int, tokens_sq: float, requests: int = 1) -> float:
-        raise NotImplementedError
+    @abc.abstractmethod
+    def prefill_time(self, tokens: int, tokens_sq: float, requests: int = 1) -> float: ...
 
     def fits(self, min_kv_tokens: int) -> bool:
         return self.kv_capacity_tokens >= min_kv_tokens
