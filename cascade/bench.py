@@ -35,7 +35,7 @@ from cascade.branches.runner import BranchRun, BranchRunner, BranchSettings
 from cascade.branches.slots import BranchSlots
 from cascade.errors import CascadeError
 from cascade.schemas import ChatMessage
-from cascade.tiers import Tier, tier_request
+from cascade.tiers import Tier, branch_requests, tier_request
 from loadgen.arrivals import schedule
 from loadgen.grading import grade
 from loadgen.records import Prompt
@@ -94,8 +94,7 @@ async def run_method(
         await asyncio.sleep(max(0.0, arrival - time.perf_counter()))
         template = tier_request(tier, [ChatMessage(role="user", content=prompt.prompt)], settings.max_tokens,
                                 temperature=temperature)
-        requests = [msgspec.structs.replace(template, seed=settings.seed * 1000 + b,
-                                            request_id=f"{template.request_id}-{b}") for b in range(branch_settings.n)]
+        requests = branch_requests(template, settings.seed * 1000, branch_settings.n)
         await slots.acquire(branch_settings.n, timeout_s=None)
         queued = time.perf_counter() - arrival
         released = 0

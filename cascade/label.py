@@ -29,7 +29,7 @@ from cascade.branches.runner import BranchRunner
 from cascade.branches.slots import BranchSlots
 from cascade.errors import CascadeError, ConfigError
 from cascade.schemas import ChatMessage
-from cascade.tiers import Tier, branch_settings, tier_request
+from cascade.tiers import Tier, branch_requests, branch_settings, tier_request
 from loadgen.datasets import DatasetError, load, sample
 from loadgen.grading import extract, grade
 from loadgen.records import Prompt
@@ -91,8 +91,7 @@ async def answer_on_tier(tier: Tier, prompt: Prompt, max_tokens: int | None, see
     decode_tokens = None
     try:
         if branched:
-            requests = [msgspec.structs.replace(request, seed=seed * 1000 + b, request_id=f"{request.request_id}-{b}")
-                        for b in range(settings.n)]
+            requests = branch_requests(request, seed * 1000, settings.n)
             run = await BranchRunner(tier.backend, settings, tier.scorer).run(prompt.prompt, requests)
             text, finish_reason, tokens = run.text, run.finish_reason, run.completion_tokens
             decode_tokens = run.report.decode_tokens

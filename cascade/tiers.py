@@ -85,6 +85,15 @@ def branch_settings(tier: Tier) -> BranchSettings:
                           aggregation=cfg.aggregation)
 
 
+def branch_requests(template: GenerationRequest, first_seed: int, n: int,
+                    temperature: float | None = None) -> list[GenerationRequest]:
+    """`n` branches of one request: consecutive seeds from `first_seed` (distinct samples, reproducible),
+    each its own request id (SGLang aborts a branch by it)."""
+    fields = {} if temperature is None else {"temperature": temperature}
+    return [msgspec.structs.replace(template, seed=first_seed + b, request_id=f"{template.request_id}-{b}", **fields)
+            for b in range(n)]
+
+
 def tier_request(
     tier: Tier,
     messages: list[ChatMessage],

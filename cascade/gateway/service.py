@@ -38,7 +38,7 @@ from cascade.schemas import (
     RouteDecision,
     Usage,
 )
-from cascade.tiers import Tier, branch_settings, tier_request
+from cascade.tiers import Tier, branch_requests, branch_settings, tier_request
 
 ROUTED_MODEL = "cascade"
 # SSE comment sent while a cascade (or branches) works before the first token: proxies and clients
@@ -272,15 +272,10 @@ class ChatService:
 
         if tier.slots is not None:
             await tier.slots.acquire(needed, self.limits.max_slot_wait_s)
-        template = self._generation(req, tier, max_tokens, 0)
-
-        def branch(seed: int) -> GenerationRequest:
-            return msgspec.structs.replace(template, seed=seed, temperature=temperature,
-                                           request_id=f"cascade-{uuid.uuid4().hex}")
-
         try:
             runs = await asyncio.gather(*(
-                runner.run(question, [branch(base_seed + c * settings.n + b) for b in range(settings.n)], branch_ended)
+                runner.run(question, branch_requests(self._generation(req, tier, max_tokens, 0),
+                                                     base_seed + c * settings.n, settings.n, temperature), branch_ended)
                 for c in range(req.n)
             ))
         finally:
