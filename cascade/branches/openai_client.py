@@ -173,9 +173,17 @@ class OpenAIBackend:
                 if response.status != 200:
                     raise self._status_error(response.status, await response.read())
                 done = False
-                async for events in _sse_events(response):
+                buffer = b""
+                # SSE lines are split here rather than in a helper generator: one async-generator
+                # hop fewer per token is measurable at hundreds of concurrent streams.
+                async for chunk in response.content.iter_any():
+                    buffer += chunk
+                    *lines, buffer = buffer.split(b"\n")
                     merged: StreamDelta | None = None
-                    for data in events:
+                    for line in lines:
+                        if not line.startswith(b"data:"):
+                            continue
+                        data = line[5:].strip()
                         # Keep reading after [DONE] to the end of the body: a response released early
                         # closes its connection instead of returning it to the pool.
                         if done or data == b"[DONE]":
@@ -195,6 +203,12 @@ class OpenAIBackend:
                             f"backend `{self.name}` exceeded the total time limit of {self.timeouts.total_s:g} s",
                             self.name,
                         )
+                # A last event without its trailing newline (some servers end the body that way).
+                tail = buffer[5:].strip() if buffer.startswith(b"data:") else b""
+                if tail and not done and tail != b"[DONE]":
+                    last = self._parse_chunk(tail)
+                    if last is not None:
+                        yield last
         except (aiohttp.ClientError, TimeoutError) as exc:
             raise self._translate(exc) from None
 
@@ -261,17 +275,6 @@ class OpenAIBackend:
         if status == 503:
             return BackendUnavailable(f"backend `{self.name}` is unavailable (503): {detail}", self.name)
         return BackendFailed(f"backend `{self.name}` returned HTTP {status}: {detail}", self.name)
-
-
-async def _sse_events(response: aiohttp.ClientResponse) -> AsyncGenerator[list[bytes], None]:
-    """Per socket read, the payloads of the complete `data:` lines it delivered (maybe none)."""
-    buffer = b""
-    async for chunk in response.content.iter_any():
-        buffer += chunk
-        *lines, buffer = buffer.split(b"\n")
-        yield [line[5:].strip() for line in lines if line.startswith(b"data:")]
-    if buffer.startswith(b"data:"):
-        yield [buffer[5:].strip()]
 
 
 def _error_message(content: bytes) -> str:

@@ -419,28 +419,43 @@ class ChatService:
         completion_tokens = [0] * len(streams)
         finished = 0
         first_token = True
-        merged = _merge(streams, firsts)
+
+        def frame_for(index: int, delta: StreamDelta) -> bytes:
+            nonlocal prompt_tokens, finished, first_token
+            if delta.prompt_tokens is not None:
+                prompt_tokens = delta.prompt_tokens
+            if delta.completion_tokens is not None:
+                completion_tokens[index] = delta.completion_tokens
+            frame = b""
+            if delta.text or delta.reasoning:
+                if first_token:
+                    self.metrics.ttft.labels(tier.name).observe(time.perf_counter() - start)
+                    first_token = False
+                if delta.completion_tokens is None:
+                    completion_tokens[index] += delta.chunks
+                frame = frames.content(index, delta.text, delta.reasoning)
+            if delta.finish_reason is not None:
+                finished += 1
+                frame += frames.finish(index, delta.finish_reason)
+            return frame
+
+        # n = 1 (the common case) reads its stream directly: no interleaving generator in between,
+        # one async-generator hop fewer per token.
+        merged = _merge(streams, firsts) if len(streams) > 1 else None
         try:
             yield frames.role(len(streams), self._info(decision))
-            async for index, delta in merged:
-                if delta.prompt_tokens is not None:
-                    prompt_tokens = delta.prompt_tokens
-                if delta.completion_tokens is not None:
-                    completion_tokens[index] = delta.completion_tokens
-                frame = b""
-                if delta.text or delta.reasoning:
-                    if first_token:
-                        self.metrics.ttft.labels(tier.name).observe(time.perf_counter() - start)
-                        first_token = False
-                    if delta.completion_tokens is None:
-                        completion_tokens[index] += delta.chunks
-                    frame = frames.content(index, delta.text, delta.reasoning)
-                if delta.finish_reason is not None:
-                    finished += 1
-                    frame += frames.finish(index, delta.finish_reason)
-                if frame:
-                    # One send per upstream read, whatever it held.
-                    yield frame
+            if merged is None:
+                if firsts[0] is not None:
+                    if frame := frame_for(0, firsts[0]):
+                        yield frame
+                    async for delta in streams[0]:
+                        # One send per upstream read, whatever it held.
+                        if frame := frame_for(0, delta):
+                            yield frame
+            else:
+                async for index, delta in merged:
+                    if frame := frame_for(index, delta):
+                        yield frame
         except BackendError as exc:
             # Headers are gone already: report the fault in-band, as OpenAI does, then end the stream.
             self._count_backend_error(tier, exc)
@@ -450,7 +465,8 @@ class ChatService:
             self.metrics.disconnects.labels(tier.name).inc()
             raise
         finally:
-            await merged.aclose()
+            if merged is not None:
+                await merged.aclose()
             await _close_all(streams)
         total_completion = sum(completion_tokens)
         usage = None
@@ -534,11 +550,6 @@ async def _merge(
     for index, first in enumerate(firsts):
         if first is not None:
             yield index, first
-    if len(streams) == 1:  # the common case: no queue, no tasks
-        if firsts[0] is not None:
-            async for delta in streams[0]:
-                yield 0, delta
-        return
     queue: asyncio.Queue[tuple[int, StreamDelta | BaseException | None]] = asyncio.Queue()
 
     async def pump(index: int, stream: AsyncGenerator[StreamDelta, None]) -> None:

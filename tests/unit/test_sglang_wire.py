@@ -162,6 +162,15 @@ def test_recorded_stream_folds_into_the_same_result_as_a_completion(replay: Repl
     )
 
 
+def test_a_last_event_without_its_newline_or_done_is_still_read(replay: Replayed) -> None:
+    url, app = replay
+    body = fixture("chat_completion_stream.txt").replace(b"data: [DONE]", b"").rstrip(b"\n")
+    app.routes[CHAT] = Reply(body=body, content_type="text/event-stream")
+    result = with_backend(url, lambda b: collect(b.stream(recorded_request("chat_completion_stream_request.json"))))
+    # The usage event is the body's last bytes, with no line end after it.
+    assert (result.text, result.prompt_tokens, result.completion_tokens) == ("The capital of France is Paris.", 14, 19)
+
+
 def test_model_info_and_health_are_read(replay: Replayed) -> None:
     url, _ = replay
 
