@@ -7,11 +7,14 @@ Input: finished branches with their graded correctness, as written by
 Method
   * Each branch is cut at 50% of its length (words), the partial trace split into reasoning steps
     (paragraphs) with the last, possibly unfinished, step dropped: what the runner scores mid-flight.
-  * Questions are split in two halves by a seeded permutation of question ids (branches of one
-    question never straddle the split). AUC of the score for "branch ends correct" on the test half:
-      - `default`: the scorer's hand-set weights (cascade/branches/cpu_scorer.py);
-      - `fitted`: logistic regression on the scorer's features, fitted on the train half;
-      - each single feature alone (sign chosen on the train half), and a length-only baseline.
+  * The scorer sees the question too (read in place from the shared GSM8K files by the row's id).
+  * `default_auc_all_rows`: AUC of the scorer's default weights over every row: the held-out number
+    when the file comes from questions the defaults were not fitted on (e.g. the GSM8K test split).
+  * Questions are split in two halves by seeded permutations of question ids (branches of one
+    question never straddle a split); over --seeds splits, mean and min AUC on the test half of the
+    default weights and of weights refitted on the train half.
+  * `fitted_weights_all_rows`: weights fitted on every row, in the scorer's units (how the defaults
+    in cascade/branches/cpu_scorer.py were made); single-feature AUCs.
   * Also the AUC at 100% of the length (the finished branch: SART's alpha-prime score).
 
 Output: one JSON object. Usage:
@@ -22,17 +25,15 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 from pathlib import Path
 
 import numpy as np
 from sklearn.linear_model import LogisticRegression
 from sklearn.metrics import roc_auc_score
 
-from cascade.branches.cpu_scorer import Features, ScorerWeights, features, score_features
+from cascade.branches.cpu_scorer import FEATURE_NAMES, ScorerWeights, features, score_features
 from cascade.branches.scoring import split_steps
-
-FEATURES = ("wrong_claims", "right_claims", "repeated_steps", "repeated_lines", "log_words")
+from loadgen.datasets import load
 
 
 def partial_steps(text: str, fraction: float) -> list[str]:
@@ -42,47 +43,72 @@ def partial_steps(text: str, fraction: float) -> list[str]:
     return steps[:-1] if fraction < 1 and len(steps) > 1 else steps
 
 
-def vector(f: Features) -> list[float]:
-    return [f.wrong_claims, min(f.right_claims, 4), f.repeated_steps, f.repeated_lines, math.log1p(f.words / 100)]
-
-
 def auc(y: np.ndarray, s: np.ndarray) -> float | None:
     return None if len(set(y.tolist())) < 2 else round(float(roc_auc_score(y, s)), 4)
 
 
+def questions_for(ids: set[str]) -> dict[str, str]:
+    """Question text by prompt id, read in place from the shared GSM8K files (never stored)."""
+    out: dict[str, str] = {}
+    for spec in sorted({i.split(":")[0] for i in ids}):
+        out.update({p.id: p.prompt for p in load(spec) if p.id in ids})
+    return out
+
+
+def fit(X: np.ndarray, y: np.ndarray) -> LogisticRegression:
+    # Strong regularisation: a few hundred branches from a few dozen questions.
+    return LogisticRegression(C=0.3, max_iter=1000).fit(X, y)
+
+
 def main() -> None:
-    p = argparse.ArgumentParser()
-    p.add_argument("--branches", required=True)
-    p.add_argument("--fraction", type=float, default=0.5)
-    p.add_argument("--seed", type=int, default=0)
+    p = argparse.ArgumentParser(description="AUC of the CPU branch scorer on saved, graded branches")
+    p.add_argument("--branches", required=True, help="JSONL from cascade bench branches --save-branches")
+    p.add_argument("--fraction", type=float, default=0.5, help="score each branch at this share of its words")
+    p.add_argument("--seeds", type=int, default=10, help="question splits (train/test halves) to average over")
     p.add_argument("--json-out")
     args = p.parse_args()
     rows = [json.loads(line) for line in Path(args.branches).read_text().splitlines() if line.strip()]
     ids = sorted({r["id"] for r in rows})
-    perm = np.random.default_rng(args.seed).permutation(len(ids))
-    test_ids = {ids[i] for i in perm[: len(ids) // 2]}
+    question = questions_for(set(ids))
     y = np.array([bool(r["correct"]) for r in rows])
-    test = np.array([r["id"] in test_ids for r in rows])
     result: dict = {"branches": len(rows), "questions": len(ids), "correct_rate": round(float(y.mean()), 4),
-                    "test_branches": int(test.sum()), "fraction": args.fraction}
+                    "fraction": args.fraction, "features": list(FEATURE_NAMES)}
     for fraction, key in ((args.fraction, "partial"), (1.0, "finished")):
-        feats = [features(partial_steps(r["text"], fraction)) for r in rows]
-        X = np.array([vector(f) for f in feats])
+        feats = [features(partial_steps(r["text"], fraction), question.get(r["id"], "")) for r in rows]
+        X = np.array([f.vector() for f in feats])
         default = np.array([score_features(f, ScorerWeights()) for f in feats])
-        block: dict = {"default_auc": auc(y[test], default[test])}
-        model = LogisticRegression(C=1.0, max_iter=1000).fit(X[~test], y[~test])
-        block["fitted_auc"] = auc(y[test], model.decision_function(X[test]))
-        block["fitted_weights"] = dict(zip(("bias", *FEATURES), [float(model.intercept_[0]),
-                                                                  *map(float, model.coef_[0])], strict=True))
-        singles = {}
-        for j, name in enumerate(FEATURES):
-            sign = 1.0 if (auc(y[~test], X[~test, j]) or 0.5) >= 0.5 else -1.0
-            singles[name] = auc(y[test], sign * X[test, j])
-        block["single_feature_auc"] = singles
+        # On a file the default weights were not fitted on, this is the held-out number.
+        block: dict = {"default_auc_all_rows": auc(y, default)}
+        split_default, split_fitted = [], []
+        for seed in range(args.seeds):
+            perm = np.random.default_rng(seed).permutation(len(ids))
+            test_ids = {ids[i] for i in perm[: len(ids) // 2]}
+            test = np.array([r["id"] in test_ids for r in rows])
+            if len(set(y[test].tolist())) < 2 or len(set(y[~test].tolist())) < 2:
+                continue
+            mu, sd = X[~test].mean(0), X[~test].std(0) + 1e-9
+            model = fit((X[~test] - mu) / sd, y[~test])
+            split_fitted.append(roc_auc_score(y[test], model.decision_function((X[test] - mu) / sd)))
+            split_default.append(roc_auc_score(y[test], default[test]))
+        block["default_auc_test_halves"] = _spread(split_default)
+        block["fitted_auc_test_halves"] = _spread(split_fitted)
+        # Weights fitted on every row, in the scorer's own units (what ScorerWeights' defaults come from).
+        mu, sd = X.mean(0), X.std(0) + 1e-9
+        model = fit((X - mu) / sd, y)
+        coef = model.coef_[0] / sd
+        block["fitted_weights_all_rows"] = {"bias": round(float(model.intercept_[0] - (coef * mu).sum()), 3),
+                                            **{n: round(float(c), 3) for n, c in zip(FEATURE_NAMES, coef, strict=True)}}
+        block["single_feature_auc_all_rows"] = {n: auc(y, X[:, j]) for j, n in enumerate(FEATURE_NAMES)}
         result[key] = block
     print(json.dumps(result, indent=2))
     if args.json_out:
         Path(args.json_out).write_text(json.dumps(result, indent=2) + "\n")
+
+
+def _spread(values: list[float]) -> dict[str, float | int | None]:
+    if not values:
+        return {"splits": 0, "mean": None, "min": None}
+    return {"splits": len(values), "mean": round(float(np.mean(values)), 4), "min": round(float(np.min(values)), 4)}
 
 
 if __name__ == "__main__":

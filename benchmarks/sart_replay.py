@@ -1,0 +1,243 @@
+"""Replay saved self-consistency branches under SART's rules, offline, to choose N, M, alpha, beta, K.
+
+A live `cascade bench branches` run takes an hour per method on the CPU engine; this replays the
+branches such a run saved (`--save-branches FILE`, every branch of every question, run to completion)
+under the branch runner's rules in a few seconds, so a grid of settings can be compared before one
+of them is measured live.
+
+Model of time (stated, not hidden): branches of one request advance in lockstep, one token per step
+each (what a continuous-batching engine does with branches admitted together). A branch's partial
+text after t tokens is the first t tokens of its saved text (Qwen tokenizer of the embedded tier).
+Rules are the runner's (cascade/branches/runner.py):
+  * every K completed reasoning steps (paragraphs) a branch is scored by the CPU scorer;
+  * phase 1 (nothing finished): prune live branches scoring < alpha, lowest first, at most beta,
+    never the last live one;
+  * the first finished branch's final score is alpha'; phase 2 prunes live branches scoring < alpha'
+    (at their latest score);
+  * early stop once M branches finished; majority vote over finished branches (answers cut by
+    max_tokens only if nothing else finished), ties by best score, then the shorter branch.
+Reported per setting: accuracy of the voted answer, decode tokens (all branches, pruned and stopped
+included) and lockstep latency (tokens until the request ends), each also as a ratio of
+self-consistency's on the same questions (N branches to completion). Branch order within a question
+is the saved order (seeded sampling): the first N saved branches of each question are used.
+
+Queueing is not modelled: under load, fewer decode tokens also mean shorter waits for slots, which
+only the live benchmark measures.
+
+Usage:
+  .venv/bin/python benchmarks/sart_replay.py --branches FILE [--n 4] [--m 1,2] [--alpha 0,0.3,0.5]
+      [--beta 0,1,2] [--k 1,2] [--max-tokens 400] [--json-out F]
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import sys
+from collections import defaultdict
+from dataclasses import dataclass
+from pathlib import Path
+
+from cascade.branches.cpu_scorer import CPUScorer
+from cascade.branches.scoring import split_steps
+from cascade.engines.models import load_card, model_dir
+from loadgen.datasets import load as load_dataset
+from loadgen.grading import answer_key
+
+
+def questions_for(ids: set[str]) -> dict[str, str]:
+    """Question text by prompt id, read in place from the shared GSM8K files (never stored)."""
+    out: dict[str, str] = {}
+    for spec in sorted({i.split(":")[0] for i in ids}):
+        out.update({p.id: p.prompt for p in load_dataset(spec) if p.id in ids})
+    return out
+
+
+@dataclass
+class SavedBranch:
+    text: str
+    correct: bool
+    tokens: int
+    capped: bool  # cut by max_tokens
+    events: list[tuple[int, float]]  # (token position, score) at every K completed steps
+    final_score: float
+
+
+def step_positions(text: str, offsets: list[int]) -> list[tuple[int, int]]:
+    """(token count, completed steps) at each token where the number of completed steps grows."""
+    out: list[tuple[int, int]] = []
+    done = 0
+    for t, end in enumerate(offsets, start=1):
+        steps = len(split_steps(text[:end])) - 1  # the last paragraph may still be growing
+        if steps > done:
+            done = steps
+            out.append((t, steps))
+    return out
+
+
+def load(path: Path, n: int, max_tokens: int, k_values: list[int]) -> dict[int, dict[str, list[SavedBranch]]]:
+    """Saved branches by K and question id, with their score events (the scorer sees the question)."""
+    from transformers import AutoTokenizer  # heavy import: only here
+
+    tokenizer = AutoTokenizer.from_pretrained(str(model_dir(load_card("qwen2.5-coder-0.5b"))))
+    scorer = CPUScorer()
+    by_question: dict[str, list[dict]] = defaultdict(list)
+    for line in path.read_text().splitlines():
+        if line.strip():
+            row = json.loads(line)
+            by_question[row["id"]].append(row)
+    out: dict[int, dict[str, list[SavedBranch]]] = {k: {} for k in k_values}
+    question = questions_for(set(by_question))
+    for qid, rows in by_question.items():
+        q = question.get(qid, "")
+        rows = sorted(rows, key=lambda r: r["branch"])[:n]
+        if len(rows) < n:
+            continue  # a question with a failed branch: not comparable
+        for k in k_values:
+            branches = []
+            for row in rows:
+                text = row["text"]
+                enc = tokenizer(text, return_offsets_mapping=True, add_special_tokens=False)
+                offsets = [end for _, end in enc["offset_mapping"]]
+                events = [(t, scorer.score_steps(split_steps(text[: offsets[t - 1]])[:steps], q))
+                          for t, steps in step_positions(text, offsets) if steps % k == 0]
+                branches.append(SavedBranch(text=text, correct=bool(row["correct"]), tokens=len(offsets),
+                                            capped=len(offsets) >= max_tokens - 2, events=events,
+                                            final_score=scorer.score_steps(split_steps(text), q)))
+            out[k][qid] = branches
+    return out
+
+
+@dataclass
+class Outcome:
+    correct: bool
+    tokens: int
+    latency: int
+
+
+def _or(value: float | None, default: float) -> float:
+    return default if value is None else value
+
+
+def replay(branches: list[SavedBranch], m: int, alpha: float, beta: int, prune: bool) -> Outcome:
+    n = len(branches)
+    state = ["running"] * n
+    ended_at = [b.tokens for b in branches]
+    score: list[float | None] = [None] * n
+    first_finished: float | None = None
+    pruned1 = 0
+    # Events in lockstep order; at one position finishes come before scores (the end is read first).
+    timeline = sorted([(b.tokens, 0, i, b.final_score) for i, b in enumerate(branches)]
+                      + [(t, 1, i, s) for i, b in enumerate(branches) for t, s in b.events if t < b.tokens])
+    end = max(b.tokens for b in branches)
+
+    def live() -> list[int]:
+        return [i for i in range(n) if state[i] == "running"]
+
+    def cut(i: int, t: int, why: str) -> None:
+        state[i] = why
+        ended_at[i] = t
+
+    for t, kind, i, value in timeline:
+        if state[i] != "running":
+            continue
+        if kind == 0:
+            state[i] = "finished"
+            score[i] = value
+            if first_finished is None:
+                first_finished = value
+        else:
+            score[i] = value
+        if prune:
+            if first_finished is None:
+                if alpha > 0:
+                    for j in sorted(live(), key=lambda j: _or(score[j], 1.0)):
+                        if pruned1 >= beta or len(live()) <= 1:
+                            break
+                        sj = score[j]
+                        if sj is not None and sj < alpha:
+                            cut(j, t, "pruned")
+                            pruned1 += 1
+            else:
+                for j in live():
+                    sj = score[j]
+                    if sj is not None and sj < first_finished:
+                        cut(j, t, "pruned")
+        if sum(s == "finished" for s in state) >= m or not live():
+            for j in live():
+                cut(j, t, "stopped")
+            end = t
+            break
+    finished = [i for i in range(n) if state[i] == "finished"]
+    complete = [i for i in finished if not branches[i].capped] or finished
+    groups: dict[str | None, list[int]] = defaultdict(list)
+    for i in complete:
+        groups[answer_key(branches[i].text)].append(i)
+    answer = max(groups, key=lambda a: (a is not None, len(groups[a]),
+                                        max((score[i] or 0.0) for i in groups[a]),
+                                        -min(branches[i].tokens for i in groups[a])))
+    chosen = max(groups[answer], key=lambda i: (score[i] or 0.0, -branches[i].tokens))
+    return Outcome(correct=branches[chosen].correct, tokens=sum(ended_at), latency=end)
+
+
+def summarize(outcomes: list[Outcome], baseline: list[Outcome]) -> dict[str, float]:
+    def mean(values: list[float]) -> float:
+        return sum(values) / len(values)
+
+    acc, tok, lat = (mean([float(o.correct) for o in outcomes]), mean([o.tokens for o in outcomes]),
+                     mean([o.latency for o in outcomes]))
+    return {"accuracy": round(acc, 4), "tokens_mean": round(tok, 1), "lockstep_latency_tokens": round(lat, 1),
+            "tokens_vs_sc": round(tok / mean([o.tokens for o in baseline]), 3),
+            "latency_vs_sc": round(lat / mean([o.latency for o in baseline]), 3),
+            "accuracy_minus_sc": round(acc - mean([float(o.correct) for o in baseline]), 4)}
+
+
+def floats(text: str) -> list[float]:
+    return [float(x) for x in text.split(",")]
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--branches", required=True, type=Path, help="JSONL from cascade bench branches --save-branches")
+    p.add_argument("--n", type=int, default=4, help="branches per request (the first N saved of each question)")
+    p.add_argument("--m", default="1,2", help="comma-separated M values")
+    p.add_argument("--alpha", default="0,0.3,0.4,0.5,0.6", help="comma-separated phase-1 thresholds")
+    p.add_argument("--beta", default="0,1,2,3", help="comma-separated phase-1 prune caps")
+    p.add_argument("--k", default="1,2", help="comma-separated scoring intervals (steps)")
+    p.add_argument("--max-tokens", type=int, default=400, help="the run's max_tokens (to spot capped branches)")
+    p.add_argument("--top", type=int, default=15, help="settings to print, best tokens first among those "
+                                                       "within 2 accuracy points of self-consistency")
+    p.add_argument("--json-out", type=Path)
+    args = p.parse_args()
+    ks = [int(x) for x in args.k.split(",")]
+    data = load(args.branches, args.n, args.max_tokens, ks)
+    questions = sorted(data[ks[0]])
+    if not questions:
+        print(f"no question in {args.branches} has {args.n} saved branches", file=sys.stderr)
+        return 2
+    sc = [replay(data[ks[0]][q], m=args.n, alpha=0.0, beta=0, prune=False) for q in questions]
+    results = []
+    for m, alpha, beta, k, prune in itertools.product([int(x) for x in args.m.split(",")], floats(args.alpha),
+                                                      [int(x) for x in args.beta.split(",")], ks, (False, True)):
+        if not prune and (alpha or beta or k != ks[0]):
+            continue  # early stop only: one row per M
+        if prune and ((alpha == 0) != (beta == 0)):
+            continue
+        outcomes = [replay(data[k][q], m=m, alpha=alpha, beta=beta, prune=prune) for q in questions]
+        results.append({"m": m, "alpha": alpha, "beta": beta, "k": k, "prune": prune,
+                        **summarize(outcomes, sc)})
+    payload = {"questions": len(questions), "n": args.n, "branches_file": str(args.branches),
+               "self_consistency": summarize(sc, sc),
+               "best_within_2pts": sorted([r for r in results if r["accuracy_minus_sc"] >= -0.02],
+                                          key=lambda r: r["tokens_vs_sc"])[: args.top],
+               "all": results}
+    text = json.dumps(payload, indent=1)
+    if args.json_out:
+        args.json_out.write_text(text + "\n")
+    print(json.dumps({k: v for k, v in payload.items() if k != "all"}, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,380 @@
+"""Does the planner's simulator predict what a real engine does? Profile an engine, load it with
+`cascade loadgen`, and compare the measured end-to-end latency with the simulator's prediction.
+
+Target (one of)
+  * `--url URL`: a running OpenAI-compatible engine (`--model` if it serves several).
+  * `--embedded smollm2|qwen`: that worker of the embedded default, started as `cascade serve` starts
+    it (cascade/engines/supervisor.py: `transformers serve --continuous-batching`, its `--cb-num-blocks`,
+    a free 127.0.0.1 port, its own process group, killed in `finally` and on parent death). The worker
+    log goes to OUT/logs/, not ./logs/, so a gateway running in the same folder keeps its own log.
+  * `--fake`: `cascade fake-server` (scripted TTFT and ITL per stream), with a generated dataset whose
+    `[fake tokens=N]` directives give a spread of output lengths. The fake does not batch (every stream
+    has its own fixed ITL), so it checks the plumbing (timing, token counts, prefill + decode
+    composition), not the queueing model.
+
+Method
+  1. Profile (`cascade.profiler.measure`, bounded by `--profile-time-limit-s`), or `--profile FILE`.
+  2. `cascade loadgen` as a subprocess: seeded Poisson arrivals at `--rate`, `--n` requests, streamed.
+  3. Predict from OUT/loadgen/requests.jsonl, with the profile's `ProfileCost`:
+     * replay: `simulate` on the run's own send times and measured input/output tokens; p50/p95/mean
+       over the same completed requests as the measurement (both start from an idle engine);
+     * planner: `replica_percentile` at `--rate` on `workload_sample(600)` of those lengths, from a
+       steady-state batch, first 10% skipped: what `cascade optimize plan` computes for a tier;
+     * short runs: the p10/p50/p90 of the p95 of 20 simulated runs as long as the measured one (idle
+       start, fresh Poisson arrivals). The planner predicts a steady state; a run of a few dozen
+       requests rarely reaches it (near saturation it has not filled up; at any load its p95 rests
+       on its 2 or 3 slowest requests), so a planner error outside this band is the model's, inside
+       it may be the run's. Compare the planner with long runs (n in the hundreds) at a moderate load.
+  4. Relative error of each p95 against the measured p95 (the issue's target: within 25%).
+     Replay isolates the step-cost and batching model: same arrivals, same lengths.
+
+Replica limits (override with `--kv-capacity-tokens`, `--max-batch`, `--max-prefill-tokens`)
+  * embedded: KV = `cb_num_blocks` x 256 (transformers 5.x `ContinuousBatchingConfig.page_size`);
+    max batch 1024 (its `max_requests_per_batch` fallback); prefill budget 8192 tokens (its default
+    `max_batch_tokens`). None of these binds at the rates a CPU worker sustains.
+  * fake: unbounded (each stream is independent).
+  * url: KV from the profile (SGLang's /get_server_info) else unbounded; max batch 256 and prefill
+    budget 16384, the problem.toml tier defaults (SGLang's --max-running-requests, chunked prefill).
+Input tokens are the server's `usage.prompt_tokens` when the profile was fitted on them, else the
+prompt text's estimate (4 characters a token; the profile's estimate ladder counts a common word as
+a token), so the profile's per-token prefill cost applies to the same unit.
+
+Output: one JSON object on stdout (and `--json-out`); progress on stderr. Usage:
+  .venv/bin/python benchmarks/simulator_vs_loadgen.py --fake --rate 4 --n 60
+  .venv/bin/python benchmarks/simulator_vs_loadgen.py --embedded smollm2 --rate 0.25 --n 100 --max-tokens 128
+  .venv/bin/python benchmarks/simulator_vs_loadgen.py --embedded qwen --rate 0.08 --n 60 --max-tokens 128
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import math
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import numpy as np
+
+from cascade.config import WorkerConfig
+from cascade.engines.supervisor import Worker, free_port, wait_healthy, worker_command
+from cascade.errors import CascadeError
+from cascade.optimizer.parallelism import SimSettings
+from cascade.optimizer.profile import UNBOUNDED_KV_TOKENS, Profile, ProfileCost, load_profile, write_profile
+from cascade.optimizer.simulator import SimResult, replica_percentile, saturation_rps, simulate, workload_sample
+from loadgen.datasets import estimate_tokens
+from loadgen.records import RequestRecord
+from loadgen.run import LoadConfig, build_workload
+
+TRANSFORMERS_PAGE_SIZE = 256  # tokens per KV block of `transformers serve --continuous-batching`
+TRANSFORMERS_MAX_BATCH = 1024
+TRANSFORMERS_MAX_BATCH_TOKENS = 8192
+STARTED = time.monotonic()
+
+
+def log(message: str) -> None:
+    print(f"[{time.monotonic() - STARTED:6.1f} s] {message}", file=sys.stderr, flush=True)
+
+
+@dataclass
+class Target:
+    kind: str
+    url: str
+    model: str | None
+    kv_capacity_tokens: int | None  # None: the profile's, else unbounded
+    max_batch: int
+    max_prefill_tokens: int
+    info: dict[str, Any] = field(default_factory=dict)
+
+
+@contextlib.contextmanager
+def started(worker: Worker, timeout_s: float) -> Iterator[Worker]:
+    """Start a worker, wait for /health, and always stop its process group."""
+    worker.start()
+    try:
+        asyncio.run(wait_healthy(worker, timeout_s))
+        yield worker
+    finally:
+        worker.stop()
+
+
+@contextlib.contextmanager
+def serve_target(args: argparse.Namespace, out: Path) -> Iterator[Target]:
+    if args.url:
+        yield Target("url", args.url.rstrip("/"), args.model, None, 256, 16384)
+    elif args.embedded:
+        from cascade.engines.embedded import embedded_config
+        from cascade.engines.models import load_card, prepare
+
+        config = next(w for w in embedded_config().workers if w.name == args.embedded)
+        worker = Worker(config, prepare(load_card(config.model)), out / "logs")  # as cascade.tiers.make_workers
+        log(f"starting embedded worker {config.name} ({config.model}); log {worker.log_path}")
+        with started(worker, config.startup_timeout_s):
+            command = worker_command(worker.model_dir, worker.port, config)
+            info = {"worker": config.name, "model": config.model, "cb_num_blocks": config.cb_num_blocks,
+                    "pid": worker.process.pid if worker.process else None, "command": command}
+            # transformers serve answers any model id with its preloaded model; the gateway sends the dir.
+            yield Target("embedded", worker.url, str(worker.model_dir), config.cb_num_blocks * TRANSFORMERS_PAGE_SIZE,
+                         TRANSFORMERS_MAX_BATCH, TRANSFORMERS_MAX_BATCH_TOKENS, info)
+    else:
+        port = free_port()
+        command = [sys.executable, "-m", "cascade.cli", "fake-server", "--host", "127.0.0.1", "--port", str(port),
+                   "--ttft-ms", str(args.fake_ttft_ms), "--itl-ms", str(args.fake_itl_ms),
+                   "--tokens", str(args.max_tokens)]
+        worker = Worker(WorkerConfig(name="fake", model="fake", port=port), Path(), out / "logs", command=command,
+                        env=dict(os.environ))
+        log(f"starting fake engine on port {port}")
+        with started(worker, 30.0):
+            yield Target("fake", worker.url, None, UNBOUNDED_KV_TOKENS, 1 << 20, 1 << 30,
+                         {"ttft_ms": args.fake_ttft_ms, "itl_ms": args.fake_itl_ms})
+
+
+def get_profile(args: argparse.Namespace, target: Target, out: Path) -> Profile:
+    if args.profile:
+        log(f"profile: {args.profile}")
+        return load_profile(args.profile)
+    from cascade.profiler import Settings, measure
+
+    ladder = tuple(sorted({int(x) for x in args.profile_prompt_tokens.split(",") if x.strip()}))
+    settings = Settings(url=target.url, model=target.model or "", prompt_tokens=ladder,
+                        repeats=args.profile_repeats, max_batch=args.profile_max_batch,
+                        output_tokens=args.profile_output_tokens, time_limit_s=args.profile_time_limit_s,
+                        kv_capacity_tokens=target.kv_capacity_tokens if target.kind == "embedded" else None,
+                        label=f"simulator_vs_loadgen {target.kind}", seed=args.seed)
+    log(f"profiling {target.url} (prompts {ladder}, batches {settings.batches()}, <= {settings.time_limit_s:g} s)")
+    profile = asyncio.run(measure(settings))
+    write_profile(out / "profile.json", profile)
+    log(f"profile: {out / 'profile.json'} in {profile.elapsed_s:.0f} s")
+    return profile
+
+
+def fake_dataset(path: Path, count: int, max_tokens: int, seed: int) -> Path:
+    """Prompts that tell the fake engine how many tokens to send: lognormal lengths (median a third of
+    max_tokens, a long tail cut at max_tokens), as reasoning answers spread."""
+    rng = np.random.default_rng(seed)
+    lengths = np.clip(np.round(rng.lognormal(math.log(max_tokens / 3), 0.7, size=count)), 2, max_tokens)
+    with path.open("w") as f:
+        for i, k in enumerate(lengths.astype(int)):
+            f.write(json.dumps({"id": f"fake:{i}", "prompt": f"Question {i}: count to {k}. [fake tokens={k}]"}) + "\n")
+    return path
+
+
+def run_loadgen(args: argparse.Namespace, target: Target, dataset: str, out: Path) -> list[RequestRecord]:
+    run_dir = out / "loadgen"
+    command = [sys.executable, "-m", "cascade.cli", "loadgen", "--url", target.url, "--dataset", dataset,
+               "--rate", str(args.rate), "--n", str(args.n), "--max-tokens", str(args.max_tokens),
+               "--seed", str(args.seed), "--timeout-s", str(args.request_timeout_s), "--out", str(run_dir), "--json"]
+    if target.model:
+        command += ["--model", target.model]
+    log(f"loadgen: {args.n} requests at {args.rate:g} rps ({dataset}) -> {run_dir}")
+    # Bounded: the schedule, then each request's own timeout, plus time to write the report.
+    bound = args.n / args.rate + args.request_timeout_s + 120
+    result = subprocess.run(command, stdout=subprocess.PIPE, stdin=subprocess.DEVNULL, timeout=bound, check=False)
+    if result.returncode != 0:
+        raise CascadeError(f"cascade loadgen exited with {result.returncode} (its error is above)")
+    lines = (run_dir / "requests.jsonl").read_bytes().splitlines()
+    return [msgspec.json.decode(line, type=RequestRecord) for line in lines if line.strip()]
+
+
+def stats(values: np.ndarray) -> dict[str, float]:
+    return {"p50": round(float(np.percentile(values, 50)), 4), "p95": round(float(np.percentile(values, 95)), 4),
+            "mean": round(float(np.mean(values)), 4)}
+
+
+def rel_error(predicted: float, measured: float) -> float | None:
+    return round((predicted - measured) / measured, 4) if math.isfinite(predicted) and measured > 0 else None
+
+
+@dataclass(frozen=True)
+class Replica:
+    """The profiled replica as the simulator runs it: step costs and admission limits."""
+
+    cost: ProfileCost
+    kv_capacity_tokens: int
+    max_batch: int
+    max_prefill_tokens: int
+
+    def simulate(self, arrivals: np.ndarray, inputs: np.ndarray, outputs: np.ndarray) -> SimResult:
+        return simulate(self.cost, arrivals, inputs, outputs, kv_capacity_tokens=self.kv_capacity_tokens,
+                        max_batch=self.max_batch, max_prefill_tokens=self.max_prefill_tokens)
+
+    def planner_p95(self, rate: float, inputs: np.ndarray, outputs: np.ndarray, seed: int) -> tuple[float, float]:
+        """(p95, saturation rps) as `cascade optimize plan` computes them for a tier (its SimSettings)."""
+        sim = SimSettings()
+        p, o, gaps = workload_sample(np.random.default_rng(seed), inputs, outputs, sim.requests)
+        limits = {"kv_capacity_tokens": self.kv_capacity_tokens, "max_batch": self.max_batch,
+                  "max_prefill_tokens": self.max_prefill_tokens}
+        return (replica_percentile(self.cost, rate, p, o, gaps, percentile=sim.percentile, seed=seed, **limits),
+                saturation_rps(self.cost, p, o, **limits))
+
+    def short_runs_p95(self, rate: float, inputs: np.ndarray, outputs: np.ndarray, seed: int,
+                       runs: int = 20) -> np.ndarray:
+        """p95 of `runs` simulated runs shaped like the measured one (as many requests, from an idle
+        engine, Poisson arrivals normalized as loadgen does): how far a run this short strays from
+        the steady state the planner predicts."""
+        n, values = len(inputs), []
+        for r in range(runs):
+            p, o, gaps = workload_sample(np.random.default_rng([seed, r]), inputs, outputs, n)
+            arrivals = np.concatenate([[0.0], np.cumsum(gaps[1:])])
+            arrivals *= ((n - 1) / rate) / arrivals[-1]
+            values.append(float(np.percentile(self.simulate(arrivals, p, o).latency_s, 95)))
+        return np.asarray(values)
+
+
+def compare(args: argparse.Namespace, target: Target, profile: Profile, dataset: str,
+            records: list[RequestRecord]) -> dict[str, Any]:
+    ok = sorted((r for r in records if r.ok and r.sent_s is not None and r.e2el_ms is not None and r.output_tokens),
+                key=lambda r: r.sent_s or 0.0)
+    if len(ok) < 2:
+        raise CascadeError(f"only {len(ok)} of {len(records)} requests completed; see the loadgen report")
+    # The profile's prompt-token unit: the server's usage counts, or estimates from the text.
+    use_usage = profile.prompt_tokens_source == "usage" and all(r.prompt_tokens for r in ok)
+    prompts = [] if use_usage else build_workload(LoadConfig(
+        url=target.url, dataset=dataset, rate=args.rate, n=args.n, seed=args.seed, max_tokens=args.max_tokens)).prompts
+    inputs = np.array([r.prompt_tokens if use_usage else estimate_tokens(prompts[r.index].prompt) for r in ok])
+    outputs = np.array([r.output_tokens for r in ok])
+    sent = np.array([r.sent_s for r in ok], dtype=float)
+    e2e, ttft = np.array([r.e2el_ms for r in ok]) / 1000, np.array([r.ttft_ms or 0.0 for r in ok]) / 1000
+
+    kv = args.kv_capacity_tokens or target.kv_capacity_tokens or profile.kv_capacity_tokens or UNBOUNDED_KV_TOKENS
+    replica = Replica(ProfileCost(profile, kv), kv, args.max_batch or target.max_batch,
+                      args.max_prefill_tokens or target.max_prefill_tokens)
+    replay = replica.simulate(sent - sent[0], inputs, outputs)
+    planner_p95, capacity = replica.planner_p95(args.rate, inputs, outputs, args.seed)
+    band = np.percentile(replica.short_runs_p95(args.rate, inputs, outputs, args.seed), [10, 50, 90])
+
+    measured, predicted = stats(e2e), stats(replay.latency_s)
+    errors = {"replay_p95": rel_error(predicted["p95"], measured["p95"]),
+              "replay_p50": rel_error(predicted["p50"], measured["p50"]),
+              "planner_p95": rel_error(planner_p95, measured["p95"])}
+    return {
+        "limits": {"kv_capacity_tokens": kv, "max_batch": replica.max_batch,
+                   "max_prefill_tokens": replica.max_prefill_tokens},
+        "workload": {"completed": len(ok), "failed": len(records) - len(ok),
+                     "input_tokens_source": "usage" if use_usage else "estimate",
+                     "input_tokens": stats(inputs.astype(float)), "output_tokens": stats(outputs.astype(float)),
+                     "achieved_rate_rps": round((len(ok) - 1) / float(sent[-1] - sent[0]), 4) if sent[-1] > sent[0]
+                     else None},
+        "measured": {"e2e_s": measured, "ttft_s": stats(ttft)},
+        "predicted": {
+            "replay": {"e2e_s": predicted, "ttft_s": stats(replay.ttft_s), "stable": replay.stable},
+            "planner": {"e2e_p95_s": round(planner_p95, 4) if math.isfinite(planner_p95) else None,
+                        "requests": SimSettings().requests, "saturation_rps": round(capacity, 4),
+                        "load": round(args.rate / capacity, 3)},
+            # The sampling spread of a run this short: a steady-state p95 can lie well outside it.
+            "short_runs_e2e_p95_s": {"p10": round(band[0], 4), "p50": round(band[1], 4), "p90": round(band[2], 4),
+                                     "runs": 20},
+        },
+        "relative_error": errors,
+        "within_25pct": {k: v is not None and abs(v) <= 0.25 for k, v in errors.items() if k.endswith("p95")},
+    }
+
+
+def profile_summary(profile: Profile, path: str) -> dict[str, Any]:
+    return {"path": path, "prefill": msgspec.to_builtins(profile.prefill),
+            "decode": msgspec.to_builtins(profile.decode), "prompt_tokens_source": profile.prompt_tokens_source,
+            "kv_capacity_tokens": profile.kv_capacity_tokens,
+            "prefill_points": len(profile.prefill_points), "decode_batches": [p.batch for p in profile.decode_points],
+            "elapsed_s": profile.elapsed_s}
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    out = Path(args.out or f"runs/simulator_vs_loadgen/{args.embedded or ('fake' if args.fake else 'url')}")
+    out.mkdir(parents=True, exist_ok=True)
+    dataset = args.dataset or (str(fake_dataset(out / "fake-lengths.jsonl", args.n, args.max_tokens, args.seed))
+                               if args.fake else "gsm8k")
+    with serve_target(args, out) as target:
+        t0 = time.monotonic()
+        profile = get_profile(args, target, out)
+        t1 = time.monotonic()
+        records = run_loadgen(args, target, dataset, out)
+        t2 = time.monotonic()
+    log("simulating")
+    result = compare(args, target, profile, dataset, records)
+    return {"target": {"kind": target.kind, "url": target.url, "model": target.model, **target.info},
+            "rate_rps": args.rate, "n": args.n, "max_tokens": args.max_tokens, "dataset": dataset, "seed": args.seed,
+            "profile": profile_summary(profile, args.profile or str(out / "profile.json")), **result,
+            "wall_s": {"profile": round(t1 - t0, 1), "loadgen": round(t2 - t1, 1),
+                       "total": round(time.monotonic() - STARTED, 1)},
+            "out": str(out)}
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(
+        description="Check the planner's continuous-batching simulator against a measured load test: profile an "
+        "engine, run `cascade loadgen` on it at --rate, and compare the measured p50/p95 end-to-end latency with "
+        "the simulator's replay of the same requests and with the planner's prediction at that rate "
+        "(target: p95 within 25%). Prints one JSON object; progress goes to stderr.")
+    which = p.add_mutually_exclusive_group(required=True)
+    which.add_argument("--url", help="a running OpenAI-compatible engine, e.g. http://127.0.0.1:30000")
+    which.add_argument("--embedded", choices=["smollm2", "qwen"],
+                       help="start this embedded worker as `cascade serve` does (free 127.0.0.1 port, stopped at exit)")
+    which.add_argument("--fake", action="store_true",
+                       help="start `cascade fake-server` (it does not batch: a check of the plumbing)")
+    p.add_argument("--model", help="with --url: the model to request (default: the first of GET /v1/models)")
+    p.add_argument("--rate", type=float, required=True, help="offered load, requests/s (seeded Poisson arrivals)")
+    p.add_argument("--n", type=int, default=60, help="requests in the load test (default 60)")
+    p.add_argument("--max-tokens", type=int, default=128, help="max output tokens per request (default 128)")
+    p.add_argument("--dataset", help="loadgen dataset (default gsm8k: real questions, answers of varied length; "
+                   "with --fake a generated file of lognormal output lengths)")
+    p.add_argument("--seed", type=int, default=0, help="seed of arrivals, prompts and the planner's sample")
+    p.add_argument("--request-timeout-s", type=float, default=600.0, help="loadgen's per-request timeout")
+    p.add_argument("--out", help="run folder: profile.json, loadgen/ (default runs/simulator_vs_loadgen/TARGET)")
+    p.add_argument("--json-out", help="also write the JSON result here")
+    g = p.add_argument_group("profile (skipped with --profile)")
+    g.add_argument("--profile", help="an existing profile JSON (`cascade profile`) instead of measuring one")
+    g.add_argument("--profile-prompt-tokens", default="32,128,512",
+                   help="prompt-length ladder (default 32,128,512: around GSM8K prompt lengths)")
+    g.add_argument("--profile-repeats", type=int, default=3, help="requests per prompt length")
+    g.add_argument("--profile-max-batch", type=int, default=8, help="largest concurrency of the decode ladder")
+    g.add_argument("--profile-output-tokens", type=int, default=32, help="max_tokens of the profile's requests")
+    g.add_argument("--profile-time-limit-s", type=float, default=300.0, help="bound on the profile")
+    g = p.add_argument_group("replica limits for the simulator (--fake: all unbounded)")
+    g.add_argument("--kv-capacity-tokens", type=int, help="KV cache size in tokens (default: --embedded "
+                   "cb_num_blocks x 256, the worker's; --url the profile's, SGLang reports it, else unbounded)")
+    g.add_argument("--max-batch", type=int, help="most requests decoding at once (default: --embedded 1024, "
+                   "transformers' max_requests_per_batch; --url 256, problem.toml's tier default)")
+    g.add_argument("--max-prefill-tokens", type=int, help="prompt tokens one prefill iteration may take (default: "
+                   "--embedded 8192, transformers' max_batch_tokens; --url 16384, problem.toml's tier default)")
+    g = p.add_argument_group("--fake engine")
+    g.add_argument("--fake-ttft-ms", type=float, default=30.0, help="scripted time to first token (default 30)")
+    g.add_argument("--fake-itl-ms", type=float, default=10.0, help="scripted inter-token latency (default 10)")
+    args = p.parse_args(argv)
+    if args.n < 2 or args.max_tokens < 2 or not args.rate > 0:
+        p.error("--n and --max-tokens must be at least 2 and --rate > 0")
+    try:
+        ladder = {int(x) for x in args.profile_prompt_tokens.split(",") if x.strip()}
+    except ValueError:
+        ladder = set()
+    if len(ladder) < 2 or min(ladder) < 1:
+        p.error("--profile-prompt-tokens: give at least two distinct positive lengths, e.g. 32,128,512")
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    # SIGTERM unwinds like Ctrl-C so that the `finally` blocks stop the engine and loadgen.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    try:
+        result = run(args)
+    except (CascadeError, subprocess.TimeoutExpired, OSError, ValueError) as exc:
+        print(f"simulator_vs_loadgen: error: {getattr(exc, 'message', exc)}", file=sys.stderr)
+        return 2
+    text = json.dumps(result, indent=2)
+    if args.json_out:
+        Path(args.json_out).write_text(text + "\n")
+    print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,50 @@
+"""benchmarks/simulator_vs_loadgen.py end to end on the fake engine (about 12 s): profile, load test,
+replay through the simulator, and the engine stopped afterwards."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+from pathlib import Path
+from urllib.parse import urlsplit
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+SCRIPT = ROOT / "benchmarks" / "simulator_vs_loadgen.py"
+
+
+@pytest.mark.timeout(90)
+def test_replaying_a_load_test_on_the_fake_engine_predicts_its_p95_within_25_percent(tmp_path: Path) -> None:
+    # Times of tens of ms, so that scheduler jitter on a shared machine stays small next to them; the
+    # fake's TTFT is short because the simulator lets each arrival's prefill stall the running batch,
+    # which the fake (no batching) does not do.
+    command = [sys.executable, str(SCRIPT), "--fake", "--rate", "5", "--n", "25", "--max-tokens", "64",
+               "--fake-ttft-ms", "10", "--fake-itl-ms", "8", "--profile-prompt-tokens", "16,64,256",
+               "--profile-repeats", "2", "--profile-max-batch", "4", "--profile-output-tokens", "16",
+               "--profile-time-limit-s", "15", "--out", str(tmp_path / "run"), "--json-out", str(tmp_path / "r.json")]
+    # Its own session: a timeout kills the script, its loadgen and its fake engine together.
+    proc = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                            stdin=subprocess.DEVNULL, start_new_session=True)
+    try:
+        _, stderr = proc.communicate(timeout=75)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(5)
+    assert proc.returncode == 0, stderr.decode()[-2000:]
+    result = json.loads((tmp_path / "r.json").read_text())
+
+    assert result["workload"]["completed"] == 25 and result["workload"]["failed"] == 0
+    lengths = result["workload"]["output_tokens"]
+    assert lengths["p95"] > 2 * lengths["p50"]  # the generated dataset's spread reached the engine
+    assert result["profile"]["decode"]["fixed_s"] == pytest.approx(0.008, abs=0.003)
+    assert result["within_25pct"]["replay_p95"], result["relative_error"]
+    # The fake engine was stopped: nothing listens on its port any more.
+    url = urlsplit(result["target"]["url"])
+    with socket.socket() as sock, pytest.raises(ConnectionRefusedError):
+        sock.connect((url.hostname, url.port))
