@@ -87,11 +87,12 @@ def test_fast_and_best_are_answered_by_different_real_tiers(served) -> None:
     assert fast_body.choices[0].message.content.strip()
     assert best_body.usage.completion_tokens > 0
     # FACTS.md: the 0.5B model gets this one right; greedy decoding keeps it stable (the 4 greedy
-    # branches agree, and the first 2 to finish stop the others; identical branches score alike, so
-    # phase 2 prunes none of them and phase 1 at most beta = 2, leaving 2 to finish).
+    # branches agree). With pruning on, as few as one branch may finish: batched CPU numerics make
+    # greedy branches drift apart slightly, so their scores differ and phase 2 may prune the rest.
     assert "391" in best_body.choices[0].message.content
     branches = best_body.model_extra["cascade"]["branches"]
-    assert branches["launched"] == 4 and branches["finished"] >= 2
+    assert branches["launched"] == 4 and 1 <= branches["finished"] <= 2
+    # Every branch ended one way or another: nothing left running upstream.
     assert branches["finished"] + branches["early_stopped"] + branches["pruned"] == 4
 
 
