@@ -33,7 +33,7 @@ from sklearn.metrics import roc_auc_score
 
 from cascade.branches.cpu_scorer import FEATURE_NAMES, ScorerWeights, features, score_features
 from cascade.branches.scoring import split_steps
-from loadgen.datasets import load
+from loadgen.datasets import prompts_by_id
 
 
 def partial_steps(text: str, fraction: float) -> list[str]:
@@ -45,14 +45,6 @@ def partial_steps(text: str, fraction: float) -> list[str]:
 
 def auc(y: np.ndarray, s: np.ndarray) -> float | None:
     return None if len(set(y.tolist())) < 2 else round(float(roc_auc_score(y, s)), 4)
-
-
-def questions_for(ids: set[str]) -> dict[str, str]:
-    """Question text by prompt id, read in place from the shared GSM8K files (never stored)."""
-    out: dict[str, str] = {}
-    for spec in sorted({i.split(":")[0] for i in ids}):
-        out.update({p.id: p.prompt for p in load(spec) if p.id in ids})
-    return out
 
 
 def fit(X: np.ndarray, y: np.ndarray) -> LogisticRegression:
@@ -69,7 +61,7 @@ def main() -> None:
     args = p.parse_args()
     rows = [json.loads(line) for line in Path(args.branches).read_text().splitlines() if line.strip()]
     ids = sorted({r["id"] for r in rows})
-    question = questions_for(set(ids))
+    question = prompts_by_id(set(ids))
     y = np.array([bool(r["correct"]) for r in rows])
     result: dict = {"branches": len(rows), "questions": len(ids), "correct_rate": round(float(y.mean()), 4),
                     "fraction": args.fraction, "features": list(FEATURE_NAMES)}

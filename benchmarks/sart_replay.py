@@ -42,16 +42,8 @@ from pathlib import Path
 from cascade.branches.cpu_scorer import CPUScorer
 from cascade.branches.scoring import split_steps
 from cascade.engines.models import load_card, model_dir
-from loadgen.datasets import load as load_dataset
+from loadgen.datasets import prompts_by_id
 from loadgen.grading import answer_key
-
-
-def questions_for(ids: set[str]) -> dict[str, str]:
-    """Question text by prompt id, read in place from the shared GSM8K files (never stored)."""
-    out: dict[str, str] = {}
-    for spec in sorted({i.split(":")[0] for i in ids}):
-        out.update({p.id: p.prompt for p in load_dataset(spec) if p.id in ids})
-    return out
 
 
 @dataclass
@@ -88,24 +80,27 @@ def load(path: Path, n: int, max_tokens: int, k_values: list[int]) -> dict[int, 
             row = json.loads(line)
             by_question[row["id"]].append(row)
     out: dict[int, dict[str, list[SavedBranch]]] = {k: {} for k in k_values}
-    question = questions_for(set(by_question))
+    question = prompts_by_id(set(by_question))
     for qid, rows in by_question.items():
         q = question.get(qid, "")
         rows = sorted(rows, key=lambda r: r["branch"])[:n]
         if len(rows) < n:
             continue  # a question with a failed branch: not comparable
+        parsed = []
+        for row in rows:
+            text = row["text"]
+            enc = tokenizer(text, return_offsets_mapping=True, add_special_tokens=False)
+            offsets = [end for _, end in enc["offset_mapping"]]
+            parsed.append((row, text, offsets, step_positions(text, offsets),
+                           scorer.score_steps(split_steps(text), q)))
         for k in k_values:
-            branches = []
-            for row in rows:
-                text = row["text"]
-                enc = tokenizer(text, return_offsets_mapping=True, add_special_tokens=False)
-                offsets = [end for _, end in enc["offset_mapping"]]
-                events = [(t, scorer.score_steps(split_steps(text[: offsets[t - 1]])[:steps], q))
-                          for t, steps in step_positions(text, offsets) if steps % k == 0]
-                branches.append(SavedBranch(text=text, correct=bool(row["correct"]), tokens=len(offsets),
-                                            capped=len(offsets) >= max_tokens - 2, events=events,
-                                            final_score=scorer.score_steps(split_steps(text), q)))
-            out[k][qid] = branches
+            out[k][qid] = [
+                SavedBranch(text=text, correct=bool(row["correct"]), tokens=len(offsets),
+                            capped=len(offsets) >= max_tokens - 2, final_score=final,
+                            events=[(t, scorer.score_steps(split_steps(text[: offsets[t - 1]])[:steps], q))
+                                    for t, steps in positions if steps % k == 0])
+                for row, text, offsets, positions, final in parsed
+            ]
     return out
 
 

@@ -70,6 +70,15 @@ def load(spec: str, rng: np.random.Generator | None = None, data_dir: Path | Non
     raise DatasetError(f"unknown dataset {spec!r}: use one of {', '.join(NAMES)}, or a .jsonl/.csv file that exists")
 
 
+def prompts_by_id(ids: set[str], data_dir: Path | None = None) -> dict[str, str]:
+    """Prompt text of dataset rows named by id (`gsm8k:264`, `gsm8k-train:5441`), read in place from
+    the datasets their prefixes name: for analyses of saved outputs that store ids, never text."""
+    out: dict[str, str] = {}
+    for spec in sorted({i.partition(":")[0] for i in ids}):
+        out.update({p.id: p.prompt for p in load(spec, data_dir=data_dir) if p.id in ids})
+    return out
+
+
 def sample(prompts: list[Prompt], n: int, rng: np.random.Generator) -> list[Prompt]:
     """`n` prompts in a seeded random order; cycles through reshuffled passes when `n` > the dataset."""
     if not prompts:

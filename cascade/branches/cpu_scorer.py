@@ -119,19 +119,21 @@ def plain_arithmetic(text: str) -> str:
 
 
 def _numbers(text: str) -> set[float]:
-    return {float(x.replace(",", "")) for x in _PLAIN_NUMBER.findall(text) if x.replace(",", "") != ""}
+    return {float(x.replace(",", "")) for x in _PLAIN_NUMBER.findall(text)}
 
 
-def claims(text: str) -> tuple[int, int]:
-    """(right, wrong) arithmetic claims in `text` (plain or LaTeX)."""
+def _check_claims(plain: str) -> tuple[int, int, set[float]]:
+    """(right, wrong, claimed results) of the arithmetic claims in already-plain text."""
     right = wrong = 0
-    for expression, result in _CLAIM.findall(plain_arithmetic(text)):
-        value = _evaluate(expression)
-        if value is None:
-            continue
+    results: set[float] = set()
+    for expression, result in _CLAIM.findall(plain):
         try:
             claimed = _number(result)
         except ValueError:
+            continue
+        results.add(claimed)
+        value = _evaluate(expression)
+        if value is None:
             continue
         # Rounded claims (33.33 for 100/3) are right: compare to the claim's own precision.
         decimals = len(result.split(".")[1].rstrip("%")) if "." in result else 0
@@ -140,6 +142,12 @@ def claims(text: str) -> tuple[int, int]:
             right += 1
         else:
             wrong += 1
+    return right, wrong, results
+
+
+def claims(text: str) -> tuple[int, int]:
+    """(right, wrong) arithmetic claims in `text` (plain or LaTeX)."""
+    right, wrong, _ = _check_claims(plain_arithmetic(text))
     return right, wrong
 
 
@@ -157,11 +165,10 @@ def _repeated_fraction(items: list[str]) -> float:
 
 def features(steps: list[str], question: str = "") -> Features:
     text = STEP_SEPARATOR.join(steps)
-    right, wrong = claims(text)
-    lines = [line for line in text.splitlines() if len(line.strip()) > 3]
     plain = plain_arithmetic(text)
+    right, wrong, computed = _check_claims(plain)
+    lines = [line for line in text.splitlines() if len(line.strip()) > 3]
     given, used = _numbers(question), _numbers(plain)
-    computed = _numbers(" ".join(result for _, result in _CLAIM.findall(plain)))
     # Numbers > 10 that the question did not give: computed ones are fine, invented ones are not,
     # and the claim check already vouches for computed ones; small numbers are list markers.
     large = [x for x in used if x > 10]
