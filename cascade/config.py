@@ -100,8 +100,13 @@ class WorkerConfig(_Strict, frozen=True):
     name: Name
     model: Name
     port: Port = 0  # 0: pick a free loopback port
-    # Continuous-batching KV-cache blocks; bounds the worker's memory (FACTS.md: unbounded grows to 7 GB).
-    cb_num_blocks: PositiveInt = 512
+    # Continuous-batching KV cache in blocks of 256 tokens: 128 holds 32k tokens (16 branches of 2k) and
+    # bounds the worker's memory (FACTS.md: unbounded it grew to 7 GB).
+    cb_num_blocks: PositiveInt = 128
+    # Tokens per forward pass. transformers plans attention masks of this x the cache size before the first
+    # batch and refuses to start when the plan exceeds 60% of free RAM: its default (8192) with 512 blocks
+    # needed 5.9 GB, more than a 9 GB machine offers. 1024 still prefills several prompts per step.
+    cb_max_batch_tokens: PositiveInt = 1024
     max_restarts: Annotated[int, msgspec.Meta(ge=0)] = 5
     startup_timeout_s: PositiveFloat = 300.0
 

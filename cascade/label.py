@@ -138,19 +138,43 @@ async def label(
 
     written = failed = 0
     out.parent.mkdir(parents=True, exist_ok=True)
+    pending = iter(todo)
+
+    def keep(result: OutcomeRow) -> None:
+        nonlocal written, failed
+        if any(o.error is not None for o in result.tiers.values()):
+            # Not an outcome of the tier but of the run (a timeout under overload, a dead backend):
+            # not written, so that the next run retries the prompt.
+            failed += 1
+            if on_failed:
+                on_failed(result)
+            return
+        sink.write(encoder.encode(result) + b"\n")
+        sink.flush()
+        written += 1
+        if on_row:
+            on_row(result)
+
+    async def labeller() -> None:
+        for prompt in pending:  # one shared iterator: each prompt goes to exactly one labeller
+            keep(await row(prompt))
+
     with out.open("ab") as sink:
-        for finished in asyncio.as_completed([row(p) for p in todo]):
-            result = await finished
-            if any(o.error is not None for o in result.tiers.values()):
-                # Not an outcome of the tier but of the run (a timeout under overload, a dead backend):
-                # not written, so that the next run retries the prompt.
-                failed += 1
-                if on_failed:
-                    on_failed(result)
-                continue
-            sink.write(encoder.encode(result) + b"\n")
-            sink.flush()
-            written += 1
-            if on_row:
-                on_row(result)
+        # Few rows in flight, each with all its tiers: rows finish steadily in sample order, and an
+        # interruption loses at most these rows' work (all rows at once made every row finish late).
+        tasks = [asyncio.create_task(labeller()) for _ in range(rows_in_flight(tiers, concurrency))]
+        try:
+            await asyncio.gather(*tasks)
+        finally:
+            # Ctrl-C (or a failing labeller) cancels the in-flight prompts at once; rows written stay.
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
     return written, failed
+
+
+def rows_in_flight(tiers: list[Tier], concurrency: int) -> int:
+    """Prompts labelled at once: enough to fill `concurrency` requests, plus one to cover the gap when a
+    row's slowest tier is the only one still running."""
+    row_weight = sum(min(concurrency, t.config.branches) for t in tiers)
+    return max(1, concurrency // max(1, row_weight)) + 1

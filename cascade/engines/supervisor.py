@@ -45,7 +45,8 @@ def worker_command(model_dir: Path, port: int, config: WorkerConfig) -> list[str
     return [
         *transformers_cli(), "serve", str(model_dir),
         "--continuous-batching", "--device", "cpu", "--host", "127.0.0.1", "--port", str(port),
-        "--cb-num-blocks", str(config.cb_num_blocks), "--log-level", "warning", "--format", "quiet",
+        "--cb-num-blocks", str(config.cb_num_blocks), "--cb-max-batch-tokens", str(config.cb_max_batch_tokens),
+        "--log-level", "warning", "--format", "quiet",
     ]
 
 
@@ -63,7 +64,7 @@ class Worker:
     in it, which must then be `config.port`) and `env` (default: `worker_env()`) run anything else."""
 
     def __init__(self, config: WorkerConfig, model_dir: Path, log_dir: Path, *, command: list[str] | None = None,
-                 env: dict[str, str] | None = None) -> None:
+                 env: dict[str, str] | None = None, first_generation: bool | None = None) -> None:
         if command is not None and not config.port:
             raise ValueError("a worker with its own command needs config.port (the port its command serves on)")
         self.config = config
@@ -74,6 +75,8 @@ class Worker:
         self.env = env
         self.process: subprocess.Popen[bytes] | None = None
         self.restarts = 0
+        # Start-up ends with one real generation (default: for `transformers serve` workers; see wait_healthy).
+        self.first_generation = command is None if first_generation is None else first_generation
 
     @property
     def url(self) -> str:
@@ -136,11 +139,32 @@ async def wait_healthy(worker: Worker, timeout_s: float) -> None:
                 raise ConfigError(f"worker `{worker.config.name}` exited while starting; its log:\n{worker.tail()}")
             try:
                 if (await client.get(f"{worker.url}/health")).status_code == 200:
-                    return
+                    break
             except httpx.HTTPError:
                 pass
             await asyncio.sleep(0.25)
-    raise ConfigError(f"worker `{worker.config.name}` not healthy after {timeout_s:g} s; log: {worker.log_path}")
+        else:
+            raise ConfigError(f"worker `{worker.config.name}` not healthy after {timeout_s:g} s; "
+                              f"log: {worker.log_path}")
+        if worker.first_generation:
+            await _first_generation(client, worker, deadline)
+
+
+async def _first_generation(client: httpx.AsyncClient, worker: Worker, deadline: float) -> None:
+    """One 1-token generation before the worker counts as started: transformers sizes its KV cache at the
+    first batch, so a cache that does not fit fails here with the engine's reason, not on a user's request;
+    it also takes the first batch's one-off cost out of the first request's latency."""
+    body = {"model": str(worker.model_dir), "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 1,
+            "stream": False}
+    try:
+        response = await client.post(f"{worker.url}/v1/chat/completions", json=body,
+                                     timeout=max(1.0, deadline - time.monotonic()))
+    except httpx.HTTPError as exc:
+        raise ConfigError(f"worker `{worker.config.name}` did not answer its first generation: {exc!r}; "
+                          f"log: {worker.log_path}") from None
+    if response.status_code != 200:
+        raise ConfigError(f"worker `{worker.config.name}` failed its first generation (HTTP {response.status_code}): "
+                          f"{response.text[:300]}; check [[workers]] cb_num_blocks / cb_max_batch_tokens")
 
 
 class Supervisor:

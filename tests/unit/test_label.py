@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import json
+import signal
+import subprocess
+import sys
+import time
 
 from cascade.cli import main
 from cascade.engines.fake_server import FakeEngine, FakeScript
-from tests.servers import serve_asgi
+from tests.servers import eventually, serve_asgi
 
 RIGHT = "3_*_6_=_18.|####_18"
 WRONG = "3_*_6_=_19.|####_19"
@@ -71,3 +75,31 @@ def test_a_prompt_that_fails_on_a_tier_is_not_written_and_is_retried(tmp_path, c
         before = engine.stats.requests
         assert main(args) == 0  # the failed prompt is tried again, the labelled one is not
         assert engine.stats.requests == before + 4
+
+
+def test_ctrl_c_cancels_prompts_in_flight_at_once_and_keeps_written_rows(tmp_path) -> None:
+    # One quick prompt, then prompts that would stream for ~100 s: SIGINT must end the command within
+    # seconds, cancel their upstream streams, and keep the row already written.
+    engine = FakeEngine(FakeScript(tokens=8))
+    out = tmp_path / "outcomes.jsonl"
+    with serve_asgi(engine) as url:
+        config, _ = write_inputs(tmp_path, url)
+        rows = [{"id": "quick", "prompt": f"[fake answer={RIGHT}]", "reference": "#### 18"}]
+        rows += [{"id": f"slow{i}", "prompt": "[fake tokens=1000 itl_ms=100]", "reference": "#### 18"}
+                 for i in range(6)]
+        (tmp_path / "d.jsonl").write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+        command = [sys.executable, "-m", "cascade.cli", "label", "--config", config,
+                   "--dataset", str(tmp_path / "d.jsonl"), "--out", str(out), "--concurrency", "4"]
+        with subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                              stdin=subprocess.DEVNULL) as proc:
+            try:
+                assert eventually(lambda: out.is_file() and b"quick" in out.read_bytes()
+                                  and engine.stats.in_flight > 0, within_s=60)
+                started = time.monotonic()
+                proc.send_signal(signal.SIGINT)
+                assert proc.wait(timeout=15) == 130, proc.stderr.read().decode() if proc.stderr else ""
+                assert time.monotonic() - started < 15
+            finally:
+                proc.kill()
+        assert eventually(lambda: engine.stats.in_flight == 0, within_s=5)  # upstream streams were cancelled
+    assert [json.loads(line)["id"] for line in out.read_text().splitlines()] == ["quick"]

@@ -1,0 +1,54 @@
+"""Worker start-up ends with one real generation over HTTP: an engine that is healthy but cannot
+generate (e.g. transformers refusing a KV-cache plan larger than free memory) fails start-up with
+its reason, instead of failing the first user request."""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+from pathlib import Path
+
+import pytest
+
+from cascade.config import WorkerConfig
+from cascade.engines.fake_server import FakeEngine, FakeScript
+from cascade.engines.supervisor import Supervisor, Worker, worker_command
+from cascade.errors import ConfigError
+from tests.servers import serve_asgi
+
+# A stand-in process for the engine: the HTTP side is the in-process fake engine on `port`.
+IDLE = [sys.executable, "-c", "import time; time.sleep(60)"]
+
+
+def start_worker(url: str, tmp_path: Path) -> None:
+    port = int(url.rsplit(":", 1)[1])
+    worker = Worker(WorkerConfig(name="w", model="m", port=port, startup_timeout_s=20), tmp_path, tmp_path,
+                    command=IDLE, first_generation=True)
+    supervisor = Supervisor([worker])
+
+    async def run() -> None:
+        await supervisor.start()
+        supervisor.stop()
+
+    asyncio.run(run())
+
+
+def test_a_healthy_engine_that_cannot_generate_fails_start_up_with_its_reason(tmp_path) -> None:
+    engine = FakeEngine(FakeScript(status=500))
+    with serve_asgi(engine) as url:
+        with pytest.raises(ConfigError, match=r"failed its first generation \(HTTP 500\)"):
+            start_worker(url, tmp_path)
+        assert engine.stats.requests == 1
+
+
+def test_an_engine_that_generates_starts(tmp_path) -> None:
+    engine = FakeEngine(FakeScript(tokens=1))
+    with serve_asgi(engine) as url:
+        start_worker(url, tmp_path)
+        assert engine.stats.requests == 1
+
+
+def test_transformers_workers_get_a_bounded_cache_and_batch() -> None:
+    command = worker_command(Path("/models/x"), 1234, WorkerConfig(name="w", model="m"))
+    assert command[command.index("--cb-num-blocks") + 1] == "128"
+    assert command[command.index("--cb-max-batch-tokens") + 1] == "1024"
