@@ -7,8 +7,12 @@ import argparse
 import signal
 import sys
 from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
 
 from cascade.errors import CascadeError, ConfigError
+
+if TYPE_CHECKING:
+    from cascade.label import OutcomeRow
 
 EXIT_USAGE = 2
 
@@ -62,7 +66,7 @@ def _label(args: argparse.Namespace) -> int:
                 bar.update(sum(1 for p in prompts if p.id in done))
                 return await label(tiers, prompts, out, args.concurrency, args.max_tokens, args.seed,
                                    args.with_text, on_row=lambda _: bar.update(1),
-                                   on_failed=lambda row: bar.write(f"{row.id}: failed on some tier (will be retried)"))
+                                   on_failed=lambda row: bar.write(_not_written(row)))
         finally:
             for tier in tiers:
                 await tier.backend.aclose()
@@ -73,6 +77,11 @@ def _label(args: argparse.Namespace) -> int:
              "--concurrency if they timed out)") if failed else ""
     print(f"wrote {written} rows to {out}{retry}")
     return 0
+
+
+def _not_written(row: OutcomeRow) -> str:
+    errors = "; ".join(f"{name}: {o.error}" for name, o in row.tiers.items() if o.error)
+    return f"{row.id}: not written (re-run to retry): {errors}"
 
 
 def _models_prepare(args: argparse.Namespace) -> int:

@@ -12,7 +12,7 @@ import pytest
 
 from cascade.config import WorkerConfig
 from cascade.engines.fake_server import FakeEngine, FakeScript
-from cascade.engines.supervisor import Supervisor, Worker, worker_command
+from cascade.engines.supervisor import Supervisor, Worker, worker_command, worker_env
 from cascade.errors import ConfigError
 from tests.servers import serve_asgi
 
@@ -52,3 +52,10 @@ def test_transformers_workers_get_a_bounded_cache_and_batch() -> None:
     command = worker_command(Path("/models/x"), 1234, WorkerConfig(name="w", model="m"))
     assert command[command.index("--cb-num-blocks") + 1] == "128"
     assert command[command.index("--cb-max-batch-tokens") + 1] == "1024"
+
+
+def test_engine_threads_sleep_when_idle_unless_the_operator_says_otherwise(monkeypatch) -> None:
+    monkeypatch.delenv("OMP_WAIT_POLICY", raising=False)
+    assert worker_env()["OMP_WAIT_POLICY"] == "PASSIVE"
+    monkeypatch.setenv("OMP_WAIT_POLICY", "ACTIVE")
+    assert worker_env()["OMP_WAIT_POLICY"] == "ACTIVE"
