@@ -30,8 +30,8 @@ Method
 
 Replica limits (override with `--kv-capacity-tokens`, `--max-batch`, `--max-prefill-tokens`)
   * embedded: KV = `cb_num_blocks` x 256 (transformers 5.x `ContinuousBatchingConfig.page_size`);
-    max batch 1024 (its `max_requests_per_batch` fallback); prefill budget 8192 tokens (its default
-    `max_batch_tokens`). None of these binds at the rates a CPU worker sustains.
+    max batch 1024 (its `max_requests_per_batch` fallback); prefill budget the worker's
+    `cb_max_batch_tokens` (1024). None of these binds at the rates a CPU worker sustains.
   * fake: unbounded (each stream is independent).
   * url: KV from the profile (SGLang's /get_server_info) else unbounded; max batch 256 and prefill
     budget 16384, the problem.toml tier defaults (SGLang's --max-running-requests, chunked prefill).
@@ -77,7 +77,6 @@ from loadgen.run import LoadConfig, build_workload
 
 TRANSFORMERS_PAGE_SIZE = 256  # tokens per KV block of `transformers serve --continuous-batching`
 TRANSFORMERS_MAX_BATCH = 1024
-TRANSFORMERS_MAX_BATCH_TOKENS = 8192
 STARTED = time.monotonic()
 
 
@@ -121,10 +120,11 @@ def serve_target(args: argparse.Namespace, out: Path) -> Iterator[Target]:
         with started(worker, config.startup_timeout_s):
             command = worker_command(worker.model_dir, worker.port, config)
             info = {"worker": config.name, "model": config.model, "cb_num_blocks": config.cb_num_blocks,
+                    "cb_max_batch_tokens": config.cb_max_batch_tokens,
                     "pid": worker.process.pid if worker.process else None, "command": command}
             # transformers serve answers any model id with its preloaded model; the gateway sends the dir.
             yield Target("embedded", worker.url, str(worker.model_dir), config.cb_num_blocks * TRANSFORMERS_PAGE_SIZE,
-                         TRANSFORMERS_MAX_BATCH, TRANSFORMERS_MAX_BATCH_TOKENS, info)
+                         TRANSFORMERS_MAX_BATCH, config.cb_max_batch_tokens, info)
     else:
         port = free_port()
         command = [sys.executable, "-m", "cascade.cli", "fake-server", "--host", "127.0.0.1", "--port", str(port),
@@ -344,7 +344,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     g.add_argument("--max-batch", type=int, help="most requests decoding at once (default: --embedded 1024, "
                    "transformers' max_requests_per_batch; --url 256, problem.toml's tier default)")
     g.add_argument("--max-prefill-tokens", type=int, help="prompt tokens one prefill iteration may take (default: "
-                   "--embedded 8192, transformers' max_batch_tokens; --url 16384, problem.toml's tier default)")
+                   "--embedded the worker's cb_max_batch_tokens; --url 16384, problem.toml's tier default)")
     g = p.add_argument_group("--fake engine")
     g.add_argument("--fake-ttft-ms", type=float, default=30.0, help="scripted time to first token (default 30)")
     g.add_argument("--fake-itl-ms", type=float, default=10.0, help="scripted inter-token latency (default 10)")
