@@ -44,6 +44,10 @@ def test_replaying_a_load_test_on_the_fake_engine_predicts_its_p95_within_25_per
     assert lengths["p95"] > 2 * lengths["p50"]  # the generated dataset's spread reached the engine
     assert result["profile"]["decode"]["fixed_s"] == pytest.approx(0.008, abs=0.003)
     assert result["within_25pct"]["replay_p95"], result["relative_error"]
+    # The fake does not batch: shuffling lengths over the run's own arrivals keeps p95 near the replay's.
+    own = result["predicted"]["own_arrivals_e2e_p95_s"]
+    replay_p95 = result["predicted"]["replay"]["e2e_s"]["p95"]
+    assert own["p10"] <= own["p50"] <= own["p90"] and own["p50"] == pytest.approx(replay_p95, rel=0.5)
     # The fake engine was stopped: nothing listens on its port any more.
     url = urlsplit(result["target"]["url"])
     with socket.socket() as sock, pytest.raises(ConnectionRefusedError):
