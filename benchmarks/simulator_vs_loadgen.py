@@ -30,6 +30,14 @@ Method
        were calmer than Poisson usually is (the planner is not refuted by that run).
   4. Relative error of each p95 against the measured p95 (the issue's target: within 25%).
      Replay isolates the step-cost and batching model: same arrivals, same lengths.
+  5. Engine drift: a profile fitted before a long run need not hold at its end (seen on the embedded
+     SmolLM2 worker: its decode step slowed by ~45% over a 50-minute run). So the engine is profiled
+     again after the load test (OUT/profile_after.json; `--no-profile-after` skips it), the run is also
+     replayed with that profile, and `phases` splits the run into thirds by send order: measured and
+     replayed p95 per third, and the median inter-token latency of steps a request decoded *alone*
+     (nothing else in flight), a model-free reading of the engine's own speed over the run.
+`--from-run OUT` re-analyses a finished run folder (its profile.json, profile_after.json when present,
+loadgen/requests.jsonl) without starting anything; give the same target and --rate as the run.
 
 Replica limits (override with `--kv-capacity-tokens`, `--max-batch`, `--max-prefill-tokens`)
   * embedded: KV = `cb_num_blocks` x 256 (transformers 5.x `ContinuousBatchingConfig.page_size`);
@@ -46,6 +54,8 @@ Output: one JSON object on stdout (and `--json-out`); progress on stderr. Usage:
   .venv/bin/python benchmarks/simulator_vs_loadgen.py --fake --rate 4 --n 60
   .venv/bin/python benchmarks/simulator_vs_loadgen.py --embedded smollm2 --rate 0.25 --n 100 --max-tokens 128
   .venv/bin/python benchmarks/simulator_vs_loadgen.py --embedded qwen --rate 0.08 --n 60 --max-tokens 128
+  .venv/bin/python benchmarks/simulator_vs_loadgen.py --embedded smollm2 --rate 0.12 \
+      --from-run runs/simulator_vs_loadgen/smollm2
 """
 
 from __future__ import annotations
@@ -53,6 +63,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import dataclasses
 import json
 import math
 import os
@@ -109,15 +120,38 @@ def started(worker: Worker, timeout_s: float) -> Iterator[Worker]:
         worker.stop()
 
 
+def embedded_worker(name: str) -> WorkerConfig:
+    from cascade.engines.embedded import embedded_config
+
+    return next(w for w in embedded_config().workers if w.name == name)
+
+
+def embedded_limits(config: WorkerConfig) -> dict[str, int]:
+    return {"kv_capacity_tokens": config.cb_num_blocks * TRANSFORMERS_PAGE_SIZE, "max_batch": TRANSFORMERS_MAX_BATCH,
+            "max_prefill_tokens": config.cb_max_batch_tokens}
+
+
+def finished_target(args: argparse.Namespace) -> Target:
+    """The target's limits for `--from-run`: nothing is started."""
+    if args.url:
+        return Target("url", args.url.rstrip("/"), args.model, None, 256, 16384)
+    if args.embedded:
+        config = embedded_worker(args.embedded)
+        return Target("embedded", "(finished run)", None, **embedded_limits(config),
+                      info={"worker": config.name, "model": config.model, "cb_num_blocks": config.cb_num_blocks,
+                            "cb_max_batch_tokens": config.cb_max_batch_tokens})
+    return Target("fake", "(finished run)", None, UNBOUNDED_KV_TOKENS, 1 << 20, 1 << 30,
+                  {"ttft_ms": args.fake_ttft_ms, "itl_ms": args.fake_itl_ms})
+
+
 @contextlib.contextmanager
 def serve_target(args: argparse.Namespace, out: Path) -> Iterator[Target]:
     if args.url:
         yield Target("url", args.url.rstrip("/"), args.model, None, 256, 16384)
     elif args.embedded:
-        from cascade.engines.embedded import embedded_config
         from cascade.engines.models import load_card, prepare
 
-        config = next(w for w in embedded_config().workers if w.name == args.embedded)
+        config = embedded_worker(args.embedded)
         worker = Worker(config, prepare(load_card(config.model)), out / "logs")  # as cascade.tiers.make_workers
         log(f"starting embedded worker {config.name} ({config.model}); log {worker.log_path}")
         with started(worker, config.startup_timeout_s):
@@ -126,8 +160,7 @@ def serve_target(args: argparse.Namespace, out: Path) -> Iterator[Target]:
                     "cb_max_batch_tokens": config.cb_max_batch_tokens,
                     "pid": worker.process.pid if worker.process else None, "command": command}
             # transformers serve answers any model id with its preloaded model; the gateway sends the dir.
-            yield Target("embedded", worker.url, str(worker.model_dir), config.cb_num_blocks * TRANSFORMERS_PAGE_SIZE,
-                         TRANSFORMERS_MAX_BATCH, config.cb_max_batch_tokens, info)
+            yield Target("embedded", worker.url, str(worker.model_dir), **embedded_limits(config), info=info)
     else:
         port = free_port()
         command = [sys.executable, "-m", "cascade.cli", "fake-server", "--host", "127.0.0.1", "--port", str(port),
@@ -141,8 +174,8 @@ def serve_target(args: argparse.Namespace, out: Path) -> Iterator[Target]:
                          {"ttft_ms": args.fake_ttft_ms, "itl_ms": args.fake_itl_ms})
 
 
-def get_profile(args: argparse.Namespace, target: Target, out: Path) -> Profile:
-    if args.profile:
+def get_profile(args: argparse.Namespace, target: Target, out: Path, name: str = "profile.json") -> Profile:
+    if args.profile and name == "profile.json":
         log(f"profile: {args.profile}")
         return load_profile(args.profile)
     from cascade.profiler import Settings, measure
@@ -155,8 +188,8 @@ def get_profile(args: argparse.Namespace, target: Target, out: Path) -> Profile:
                         label=f"simulator_vs_loadgen {target.kind}", seed=args.seed)
     log(f"profiling {target.url} (prompts {ladder}, batches {settings.batches()}, <= {settings.time_limit_s:g} s)")
     profile = asyncio.run(measure(settings))
-    write_profile(out / "profile.json", profile)
-    log(f"profile: {out / 'profile.json'} in {profile.elapsed_s:.0f} s")
+    write_profile(out / name, profile)
+    log(f"profile: {out / name} in {profile.elapsed_s:.0f} s")
     return profile
 
 
@@ -184,6 +217,10 @@ def run_loadgen(args: argparse.Namespace, target: Target, dataset: str, out: Pat
     result = subprocess.run(command, stdout=subprocess.PIPE, stdin=subprocess.DEVNULL, timeout=bound, check=False)
     if result.returncode != 0:
         raise CascadeError(f"cascade loadgen exited with {result.returncode} (its error is above)")
+    return load_records(run_dir)
+
+
+def load_records(run_dir: Path) -> list[RequestRecord]:
     lines = (run_dir / "requests.jsonl").read_bytes().splitlines()
     return [msgspec.json.decode(line, type=RequestRecord) for line in lines if line.strip()]
 
@@ -245,8 +282,58 @@ class Replica:
         return np.asarray(values)
 
 
+def alone_itl_ms(ok: list[RequestRecord]) -> list[np.ndarray]:
+    """Per request, the inter-token latencies it decoded with nothing else in flight (batch of one, no
+    prefill beside it): the engine's own speed, read off the run without any model."""
+    starts = np.array([r.sent_s for r in ok], dtype=float)
+    ends = starts + np.array([r.e2el_ms for r in ok], dtype=float) / 1000
+    alone = []
+    for r in ok:
+        itl = np.asarray(r.itl_ms, dtype=float)
+        token_at = (r.sent_s or 0.0) + (r.ttft_ms or 0.0) / 1000 + np.cumsum(itl) / 1000
+        middle = token_at - itl / 2000
+        in_flight = ((starts[:, None] <= middle) & (ends[:, None] > middle)).sum(axis=0)
+        alone.append(itl[in_flight == 1])
+    return alone
+
+
+def phases(ok: list[RequestRecord], measured_e2e: np.ndarray, replay_e2e: np.ndarray, parts: int = 3) -> list[dict]:
+    """The run in `parts` consecutive slices by send order: offered rate, measured and replayed p95, and the
+    engine's batch-of-one ITL. A replay error that grows while the alone-ITL grows is engine drift, not
+    the batching model."""
+    alone, rows = alone_itl_ms(ok), []
+    for idx in np.array_split(np.arange(len(ok)), parts):
+        if len(idx) < 2:
+            continue
+        itl = np.concatenate([alone[i] for i in idx])
+        span = (ok[idx[-1]].sent_s or 0.0) - (ok[idx[0]].sent_s or 0.0)
+        measured, replayed = float(np.percentile(measured_e2e[idx], 95)), float(np.percentile(replay_e2e[idx], 95))
+        rows.append({"requests": len(idx), "offered_rps": round((len(idx) - 1) / span, 4) if span > 0 else None,
+                     "measured_e2e_p95_s": round(measured, 4), "replay_e2e_p95_s": round(replayed, 4),
+                     "replay_p95_error": rel_error(replayed, measured),
+                     "alone_itl_ms_p50": round(float(np.median(itl)), 2) if len(itl) else None,
+                     "alone_steps": len(itl)})
+    return rows
+
+
+def drift(profile: Profile, after: Profile | None, phase_rows: list[dict]) -> dict[str, Any]:
+    """How much slower the engine was at the end of the run than at its start."""
+    def step(p: Profile) -> float:  # a decode step of one sequence with a GSM8K-sized context
+        return p.decode.fixed_s + p.decode.per_sequence_s + p.decode.per_context_token_s * 128
+
+    def prefill(p: Profile) -> float:
+        return p.prefill.fixed_s + p.prefill.per_token_s * 128
+
+    first, last = phase_rows[0]["alone_itl_ms_p50"], phase_rows[-1]["alone_itl_ms_p50"]
+    out: dict[str, Any] = {"alone_itl_last_vs_first": round(last / first, 3) if first and last else None}
+    if after is not None:
+        out["profile_decode_step_after_vs_before"] = round(step(after) / step(profile), 3)
+        out["profile_prefill_128_after_vs_before"] = round(prefill(after) / prefill(profile), 3)
+    return out
+
+
 def compare(args: argparse.Namespace, target: Target, profile: Profile, dataset: str,
-            records: list[RequestRecord]) -> dict[str, Any]:
+            records: list[RequestRecord], profile_after: Profile | None = None) -> dict[str, Any]:
     ok = sorted((r for r in records if r.ok and r.sent_s is not None and r.e2el_ms is not None and r.output_tokens),
                 key=lambda r: r.sent_s or 0.0)
     if len(ok) < 2:
@@ -272,6 +359,13 @@ def compare(args: argparse.Namespace, target: Target, profile: Profile, dataset:
     errors = {"replay_p95": rel_error(predicted["p95"], measured["p95"]),
               "replay_p50": rel_error(predicted["p50"], measured["p50"]),
               "planner_p95": rel_error(planner_p95, measured["p95"])}
+    after: dict[str, Any] = {}
+    if profile_after is not None:
+        replay_after = dataclasses.replace(replica, cost=ProfileCost(profile_after, kv)).simulate(
+            sent - sent[0], inputs, outputs)
+        after = {"replay_profile_after": {"e2e_s": stats(replay_after.latency_s), "stable": replay_after.stable}}
+        errors["replay_p95_profile_after"] = rel_error(after["replay_profile_after"]["e2e_s"]["p95"], measured["p95"])
+    phase_rows = phases(ok, e2e, replay.latency_s)
     return {
         "limits": {"kv_capacity_tokens": kv, "max_batch": replica.max_batch,
                    "max_prefill_tokens": replica.max_prefill_tokens},
@@ -293,7 +387,10 @@ def compare(args: argparse.Namespace, target: Target, profile: Profile, dataset:
             # the one above, its arrivals were calm, and the planner's steady state is not refuted by it.
             "own_arrivals_e2e_p95_s": {"p10": round(own[0], 4), "p50": round(own[1], 4), "p90": round(own[2], 4),
                                        "runs": 20},
+            **after,
         },
+        "phases": phase_rows,
+        "engine_drift": drift(profile, profile_after, phase_rows),
         "relative_error": errors,
         "within_25pct": {k: v is not None and abs(v) <= 0.25 for k, v in errors.items() if k.endswith("p95")},
     }
@@ -308,22 +405,35 @@ def profile_summary(profile: Profile, path: str) -> dict[str, Any]:
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
-    out = Path(args.out or f"runs/simulator_vs_loadgen/{args.embedded or ('fake' if args.fake else 'url')}")
+    out = Path(args.from_run or args.out or
+               f"runs/simulator_vs_loadgen/{args.embedded or ('fake' if args.fake else 'url')}")
     out.mkdir(parents=True, exist_ok=True)
     dataset = args.dataset or (str(fake_dataset(out / "fake-lengths.jsonl", args.n, args.max_tokens, args.seed))
-                               if args.fake else "gsm8k")
-    with serve_target(args, out) as target:
-        t0 = time.monotonic()
-        profile = get_profile(args, target, out)
-        t1 = time.monotonic()
-        records = run_loadgen(args, target, dataset, out)
-        t2 = time.monotonic()
+                               if args.fake and not args.from_run else "gsm8k")
+    if args.from_run:
+        target, t0 = finished_target(args), time.monotonic()
+        profile = load_profile(args.profile or out / "profile.json")
+        profile_after = load_profile(out / "profile_after.json") if (out / "profile_after.json").exists() else None
+        records = load_records(out / "loadgen")
+        t1 = t2 = t3 = time.monotonic()
+    else:
+        with serve_target(args, out) as target:
+            t0 = time.monotonic()
+            profile = get_profile(args, target, out)
+            t1 = time.monotonic()
+            records = run_loadgen(args, target, dataset, out)
+            t2 = time.monotonic()
+            profile_after = None if args.profile or not args.profile_after else get_profile(
+                args, target, out, "profile_after.json")
+            t3 = time.monotonic()
     log("simulating")
-    result = compare(args, target, profile, dataset, records)
+    result = compare(args, target, profile, dataset, records, profile_after)
     return {"target": {"kind": target.kind, "url": target.url, "model": target.model, **target.info},
             "rate_rps": args.rate, "n": args.n, "max_tokens": args.max_tokens, "dataset": dataset, "seed": args.seed,
-            "profile": profile_summary(profile, args.profile or str(out / "profile.json")), **result,
-            "wall_s": {"profile": round(t1 - t0, 1), "loadgen": round(t2 - t1, 1),
+            "profile": profile_summary(profile, args.profile or str(out / "profile.json")),
+            "profile_after": profile_summary(profile_after, str(out / "profile_after.json")) if profile_after else None,
+            **result,
+            "wall_s": {"profile": round(t1 - t0, 1), "loadgen": round(t2 - t1, 1), "profile_after": round(t3 - t2, 1),
                        "total": round(time.monotonic() - STARTED, 1)},
             "out": str(out)}
 
@@ -350,6 +460,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--request-timeout-s", type=float, default=600.0, help="loadgen's per-request timeout")
     p.add_argument("--out", help="run folder: profile.json, loadgen/ (default runs/simulator_vs_loadgen/TARGET)")
     p.add_argument("--json-out", help="also write the JSON result here")
+    p.add_argument("--from-run", metavar="OUT", help="re-analyse this finished run folder (profile.json, "
+                   "profile_after.json, loadgen/requests.jsonl) without starting anything; give the run's target "
+                   "and --rate")
     g = p.add_argument_group("profile (skipped with --profile)")
     g.add_argument("--profile", help="an existing profile JSON (`cascade profile`) instead of measuring one")
     g.add_argument("--profile-prompt-tokens", default="32,128,512",
@@ -358,6 +471,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     g.add_argument("--profile-max-batch", type=int, default=8, help="largest concurrency of the decode ladder")
     g.add_argument("--profile-output-tokens", type=int, default=32, help="max_tokens of the profile's requests")
     g.add_argument("--profile-time-limit-s", type=float, default=300.0, help="bound on the profile")
+    g.add_argument("--no-profile-after", dest="profile_after", action="store_false",
+                   help="skip the second profile after the load test (it measures engine drift over the run)")
     g = p.add_argument_group("replica limits for the simulator (--fake: all unbounded)")
     g.add_argument("--kv-capacity-tokens", type=int, help="KV cache size in tokens (default: --embedded "
                    "cb_num_blocks x 256, the worker's; --url the profile's, SGLang reports it, else unbounded)")

@@ -48,6 +48,25 @@ def test_replaying_a_load_test_on_the_fake_engine_predicts_its_p95_within_25_per
     own = result["predicted"]["own_arrivals_e2e_p95_s"]
     replay_p95 = result["predicted"]["replay"]["e2e_s"]["p95"]
     assert own["p10"] <= own["p50"] <= own["p90"] and own["p50"] == pytest.approx(replay_p95, rel=0.5)
+    # Engine drift: a second profile after the load test, and the run in thirds with the batch-of-one ITL
+    # read off the requests themselves; the fake's speed does not drift.
+    assert result["profile_after"]["decode"]["fixed_s"] == pytest.approx(0.008, abs=0.003)
+    assert result["relative_error"]["replay_p95_profile_after"] is not None
+    phases = result["phases"]
+    assert [p["requests"] for p in phases] == [9, 8, 8]
+    alone = [p["alone_itl_ms_p50"] for p in phases if p["alone_itl_ms_p50"] is not None]
+    assert alone and all(a == pytest.approx(8.0, abs=4.0) for a in alone), phases
+    assert result["engine_drift"]["profile_decode_step_after_vs_before"] == pytest.approx(1.0, abs=0.5)
+
+    # --from-run re-analyses the same folder without starting anything: same measurement, same replay.
+    again = subprocess.run([sys.executable, str(SCRIPT), "--fake", "--rate", "5", "--n", "25", "--max-tokens", "64",
+                            "--from-run", str(tmp_path / "run")], cwd=ROOT, capture_output=True, timeout=60)
+    assert again.returncode == 0, again.stderr.decode()[-2000:]
+    reanalysed = json.loads(again.stdout)
+    assert reanalysed["measured"] == result["measured"]
+    assert reanalysed["predicted"]["replay"] == result["predicted"]["replay"]
+    assert reanalysed["phases"] == result["phases"]
+
     # The fake engine was stopped: nothing listens on its port any more.
     url = urlsplit(result["target"]["url"])
     with socket.socket() as sock, pytest.raises(ConnectionRefusedError):
