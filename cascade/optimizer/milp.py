@@ -12,9 +12,14 @@ Tables are arrays of shape (tiers, N + 1), column f = latency on f GPUs, inf = d
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
 import functools
 import itertools
 import math
+import os
+import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Literal
 
@@ -62,6 +67,24 @@ def solve_highs(table: np.ndarray, total_gpus: int, exact: bool = True, time_lim
     return _highs(table, total_gpus, exact, usable, np.asarray(weights, dtype=float), time_limit_s)
 
 
+@contextlib.contextmanager
+def _stdout_to_stderr() -> Iterator[None]:
+    """Send file descriptor 1 to stderr while HiGHS runs: highspy >= 1.16 prints its banner on
+    stdout when a Highs object is built, before `silent()` can stop it, and that would corrupt
+    `--json` output. C stdio buffers are flushed before the descriptor goes back, so nothing the
+    library printed leaks to stdout later."""
+    sys.stdout.flush()
+    saved = os.dup(1)
+    try:
+        os.dup2(2, 1)
+        yield
+    finally:
+        with contextlib.suppress(OSError, AttributeError):
+            ctypes.CDLL(None).fflush(None)
+        os.dup2(saved, 1)
+        os.close(saved)
+
+
 def _highs(table: np.ndarray, total_gpus: int, exact: bool, usable: np.ndarray, weights: np.ndarray | None,
            time_limit_s: float) -> Allocation:
     import highspy
@@ -70,8 +93,9 @@ def _highs(table: np.ndarray, total_gpus: int, exact: bool, usable: np.ndarray, 
     usable[:, 0] = False  # every tier gets at least one GPU
     if not usable.any(axis=1).all():
         return INFEASIBLE
-    h = highspy.Highs()
-    h.silent()
+    with _stdout_to_stderr():
+        h = highspy.Highs()
+        h.silent()
     h.setOptionValue("mip_rel_gap", 0.0)  # prove optimality, not 0.01% of it
     h.setOptionValue("time_limit", time_limit_s)
     x: list[dict[int, Any]] = []
