@@ -68,7 +68,8 @@ class Worker:
     in it, which must then be `config.port`) and `env` (default: `worker_env()`) run anything else."""
 
     def __init__(self, config: WorkerConfig, model_dir: Path, log_dir: Path, *, command: list[str] | None = None,
-                 env: dict[str, str] | None = None, first_generation: bool | None = None) -> None:
+                 env: dict[str, str] | None = None, first_generation: bool | None = None,
+                 serves_http: bool = True) -> None:
         if command is not None and not config.port:
             raise ValueError("a worker with its own command needs config.port (the port its command serves on)")
         self.config = config
@@ -81,6 +82,9 @@ class Worker:
         self.restarts = 0
         # Start-up ends with one real generation (default: for `transformers serve` workers; see wait_healthy).
         self.first_generation = command is None if first_generation is None else first_generation
+        # False for a process that serves no HTTP (a multi-node SGLang replica's rank > 0): it counts as
+        # started once running, and is supervised by liveness alone.
+        self.serves_http = serves_http
 
     @property
     def url(self) -> str:
@@ -137,6 +141,10 @@ def _signal_group(proc: subprocess.Popen[bytes], sig: int) -> None:
 
 async def wait_healthy(worker: Worker, timeout_s: float) -> None:
     deadline = time.monotonic() + timeout_s
+    if not worker.serves_http:
+        if not worker.alive():
+            raise ConfigError(f"worker `{worker.config.name}` exited while starting; its log:\n{worker.tail()}")
+        return
     async with httpx.AsyncClient(trust_env=False, timeout=2.0) as client:
         while time.monotonic() < deadline:
             if not worker.alive():

@@ -42,14 +42,18 @@ def add_optimize_commands(sub: argparse._SubParsersAction) -> None:
     deploy = sub.add_parser(
         "deploy", help="launch and supervise the plan's engines and write the gateway config",
         description="Reads plan.json only. Starts the engines (SGLang servers on this node, or one local process "
-        "per tier replica), restarts any that dies, writes the cascade.toml that points at them once all are "
+        "per tier replica; a plan that spans nodes runs this on every node with the same --hosts and that node's "
+        "--node), restarts any that dies, writes the cascade.toml that points at them once all are "
         "healthy, and stops them all on Ctrl-C/SIGTERM. With --dry-run, prints the launch commands (GPUs, "
         "ports, node placement) and that cascade.toml instead.",
     )
     deploy.add_argument("--plan", required=True, help="plan.json from `cascade optimize plan`")
     deploy.add_argument("--engine", choices=["sglang", "local"], default="sglang")
     deploy.add_argument("--dry-run", action="store_true", help="print what would run; start nothing")
-    deploy.add_argument("--hosts", help="sglang --dry-run: comma-separated node hostnames (default: node-0, ...)")
+    deploy.add_argument("--hosts", help="sglang: comma-separated node host names, the same list on every node "
+                        "(--dry-run default: node-0, ...)")
+    deploy.add_argument("--node", help="sglang, a plan that spans nodes: this node's name in --hosts; run the "
+                        "same command on every node, each with its own --node")
     deploy.add_argument("--base-port", type=int, default=30000, help="first SGLang port on each node")
     deploy.add_argument("--dp-per-server", action="store_true",
                         help="one SGLang server per tier and node with --dp-size (default: one server per replica)")
@@ -230,11 +234,14 @@ def _deploy(args: argparse.Namespace) -> int:
                                            dp_per_server=args.dp_per_server)
         print(sglang_launch.render(launch))
         return 0
+    if args.node and args.engine != "sglang":
+        raise ConfigError("--node applies to --engine sglang")
     if args.engine == "sglang":
-        engines = deploy.sglang_engines(plan, args.base_port, args.dp_per_server)
+        hosts = [h.strip() for h in args.hosts.split(",") if h.strip()] if args.hosts else None
+        engines, config = deploy.sglang_engines(plan, args.base_port, args.dp_per_server, hosts, args.node)
     else:
         engines = deploy.local_engines(plan, args.engine_command)
-    config = deploy.gateway_config(plan, engines)
+        config = deploy.gateway_config(plan, engines)
     if args.dry_run:
         print(deploy.render(engines, config))
         return 0

@@ -2,8 +2,11 @@
 that points at them, and stop them all on SIGINT/SIGTERM. Reads plan.json only.
 
 * `--engine sglang`: one `python -m sglang.launch_server` per server of the SGLang placement
-  (cascade/engines/sglang_launch.py) with its CUDA_VISIBLE_DEVICES; this node only (a plan that spans
-  nodes is started per node from `--dry-run`'s commands).
+  (cascade/engines/sglang_launch.py) with its CUDA_VISIBLE_DEVICES. A plan that spans nodes is
+  started by running the same command on every node with the same `--hosts` and that node's
+  `--node`: each node launches and supervises its own servers (a replica larger than a node has one
+  server per node; ranks > 0 serve no HTTP and are supervised by liveness), and every node writes
+  the same gateway config, pointing at the rank-0 servers by host name.
 * `--engine local`: one process per tier replica on 127.0.0.1 (TP/PP do not apply on a CPU):
   `transformers serve` of the tier's embedded model (`cascade models list`), or `--engine-command`,
   a template with {port}, {model}, {tier} and {replica}, e.g. `cascade fake-server --port {port}
@@ -50,13 +53,18 @@ class Engine:
     env: dict[str, str] | None = None  # None: the embedded workers' environment (offline hub)
     kind: str = "openai"  # the gateway backend kind that talks to it
     embedded: str = ""  # the embedded model card to prepare before the start
+    serves_http: bool = True  # False: a multi-node replica's rank > 0 (no HTTP server; liveness only)
 
     @property
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
 
 
-def sglang_engines(plan: Plan, base_port: int, dp_per_server: bool) -> list[Engine]:
+def sglang_engines(plan: Plan, base_port: int, dp_per_server: bool, hosts: list[str] | None = None,
+                   node: str | None = None) -> tuple[list[Engine], str]:
+    """This node's SGLang servers and the gateway config of the whole deployment. A single-node plan
+    runs on 127.0.0.1 without `hosts`; a plan that spans nodes needs `hosts` (every node's name, the
+    same list on every node) and `node`, the name in it of the machine this runs on."""
     if importlib.util.find_spec("sglang") is None:
         raise ConfigError("cannot launch SGLang: the `sglang` package is not importable by this Python "
                           "(install it on the GPU node: pip install \"sglang[all]\"), or run with --dry-run and "
@@ -65,17 +73,28 @@ def sglang_engines(plan: Plan, base_port: int, dp_per_server: bool) -> list[Engi
         raise ConfigError(f"--base-port must be between 1 and 65000, got {base_port}")
     per_node = plan.gpus_per_node or 8
     nodes = math.ceil(sum(d.gpus for d in plan.deployment) / per_node)
-    if nodes > 1:
-        raise ConfigError(f"the plan spans {nodes} nodes of {per_node} GPUs; `cascade deploy` starts engines on this "
-                          "node only: run it with --dry-run and start each node's commands there")
-    launch = sglang_launch.launch_plan(plan, hosts=["127.0.0.1"], base_port=base_port, dp_per_server=dp_per_server)
+    if nodes > 1 and (not hosts or node is None):
+        raise ConfigError(f"the plan spans {nodes} nodes of {per_node} GPUs: pass --hosts (all {nodes} node names, "
+                          "the same on every node) and --node (this node's name), and run the command on each node")
+    if node is not None and node not in (hosts or []):
+        raise ConfigError(f"--node `{node}` is not one of --hosts ({', '.join(hosts or []) or 'none given'})")
+    names = hosts or ["127.0.0.1"]
+    launch = sglang_launch.launch_plan(plan, hosts=names, base_port=base_port, dp_per_server=dp_per_server)
+    here = node or names[0]
     engines: list[Engine] = []
     for s in launch.servers:
+        if s.host != here:
+            continue
         replica = sum(e.tier == s.tier for e in engines)
-        engines.append(Engine(name=f"{s.tier}-{replica}", tier=s.tier, model=s.model, port=s.port, kind="sglang",
-                              argv=[sys.executable, "-m", "sglang.launch_server", *s.args()],
-                              env=dict(os.environ, CUDA_VISIBLE_DEVICES=s.cuda_visible_devices)))
-    return engines
+        rank = f"-rank{s.node_rank}" if s.nnodes > 1 else ""
+        engines.append(Engine(name=f"{s.tier}-{replica}{rank}", tier=s.tier, model=s.model, port=s.port,
+                              kind="sglang", argv=[sys.executable, "-m", "sglang.launch_server", *s.args()],
+                              env=dict(os.environ, CUDA_VISIBLE_DEVICES=s.cuda_visible_devices),
+                              serves_http=s.node_rank == 0))
+    if not engines:
+        raise ConfigError(f"the plan places no server on node `{here}`")
+    config = launch.config_toml if hosts else gateway_config(plan, [e for e in engines if e.serves_http])
+    return engines, config
 
 
 def local_engines(plan: Plan, command: str | None, port: Callable[[], int] = free_port) -> list[Engine]:
@@ -146,7 +165,7 @@ def run(engines: list[Engine], config_toml: str, config_out: Path, log_dir: Path
         models.prepare(models.load_card(card))
     workers = [Worker(WorkerConfig(name=e.name, model=e.embedded or e.tier, port=e.port, max_restarts=max_restarts,
                                    startup_timeout_s=startup_timeout_s), Path(e.model), log_dir, command=e.argv,
-                      env=e.env) for e in engines]
+                      env=e.env, serves_http=e.serves_http) for e in engines]
     supervisor = Supervisor(workers)
     try:
         return asyncio.run(_supervise(supervisor, config_toml, config_out, say, plan_path))

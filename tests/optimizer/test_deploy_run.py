@@ -167,21 +167,30 @@ from cascade.engines.fake_server import FakeScript
 parser = argparse.ArgumentParser()
 parser.add_argument("--model-path")
 parser.add_argument("--port", type=int)
+parser.add_argument("--node-rank", type=int, default=0)
 args, _ = parser.parse_known_args()
+if args.node_rank > 0:  # like SGLang: only rank 0 of a multi-node replica serves HTTP
+    import signal
+    signal.pause()
 model = f"{args.model_path}@{os.environ.get('CUDA_VISIBLE_DEVICES')}"
 uvicorn.run(FakeSGLang(FakeScript(model=model)), host="127.0.0.1", port=args.port, log_level="warning")
 '''
 
 
-def test_sglang_servers_get_their_gpus_and_the_gateway_config_points_at_them(tmp_path) -> None:
+def stub_sglang_env(tmp_path: Path) -> dict[str, str]:
+    """An environment in which `python -m sglang.launch_server` is STUB_SGLANG."""
     stub = tmp_path / "stub" / "sglang"
-    stub.mkdir(parents=True)
+    stub.mkdir(parents=True, exist_ok=True)
     (stub / "__init__.py").write_text("")
     (stub / "launch_server.py").write_text(STUB_SGLANG)
+    return dict(os.environ, PYTHONPATH=os.pathsep.join([str(stub.parent), os.getcwd()]))
+
+
+def test_sglang_servers_get_their_gpus_and_the_gateway_config_points_at_them(tmp_path) -> None:
+    env = stub_sglang_env(tmp_path)
     plan = dict(PLAN, deployment=[{"tier": "a", "gpus": 2, "replicas": 2, "tp": 1, "model": "org/a"},
                                   {"tier": "b", "gpus": 2, "replicas": 1, "tp": 2, "model": "org/b"}])
     config_path = tmp_path / "gateway.toml"
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(stub.parent), os.getcwd()]))
     with (tmp_path / "deploy.out").open("wb") as out:
         proc = subprocess.Popen(
             [sys.executable, "-m", "cascade.cli", "deploy", "--plan", str(write_plan(tmp_path, plan)), "--engine",
@@ -202,6 +211,60 @@ def test_sglang_servers_get_their_gpus_and_the_gateway_config_points_at_them(tmp
         code = stop(proc, signal.SIGTERM)
     assert code == 0
     assert not any(answers(url) for url in served)
+
+
+TWO_NODES = dict(PLAN, tiers=["a"], deployment=[{"tier": "a", "gpus": 16, "replicas": 1, "tp": 8, "pp": 2,
+                                                "model": "org/a"}])
+
+
+def test_a_plan_that_spans_nodes_starts_per_node_and_each_node_writes_the_same_config(tmp_path) -> None:
+    env = stub_sglang_env(tmp_path)
+    plan, base = str(write_plan(tmp_path, TWO_NODES)), free_port_block(1)
+    procs = {}
+    try:
+        # node-b first and alone: its rank-1 server serves no HTTP, so it must count as started by
+        # liveness (a /health wait would hang: nothing answers on its port yet).
+        for node in ("node-b", "127.0.0.1"):
+            folder = tmp_path / node
+            folder.mkdir()
+            with (folder / "deploy.out").open("wb") as out:
+                procs[node] = proc = subprocess.Popen(
+                    [sys.executable, "-m", "cascade.cli", "deploy", "--plan", plan, "--engine", "sglang", "--hosts",
+                     "127.0.0.1,node-b", "--node", node, "--base-port", str(base), "--config-out",
+                     str(folder / "gateway.toml"), "--log-dir", str(folder / "logs"), "--startup-timeout-s", "20"],
+                    stdout=out, stderr=subprocess.STDOUT, env=env)
+            config = folder / "gateway.toml"
+            assert eventually(lambda c=config, p=proc: c.exists() or p.poll() is not None, within_s=60)
+            assert proc.poll() is None, (folder / "deploy.out").read_text()
+        texts = {(tmp_path / node / "gateway.toml").read_text() for node in procs}
+        assert len(texts) == 1  # every node writes the deployment's config, not its own part
+        backends = load_config(tmp_path / "127.0.0.1" / "gateway.toml").tiers[0].backends  # type: ignore[union-attr]
+        assert [b.url for b in backends] == [f"http://127.0.0.1:{base}"]  # rank 0 serves; rank 1 does not
+        assert answers(backends[0].url)
+        ranks = {node: [Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+                        for pid in children(proc.pid)] for node, proc in procs.items()}
+        assert all(len(argvs) == 1 for argvs in ranks.values())
+        assert "--node-rank 1" in ranks["node-b"][0] and f"--dist-init-addr 127.0.0.1:{base + 1000}" in ranks["node-b"][0]
+        assert "--node-rank 0" in ranks["127.0.0.1"][0]
+        engines = [pid for proc in procs.values() for pid in children(proc.pid)]
+    finally:
+        codes = [stop(proc, signal.SIGTERM) for proc in procs.values()]
+    assert codes == [0, 0]
+    assert eventually(lambda: not any(Path(f"/proc/{pid}").exists() for pid in engines), within_s=5)
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    ([], "pass --hosts"),
+    (["--hosts", "n0,n1"], "pass --hosts"),
+    (["--hosts", "n0,n1", "--node", "n2"], "--node `n2` is not one of --hosts"),
+])
+def test_multi_node_launch_errors_are_one_line_and_exit_2(tmp_path, args: list[str], message: str) -> None:
+    result = subprocess.run([sys.executable, "-m", "cascade.cli", "deploy", "--plan",
+                             str(write_plan(tmp_path, TWO_NODES)), "--engine", "sglang", *args],
+                            capture_output=True, text=True, timeout=60, env=stub_sglang_env(tmp_path))
+    assert result.returncode == 2
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and message in lines[0], result.stderr
 
 
 def free_port_block(n: int) -> int:
