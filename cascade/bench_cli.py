@@ -52,7 +52,7 @@ def _branches(args: argparse.Namespace) -> int:
     import msgspec
     from tqdm import tqdm
 
-    from cascade.bench import METHODS, BenchSettings, arrival_offsets, run_method, summarize
+    from cascade.bench import METHODS, BenchSettings, arrival_offsets, run_key, run_method, summarize
     from cascade.config import load_config
     from cascade.engines.embedded import embedded_config
     from cascade.engines.supervisor import Supervisor
@@ -89,25 +89,31 @@ def _branches(args: argparse.Namespace) -> int:
         branches: list[dict] = []
         results: dict[str, Any] = {}
         sweep_results: list[dict] = []
+        done: dict[bytes, dict[str, Any]] = {}  # run_key -> summary: a sweep repeats no finished run
         await supervisor.start()
         try:
-            with tqdm(total=len(runs) * len(prompts), desc="bench branches", unit="request") as bar:
+            unique = len({run_key(m, s) for m, s in runs})
+            with tqdm(total=unique * len(prompts), desc="bench branches", unit="request") as bar:
                 for i, (method, s) in enumerate(runs):
-                    bar.set_postfix_str(f"{method} N={s.n} M={s.m}")
-                    records = await run_method(tier, method, s, prompts, offsets, lambda _: bar.update(1),
-                                               branches if args.save_branches else None)
-                    summary = summarize(records)
+                    key = run_key(method, s)
+                    if key in done:
+                        summary = done[key]
+                    else:
+                        bar.set_postfix_str(f"{method} N={s.n} M={s.m}")
+                        records = await run_method(tier, method, s, prompts, offsets, lambda _: bar.update(1),
+                                                   branches if args.save_branches else None)
+                        summary = done[key] = summarize(records)
+                        if args.out:
+                            out = Path(args.out)
+                            out.mkdir(parents=True, exist_ok=True)
+                            with (out / "requests.jsonl").open("ab") as f:
+                                for r in records:
+                                    f.write(msgspec.json.encode({"method": method, "n": s.n, "m": s.m,
+                                                                 **msgspec.to_builtins(r)}) + b"\n")
                     if i < len(methods):
                         results[method] = summary
                     else:
                         sweep_results.append({"method": method, "n": s.n, "m": s.m, **summary})
-                    if args.out:
-                        out = Path(args.out)
-                        out.mkdir(parents=True, exist_ok=True)
-                        with (out / "requests.jsonl").open("ab") as f:
-                            for r in records:
-                                f.write(msgspec.json.encode({"method": method, "n": s.n, "m": s.m,
-                                                             **msgspec.to_builtins(r)}) + b"\n")
         finally:
             for t in tiers:
                 await t.backend.aclose()

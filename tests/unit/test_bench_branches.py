@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 from cascade.cli import main
 from cascade.engines.fake_server import FakeEngine, FakeScript
@@ -11,18 +12,22 @@ from tests.servers import serve_asgi
 RIGHT = "3_*_6_=_18.|So_the_answer_is_18.|####_18"
 
 
-def test_bench_branches_prints_the_contract_keys_and_sart_spends_fewer_tokens(tmp_path, capsys) -> None:
-    engine = FakeEngine(FakeScript(tokens=8))
-    with serve_asgi(engine) as url:
-        (tmp_path / "cascade.toml").write_text(f"""
+def write_inputs(tmp_path: Path, url: str) -> None:
+    (tmp_path / "cascade.toml").write_text(f"""
 [[tiers]]
 name = "thinker"
 default_max_tokens = 200
 backends = [{{ kind = "openai", url = "{url}", model = "fake" }}]
 """)
-        rows = [{"id": f"q{i}", "prompt": f"Question {i} [fake answer={RIGHT}] [fake@seed=3 answer= tokens=60 itl_ms=10]",
-                 "reference": "#### 18"} for i in range(3)]
-        (tmp_path / "q.jsonl").write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    rows = [{"id": f"q{i}", "prompt": f"Question {i} [fake answer={RIGHT}] [fake@seed=3 answer= tokens=60 itl_ms=10]",
+             "reference": "#### 18"} for i in range(3)]
+    (tmp_path / "q.jsonl").write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+
+
+def test_bench_branches_prints_the_contract_keys_and_sart_spends_fewer_tokens(tmp_path, capsys) -> None:
+    engine = FakeEngine(FakeScript(tokens=8))
+    with serve_asgi(engine) as url:
+        write_inputs(tmp_path, url)
         code = main(["bench", "branches", "--config", str(tmp_path / "cascade.toml"), "--dataset",
                      str(tmp_path / "q.jsonl"), "--n-questions", "3", "--rate", "20", "--n", "4", "--m", "2",
                      "--sweep", "2:1", "--out", str(tmp_path / "out"), "--save-branches", str(tmp_path / "b.jsonl"),
@@ -40,3 +45,24 @@ backends = [{{ kind = "openai", url = "{url}", model = "fake" }}]
     assert (tmp_path / "out" / "sweep.png").exists() and (tmp_path / "out" / "summary.json").exists()
     saved = [json.loads(line) for line in (tmp_path / "b.jsonl").read_text().splitlines()]
     assert saved and all(set(row) >= {"id", "text", "correct"} for row in saved)
+
+
+def test_a_sweep_over_m_runs_self_consistency_once_per_n_and_repeats_no_finished_run(tmp_path, capsys) -> None:
+    engine = FakeEngine(FakeScript(tokens=8))
+    with serve_asgi(engine) as url:
+        write_inputs(tmp_path, url)
+        code = main(["bench", "branches", "--config", str(tmp_path / "cascade.toml"), "--dataset",
+                     str(tmp_path / "q.jsonl"), "--n-questions", "3", "--rate", "20", "--n", "4", "--m", "2",
+                     "--methods", "self_consistency,sart", "--sweep", "4:1,4:2", "--out", str(tmp_path / "out"),
+                     "--json"])
+    assert code == 0
+    result = json.loads(capsys.readouterr().out)
+    assert [(p["method"], p["m"]) for p in result["sweep"]] == [
+        ("self_consistency", 1), ("sart", 1), ("self_consistency", 2), ("sart", 2)]
+    by = {(p["method"], p["m"]): p for p in result["sweep"]}
+    assert by[("self_consistency", 1)] | {"m": 2} == by[("self_consistency", 2)]  # the same run, reported twice
+    assert by[("sart", 2)] | {"method": "sart"} == {**result["methods"]["sart"], "method": "sart", "n": 4, "m": 2}
+    # Three runs reached the engine: SC(4), SART(4, 2), SART(4, 1); the repeats reused them.
+    records = [json.loads(line) for line in (tmp_path / "out" / "requests.jsonl").read_text().splitlines()]
+    assert sorted({(r["method"], r["m"]) for r in records}) == [("sart", 1), ("sart", 2), ("self_consistency", 2)]
+    assert len(records) == 9
