@@ -12,6 +12,17 @@ from tests.servers import serve_asgi
 RIGHT = "3_*_6_=_18.|So_the_answer_is_18.|####_18"
 
 
+def bench(tmp_path: Path, capsys, *extra: str) -> dict:
+    """`cascade bench branches --json` on 3 scripted questions against a fresh fake engine."""
+    with serve_asgi(FakeEngine(FakeScript(tokens=8))) as url:
+        write_inputs(tmp_path, url)
+        code = main(["bench", "branches", "--config", str(tmp_path / "cascade.toml"), "--dataset",
+                     str(tmp_path / "q.jsonl"), "--n-questions", "3", "--rate", "20", "--n", "4", "--m", "2",
+                     "--out", str(tmp_path / "out"), "--json", *extra])
+    assert code == 0
+    return json.loads(capsys.readouterr().out)
+
+
 def write_inputs(tmp_path: Path, url: str) -> None:
     (tmp_path / "cascade.toml").write_text(f"""
 [[tiers]]
@@ -25,15 +36,7 @@ backends = [{{ kind = "openai", url = "{url}", model = "fake" }}]
 
 
 def test_bench_branches_prints_the_contract_keys_and_sart_spends_fewer_tokens(tmp_path, capsys) -> None:
-    engine = FakeEngine(FakeScript(tokens=8))
-    with serve_asgi(engine) as url:
-        write_inputs(tmp_path, url)
-        code = main(["bench", "branches", "--config", str(tmp_path / "cascade.toml"), "--dataset",
-                     str(tmp_path / "q.jsonl"), "--n-questions", "3", "--rate", "20", "--n", "4", "--m", "2",
-                     "--sweep", "2:1", "--out", str(tmp_path / "out"), "--save-branches", str(tmp_path / "b.jsonl"),
-                     "--json"])
-    assert code == 0
-    result = json.loads(capsys.readouterr().out)
+    result = bench(tmp_path, capsys, "--sweep", "2:1", "--save-branches", str(tmp_path / "b.jsonl"))
     methods = result["methods"]
     assert set(methods) == {"vanilla", "self_consistency", "sart", "early_stop_only", "prune_only"}
     for summary in methods.values():
@@ -48,15 +51,7 @@ def test_bench_branches_prints_the_contract_keys_and_sart_spends_fewer_tokens(tm
 
 
 def test_a_sweep_over_m_runs_self_consistency_once_per_n_and_repeats_no_finished_run(tmp_path, capsys) -> None:
-    engine = FakeEngine(FakeScript(tokens=8))
-    with serve_asgi(engine) as url:
-        write_inputs(tmp_path, url)
-        code = main(["bench", "branches", "--config", str(tmp_path / "cascade.toml"), "--dataset",
-                     str(tmp_path / "q.jsonl"), "--n-questions", "3", "--rate", "20", "--n", "4", "--m", "2",
-                     "--methods", "self_consistency,sart", "--sweep", "4:1,4:2", "--out", str(tmp_path / "out"),
-                     "--json"])
-    assert code == 0
-    result = json.loads(capsys.readouterr().out)
+    result = bench(tmp_path, capsys, "--methods", "self_consistency,sart", "--sweep", "4:1,4:2")
     assert [(p["method"], p["m"]) for p in result["sweep"]] == [
         ("self_consistency", 1), ("sart", 1), ("self_consistency", 2), ("sart", 2)]
     by = {(p["method"], p["m"]): p for p in result["sweep"]}
