@@ -139,7 +139,7 @@ def _branches(args: argparse.Namespace) -> int:
         out = Path(args.out)
         (out / "summary.json").write_text(json.dumps(payload, indent=2) + "\n")
         if outcome["sweep"]:
-            payload["plot"] = str(_plot_sweep(out / "sweep.png", outcome["sweep"], outcome["methods"]))
+            payload["plot"] = str(_plot_sweep(out / "sweep.png", outcome["sweep"], outcome["methods"], args.n, args.m))
     if args.json:
         print(json.dumps(payload))
     else:
@@ -164,24 +164,31 @@ def _parse_sweep(raw: str | None) -> list[tuple[int, int]]:
     return pairs
 
 
-def _plot_sweep(path: Any, sweep: list[dict], methods: dict[str, dict]) -> Any:
+def _plot_sweep(path: Any, sweep: list[dict], methods: dict[str, dict], n: int, m: int) -> Any:
+    """Accuracy vs mean latency: SART per N:M and self-consistency per N (it ignores M), the main run's
+    settings included, and the other methods of the main run as single markers."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    main_points = [{"method": k, "n": n, "m": m, **v} for k, v in methods.items() if k in ("sart", "self_consistency")]
     fig, ax = plt.subplots(figsize=(6, 4))
     for method, marker in (("self_consistency", "s"), ("sart", "o")):
-        points = [p for p in sweep if p["method"] == method]
+        keyed = {(p["n"], p["m"] if method == "sart" else 0): p for p in [*main_points, *sweep]
+                 if p["method"] == method}
+        points = [keyed[k] for k in sorted(keyed)]
         ax.plot([p["latency_s_mean"] for p in points], [p["accuracy"] for p in points], marker=marker, label=method)
         for p in points:
-            ax.annotate(f"{p['n']}:{p['m']}", (p["latency_s_mean"], p["accuracy"]), fontsize=8)
-    if "vanilla" in methods:
-        v = methods["vanilla"]
-        ax.scatter([v["latency_s_mean"]], [v["accuracy"]], marker="x", color="k", label="vanilla")
+            label = f"{p['n']}:{p['m']}" if method == "sart" else f"N={p['n']}"
+            ax.annotate(label, (p["latency_s_mean"], p["accuracy"]), fontsize=8)
+    for method, marker in (("vanilla", "x"), ("early_stop_only", "^"), ("prune_only", "v")):
+        if method in methods:
+            v = methods[method]
+            ax.scatter([v["latency_s_mean"]], [v["accuracy"]], marker=marker, label=f"{method} ({n}:{m})")
     ax.set_xlabel("mean end-to-end latency (s)")
     ax.set_ylabel("accuracy")
-    ax.set_title("Branches: accuracy vs latency (labels N:M)")
+    ax.set_title("Branches: accuracy vs latency (SART labelled N:M)")
     ax.legend()
     fig.tight_layout()
     fig.savefig(path, dpi=120)
