@@ -408,8 +408,14 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     out = Path(args.from_run or args.out or
                f"runs/simulator_vs_loadgen/{args.embedded or ('fake' if args.fake else 'url')}")
     out.mkdir(parents=True, exist_ok=True)
-    dataset = args.dataset or (str(fake_dataset(out / "fake-lengths.jsonl", args.n, args.max_tokens, args.seed))
-                               if args.fake and not args.from_run else "gsm8k")
+    lengths = out / "fake-lengths.jsonl"
+    if args.dataset:
+        dataset = args.dataset
+    elif args.fake:  # --from-run re-reads the run's own file: prompts are re-tokenised when usage is missing
+        dataset = str(lengths if args.from_run and lengths.exists()
+                      else fake_dataset(lengths, args.n, args.max_tokens, args.seed))
+    else:
+        dataset = "gsm8k"
     if args.from_run:
         target, t0 = finished_target(args), time.monotonic()
         profile = load_profile(args.profile or out / "profile.json")
