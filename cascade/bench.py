@@ -70,7 +70,7 @@ def run_key(method: str, s: BenchSettings) -> bytes:
     """What decides a method's run: two runs with equal keys replay the same requests the same way
     (self-consistency ignores M, so a sweep over M runs it once per N)."""
     return msgspec.json.encode([method_settings(method, s), s.slots or 4 * s.n, s.max_tokens, s.temperature,
-                                s.rate, s.seed, s.k if method in ("sart", "prune_only") else 0])
+                                s.rate, s.seed])
 
 
 class RequestRecord(msgspec.Struct, kw_only=True):

@@ -93,8 +93,7 @@ def sglang_engines(plan: Plan, base_port: int, dp_per_server: bool, hosts: list[
                               serves_http=s.node_rank == 0))
     if not engines:
         raise ConfigError(f"the plan places no server on node `{here}`")
-    config = launch.config_toml if hosts else gateway_config(plan, [e for e in engines if e.serves_http])
-    return engines, config
+    return engines, launch.config_toml  # every node's rank-0 servers, by host name (127.0.0.1 on one node)
 
 
 def local_engines(plan: Plan, command: str | None, port: Callable[[], int] = free_port) -> list[Engine]:
