@@ -36,6 +36,12 @@ Method
      replayed with that profile, and `phases` splits the run into thirds by send order: measured and
      replayed p95 per third, and the median inter-token latency of steps a request decoded *alone*
      (nothing else in flight), a model-free reading of the engine's own speed over the run.
+  6. Profile fitted from a load test (`--calibrate-n N`, or `--loadgen-profile FILE`): the batch probe
+     starts its B requests together, and on the embedded CPU workers it missed how the engine steps
+     under staggered arrivals (SmolLM2 replays were 27-32% low). With --calibrate-n a separate
+     calibration load test (N requests, same rate, seed + 1: other questions, other arrivals) runs
+     first, `cascade profile --from-loadgen` fits its timings (OUT/profile_loadgen.json), and the
+     measured run is also replayed and planned with that held-out profile.
 `--from-run OUT` re-analyses a finished run folder (its profile.json, profile_after.json when present,
 loadgen/requests.jsonl) without starting anything; give the same target and --rate as the run.
 
@@ -54,6 +60,7 @@ Output: one JSON object on stdout (and `--json-out`); progress on stderr. Usage:
   .venv/bin/python benchmarks/simulator_vs_loadgen.py --fake --rate 4 --n 60
   .venv/bin/python benchmarks/simulator_vs_loadgen.py --embedded smollm2 --rate 0.25 --n 100 --max-tokens 128
   .venv/bin/python benchmarks/simulator_vs_loadgen.py --embedded qwen --rate 0.08 --n 60 --max-tokens 128
+  .venv/bin/python benchmarks/simulator_vs_loadgen.py --embedded smollm2 --rate 0.12 --n 100 --calibrate-n 60
   .venv/bin/python benchmarks/simulator_vs_loadgen.py --embedded smollm2 --rate 0.12 \
       --from-run runs/simulator_vs_loadgen/smollm2
 """
@@ -85,6 +92,7 @@ from cascade.errors import CascadeError
 from cascade.optimizer.parallelism import SimSettings
 from cascade.optimizer.profile import UNBOUNDED_KV_TOKENS, Profile, ProfileCost, load_profile, write_profile
 from cascade.optimizer.simulator import SimResult, replica_percentile, saturation_rps, simulate, workload_sample
+from cascade.profiler import profile_from_loadgen
 from loadgen.datasets import estimate_tokens
 from loadgen.records import RequestRecord
 from loadgen.run import LoadConfig, build_workload
@@ -204,16 +212,16 @@ def fake_dataset(path: Path, count: int, max_tokens: int, seed: int) -> Path:
     return path
 
 
-def run_loadgen(args: argparse.Namespace, target: Target, dataset: str, out: Path) -> list[RequestRecord]:
-    run_dir = out / "loadgen"
+def run_loadgen(args: argparse.Namespace, target: Target, dataset: str, run_dir: Path, *, n: int,
+                seed: int) -> list[RequestRecord]:
     command = [sys.executable, "-m", "cascade.cli", "loadgen", "--url", target.url, "--dataset", dataset,
-               "--rate", str(args.rate), "--n", str(args.n), "--max-tokens", str(args.max_tokens),
-               "--seed", str(args.seed), "--timeout-s", str(args.request_timeout_s), "--out", str(run_dir), "--json"]
+               "--rate", str(args.rate), "--n", str(n), "--max-tokens", str(args.max_tokens),
+               "--seed", str(seed), "--timeout-s", str(args.request_timeout_s), "--out", str(run_dir), "--json"]
     if target.model:
         command += ["--model", target.model]
-    log(f"loadgen: {args.n} requests at {args.rate:g} rps ({dataset}) -> {run_dir}")
+    log(f"loadgen: {n} requests at {args.rate:g} rps ({dataset}, seed {seed}) -> {run_dir}")
     # Bounded: the schedule, then each request's own timeout, plus time to write the report.
-    bound = args.n / args.rate + args.request_timeout_s + 120
+    bound = n / args.rate + args.request_timeout_s + 120
     result = subprocess.run(command, stdout=subprocess.PIPE, stdin=subprocess.DEVNULL, timeout=bound, check=False)
     if result.returncode != 0:
         raise CascadeError(f"cascade loadgen exited with {result.returncode} (its error is above)")
@@ -333,7 +341,8 @@ def drift(profile: Profile, after: Profile | None, phase_rows: list[dict]) -> di
 
 
 def compare(args: argparse.Namespace, target: Target, profile: Profile, dataset: str,
-            records: list[RequestRecord], profile_after: Profile | None = None) -> dict[str, Any]:
+            records: list[RequestRecord], profile_after: Profile | None = None,
+            fitted: Profile | None = None) -> dict[str, Any]:
     ok = sorted((r for r in records if r.ok and r.sent_s is not None and r.e2el_ms is not None and r.output_tokens),
                 key=lambda r: r.sent_s or 0.0)
     if len(ok) < 2:
@@ -365,6 +374,18 @@ def compare(args: argparse.Namespace, target: Target, profile: Profile, dataset:
             sent - sent[0], inputs, outputs)
         after = {"replay_profile_after": {"e2e_s": stats(replay_after.latency_s), "stable": replay_after.stable}}
         errors["replay_p95_profile_after"] = rel_error(after["replay_profile_after"]["e2e_s"]["p95"], measured["p95"])
+    if fitted is not None:
+        # A profile fitted from another load test (`cascade profile --from-loadgen`): held out from this run.
+        fit_replica = dataclasses.replace(replica, cost=ProfileCost(fitted, kv))
+        replay_fit = fit_replica.simulate(sent - sent[0], inputs, outputs)
+        planner_fit, capacity_fit = fit_replica.planner_p95(args.rate, inputs, outputs, args.seed)
+        after["loadgen_profile"] = {"replay": {"e2e_s": stats(replay_fit.latency_s), "stable": replay_fit.stable},
+                                    "planner": {"e2e_p95_s": round(planner_fit, 4) if math.isfinite(planner_fit)
+                                                else None, "saturation_rps": round(capacity_fit, 4),
+                                                "load": round(args.rate / capacity_fit, 3)}}
+        errors["replay_p95_loadgen_profile"] = rel_error(after["loadgen_profile"]["replay"]["e2e_s"]["p95"],
+                                                         measured["p95"])
+        errors["planner_p95_loadgen_profile"] = rel_error(planner_fit, measured["p95"])
     phase_rows = phases(ok, e2e, replay.latency_s)
     return {
         "limits": {"kv_capacity_tokens": kv, "max_batch": replica.max_batch,
@@ -416,28 +437,39 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                       else fake_dataset(lengths, args.n, args.max_tokens, args.seed))
     else:
         dataset = "gsm8k"
+    fitted_path = Path(args.loadgen_profile) if args.loadgen_profile else out / "profile_loadgen.json"
     if args.from_run:
         target, t0 = finished_target(args), time.monotonic()
         profile = load_profile(args.profile or out / "profile.json")
         profile_after = load_profile(out / "profile_after.json") if (out / "profile_after.json").exists() else None
+        fitted = load_profile(fitted_path) if args.loadgen_profile or fitted_path.exists() else None
         records = load_records(out / "loadgen")
         t1 = t2 = t3 = time.monotonic()
     else:
         with serve_target(args, out) as target:
             t0 = time.monotonic()
             profile = get_profile(args, target, out)
+            fitted = load_profile(fitted_path) if args.loadgen_profile else None
+            if args.calibrate_n:
+                # A separate load test (other questions, other arrivals) to fit the profile from.
+                run_loadgen(args, target, dataset, out / "calibration", n=args.calibrate_n, seed=args.seed + 1)
+                fitted = profile_from_loadgen(out / "calibration", kv_capacity_tokens=target.kv_capacity_tokens
+                                              if target.kind == "embedded" else None)
+                write_profile(fitted_path, fitted)
+                log(f"profile fitted from the calibration run: {fitted_path}")
             t1 = time.monotonic()
-            records = run_loadgen(args, target, dataset, out)
+            records = run_loadgen(args, target, dataset, out / "loadgen", n=args.n, seed=args.seed)
             t2 = time.monotonic()
             profile_after = None if args.profile or not args.profile_after else get_profile(
                 args, target, out, "profile_after.json")
             t3 = time.monotonic()
     log("simulating")
-    result = compare(args, target, profile, dataset, records, profile_after)
+    result = compare(args, target, profile, dataset, records, profile_after, fitted)
     return {"target": {"kind": target.kind, "url": target.url, "model": target.model, **target.info},
             "rate_rps": args.rate, "n": args.n, "max_tokens": args.max_tokens, "dataset": dataset, "seed": args.seed,
             "profile": profile_summary(profile, args.profile or str(out / "profile.json")),
             "profile_after": profile_summary(profile_after, str(out / "profile_after.json")) if profile_after else None,
+            "loadgen_profile": profile_summary(fitted, str(fitted_path)) if fitted else None,
             **result,
             "wall_s": {"profile": round(t1 - t0, 1), "loadgen": round(t2 - t1, 1), "profile_after": round(t3 - t2, 1),
                        "total": round(time.monotonic() - STARTED, 1)},
@@ -477,6 +509,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     g.add_argument("--profile-max-batch", type=int, default=8, help="largest concurrency of the decode ladder")
     g.add_argument("--profile-output-tokens", type=int, default=32, help="max_tokens of the profile's requests")
     g.add_argument("--profile-time-limit-s", type=float, default=300.0, help="bound on the profile")
+    g.add_argument("--calibrate-n", type=int, default=0, metavar="N",
+                   help="before the measured load test, run a calibration load test of N requests (same rate, "
+                   "seed + 1), fit a profile from its timings (`cascade profile --from-loadgen`) and report its "
+                   "predictions beside the probe's (OUT/profile_loadgen.json)")
+    g.add_argument("--loadgen-profile", metavar="FILE",
+                   help="a profile fitted from another load test, compared beside the probe's")
     g.add_argument("--no-profile-after", dest="profile_after", action="store_false",
                    help="skip the second profile after the load test (it measures engine drift over the run)")
     g = p.add_argument_group("replica limits for the simulator (--fake: all unbounded)")
@@ -492,6 +530,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     args = p.parse_args(argv)
     if args.n < 2 or args.max_tokens < 2 or not args.rate > 0:
         p.error("--n and --max-tokens must be at least 2 and --rate > 0")
+    if args.calibrate_n and (args.calibrate_n < 3 or args.from_run or args.loadgen_profile):
+        p.error("--calibrate-n needs at least 3 requests and a live target (not --from-run or --loadgen-profile)")
     try:
         ladder = {int(x) for x in args.profile_prompt_tokens.split(",") if x.strip()}
     except ValueError:

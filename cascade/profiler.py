@@ -1,7 +1,9 @@
 """`cascade profile` (command line: cascade/profiler_cli.py): measure a live OpenAI-compatible
 backend's prefill and decode-step times and write a profile file (format:
 cascade/optimizer/profile.py) that `cascade optimize plan` uses in place of the roofline estimate
-(`profile = "..."` on a tier of problem.toml).
+(`profile = "..."` on a tier of problem.toml). Or, with `--from-loadgen RUN`, fit the same model
+from a finished `cascade loadgen` run's own timings (`profile_from_loadgen`; the method is
+`cascade.optimizer.profile.fit_trace`): the engine as it behaves under staggered arrivals.
 
 Method, all with streaming chat requests of `max_tokens = --output-tokens`:
 
@@ -27,16 +29,27 @@ import itertools
 import json
 import statistics
 import time
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 import httpx
+import msgspec
 import numpy as np
 
 from cascade.errors import CascadeError
-from cascade.optimizer.profile import DecodePoint, PrefillPoint, Profile, fit_decode, fit_prefill
+from cascade.optimizer.profile import (
+    DecodePoint,
+    PrefillPoint,
+    Profile,
+    TracedRequest,
+    fit_decode,
+    fit_prefill,
+    fit_trace,
+)
 
 WORDS = ("time", "year", "people", "way", "day", "man", "thing", "woman", "life", "child", "world", "school",
          "state", "family", "student", "group", "country", "problem", "hand", "part", "place", "case", "week",
@@ -254,3 +267,40 @@ async def measure(settings: Settings, tick: Callable[[], None] = lambda: None) -
         decode=fit_decode(decode, prefill, settings.output_tokens),
         prompt_tokens_source="usage" if use_usage else "estimate", prefill_points=prefill, decode_points=decode,
         measured_at=datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"), elapsed_s=round(time.monotonic() - started, 3))
+
+
+def profile_from_loadgen(run: str | Path, *, model: str = "", label: str = "", kv_capacity_tokens: int | None = None,
+                         tp: int = 1, pp: int = 1) -> Profile:
+    """A profile fitted from a finished `cascade loadgen --out RUN` (its requests.jsonl; RUN may also
+    name that file). Needs streamed requests with the server's prompt token counts (usage). The
+    model is `model`, else the one the responses named most often."""
+    from loadgen.records import RequestRecord
+
+    path = Path(run)
+    path = path / "requests.jsonl" if path.is_dir() else path
+    try:
+        lines = path.read_bytes().splitlines()
+    except OSError as exc:
+        raise CascadeError(f"cannot read {path}: {exc.strerror}") from None
+    try:
+        records = [msgspec.json.decode(line, type=RequestRecord) for line in lines if line.strip()]
+    except msgspec.MsgspecError as exc:
+        raise CascadeError(f"{path}: not a cascade loadgen requests file: {exc}") from None
+    done = [r for r in records if r.ok and r.sent_s is not None
+            and r.ttft_ms is not None and r.itl_ms]
+    if done and any(not r.prompt_tokens for r in done):
+        raise CascadeError(f"{path}: the server reported no prompt token counts (usage); a profile needs them")
+    traced = [TracedRequest(sent_s=float(r.sent_s or 0.0), ttft_s=float(r.ttft_ms or 0.0) / 1000,
+                            itl_s=[x / 1000 for x in r.itl_ms], prompt_tokens=int(r.prompt_tokens or 0))
+              for r in done]
+    try:
+        fit = fit_trace(traced)
+    except ValueError as exc:
+        raise CascadeError(f"{path}: {exc}") from None
+    models = Counter(r.model for r in done if r.model)
+    elapsed = max(r.sent_s or 0.0 for r in done) - min(r.sent_s or 0.0 for r in done)
+    return Profile(source="loadgen", model=model or (models.most_common(1)[0][0] if models else ""), url="",
+                   label=label or f"fitted from {path} ({len(done)} requests, {fit.decode_gaps} gaps)",
+                   tp=tp, pp=pp, kv_capacity_tokens=kv_capacity_tokens, prefill=fit.prefill, decode=fit.decode,
+                   prompt_tokens_source="usage", prefill_points=fit.prefill_points, decode_points=fit.decode_points,
+                   measured_at=datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"), elapsed_s=round(elapsed, 3))

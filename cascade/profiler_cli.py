@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 from cascade.errors import ConfigError
 
 if TYPE_CHECKING:
+    from cascade.optimizer.profile import Profile
     from cascade.profiler import Settings
 
 
@@ -19,11 +20,18 @@ def add_profile_command(sub: argparse._SubParsersAction) -> None:
         description="Stream chat requests to an OpenAI-compatible server: TTFT over a ladder of prompt lengths "
         "(concurrency 1) and inter-token latency at concurrency 1, 2, 4, ... Fits prefill = fixed + per-token "
         "and decode step = fixed + per-sequence x batch (+ per-context-token), and writes a profile JSON that "
-        "a problem.toml tier names with `profile = \"FILE\"`.",
+        "a problem.toml tier names with `profile = \"FILE\"`. With --from-loadgen, fits the same model from a "
+        "finished `cascade loadgen --out RUN` instead (no server needed): the engine as it steps under staggered "
+        "arrivals, which a batch probe can miss (on the embedded CPU workers by 20-30%).",
     )
-    p.add_argument("--url", required=True, help="base URL of the server, e.g. http://127.0.0.1:30000")
+    source = p.add_mutually_exclusive_group(required=True)
+    source.add_argument("--url", help="base URL of the server to measure, e.g. http://127.0.0.1:30000")
+    source.add_argument("--from-loadgen", metavar="RUN",
+                        help="fit from this loadgen run folder (or its requests.jsonl): decode step from the "
+                        "inter-token gaps against the batch in flight, prefill from TTFTs of lone prefills")
     p.add_argument("--out", required=True, help="profile JSON to write")
-    p.add_argument("--model", default="", help="model to request (default: the first id of GET /v1/models)")
+    p.add_argument("--model", default="", help="model to request (default: the first id of GET /v1/models); with "
+                   "--from-loadgen, the model the profile names (default: the one the run's responses named)")
     p.add_argument("--prompt-tokens", default="64,256,1024", help="prompt-length ladder (comma-separated)")
     p.add_argument("--repeats", type=int, default=3, help="requests per prompt length (median TTFT)")
     p.add_argument("--max-batch", type=int, default=8, help="largest concurrency of the decode ladder")
@@ -69,22 +77,26 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
 
 
 def _profile_command(args: argparse.Namespace) -> int:
-    import asyncio
-
     import msgspec
-    from tqdm import tqdm
 
     from cascade.optimizer.profile import write_profile
-    from cascade.profiler import measure
 
-    settings = settings_from_args(args)
-    total = 1 + len(settings.prompt_tokens) * settings.repeats + len(settings.batches())
-    with tqdm(total=total, desc="profile", unit="run", file=sys.stderr,
-              disable=True if args.no_progress else None) as bar:
-        profile = asyncio.run(measure(settings, lambda: bar.update(1)))
+    if args.from_loadgen:
+        from cascade.profiler import profile_from_loadgen
+
+        for name in ("tp", "pp"):
+            if getattr(args, name) < 1:
+                raise ConfigError(f"--{name} must be at least 1, got {getattr(args, name)}")
+        if args.kv_capacity_tokens is not None and args.kv_capacity_tokens < 1:
+            raise ConfigError(f"--kv-capacity-tokens must be at least 1, got {args.kv_capacity_tokens}")
+        profile = profile_from_loadgen(args.from_loadgen, model=args.model, label=args.label,
+                                       kv_capacity_tokens=args.kv_capacity_tokens, tp=args.tp, pp=args.pp)
+    else:
+        profile = _measure(args)
     write_profile(args.out, profile)
-    summary = {"profile": args.out, "model": profile.model, "prefill": msgspec.to_builtins(profile.prefill),
-               "decode": msgspec.to_builtins(profile.decode), "prompt_tokens_source": profile.prompt_tokens_source,
+    summary = {"profile": args.out, "source": profile.source, "model": profile.model,
+               "prefill": msgspec.to_builtins(profile.prefill), "decode": msgspec.to_builtins(profile.decode),
+               "prompt_tokens_source": profile.prompt_tokens_source,
                "prefill_points": len(profile.prefill_points), "decode_points": len(profile.decode_points),
                "kv_capacity_tokens": profile.kv_capacity_tokens, "elapsed_s": profile.elapsed_s}
     if args.json:
@@ -93,5 +105,20 @@ def _profile_command(args: argparse.Namespace) -> int:
         p, d = profile.prefill, profile.decode
         print(f"wrote {args.out}: prefill {1000 * p.fixed_s:.1f} ms + {1e6 * p.per_token_s:.1f} us/token; decode step "
               f"{1000 * d.fixed_s:.1f} ms + {1000 * d.per_sequence_s:.2f} ms/sequence "
-              f"+ {1e6 * d.per_context_token_s:.3f} us/context token ({profile.elapsed_s:.0f} s)")
+              f"+ {1e6 * d.per_context_token_s:.3f} us/context token "
+              f"({'a load test of ' if profile.source == 'loadgen' else ''}{profile.elapsed_s:.0f} s)")
     return 0
+
+
+def _measure(args: argparse.Namespace) -> Profile:
+    import asyncio
+
+    from tqdm import tqdm
+
+    from cascade.profiler import measure
+
+    settings = settings_from_args(args)
+    total = 1 + len(settings.prompt_tokens) * settings.repeats + len(settings.batches())
+    with tqdm(total=total, desc="profile", unit="run", file=sys.stderr,
+              disable=True if args.no_progress else None) as bar:
+        return asyncio.run(measure(settings, lambda: bar.update(1)))

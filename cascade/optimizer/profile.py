@@ -66,13 +66,16 @@ class PrefillPoint(_Strict, frozen=True):
 
 class DecodePoint(_Strict, frozen=True):
     batch: int
-    step_s: float  # median inter-token latency while `batch` sequences decode together
+    step_s: float  # inter-token latency while `batch` sequences decode together (probe: median; loadgen: mean)
     context_tokens: float  # mean context (prompt + generated) per sequence during the measurement
     samples: int = 1
 
 
 class Profile(_Strict, frozen=True, kw_only=True):
     version: Literal[1] = 1
+    # probe: `cascade profile --url` (synchronized batches, medians); loadgen: `cascade profile
+    # --from-loadgen` (a load test's own timings under staggered arrivals, means: see fit_trace)
+    source: Literal["probe", "loadgen"] = "probe"
     model: str
     url: str = ""
     label: str = ""  # free text: engine, version, hardware
@@ -171,3 +174,113 @@ def fit_decode(points: list[DecodePoint], batch1: list[PrefillPoint], output_tok
     fixed, per_sequence = fit_line([p.batch for p in points],
                                    [p.step_s - per_context * p.batch * p.context_tokens for p in points])
     return DecodeModel(fixed_s=fixed, per_sequence_s=per_sequence, per_context_token_s=per_context)
+
+
+# ---- fitting from a load test's own timings (`cascade profile --from-loadgen`) -----------------
+
+MIN_BATCH_SAMPLES = 20  # gaps a batch size needs before it is listed as a decode point
+
+
+class TracedRequest(msgspec.Struct, frozen=True):
+    """One streamed request of a load test, on a clock shared by all of them."""
+
+    sent_s: float
+    ttft_s: float
+    itl_s: list[float]  # gap before each token after the first
+    prompt_tokens: int
+
+
+class TraceFit(msgspec.Struct, frozen=True):
+    prefill: PrefillModel
+    decode: DecodeModel
+    prefill_points: list[PrefillPoint]
+    decode_points: list[DecodePoint]
+    decode_gaps: int  # inter-token gaps the decode fit used
+    prefill_requests: int  # requests the prefill fit used
+
+
+def fit_trace(requests: list[TracedRequest]) -> TraceFit:
+    """Step costs read off a load test, as the engine ran them under staggered arrivals.
+
+    Why: a batch probe starts its B requests together; on transformers' continuous batching the
+    same worker steps 20-30% slower when requests join and leave at random (session-6 SmolLM2 runs:
+    probe 30 ms + 20 ms/sequence, load test 38 ms + 24 ms/sequence), and a replay with the probe
+    underestimated p95 by 27-32%.
+
+    * decode: every inter-token gap that overlaps no request's wait for its first token (a prefill
+      blocks the whole batch, so those gaps hold prefill time), with B = the requests decoding through
+      the gap and C = their context (prompt + tokens so far). Least squares of the gap on (1, B, C);
+      the mean, not the median, because the simulator sums steps (GC pauses and jitter count).
+    * prefill: requests whose wait overlaps no other request's wait (their own prefill ran alone),
+      timed from the end of the decode step in progress when they arrived (the last token anyone
+      received before their first) or from their send on an idle engine; least squares on prompt
+      tokens. So it is the time the engine blocks, a little less than the TTFT a client sees.
+    """
+    if len(requests) < 3:
+        raise ValueError(f"{len(requests)} completed request(s): a trace fit needs at least 3")
+    sent = np.array([r.sent_s for r in requests])
+    first = sent + np.array([r.ttft_s for r in requests])
+    tokens = [f + np.concatenate([[0.0], np.cumsum(r.itl_s)]) for f, r in zip(first, requests, strict=True)]
+    ends = np.array([t[-1] for t in tokens])
+    prompt = np.array([r.prompt_tokens for r in requests], dtype=float)
+    gap_parts, batch_parts, context_parts = [], [], []
+    for t in tokens:
+        a, b = t[:-1], t[1:]
+        if len(a) == 0:
+            continue
+        prefilling = ((sent[None, :] < b[:, None]) & (first[None, :] > a[:, None])).any(axis=1)
+        # Decoding through the gap: first token before its middle, last after it (clients receive one
+        # step's tokens a little apart, so its ends would not compare reliably).
+        middle = (a + b) / 2
+        live = (first[None, :] <= middle[:, None]) & (ends[None, :] >= middle[:, None])
+        context = np.zeros(len(a))
+        for j in np.nonzero(live.any(axis=0))[0]:
+            done = np.searchsorted(tokens[j], middle)
+            context += np.where(live[:, j], prompt[j] + done, 0.0)
+        keep = ~prefilling
+        gap_parts.append((b - a)[keep])
+        batch_parts.append(live.sum(axis=1)[keep].astype(float))
+        context_parts.append(context[keep])
+    gaps = np.concatenate(gap_parts) if gap_parts else np.zeros(0)
+    if len(gaps) == 0:
+        raise ValueError("no inter-token gap outside a prefill: the requests streamed one token each, or every "
+                         "gap overlapped another request's prefill")
+    batch, context = np.concatenate(batch_parts), np.concatenate(context_parts)
+    decode = _fit_decode_gaps(gaps, batch, context)
+    points = [DecodePoint(batch=int(size), step_s=float(np.mean(gaps[batch == size])),
+                          context_tokens=float(np.mean(context[batch == size]) / size),
+                          samples=int(np.sum(batch == size)))
+              for size in np.unique(batch) if np.sum(batch == size) >= MIN_BATCH_SAMPLES]
+
+    waits_overlap = (sent[None, :] < first[:, None]) & (first[None, :] > sent[:, None])
+    alone = waits_overlap.sum(axis=1) == 1  # only its own wait
+    if alone.sum() < 3:  # one prompt length is enough: the prefill cost is then flat (fit_line)
+        raise ValueError(f"{int(alone.sum())} request(s) prefilled alone (need 3): the load was too high to see "
+                         "a prefill on its own; use a lower rate")
+    # A prefill starts when the step in progress ends: the last token anyone received before this
+    # request's first, if that came after it was sent (else the engine was idle and it starts at once).
+    stream_times = np.sort(np.concatenate([t for t in tokens]))
+    before = stream_times[np.maximum(np.searchsorted(stream_times, first) - 1, 0)]
+    ttft = first - np.maximum(sent, np.where(before < first, before, sent))
+    fixed, per_token = fit_line(list(prompt[alone]), list(ttft[alone]))
+    order = np.argsort(prompt[alone])
+    bins = np.array_split(order, min(6, len(order)))
+    prefill_points = [PrefillPoint(prompt_tokens=int(np.median(prompt[alone][rows])),
+                                   ttft_s=float(np.mean(ttft[alone][rows])), samples=len(rows)) for rows in bins]
+    return TraceFit(prefill=PrefillModel(fixed_s=fixed, per_token_s=per_token), decode=decode,
+                    prefill_points=prefill_points, decode_points=points, decode_gaps=len(gaps),
+                    prefill_requests=int(alone.sum()))
+
+
+def _fit_decode_gaps(gaps: np.ndarray, batch: np.ndarray, context: np.ndarray) -> DecodeModel:
+    """gap = fixed + per_sequence*B + per_context*C by least squares, every coefficient >= 0; a context
+    cost below NOISE of the step at the largest context is dropped (as in fit_decode)."""
+    design = np.column_stack([np.ones_like(gaps), batch, context])
+    if len(np.unique(batch)) >= 2 and len(np.unique(context)) >= 3:
+        fixed, per_sequence, per_context = (float(x) for x in np.linalg.lstsq(design, gaps, rcond=None)[0])
+        top = int(np.argmax(context))
+        if min(fixed, per_sequence, per_context) >= 0 and \
+                per_context * context[top] >= NOISE * (fixed + per_sequence * batch[top] + per_context * context[top]):
+            return DecodeModel(fixed_s=fixed, per_sequence_s=per_sequence, per_context_token_s=per_context)
+    fixed, per_sequence = fit_line(list(batch), list(gaps))
+    return DecodeModel(fixed_s=fixed, per_sequence_s=per_sequence)

@@ -26,7 +26,7 @@ def test_replaying_a_load_test_on_the_fake_engine_predicts_its_p95_within_25_per
     command = [sys.executable, str(SCRIPT), "--fake", "--rate", "5", "--n", "25", "--max-tokens", "64",
                "--fake-ttft-ms", "10", "--fake-itl-ms", "8", "--profile-prompt-tokens", "16,64,256",
                "--profile-repeats", "2", "--profile-max-batch", "4", "--profile-output-tokens", "16",
-               "--profile-time-limit-s", "15", "--out", str(tmp_path / "run"), "--json-out", str(tmp_path / "r.json")]
+               "--profile-time-limit-s", "15", "--calibrate-n", "20", "--out", str(tmp_path / "run"), "--json-out", str(tmp_path / "r.json")]
     # Its own session: a timeout kills the script, its loadgen and its fake engine together.
     proc = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                             stdin=subprocess.DEVNULL, start_new_session=True)
@@ -58,6 +58,13 @@ def test_replaying_a_load_test_on_the_fake_engine_predicts_its_p95_within_25_per
     assert alone and all(a == pytest.approx(8.0, abs=4.0) for a in alone), phases
     assert result["engine_drift"]["profile_decode_step_after_vs_before"] == pytest.approx(1.0, abs=0.5)
 
+    # A profile fitted from a separate calibration load test (its own folder) predicts the run too.
+    fitted = result["loadgen_profile"]
+    assert fitted["path"].endswith("profile_loadgen.json") and (tmp_path / "run" / "calibration" / "requests.jsonl").exists()
+    assert fitted["decode"]["fixed_s"] == pytest.approx(0.008, abs=0.003)
+    assert result["relative_error"]["replay_p95_loadgen_profile"] is not None
+    assert result["predicted"]["loadgen_profile"]["planner"]["e2e_p95_s"] is not None
+
     # --from-run re-analyses the same folder without starting anything: same measurement, same replay.
     again = subprocess.run([sys.executable, str(SCRIPT), "--fake", "--rate", "5", "--n", "25", "--max-tokens", "64",
                             "--from-run", str(tmp_path / "run")], cwd=ROOT, capture_output=True, timeout=60)
@@ -65,6 +72,7 @@ def test_replaying_a_load_test_on_the_fake_engine_predicts_its_p95_within_25_per
     reanalysed = json.loads(again.stdout)
     assert reanalysed["measured"] == result["measured"]
     assert reanalysed["predicted"]["replay"] == result["predicted"]["replay"]
+    assert reanalysed["predicted"]["loadgen_profile"] == result["predicted"]["loadgen_profile"]
     assert reanalysed["phases"] == result["phases"]
 
     # The fake engine was stopped: nothing listens on its port any more.
