@@ -212,9 +212,10 @@ def fit_trace(requests: list[TracedRequest]) -> TraceFit:
       the gap and C = their context (prompt + tokens so far). Least squares of the gap on (1, B, C);
       the mean, not the median, because the simulator sums steps (GC pauses and jitter count).
     * prefill: requests whose wait overlaps no other request's wait (their own prefill ran alone),
-      timed from the end of the decode step in progress when they arrived (the last token anyone
-      received before their first) or from their send on an idle engine; least squares on prompt
-      tokens. So it is the time the engine blocks, a little less than the TTFT a client sees.
+      timed from the end of the decode step in progress when they arrived (the first token anyone
+      received after their send) or from their send on an idle engine; least squares on prompt
+      tokens. (The last token before their first would under-read it: transformers streams a first
+      token a few steps after the prefill that blocked the batch.)
     """
     if len(requests) < 3:
         raise ValueError(f"{len(requests)} completed request(s): a trace fit needs at least 3")
@@ -257,11 +258,11 @@ def fit_trace(requests: list[TracedRequest]) -> TraceFit:
     if alone.sum() < 3:  # one prompt length is enough: the prefill cost is then flat (fit_line)
         raise ValueError(f"{int(alone.sum())} request(s) prefilled alone (need 3): the load was too high to see "
                          "a prefill on its own; use a lower rate")
-    # A prefill starts when the step in progress ends: the last token anyone received before this
-    # request's first, if that came after it was sent (else the engine was idle and it starts at once).
-    stream_times = np.sort(np.concatenate([t for t in tokens]))
-    before = stream_times[np.maximum(np.searchsorted(stream_times, first) - 1, 0)]
-    ttft = first - np.maximum(sent, np.where(before < first, before, sent))
+    # A prefill starts when the step in progress ends: the first token anyone received after this
+    # request was sent, if that came before its own first token (else the engine was idle).
+    stream_times = np.append(np.sort(np.concatenate(tokens)), np.inf)
+    after = stream_times[np.searchsorted(stream_times, sent, side="right")]
+    ttft = first - np.where(after < first, after, sent)
     fixed, per_token = fit_line(list(prompt[alone]), list(ttft[alone]))
     order = np.argsort(prompt[alone])
     bins = np.array_split(order, min(6, len(order)))
