@@ -92,7 +92,7 @@ from cascade.errors import CascadeError
 from cascade.optimizer.parallelism import SimSettings
 from cascade.optimizer.profile import UNBOUNDED_KV_TOKENS, Profile, ProfileCost, load_profile, write_profile
 from cascade.optimizer.simulator import SimResult, replica_percentile, saturation_rps, simulate, workload_sample
-from cascade.profiler import profile_from_loadgen
+from cascade.profiler import profile_from_records, read_loadgen_records
 from loadgen.datasets import estimate_tokens
 from loadgen.records import RequestRecord
 from loadgen.run import LoadConfig, build_workload
@@ -225,12 +225,7 @@ def run_loadgen(args: argparse.Namespace, target: Target, dataset: str, run_dir:
     result = subprocess.run(command, stdout=subprocess.PIPE, stdin=subprocess.DEVNULL, timeout=bound, check=False)
     if result.returncode != 0:
         raise CascadeError(f"cascade loadgen exited with {result.returncode} (its error is above)")
-    return load_records(run_dir)
-
-
-def load_records(run_dir: Path) -> list[RequestRecord]:
-    lines = (run_dir / "requests.jsonl").read_bytes().splitlines()
-    return [msgspec.json.decode(line, type=RequestRecord) for line in lines if line.strip()]
+    return read_loadgen_records(run_dir)
 
 
 def stats(values: np.ndarray) -> dict[str, float]:
@@ -443,7 +438,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         profile = load_profile(args.profile or out / "profile.json")
         profile_after = load_profile(out / "profile_after.json") if (out / "profile_after.json").exists() else None
         fitted = load_profile(fitted_path) if args.loadgen_profile or fitted_path.exists() else None
-        records = load_records(out / "loadgen")
+        records = read_loadgen_records(out / "loadgen")
         t1 = t2 = t3 = time.monotonic()
     else:
         with serve_target(args, out) as target:
@@ -452,8 +447,10 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             fitted = load_profile(fitted_path) if args.loadgen_profile else None
             if args.calibrate_n:
                 # A separate load test (other questions, other arrivals) to fit the profile from.
-                run_loadgen(args, target, dataset, out / "calibration", n=args.calibrate_n, seed=args.seed + 1)
-                fitted = profile_from_loadgen(out / "calibration", kv_capacity_tokens=target.kv_capacity_tokens
+                calibration = run_loadgen(args, target, dataset, out / "calibration", n=args.calibrate_n,
+                                          seed=args.seed + 1)
+                fitted = profile_from_records(calibration, origin=str(out / "calibration"),
+                                              kv_capacity_tokens=target.kv_capacity_tokens
                                               if target.kind == "embedded" else None)
                 write_profile(fitted_path, fitted)
                 log(f"profile fitted from the calibration run: {fitted_path}")

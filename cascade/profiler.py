@@ -269,11 +269,9 @@ async def measure(settings: Settings, tick: Callable[[], None] = lambda: None) -
         measured_at=datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"), elapsed_s=round(time.monotonic() - started, 3))
 
 
-def profile_from_loadgen(run: str | Path, *, model: str = "", label: str = "", kv_capacity_tokens: int | None = None,
-                         tp: int = 1, pp: int = 1) -> Profile:
-    """A profile fitted from a finished `cascade loadgen --out RUN` (its requests.jsonl; RUN may also
-    name that file). Needs streamed requests with the server's prompt token counts (usage). The
-    model is `model`, else the one the responses named most often."""
+def read_loadgen_records(run: str | Path) -> list[Any]:
+    """The rows of a finished `cascade loadgen --out RUN` (its requests.jsonl; RUN may also name that
+    file), as loadgen's RequestRecord."""
     from loadgen.records import RequestRecord
 
     path = Path(run)
@@ -283,24 +281,41 @@ def profile_from_loadgen(run: str | Path, *, model: str = "", label: str = "", k
     except OSError as exc:
         raise CascadeError(f"cannot read {path}: {exc.strerror}") from None
     try:
-        records = [msgspec.json.decode(line, type=RequestRecord) for line in lines if line.strip()]
+        return [msgspec.json.decode(line, type=RequestRecord) for line in lines if line.strip()]
     except msgspec.MsgspecError as exc:
         raise CascadeError(f"{path}: not a cascade loadgen requests file: {exc}") from None
-    done = [r for r in records if r.ok and r.sent_s is not None
-            and r.ttft_ms is not None and r.itl_ms]
+
+
+def profile_from_loadgen(run: str | Path, *, model: str = "", label: str = "", kv_capacity_tokens: int | None = None,
+                         tp: int = 1, pp: int = 1) -> Profile:
+    """A profile fitted from a finished `cascade loadgen --out RUN` (see `profile_from_records`)."""
+    records = read_loadgen_records(run)
+    try:
+        return profile_from_records(records, model=model, label=label, origin=str(run),
+                                    kv_capacity_tokens=kv_capacity_tokens, tp=tp, pp=pp)
+    except CascadeError as exc:
+        raise CascadeError(f"{run}: {exc.message}") from None
+
+
+def profile_from_records(records: list[Any], *, model: str = "", label: str = "", origin: str = "a load test",
+                         kv_capacity_tokens: int | None = None, tp: int = 1, pp: int = 1) -> Profile:
+    """A profile fitted from a load test's rows (loadgen RequestRecords). Needs streamed requests with
+    the server's prompt token counts (usage). The model is `model`, else the one the responses named
+    most often."""
+    done = [r for r in records if r.ok and r.sent_s is not None and r.ttft_ms is not None and r.itl_ms]
     if done and any(not r.prompt_tokens for r in done):
-        raise CascadeError(f"{path}: the server reported no prompt token counts (usage); a profile needs them")
+        raise CascadeError("the server reported no prompt token counts (usage); a profile needs them")
     traced = [TracedRequest(sent_s=float(r.sent_s or 0.0), ttft_s=float(r.ttft_ms or 0.0) / 1000,
                             itl_s=[x / 1000 for x in r.itl_ms], prompt_tokens=int(r.prompt_tokens or 0))
               for r in done]
     try:
         fit = fit_trace(traced)
     except ValueError as exc:
-        raise CascadeError(f"{path}: {exc}") from None
+        raise CascadeError(str(exc)) from None
     models = Counter(r.model for r in done if r.model)
     elapsed = max(r.sent_s or 0.0 for r in done) - min(r.sent_s or 0.0 for r in done)
     return Profile(source="loadgen", model=model or (models.most_common(1)[0][0] if models else ""), url="",
-                   label=label or f"fitted from {path} ({len(done)} requests, {fit.decode_gaps} gaps)",
+                   label=label or f"fitted from {origin} ({len(done)} requests, {fit.decode_gaps} gaps)",
                    tp=tp, pp=pp, kv_capacity_tokens=kv_capacity_tokens, prefill=fit.prefill, decode=fit.decode,
                    prompt_tokens_source="usage", prefill_points=fit.prefill_points, decode_points=fit.decode_points,
                    measured_at=datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"), elapsed_s=round(elapsed, 3))

@@ -60,11 +60,7 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
         raise ConfigError(f"--prompt-tokens: expected comma-separated integers, got {args.prompt_tokens!r}") from None
     if len(ladder) < 2 or ladder[0] < 1:
         raise ConfigError("--prompt-tokens: give at least two distinct positive lengths, e.g. 64,256,1024")
-    for name in ("repeats", "max_batch", "output_tokens", "decode_prompt_tokens", "tp", "pp"):
-        if getattr(args, name) < 1:
-            raise ConfigError(f"--{name.replace('_', '-')} must be at least 1, got {getattr(args, name)}")
-    if args.kv_capacity_tokens is not None and args.kv_capacity_tokens < 1:
-        raise ConfigError(f"--kv-capacity-tokens must be at least 1, got {args.kv_capacity_tokens}")
+    _check_positive(args, "repeats", "max_batch", "output_tokens", "decode_prompt_tokens", "tp", "pp")
     if args.output_tokens < 2:
         raise ConfigError("--output-tokens must be at least 2 (inter-token latency needs two tokens)")
     if not args.time_limit_s > 0:
@@ -76,6 +72,15 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
                     tp=args.tp, pp=args.pp, label=args.label, seed=args.seed)
 
 
+def _check_positive(args: argparse.Namespace, *names: str) -> None:
+    """These options and --kv-capacity-tokens (when given) must be at least 1."""
+    for name in names:
+        if getattr(args, name) < 1:
+            raise ConfigError(f"--{name.replace('_', '-')} must be at least 1, got {getattr(args, name)}")
+    if args.kv_capacity_tokens is not None and args.kv_capacity_tokens < 1:
+        raise ConfigError(f"--kv-capacity-tokens must be at least 1, got {args.kv_capacity_tokens}")
+
+
 def _profile_command(args: argparse.Namespace) -> int:
     import msgspec
 
@@ -84,11 +89,7 @@ def _profile_command(args: argparse.Namespace) -> int:
     if args.from_loadgen:
         from cascade.profiler import profile_from_loadgen
 
-        for name in ("tp", "pp"):
-            if getattr(args, name) < 1:
-                raise ConfigError(f"--{name} must be at least 1, got {getattr(args, name)}")
-        if args.kv_capacity_tokens is not None and args.kv_capacity_tokens < 1:
-            raise ConfigError(f"--kv-capacity-tokens must be at least 1, got {args.kv_capacity_tokens}")
+        _check_positive(args, "tp", "pp")
         profile = profile_from_loadgen(args.from_loadgen, model=args.model, label=args.label,
                                        kv_capacity_tokens=args.kv_capacity_tokens, tp=args.tp, pp=args.pp)
     else:
