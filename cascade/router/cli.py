@@ -117,6 +117,7 @@ def _train(args: argparse.Namespace) -> int:
         oof = cross_validated_p_fail(model, train.prompts, train.correct, train.groups, args.cv_folds, args.seed)
         metrics["cross_validated"] = evaluate.report(oof, train.correct, costs)
         calibration = calibrate(oof, train.correct, costs)
+        metrics["cross_validated"]["operating_points"] = _operating_points(oof, train, calibration, costs)
     model.fit(train.prompts, train.correct)
     if len(test_rows):
         test = outcomes.subset(test_rows)
@@ -131,11 +132,9 @@ def _train(args: argparse.Namespace) -> int:
         for name, report in metrics.items():
             print(f"  {name}: APGR {_f(report['apgr'])}  AUC {_f(report['auc'])}  ECE {_f(report['ece'])}  "
                   f"n={report['n']}")
-        if calibration is not None:
-            for hint, thresholds in calibration.named.items():
-                point = next(p for p in calibration.frontier if p.thresholds == thresholds)
-                print(f"  operating point {hint}: thresholds {thresholds}  quality {point.quality:.3f}  "
-                      f"cost {point.cost:.3f}  tier fractions {point.tier_fractions}")
+        if "cross_validated" in metrics:
+            print("operating points (cross-validated, on the training rows):")
+            _print_operating_points(metrics["cross_validated"]["operating_points"])
     return 0
 
 
@@ -161,6 +160,7 @@ def _eval(args: argparse.Namespace) -> int:
     p_fail = model.predict_p_fail(outcomes.prompts)
     result: dict[str, Any] = evaluate.report(p_fail, outcomes.correct, costs)
     result["in_sample"] = bool(same_data and not args.holdout)
+    result["operating_points"] = _operating_points(p_fail, outcomes, card.calibration, costs)
     if args.plot != "none":
         title = f"{args.router} on {outcomes.groups[0] if len(set(outcomes.groups)) == 1 else args.outcomes}"
         result["plot"] = str(evaluate.plot_curves(args.plot, p_fail, outcomes.correct, tiers, costs, title))
@@ -170,11 +170,34 @@ def _eval(args: argparse.Namespace) -> int:
         cpt = ", ".join(f"CPT({k}%) {_f(v)}" for k, v in result["cpt"].items())
         print(f"n={result['n']}  APGR {_f(result['apgr'])} (oracle {_f(result['oracle_apgr'])}, random 0.5)  "
               f"AUC {_f(result['auc'])}  ECE {_f(result['ece'])}  {cpt}")
+        _print_operating_points(result["operating_points"])
         if result["in_sample"]:
             print("note: these outcomes are the router's training data (in-sample)", file=sys.stderr)
         if "plot" in result:
             print(f"plot: {result['plot']}")
     return 0
+
+
+def _operating_points(p_fail: Any, outcomes: Any, calibration: Any, costs: Any) -> list[dict[str, Any]]:
+    """Each tier alone, each named hint's calibrated thresholds, and the oracle, measured on ``outcomes``."""
+    import msgspec
+
+    from cascade.router.operating import operating_table, reference_points
+
+    points = reference_points(calibration, len(outcomes.tiers), outcomes.tiers)
+    table = operating_table(p_fail, outcomes.correct, points, costs, outcomes.tokens, outcomes.latency)
+    return [msgspec.to_builtins(row) for row in table]
+
+
+def _print_operating_points(rows: list[dict[str, Any]]) -> None:
+    width = max(len(row["name"]) for row in rows)
+    print(f"  {'operating point':<{width}}  accuracy  cost   tokens  latency  tier fractions")
+    for row in rows:
+        tokens = "n/a" if row["decode_tokens"] is None else f"{row['decode_tokens']:.0f}"
+        latency = "n/a" if row["latency_s"] is None else f"{row['latency_s']:.1f}s"
+        fractions = " ".join(f"{f:.2f}" for f in row["tier_fractions"])
+        print(f"  {row['name']:<{width}}  {row['accuracy']:8.3f}  {row['cost']:5.2f}  {tokens:>6}  {latency:>7}  "
+              f"{fractions}")
 
 
 def _costs(raw: str | None, n_tiers: int) -> Any:

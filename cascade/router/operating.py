@@ -97,3 +97,50 @@ def calibrate(p_fail: np.ndarray, correct: np.ndarray, costs: np.ndarray | None 
         named[hint] = list(point.thresholds)
     return Calibration(costs=[float(c) for c in costs], quality_all_cheapest=round(q_low, 6),
                        quality_all_top=round(q_high, 6), frontier=frontier, named=named)
+
+
+class OperatingRow(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """One operating point measured on outcomes: what routing with ``thresholds`` picks and what it costs."""
+
+    name: str  # a quality hint, "all <tier>", or "oracle" (the cheapest correct tier of each prompt)
+    thresholds: list[float] | None  # None for the oracle
+    tier_fractions: list[float]
+    accuracy: float
+    cost: float  # mean tier cost per prompt (the --costs scale)
+    decode_tokens: float | None  # mean tokens decoded per prompt by the picked tiers (all branches); None if unknown
+    latency_s: float | None  # mean latency of the picked answers as labelled; None if unknown
+
+
+def reference_points(calibration: Calibration | None, n_tiers: int, tiers: list[str]) -> dict[str, list[float]]:
+    """Thresholds of each tier alone (cheapest first), then of each named hint the calibration has."""
+    points = {f"all {tier}": [0.0] * t + [NEVER] * (n_tiers - 1 - t) for t, tier in enumerate(tiers)}
+    return points | (dict(calibration.named) if calibration is not None else {})
+
+
+def operating_table(p_fail: np.ndarray, correct: np.ndarray, points: dict[str, list[float]],
+                    costs: np.ndarray | None = None, tokens: np.ndarray | None = None,
+                    latency: np.ndarray | None = None) -> list[OperatingRow]:
+    """Accuracy, cost, decode tokens and latency of each operating point on these outcomes, plus the oracle."""
+    correct = np.asarray(correct, dtype=bool)
+    n, n_tiers = correct.shape
+    costs = np.arange(n_tiers, dtype=float) if costs is None else np.asarray(costs, dtype=float)
+    scores = route_score(p_fail)
+    picks = {name: chosen_tiers(scores, np.array(thresholds)) for name, thresholds in points.items()}
+    # The oracle takes the cheapest tier that answers right, and the cheapest tier when none does.
+    picks["oracle"] = np.where(correct.any(axis=1), correct.argmax(axis=1), 0)
+    rows = []
+    for name, tiers in picks.items():
+        at = (np.arange(n), tiers)
+        rows.append(OperatingRow(
+            name=name, thresholds=list(points[name]) if name in points else None,
+            tier_fractions=[round(float(f), 4) for f in np.bincount(tiers, minlength=n_tiers) / n],
+            accuracy=round(float(correct[at].mean()), 4), cost=round(float(costs[tiers].mean()), 4),
+            decode_tokens=_known_mean(tokens, at), latency_s=_known_mean(latency, at)))
+    return rows
+
+
+def _known_mean(values: np.ndarray | None, at: tuple[np.ndarray, np.ndarray]) -> float | None:
+    if values is None:
+        return None
+    picked = values[at]
+    return round(float(picked.mean()), 2) if len(picked) and np.isfinite(picked).all() else None

@@ -5,6 +5,8 @@ Formats (``tiers`` always names the tiers cheapest first):
 * JSONL, as written by ``cascade label``: one object per line,
   ``{"id": "gsm8k-train:17", "prompt": "...", "tiers": {"<tier>": {"correct": bool, ...}, ...}}``.
   The group of a row (used for grouped cross-validation) is the part of ``id`` before the last ``:``.
+  A tier's optional ``decode_tokens`` (all branches of a branched tier), else ``output_tokens``, and
+  ``latency_s`` are kept as what the answer cost (`Outcomes.tokens`, `Outcomes.latency`; NaN where absent).
 * CSV (the RouteLLM format): a ``prompt`` column and one boolean column per tier
   (``True``/``False``, ``true``/``false`` or ``1``/``0``). The group is the file's stem.
 * A folder: every ``*.csv`` in it, sorted by name, concatenated (e.g. RouteLLM's ``mmlu/``, one file per subject).
@@ -40,6 +42,9 @@ class Outcomes:
     tiers: list[str]
     groups: list[str]
     sha256: str
+    # What each answer cost, (n_prompts, n_tiers), NaN where the data does not say (CSV files).
+    tokens: np.ndarray | None = None
+    latency: np.ndarray | None = None
 
     def __len__(self) -> int:
         return len(self.prompts)
@@ -49,12 +54,21 @@ class Outcomes:
         return Outcomes(
             ids=[self.ids[i] for i in rows], prompts=[self.prompts[i] for i in rows],
             correct=self.correct[rows], tiers=self.tiers, groups=[self.groups[i] for i in rows],
-            sha256=self.sha256,
+            sha256=self.sha256, tokens=None if self.tokens is None else self.tokens[rows],
+            latency=None if self.latency is None else self.latency[rows],
         )
 
 
 class _TierResult(msgspec.Struct):
     correct: bool
+    output_tokens: int | None = None
+    decode_tokens: int | None = None  # all branches of a branched tier
+    latency_s: float | None = None
+
+    @property
+    def tokens(self) -> float:
+        spent = self.decode_tokens if self.decode_tokens is not None else self.output_tokens
+        return float("nan") if spent is None else float(spent)
 
 
 class _Row(msgspec.Struct):
@@ -104,10 +118,15 @@ def load_outcomes(path: str | Path, tiers: list[str]) -> Outcomes:
     groups = [g for p in parts for g in p[3]]
     if not prompts:
         raise ConfigError(f"outcomes {path} hold no rows")
-    return Outcomes(ids, prompts, correct, list(tiers), groups, digest.hexdigest())
+    tokens = np.concatenate([p[4] for p in parts])
+    latency = np.concatenate([p[5] for p in parts])
+    return Outcomes(ids, prompts, correct, list(tiers), groups, digest.hexdigest(), tokens, latency)
 
 
-def _read_csv(file: Path, raw: bytes, tiers: list[str]) -> tuple[list[str], list[str], np.ndarray, list[str]]:
+_Part = tuple[list[str], list[str], np.ndarray, list[str], np.ndarray, np.ndarray]
+
+
+def _read_csv(file: Path, raw: bytes, tiers: list[str]) -> _Part:
     csv.field_size_limit(sys.maxsize)
     reader = csv.DictReader(raw.decode("utf-8-sig").splitlines(keepends=True))
     columns = reader.fieldnames or []
@@ -119,12 +138,14 @@ def _read_csv(file: Path, raw: bytes, tiers: list[str]) -> tuple[list[str], list
         prompts.append(record["prompt"])
         rows.append([_bool(record[t], file, line, t) for t in tiers])
     ids = [f"{file.stem}:{i}" for i in range(len(prompts))]
-    return ids, prompts, np.array(rows, dtype=bool).reshape(-1, len(tiers)), [file.stem] * len(prompts)
+    unknown = np.full((len(prompts), len(tiers)), np.nan)
+    return (ids, prompts, np.array(rows, dtype=bool).reshape(-1, len(tiers)), [file.stem] * len(prompts),
+            unknown, unknown.copy())
 
 
-def _read_jsonl(file: Path, raw: bytes, tiers: list[str]) -> tuple[list[str], list[str], np.ndarray, list[str]]:
+def _read_jsonl(file: Path, raw: bytes, tiers: list[str]) -> _Part:
     decoder = msgspec.json.Decoder(_Row)
-    ids, prompts, rows, groups = [], [], [], []
+    ids, prompts, rows, groups, tokens, latency = [], [], [], [], [], []
     texts: dict[str, dict[str, str]] = {}  # dataset -> id -> prompt, loaded once per dataset
     for line, text in enumerate(raw.splitlines(), start=1):
         if not text.strip():
@@ -142,8 +163,12 @@ def _read_jsonl(file: Path, raw: bytes, tiers: list[str]) -> tuple[list[str], li
         ids.append(row_id)
         prompts.append(row.prompt if row.prompt is not None else _prompt_by_id(row, file, line, texts))
         rows.append([row.tiers[t].correct for t in tiers])
+        tokens.append([row.tiers[t].tokens for t in tiers])
+        latency.append([np.nan if row.tiers[t].latency_s is None else row.tiers[t].latency_s for t in tiers])
         groups.append(row_id.rsplit(":", 1)[0] if ":" in row_id else file.stem)
-    return ids, prompts, np.array(rows, dtype=bool).reshape(-1, len(tiers)), groups
+    shape = (-1, len(tiers))
+    return (ids, prompts, np.array(rows, dtype=bool).reshape(shape), groups,
+            np.array(tokens, dtype=float).reshape(shape), np.array(latency, dtype=float).reshape(shape))
 
 
 def _prompt_by_id(row: _Row, file: Path, line: int, texts: dict[str, dict[str, str]]) -> str:

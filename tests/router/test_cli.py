@@ -32,6 +32,11 @@ def test_train_then_eval_prints_the_contract_keys_and_writes_a_png(tmp_path, csv
     assert {"n", "apgr", "auc", "ece", "cpt"} <= set(result) and set(result["cpt"]) == {"50", "80", "95"}
     assert result["n"] == 100 and result["apgr"] == train_metrics["holdout"]["apgr"]
     assert result["in_sample"] is False and png.exists()
+    points = {row["name"]: row for row in result["operating_points"]}
+    assert list(points) == ["all weak", "all strong", "fast", "balanced", "best", "oracle"]
+    assert points["all strong"]["tier_fractions"] == [0.0, 1.0] and points["all weak"]["cost"] == 0.0
+    assert points["oracle"]["accuracy"] >= max(row["accuracy"] for row in result["operating_points"])
+    assert [row["name"] for row in train_metrics["cross_validated"]["operating_points"]] == list(points)
 
 
 def test_eval_with_the_wrong_number_of_tiers_is_one_line_and_exit_2(tmp_path, csv_path, capsys) -> None:

@@ -8,7 +8,15 @@ import numpy as np
 import pytest
 
 from cascade.router import evaluate
-from cascade.router.operating import HINT_GAP_RECOVERED, NEVER, calibrate, chosen_tiers, route_score
+from cascade.router.operating import (
+    HINT_GAP_RECOVERED,
+    NEVER,
+    calibrate,
+    chosen_tiers,
+    operating_table,
+    reference_points,
+    route_score,
+)
 
 
 def noisy_two_tier(n: int = 400, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
@@ -78,3 +86,33 @@ def test_three_tiers_get_ascending_thresholds_and_use_the_middle_tier() -> None:
     for thresholds in cal.named.values():
         assert len(thresholds) == 2 and thresholds[0] <= thresholds[1] <= NEVER
     assert any(p.tier_fractions[1] > 0 for p in cal.frontier)
+
+
+def test_operating_table_measures_each_point_tier_alone_and_the_oracle() -> None:
+    # Route scores 0.9, 0.55, 0.2, 0.5 (gain of tier 2 over tier 0, mapped to [0, 1]).
+    p_fail = np.array([[0.9, 0.5, 0.1], [0.6, 0.5, 0.5], [0.1, 0.3, 0.5], [0.5, 0.5, 0.5]])
+    correct = np.array([[0, 0, 1], [0, 1, 1], [1, 1, 0], [0, 0, 0]], dtype=bool)
+    tokens = np.array([[10, 20, 80], [10, 20, 80], [10, 20, 80], [10, 20, 80]], dtype=float)
+    points = reference_points(None, 3, ["a", "b", "c"]) | {"mid": [0.52, 0.8]}
+    rows = {row.name: row for row in operating_table(p_fail, correct, points, tokens=tokens)}
+    assert list(rows) == ["all a", "all b", "all c", "mid", "oracle"]
+    assert rows["all a"].tier_fractions == [1.0, 0.0, 0.0] and rows["all a"].accuracy == 0.25
+    assert rows["all c"].accuracy == 0.5 and rows["all c"].cost == 2.0 and rows["all c"].decode_tokens == 80
+    # mid: 0.9 -> c (right), 0.55 -> b (right), 0.2 -> a (right), 0.5 -> a (wrong).
+    assert rows["mid"].tier_fractions == [0.5, 0.25, 0.25] and rows["mid"].accuracy == 0.75
+    assert rows["mid"].cost == 0.75 and rows["mid"].decode_tokens == 30.0
+    # The oracle: c, b, a, and a where no tier is right.
+    assert rows["oracle"].tier_fractions == [0.5, 0.25, 0.25] and rows["oracle"].thresholds is None
+    assert rows["oracle"].accuracy == 0.75 and rows["mid"].latency_s is None
+
+
+def test_operating_table_reports_unknown_tokens_as_none_and_named_hints_follow_the_tiers() -> None:
+    p_fail, correct = noisy_two_tier(n=100)
+    cal = calibrate(p_fail, correct)
+    tokens = np.full(correct.shape, 5.0)
+    tokens[0, 1] = np.nan
+    points = reference_points(cal, 2, ["weak", "strong"])
+    assert list(points) == ["all weak", "all strong", *HINT_GAP_RECOVERED]
+    rows = {row.name: row for row in operating_table(p_fail, correct, points, tokens=tokens)}
+    assert rows["all weak"].decode_tokens == 5.0 and rows["all strong"].decode_tokens is None
+    assert rows["best"].accuracy >= rows["fast"].accuracy

@@ -34,6 +34,24 @@ def test_csv_and_jsonl_outcomes_load_to_the_same_matrix(tmp_path) -> None:
     assert len(from_csv.sha256) == 64
 
 
+def test_jsonl_keeps_what_each_answer_cost_and_a_csv_says_unknown(tmp_path) -> None:
+    rows = [{"weak": {"correct": True, "output_tokens": 12, "latency_s": 0.5},
+             "strong": {"correct": False, "output_tokens": 30, "decode_tokens": 95, "latency_s": 2.0}},
+            {"weak": {"correct": False, "output_tokens": 7}, "strong": {"correct": True}}]
+    (tmp_path / "o.jsonl").write_text("".join(json.dumps({"id": f"t:{i}", "prompt": f"q{i}", "tiers": tiers}) + "\n"
+                                              for i, tiers in enumerate(rows)))
+    outcomes = load_outcomes(tmp_path / "o.jsonl", ["weak", "strong"])
+    assert outcomes.tokens is not None and outcomes.latency is not None
+    # A branched tier's cost is every branch's tokens (decode_tokens), not the one answer's.
+    assert np.array_equal(outcomes.tokens, [[12, 95], [7, np.nan]], equal_nan=True)
+    assert np.array_equal(outcomes.latency, [[0.5, 2.0], [np.nan, np.nan]], equal_nan=True)
+    second = outcomes.subset(np.array([1]))
+    assert second.tokens is not None and second.tokens.tolist()[0][0] == 7
+    _write_csv(tmp_path / "data.csv")
+    from_csv = load_outcomes(tmp_path / "data.csv", ["weak", "strong"])
+    assert from_csv.tokens is not None and np.isnan(from_csv.tokens).all() and from_csv.tokens.shape == (3, 2)
+
+
 def test_a_folder_of_csvs_is_one_table_grouped_by_file(tmp_path) -> None:
     _write_csv(tmp_path / "mmlu_a.csv")
     _write_csv(tmp_path / "mmlu_b.csv", ROWS[:2])
