@@ -1,8 +1,8 @@
 """Routing decision latency: featurize + classify + policy for one prompt at a time, as the gateway does.
 
 Method
-  * The router is the committed artifact (models/routers/routellm-gsm8k: lexical features + the steps
-    block, whose auxiliary model predicts in numpy from crc32-hashed word 1-2 grams), loaded once
+  * The router is the committed artifact (models/routers/routellm-gsm8k: lexical features, the restated
+    block and the steps block, whose auxiliary model predicts in numpy from crc32-hashed word 1-2 grams), loaded once
     through `load_router` (skops, card checks); `--router DIR` times another one. Prompts are RouteLLM's
     GSM8K questions (or, without the shared data, seeded synthetic word problems), cycled.
   * One decision = the gateway's own call, `RoutingPolicy.route(text, hint)` with the router as its
