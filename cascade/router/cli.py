@@ -133,8 +133,8 @@ def _train(args: argparse.Namespace) -> int:
     else:
         print(f"router saved: {card.parent} ({len(train)} training rows, tiers {', '.join(tiers)})")
         for name, report in metrics.items():
-            print(f"  {name}: APGR {_f(report['apgr'])}  AUC {_f(report['auc'])}  ECE {_f(report['ece'])}  "
-                  f"n={report['n']}")
+            print(f"  {name}: APGR {_f(report['apgr'])} (tier prior {_f(report['prior_apgr'])})  "
+                  f"AUC {_f(report['auc'])}  ECE {_f(report['ece'])}  n={report['n']}")
         if "cross_validated" in metrics:
             print("operating points (cross-validated, on the training rows):")
             _print_operating_points(metrics["cross_validated"]["operating_points"])
@@ -171,7 +171,8 @@ def _eval(args: argparse.Namespace) -> int:
         print(json.dumps(result))
     else:
         cpt = ", ".join(f"CPT({k}%) {_f(v)}" for k, v in result["cpt"].items())
-        print(f"n={result['n']}  APGR {_f(result['apgr'])} (oracle {_f(result['oracle_apgr'])}, random 0.5)  "
+        print(f"n={result['n']}  APGR {_f(result['apgr'])} (oracle {_f(result['oracle_apgr'])}, random 0.5, tier prior "
+              f"{_f(result['prior_apgr'])})  "
               f"AUC {_f(result['auc'])}  ECE {_f(result['ece'])}  {cpt}")
         _print_operating_points(result["operating_points"])
         if result["in_sample"]:

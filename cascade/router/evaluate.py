@@ -30,6 +30,12 @@ Reference curves: random is the diagonal PGR(x) = x (a random mix of the cheapes
 tier); the oracle runs the same rule on ``p_fail = 1 - c`` (for two tiers: RouteLLM's oracle, which
 routes "weak wrong, strong right" first and "weak right, strong wrong" last).
 
+A third reference, the **tier prior**, gives every prompt the same p_fail: each tier's failure rate on the
+evaluated outcomes. It knows how good each tier is but nothing about the prompt, so it moves everyone
+together along the tiers' own (cost, quality) hull. With two tiers it is the diagonal (0.5); with 3+ it
+can be far above 0.5 -- e.g. a middle tier as accurate as the top at half its cost gives 0.75 -- and it is
+the number a learned router must beat to show that it reads the prompt (`prior_apgr`).
+
 AUC is the ROC AUC of ``p_fail[:, 0]`` for "tier 0 fails"; ECE is the expected calibration error of
 ``p_fail[:, 0]`` over 10 equal-width bins. Both need a probability matrix, not a 1-d score.
 """
@@ -162,9 +168,15 @@ def random_curve(correct: np.ndarray) -> Curve:
     return Curve(x=x, quality=c[:, 0].mean() + x * (c[:, -1].mean() - c[:, 0].mean()), pgr=x)
 
 
+def prior_scores(correct: np.ndarray) -> np.ndarray:
+    """The tier prior (module docstring): every prompt gets each tier's failure rate."""
+    failed = 1.0 - np.asarray(correct, dtype=float)
+    return np.tile(failed.mean(axis=0), (len(failed), 1))
+
+
 def report(p_fail: np.ndarray, correct: np.ndarray, costs: np.ndarray | None = None) -> dict:
     """The `cascade router eval --json` keys (DESIGN.md §4), plus `difficulty_apgr` (routing by
-    p_fail[0] alone, cheapest vs top tier) and the oracle's and random router's APGR."""
+    p_fail[0] alone, cheapest vs top tier) and the oracle's, random router's and tier prior's APGR."""
     correct = np.asarray(correct, dtype=bool)
     p_fail = np.asarray(p_fail, dtype=float)
     if p_fail.shape != correct.shape:
@@ -180,6 +192,7 @@ def report(p_fail: np.ndarray, correct: np.ndarray, costs: np.ndarray | None = N
         "difficulty_apgr": _finite(apgr(routing_curve(p0, correct, costs))),
         "oracle_apgr": _finite(apgr(routing_curve(oracle_scores(correct), correct, costs))),
         "random_apgr": 0.5,
+        "prior_apgr": _finite(apgr(routing_curve(prior_scores(correct), correct, costs))),
     }
 
 
@@ -190,7 +203,8 @@ def _finite(value: float) -> float | None:
 
 def plot_curves(path: str | Path, p_fail: np.ndarray, correct: np.ndarray, tiers: list[str],
                 costs: np.ndarray | None = None, title: str = "router") -> Path:
-    """Quality vs fraction routed up (normalised cost for 3+ tiers): router, random and oracle."""
+    """Quality vs fraction routed up (normalised cost for 3+ tiers): router, random, oracle and, for 3+ tiers,
+    the tier prior."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -201,8 +215,10 @@ def plot_curves(path: str | Path, p_fail: np.ndarray, correct: np.ndarray, tiers
         "random": random_curve(correct),
         "oracle": routing_curve(oracle_scores(correct), correct, costs),
     }
+    if len(tiers) > 2:
+        curves["tier prior"] = routing_curve(prior_scores(correct), correct, costs)
     fig, ax = plt.subplots(figsize=(6, 4.2), dpi=110)
-    for (label, curve), style in zip(curves.items(), ("-", "--", ":"), strict=True):
+    for (label, curve), style in zip(curves.items(), ("-", "--", ":", "-."), strict=False):
         ax.plot(curve.x, curve.quality, style, label=f"{label} (APGR {apgr(curve):.2f})")
     ax.set_xlabel("fraction routed to " + tiers[-1] if len(tiers) == 2 else "normalised cost (0 = all cheapest)")
     ax.set_ylabel("quality (mean correctness)")

@@ -117,3 +117,24 @@ def test_plot_writes_a_png(tmp_path) -> None:
     c = rng.random((200, 2)) < [0.6, 0.85]
     out = ev.plot_curves(tmp_path / "curve.png", rng.random((200, 2)), c, ["weak", "strong"])
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_tier_prior_is_the_diagonal_for_two_tiers_and_the_tier_hull_for_three() -> None:
+    rng = np.random.default_rng(7)
+    two = rng.random((400, 2)) < [0.6, 0.85]
+    assert ev.report(rng.random((400, 2)), two)["prior_apgr"] == pytest.approx(0.5)
+    # A middle tier as accurate as the top at half the cost: the prior's curve reaches PGR 1 at cost 0.5 and
+    # stays there, area 0.25 + 0.5; a router that reads nothing in the prompt cannot do better.
+    n = 400
+    three = np.zeros((n, 3), dtype=bool)
+    three[: n // 4, 1:] = True  # a quarter answered by both Qwen-like tiers, none by the cheapest
+    report = ev.report(rng.random((n, 3)), rng.permutation(three))
+    assert report["prior_apgr"] == pytest.approx(0.75)
+    assert report["oracle_apgr"] > report["prior_apgr"]
+
+
+def test_plot_of_three_tiers_draws_the_tier_prior(tmp_path) -> None:
+    rng = np.random.default_rng(8)
+    c = rng.random((120, 3)) < [0.1, 0.3, 0.4]
+    out = ev.plot_curves(tmp_path / "curve3.png", rng.random((120, 3)), c, ["a", "b", "c"])
+    assert out.stat().st_size > 1000
