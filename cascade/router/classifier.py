@@ -268,7 +268,9 @@ def tier_for_price(p_fail: np.ndarray, costs: Sequence[float], price: float) -> 
 def cross_validated_p_fail(model: DifficultyClassifier, prompts: Sequence[str], correct: np.ndarray,
                            groups: Sequence[str] | None = None, folds: int = 5, seed: int = 0) -> np.ndarray:
     """Out-of-fold p_fail for every prompt. With at least `folds` distinct groups (e.g. MMLU subjects) the
-    folds are grouped (no group in both train and test); otherwise stratified on tier-0 failure."""
+    folds are grouped (no group in both train and test); otherwise stratified on the failures of the cheapest
+    tier that fails and succeeds at least `folds` times each (a weak tier that is almost never right, like
+    SmolLM2 on GSM8K at 4 of 300, cannot be spread over the folds), else of the most balanced tier."""
     from sklearn.base import clone
     from sklearn.model_selection import GroupKFold
 
@@ -277,7 +279,10 @@ def cross_validated_p_fail(model: DifficultyClassifier, prompts: Sequence[str], 
     if groups is not None and len(set(groups)) >= folds:
         splits = GroupKFold(folds).split(prompts, groups=list(groups))
     else:
-        splits = StratifiedKFold(folds, shuffle=True, random_state=seed).split(prompts, correct[:, 0])
+        minority = np.minimum(correct.sum(axis=0), (~correct).sum(axis=0))
+        spread = np.flatnonzero(minority >= folds)
+        stratum = int(spread[0]) if spread.size else int(np.argmax(minority))
+        splits = StratifiedKFold(folds, shuffle=True, random_state=seed).split(prompts, correct[:, stratum])
     p_fail = np.zeros(correct.shape)
     for train, test in splits:
         fitted = clone(model).fit([prompts[i] for i in train], correct[train])

@@ -19,3 +19,24 @@ def test_tiers_above_a_never_correct_tier_are_still_learned() -> None:
     # The learned tiers rank the synthetic difficulty: longer prompts fail more often.
     lengths = np.array([len(p) for p in prompts])
     assert np.corrcoef(lengths, p_fail[:, 1])[0, 1] > 0.3
+
+
+def test_cross_validated_p_fail_stratifies_on_a_tier_that_fills_every_fold() -> None:
+    """Tier 0 right only twice in 120 (fewer than the 5 folds): the folds stratify on tier 1 instead, so sklearn
+    has no class too small to split (pytest turns its warning into a failure) and tier 1's failures spread."""
+    import warnings
+
+    from sklearn.model_selection import StratifiedKFold
+
+    from cascade.router.classifier import cross_validated_p_fail
+
+    prompts, correct = synthetic_outcomes(n=120, seed=4)
+    ladder = np.c_[np.zeros(len(prompts), dtype=bool), correct]
+    ladder[[5, 77], 0] = True
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        p_fail = cross_validated_p_fail(DifficultyClassifier(C=0.01), prompts, ladder, folds=5, seed=0)
+    assert p_fail.shape == ladder.shape and np.isfinite(p_fail).all()
+    folds = StratifiedKFold(5, shuffle=True, random_state=0).split(prompts, ladder[:, 1])
+    per_fold = [int((~ladder[test, 1]).sum()) for _, test in folds]
+    assert max(per_fold) - min(per_fold) <= 1
