@@ -125,10 +125,9 @@ def _train_half_cv(features: Features, train_rows: np.ndarray, params: dict, rep
     from sklearn.model_selection import StratifiedKFold
 
     correct = features.outcomes.correct[train_rows]
+    X = features.matrix(DifficultyClassifier(**params))[train_rows]  # type: ignore[arg-type]
     values = []
     for repeat in range(repeats):
-        model = DifficultyClassifier(**params)  # type: ignore[arg-type]
-        X = features.matrix(model)[train_rows]
         p_fail = np.zeros(correct.shape)
         for fit_rows, score_rows in StratifiedKFold(5, shuffle=True, random_state=repeat).split(X, correct[:, 0]):
             fold_model = DifficultyClassifier(**params).fit_features(X[fit_rows], correct[fit_rows])  # type: ignore[arg-type]

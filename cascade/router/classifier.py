@@ -188,11 +188,11 @@ class DifficultyClassifier(BaseEstimator):
             return list(GroupKFold(self.cv).split(failed, groups=list(groups)))
         # Stratify on the cheapest tier that both fails and succeeds (a weak tier may never succeed:
         # stratifying on it would leave no folds, and so no learned tier at all).
-        minority = [int(min(failed[:, t].sum(), (~failed[:, t]).sum())) for t in range(failed.shape[1])]
-        t = next((t for t, n in enumerate(minority) if n >= 2), None)
+        minority = _minority_counts(failed)
+        t = _first_tier_with(minority, 2)
         if t is None:
             return []
-        splitter = StratifiedKFold(min(self.cv, minority[t]), shuffle=True, random_state=self.random_state)
+        splitter = StratifiedKFold(min(self.cv, int(minority[t])), shuffle=True, random_state=self.random_state)
         return list(splitter.split(failed, failed[:, t]))
 
     def _standardize(self, X: np.ndarray) -> np.ndarray:
@@ -220,6 +220,17 @@ class DifficultyClassifier(BaseEstimator):
 
 _PARAMS_ADDED_LATER = {"steps": False, "steps_data": None, "estimator": "logistic", "alpha": DEFAULT_ALPHA,
                        "restated_number": False}
+
+
+def _minority_counts(outcomes: np.ndarray) -> np.ndarray:
+    """Per tier, how often the rarer of its two outcomes (right / wrong) occurs."""
+    return np.minimum(outcomes.sum(axis=0), (~outcomes).sum(axis=0))
+
+
+def _first_tier_with(minority: np.ndarray, at_least: int) -> int | None:
+    """The cheapest tier whose rarer outcome occurs at least `at_least` times: the tier to stratify folds on."""
+    enough = np.flatnonzero(minority >= at_least)
+    return int(enough[0]) if enough.size else None
 
 
 def _both_classes(y: np.ndarray, folds: list[tuple[np.ndarray, np.ndarray]]) -> bool:
@@ -279,9 +290,9 @@ def cross_validated_p_fail(model: DifficultyClassifier, prompts: Sequence[str], 
     if groups is not None and len(set(groups)) >= folds:
         splits = GroupKFold(folds).split(prompts, groups=list(groups))
     else:
-        minority = np.minimum(correct.sum(axis=0), (~correct).sum(axis=0))
-        spread = np.flatnonzero(minority >= folds)
-        stratum = int(spread[0]) if spread.size else int(np.argmax(minority))
+        minority = _minority_counts(correct)
+        stratum = _first_tier_with(minority, folds)
+        stratum = int(np.argmax(minority)) if stratum is None else stratum
         splits = StratifiedKFold(folds, shuffle=True, random_state=seed).split(prompts, correct[:, stratum])
     p_fail = np.zeros(correct.shape)
     for train, test in splits:

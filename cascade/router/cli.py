@@ -107,8 +107,7 @@ def _train(args: argparse.Namespace) -> int:
         lexical="lexical" in blocks, hash_features=args.hash_features if "hash" in blocks else 0,
         embeddings="all-minilm-l6-v2" if "minilm" in blocks else None, steps="steps" in blocks,
         steps_data=args.aux_data, restated_number="restated" in blocks, estimator=args.estimator, alpha=args.alpha,
-        C=args.C, selection=args.selection,
-        random_state=args.seed)
+        C=args.C, selection=args.selection, random_state=args.seed)
     model.spec.validate()
     if model.steps:
         from cascade.router.features import fit_steps_model

@@ -389,7 +389,7 @@ class Featurizer:
             if self.steps_model is not None and self.spec.steps:
                 blocks.append(self.steps_model.predict(prompts, lexical)[:, None])
         if self.spec.restated_number:
-            blocks.append(np.array([[restated_number(p)] for p in prompts], dtype=float).reshape(len(prompts), 1))
+            blocks.append(np.array([restated_number(p) for p in prompts], dtype=float)[:, None])
         if self.spec.hash_features:
             blocks.append(_hasher(self.spec.hash_features).transform(prompts).toarray())
         if self.spec.embeddings:
