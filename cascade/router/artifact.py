@@ -6,7 +6,7 @@ metrics measured at training time. Loading refuses, with a one-line reason:
 
 * a card that does not parse, or a model file whose sha256 is not the card's (tampered or swapped);
 * a feature spec this code cannot reproduce (spec version or lexical feature names changed), or a model
-  whose steps block (auxiliary model) is missing or was fitted on other data than the card names;
+  whose steps or topic block (auxiliary model) is missing or was fitted on other data than the card names;
 * another cascade version, another scikit-learn minor version or another numpy major version;
 * any type in the model file outside the allowlist below: the file is read by skops, never by pickle,
   so an untrusted file cannot run code.
@@ -31,7 +31,8 @@ MODEL_FILE = "router.skops"
 CARD_FILE = "card.json"
 CARD_FORMAT = 1
 # Every type a DifficultyClassifier file may contain (besides skops' own builtins and numpy arrays).
-TRUSTED_TYPES = ["cascade.router.classifier.DifficultyClassifier", "cascade.router.features.StepsModel"]
+TRUSTED_TYPES = ["cascade.router.classifier.DifficultyClassifier", "cascade.router.features.StepsModel",
+                 "cascade.router.features.TopicModel"]
 
 
 class DataRef(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -44,13 +45,15 @@ class DataRef(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=T
 
 
 class AuxDataRef(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
-    """The data an auxiliary feature model was fitted on (the steps block: GSM8K training solutions)."""
+    """The data an auxiliary feature model was fitted on (GSM8K training questions and solutions): the steps
+    block reports its regression's CV R^2, the topic block the variance share of its principal axes."""
 
     block: str
     path: str
     sha256: str
     n_rows: int
-    cv_r2: float
+    cv_r2: float | None = None
+    explained_variance: float | None = None
 
 
 class RouterCard(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -109,11 +112,16 @@ def save_router(model: Any, out_dir: str | Path, *, tiers: list[str], data: Data
 
 
 def _aux_data(model: Any) -> list[AuxDataRef]:
+    refs = []
     steps = getattr(model, "steps_model_", None) if model.spec.steps else None
-    if steps is None:
-        return []
-    return [AuxDataRef(block="steps", path=steps.data_path, sha256=steps.data_sha256, n_rows=steps.n_rows,
-                       cv_r2=steps.cv_r2)]
+    if steps is not None:
+        refs.append(AuxDataRef(block="steps", path=steps.data_path, sha256=steps.data_sha256, n_rows=steps.n_rows,
+                               cv_r2=steps.cv_r2))
+    topic = getattr(model, "topic_model_", None) if model.spec.topic_components else None
+    if topic is not None:
+        refs.append(AuxDataRef(block="topic", path=topic.data_path, sha256=topic.data_sha256, n_rows=topic.n_rows,
+                               explained_variance=topic.explained_variance))
+    return refs
 
 
 def read_card(router_dir: str | Path) -> RouterCard:
@@ -166,10 +174,15 @@ def load_router(router_dir: str | Path) -> tuple[Any, RouterCard]:
         raise ConfigError(f"{model_path} holds a {type(model).__name__}, not a DifficultyClassifier")
     if model.spec != card.feature_spec or model.n_tiers_ != len(card.tiers):
         raise ConfigError(f"{model_path} does not match its card (feature spec or number of tiers differ)")
-    from cascade.router.features import StepsModel
+    from cascade.router.features import StepsModel, TopicModel
 
     if card.feature_spec.steps and not isinstance(getattr(model, "steps_model_", None), StepsModel):
         raise ConfigError(f"{model_path} has no steps model although its card's feature spec uses the steps block")
+    topic = getattr(model, "topic_model_", None)
+    if card.feature_spec.topic_components and not (
+            isinstance(topic, TopicModel) and topic.components.shape[0] == card.feature_spec.topic_components):
+        raise ConfigError(f"{model_path} has no topic model of {card.feature_spec.topic_components} components "
+                          "although its card's feature spec uses the topic block")
     if _aux_data(model) != card.aux_data:
         raise ConfigError(f"{model_path} does not match its card (auxiliary model data differ)")
     return model, card

@@ -2,9 +2,10 @@
 
 Model (one per tier, scikit-learn conventions: `fit` returns self, fitted attributes end in `_`):
 
-1. features from `Featurizer` (lexical and steps columns standardised with the training mean and scale).
-   With the ``steps`` block, `fit` first fits the auxiliary `StepsModel` on ``steps_data`` (cached per
-   process) and keeps it as ``steps_model_``, so the saved router carries it;
+1. features from `Featurizer` (lexical, steps, restated and topic columns standardised with the training mean
+   and scale). With the ``steps`` block, `fit` first fits the auxiliary `StepsModel` on ``steps_data`` (cached
+   per process) and keeps it as ``steps_model_``; with ``topic_components`` it fits the `TopicModel` on the
+   same file's questions and keeps it as ``topic_model_``. So the saved router carries both;
 2. an L2 logistic regression for "tier t fails". Its strength C is chosen per tier from `Cs` by k-fold
    cross-validated log loss (``selection="log_loss"``; or fixed by ``C``). Small data wants strong
    shrinkage. ``"log_loss_1se"`` takes the smallest C within one standard error of the best (measured:
@@ -40,7 +41,7 @@ from sklearn.base import BaseEstimator
 from sklearn.linear_model import LogisticRegression, Ridge
 from sklearn.model_selection import StratifiedKFold, cross_val_predict
 
-from cascade.router.features import FeatureSpec, Featurizer, StepsModel, fit_steps_model
+from cascade.router.features import FeatureSpec, Featurizer, StepsModel, TopicModel, fit_steps_model, fit_topic_model
 
 SELECTIONS = ("log_loss", "log_loss_1se", "apgr")
 ESTIMATORS = ("logistic", "linear")
@@ -55,7 +56,8 @@ class DifficultyClassifier(BaseEstimator):
 
     def __init__(self, *, lexical: bool = True, hash_features: int = 0, embeddings: str | None = None,
                  embedding_weight: float = 3.0, steps: bool = False, steps_data: str | None = None,
-                 restated_number: bool = False, estimator: str = "logistic", alpha: float = DEFAULT_ALPHA,
+                 restated_number: bool = False, topic_components: int = 0, estimator: str = "logistic",
+                 alpha: float = DEFAULT_ALPHA,
                  C: float | None = None, Cs: Sequence[float] = DEFAULT_CS, cv: int = 5, selection: str = "log_loss",
                  random_state: int = 0) -> None:
         self.lexical = lexical
@@ -65,6 +67,7 @@ class DifficultyClassifier(BaseEstimator):
         self.steps = steps
         self.steps_data = steps_data
         self.restated_number = restated_number
+        self.topic_components = topic_components
         self.estimator = estimator
         self.alpha = alpha
         self.C = C
@@ -81,17 +84,23 @@ class DifficultyClassifier(BaseEstimator):
     def spec(self) -> FeatureSpec:
         return FeatureSpec(lexical=self.lexical, hash_features=self.hash_features, embeddings=self.embeddings,
                            embedding_weight=self.embedding_weight, steps=self.steps,
-                           restated_number=self.restated_number)
+                           restated_number=self.restated_number, topic_components=self.topic_components)
 
     def featurizer(self) -> Featurizer:
-        """The featurizer of this model. With the steps block: the fitted steps model (fitted here if
-        the classifier is not fitted yet)."""
-        return Featurizer(self.spec, self._steps_model() if self.steps else None)
+        """The featurizer of this model. With the steps or topic block: the fitted auxiliary model (fitted
+        here if the classifier is not fitted yet)."""
+        return Featurizer(self.spec, self._steps_model() if self.steps else None,
+                          self._topic_model() if self.topic_components else None)
 
     def _steps_model(self) -> StepsModel:
         if getattr(self, "steps_model_", None) is None:
             self.steps_model_ = fit_steps_model(self.steps_data)
         return self.steps_model_
+
+    def _topic_model(self) -> TopicModel:
+        if getattr(self, "topic_model_", None) is None:
+            self.topic_model_ = fit_topic_model(self.steps_data, self.topic_components)
+        return self.topic_model_
 
     def fit(self, prompts: Sequence[str], correct: np.ndarray,
             groups: Sequence[str] | None = None) -> DifficultyClassifier:
@@ -99,13 +108,16 @@ class DifficultyClassifier(BaseEstimator):
         of them, make the internal folds grouped, so C is chosen for unseen groups."""
         if self.steps:
             self.steps_model_ = fit_steps_model(self.steps_data)
+        if self.topic_components:
+            self.topic_model_ = fit_topic_model(self.steps_data, self.topic_components)
         return self.fit_features(self.featurizer().transform(list(prompts)), correct, groups)
 
     def fit_features(self, X: np.ndarray, correct: np.ndarray,
                      groups: Sequence[str] | None = None) -> DifficultyClassifier:
         """`fit` on features already computed by ``self.featurizer().transform`` (e.g. embeddings computed
-        once for many cross-validation folds). The steps column must come from ``fit_steps_model(steps_data)``
-        (cached per process: the model this classifier keeps)."""
+        once for many cross-validation folds). The steps and topic columns must come from
+        ``fit_steps_model(steps_data)`` and ``fit_topic_model(steps_data, topic_components)`` (cached per
+        process: the models this classifier keeps)."""
         from threadpoolctl import threadpool_limits
 
         # Small dense problems: BLAS threads only contend (measured 6x slower with 2 threads on 2 cores).
@@ -219,7 +231,7 @@ class DifficultyClassifier(BaseEstimator):
 
 
 _PARAMS_ADDED_LATER = {"steps": False, "steps_data": None, "estimator": "logistic", "alpha": DEFAULT_ALPHA,
-                       "restated_number": False}
+                       "restated_number": False, "topic_components": 0}
 
 
 def _minority_counts(outcomes: np.ndarray) -> np.ndarray:
@@ -294,8 +306,11 @@ def cross_validated_p_fail(model: DifficultyClassifier, prompts: Sequence[str], 
         stratum = _first_tier_with(minority, folds)
         stratum = int(np.argmax(minority)) if stratum is None else stratum
         splits = StratifiedKFold(folds, shuffle=True, random_state=seed).split(prompts, correct[:, stratum])
+    # Featurized once: nothing in the featurizer is fitted per fold (standardisation is, inside fit_features),
+    # and embedding blocks cost ~25 ms per prompt.
+    X = model.featurizer().transform(prompts)
     p_fail = np.zeros(correct.shape)
     for train, test in splits:
-        fitted = clone(model).fit([prompts[i] for i in train], correct[train])
-        p_fail[test] = fitted.predict_p_fail([prompts[i] for i in test])
+        fitted = clone(model).fit_features(X[train], correct[train])
+        p_fail[test] = fitted.predict_p_fail_features(X[test])
     return p_fail

