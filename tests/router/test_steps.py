@@ -64,7 +64,7 @@ def test_steps_data_that_is_not_gsm8k_format_is_one_clear_error(tmp_path) -> Non
     bad.write_text('{"question": "q"}\n')
     with pytest.raises(ConfigError, match=r"bad.jsonl:1: expected a JSON object with `question` and `answer`"):
         fit_steps_model(bad)
-    with pytest.raises(ConfigError, match=r"cannot read the steps data"):
+    with pytest.raises(ConfigError, match=r"cannot read the aux data"):
         fit_steps_model(tmp_path / "missing.jsonl")
 
 
@@ -191,7 +191,7 @@ def test_cli_trains_a_steps_router_and_refuses_aux_data_without_the_block(tmp_pa
     assert len(err) == 1 and "add one to --features" in err[0]
     assert main([*args, "--out", str(tmp_path / "r3"), "--features", "steps", "--aux-data",
                  str(tmp_path / "missing.jsonl")]) == 2
-    assert "cannot read the steps data" in capsys.readouterr().err
+    assert "cannot read the aux data" in capsys.readouterr().err
 
 
 def test_predicted_steps_track_the_reference_solutions_of_gsm8k_test_questions(gsm8k_train_jsonl) -> None:

@@ -114,6 +114,10 @@ def test_topic_specs_are_checked(topic_jsonl) -> None:
         Featurizer(FeatureSpec(topic_components=2), topic_model=fit_topic_model(topic_jsonl, 3))
     assert Featurizer(FeatureSpec(lexical=False, topic_components=3),
                       topic_model=fit_topic_model(topic_jsonl, 3)).transform(["How many?"]).shape == (1, 3)
+    with pytest.raises(ConfigError, match=r"holds 80 questions: too few for 81 topic axes"):
+        fit_topic_model(topic_jsonl, 81)
+    with pytest.raises(ConfigError, match=r"cannot read the aux data"):
+        fit_topic_model(topic_jsonl.parent / "missing.jsonl", 2)
 
 
 def test_the_minilm_block_gives_weighted_unit_vectors() -> None:
