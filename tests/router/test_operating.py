@@ -88,6 +88,24 @@ def test_three_tiers_get_ascending_thresholds_and_use_the_middle_tier() -> None:
     assert any(p.tier_fractions[1] > 0 for p in cal.frontier)
 
 
+def test_on_a_ladder_whose_middle_tier_is_the_most_accurate_hints_measure_the_gap_to_it() -> None:
+    # The embedded CPU ladder's shape: the middle tier (greedy, direct) beats the top one (sampled branches).
+    rng = np.random.default_rng(5)
+    n = 400
+    hardness = rng.random(n)
+    correct = np.c_[rng.random(n) > 0.3 + 0.7 * hardness, rng.random(n) > 0.2 + 0.5 * hardness,
+                    rng.random(n) > 0.45 + 0.5 * hardness]
+    p_fail = np.clip(np.c_[0.3 + 0.7 * hardness, 0.2 + 0.5 * hardness, 0.45 + 0.5 * hardness], 0, 1)
+    assert correct[:, 1].mean() > correct[:, 2].mean() + 0.1
+    cal = calibrate(p_fail, correct)
+    q_low, q_best = correct[:, 0].mean(), correct.mean(axis=0).max()
+    scores = route_score(p_fail)
+    for hint, share in HINT_GAP_RECOVERED.items():
+        tiers = chosen_tiers(scores, np.array(cal.named[hint]))
+        assert correct[np.arange(n), tiers].mean() >= q_low + share * (q_best - q_low) - 1e-9, hint
+    assert cal.quality_all_top == pytest.approx(correct[:, 2].mean())  # still reported as measured
+
+
 def test_operating_table_measures_each_point_tier_alone_and_the_oracle() -> None:
     # Route scores 0.9, 0.55, 0.2, 0.5 (gain of tier 2 over tier 0, mapped to [0, 1]).
     p_fail = np.array([[0.9, 0.5, 0.1], [0.6, 0.5, 0.5], [0.1, 0.3, 0.5], [0.5, 0.5, 0.5]])
