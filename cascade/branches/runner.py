@@ -116,8 +116,8 @@ class BranchRunner:
     async def run(self, question: str, requests: Sequence[GenerationRequest],
                   on_branch_end: Callable[[], None] | None = None) -> BranchRun:
         """Run len(requests) branches (one request each, e.g. distinct seeds) to an aggregated answer.
-        `on_branch_end` is called once per branch as it stops running (finished, pruned, stopped or
-        failed): the moment its engine slot is free again."""
+        `on_branch_end` is called once per branch when its upstream stream is closed (after it finished,
+        was pruned, stopped or failed): the moment its engine slot is free again."""
         return await _Run(self, question, list(requests), on_branch_end).go()
 
 
@@ -182,9 +182,15 @@ class _Run:
         except BackendError as exc:
             self.events.put_nowait(("error", index, exc))
         finally:
-            # Closing the stream is what cancels the generation upstream (and aborts it on SGLang).
-            with contextlib.suppress(Exception):
-                await stream.aclose()
+            try:
+                # Closing the stream is what cancels the generation upstream (and aborts it on SGLang).
+                with contextlib.suppress(Exception):
+                    await stream.aclose()
+            finally:
+                # Only now is the engine's slot free: a slot handed on when the branch merely left the
+                # race let a waiting request start while the cancelled stream was still open upstream.
+                if self.on_branch_end is not None:
+                    self.on_branch_end()
 
     async def _on_delta(self, branch: Branch, delta: StreamDelta) -> None:
         if branch.state != "running":
@@ -249,8 +255,6 @@ class _Run:
     def _leave(self, branch: Branch, state: str) -> None:
         branch.state = state
         branch.ended_s = time.perf_counter()
-        if self.on_branch_end is not None:
-            self.on_branch_end()
 
     def _cancel(self, branch: Branch, state: str) -> None:
         self._leave(branch, state)

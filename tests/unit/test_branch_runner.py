@@ -132,3 +132,40 @@ def test_one_failing_branch_does_not_fail_the_request(engine) -> None:
 def test_m_above_n_is_refused() -> None:
     with pytest.raises(ValueError, match="m <= n"):
         BranchRunner(OpenAIBackend("x", "http://127.0.0.1:9", "m"), BranchSettings(n=2, m=3))
+
+
+class _SlowCloseBackend:
+    """Branch seed 0 answers at once; the others stream forever. Closing a stream takes a moment (an
+    upstream abort), and each close is recorded, so the test can see when slots are handed back."""
+
+    name = "slow-close"
+
+    def __init__(self) -> None:
+        self.closed = 0
+
+    async def stream(self, request: GenerationRequest):  # type: ignore[no-untyped-def]
+        from cascade.branches.backend import StreamDelta
+
+        try:
+            if request.seed == 0:
+                yield StreamDelta(text="3 * 6 = 18.\n\n#### 18", finish_reason="stop")
+                return
+            while True:
+                yield StreamDelta(text="thinking ")
+                await asyncio.sleep(0.01)
+        finally:
+            await asyncio.sleep(0.05)
+            self.closed += 1
+
+
+def test_a_branch_hands_its_slot_back_only_once_its_upstream_stream_is_closed() -> None:
+    backend = _SlowCloseBackend()
+    seen_at_end: list[int] = []  # closed streams at each slot hand-back
+    requests = [GenerationRequest(messages=[ChatMessage(role="user", content="Q")], max_tokens=400, seed=i)
+                for i in range(3)]
+    result = asyncio.run(BranchRunner(backend, BranchSettings(n=3, m=1, prune=False), None).run(  # type: ignore[arg-type]
+        "Q", requests, lambda: seen_at_end.append(backend.closed)))
+    assert result.report.answer == "18" and result.report.early_stopped == 2
+    # Three hand-backs, each after (never before) a stream was closed: a waiting request admitted into a
+    # freed slot cannot overlap the stopped branch upstream.
+    assert len(seen_at_end) == 3 and all(closed >= k + 1 for k, closed in enumerate(seen_at_end)), seen_at_end
