@@ -106,10 +106,9 @@ class DifficultyClassifier(BaseEstimator):
             groups: Sequence[str] | None = None) -> DifficultyClassifier:
         """Fit one calibrated model per tier. ``groups`` (e.g. subjects), when there are at least ``cv``
         of them, make the internal folds grouped, so C is chosen for unseen groups."""
-        if self.steps:
-            self.steps_model_ = fit_steps_model(self.steps_data)
-        if self.topic_components:
-            self.topic_model_ = fit_topic_model(self.steps_data, self.topic_components)
+        # Auxiliary models are refitted from steps_data by featurizer() (cached per process and file content).
+        self.__dict__.pop("steps_model_", None)
+        self.__dict__.pop("topic_model_", None)
         return self.fit_features(self.featurizer().transform(list(prompts)), correct, groups)
 
     def fit_features(self, X: np.ndarray, correct: np.ndarray,

