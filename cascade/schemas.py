@@ -105,6 +105,8 @@ class CascadeInfo(msgspec.Struct, kw_only=True):
     # Cascade mode: confidence of the accepted answer (cascade/router/acceptance.py).
     confidence: float | None = None
     router: str = ""
+    # The learned router found the prompt unlike its training prompts; `router` is then "heuristic".
+    out_of_domain: bool = False
     branches: BranchStats = msgspec.field(default_factory=BranchStats)
     note: str | None = None
 
@@ -165,7 +167,10 @@ class RouteDecision(msgspec.Struct, kw_only=True):
     tier: int
     tier_name: str
     quality: str
-    router: str  # "learned", "heuristic", or "bypass" (the request named a tier)
+    # "learned", "heuristic", or "bypass" (the request named a tier). "heuristic" with `out_of_domain`: the
+    # learned router found the prompt unlike its training prompts (its p_fail is still given).
+    router: str
+    out_of_domain: bool = False
     difficulty: float | None = None
     route_score: float | None = None
     p_fail: dict[str, float] | None = None  # per tier (learned router)
@@ -210,6 +215,7 @@ class TrafficRecord(msgspec.Struct, kw_only=True, omit_defaults=True):
     difficulty: float | None = None
     route_score: float | None = None
     p_fail: list[float] | None = None
+    out_of_domain: bool = False  # routed by the heuristic: the learned router's domain check
     escalations: int = 0
     branches: int = 1
     decode_tokens: int | None = None  # all branches' tokens, when the tier ran branches

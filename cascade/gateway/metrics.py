@@ -43,6 +43,10 @@ class GatewayMetrics:
             "cascade_router_decision_seconds", "Routing decision latency (featurize + classify + policy)",
             buckets=_DECISION_BUCKETS, registry=r,
         )
+        self.out_of_domain = Counter(
+            "cascade_router_out_of_domain", "Prompts the learned router flagged as unlike its training prompts "
+            "(routed by the heuristic)", registry=r,
+        )
         self.disconnects = Counter(
             "cascade_client_disconnects", "Requests abandoned by the client and cancelled upstream", ["tier"],
             registry=r,

@@ -136,15 +136,16 @@ class ChatService:
             or self.default_hint
         )
         start = time.perf_counter()
-        index, assessment = self.policy.route(_last_user_text(req.messages), hint)
-        accept = None
+        route = self.policy.route(_last_user_text(req.messages), hint)
+        index, accept = route.tier, None
         if self.policy.mode == "cascade":
             accept = self.policy.accept(hint)
             index = first_tier(accept)
         self.metrics.decision_latency.observe(time.perf_counter() - start)
-        return Decision(tier=self.tiers[index], hint=hint.label, router=self.policy.signal.name,
-                        assessment=assessment, thresholds=accept or self.policy.thresholds(hint), quality=hint,
-                        accept=accept)
+        if route.assessment.out_of_domain:
+            self.metrics.out_of_domain.inc()
+        return Decision(tier=self.tiers[index], hint=hint.label, router=route.router, assessment=route.assessment,
+                        thresholds=accept or route.thresholds, quality=hint, accept=accept)
 
     def route_decision(self, decision: Decision) -> RouteDecision:
         assessment = decision.assessment
@@ -156,6 +157,7 @@ class ChatService:
             difficulty=None if assessment is None else round(assessment.difficulty, 4),
             route_score=None if assessment is None else round(assessment.score, 4),
             p_fail=p_fail, thresholds=decision.thresholds,
+            out_of_domain=assessment is not None and assessment.out_of_domain,
         )
 
     # --- generation --------------------------------------------------------------------------
@@ -198,7 +200,7 @@ class ChatService:
             tier=decision.tier.index, tier_name=decision.tier.name, quality=decision.hint,
             difficulty=None if assessment is None else round(assessment.difficulty, 4),
             route_score=None if assessment is None else round(assessment.score, 4), router=decision.router,
-            escalations=decision.escalations,
+            out_of_domain=assessment is not None and assessment.out_of_domain, escalations=decision.escalations,
             confidence=None if decision.confidence is None else round(decision.confidence, 4),
             branches=branches,
         )
@@ -493,6 +495,7 @@ class ChatService:
                 route_score=None if assessment is None else round(assessment.score, 4),
                 p_fail=None if assessment is None or assessment.p_fail is None
                 else [round(p, 4) for p in assessment.p_fail],
+                out_of_domain=assessment is not None and assessment.out_of_domain,
                 escalations=decision.escalations, branches=answer.branches_configured if answer else 1,
                 decode_tokens=sum(r.decode_tokens for r in reports) if reports else None,
             ))

@@ -14,6 +14,9 @@ Model (one per tier, scikit-learn conventions: `fit` returns self, fitted attrib
    overfits a noisy criterion);
 3. Platt calibration: a one-dimensional logistic regression on the *out-of-fold* decision values
    (the same folds), so the probabilities are calibrated on data the model did not see.
+4. a domain check (cascade/router/domain.py, ``domain_quantile``): the training prompts' range of the dense
+   standardised columns and a held-out threshold, so the gateway can tell a prompt the model has never seen
+   the like of (`out_of_domain_features`) and not trust its extrapolation.
 
 ``estimator="linear"`` replaces 2-3 by a ridge linear-probability model per tier with one fixed ``alpha``
 for all tiers, p_fail[t] = clip(z . w_t + b_t, P_MIN, 1 - P_MIN), and no recalibration (a per-tier
@@ -41,6 +44,7 @@ from sklearn.base import BaseEstimator
 from sklearn.linear_model import LogisticRegression, Ridge
 from sklearn.model_selection import StratifiedKFold, cross_val_predict
 
+from cascade.router.domain import DEFAULT_QUANTILE, excess, fit_domain
 from cascade.router.features import FeatureSpec, Featurizer, StepsModel, TopicModel, fit_steps_model, fit_topic_model
 
 SELECTIONS = ("log_loss", "log_loss_1se", "apgr")
@@ -59,7 +63,7 @@ class DifficultyClassifier(BaseEstimator):
                  restated_number: bool = False, topic_components: int = 0, estimator: str = "logistic",
                  alpha: float = DEFAULT_ALPHA,
                  C: float | None = None, Cs: Sequence[float] = DEFAULT_CS, cv: int = 5, selection: str = "log_loss",
-                 random_state: int = 0) -> None:
+                 domain_quantile: float = DEFAULT_QUANTILE, random_state: int = 0) -> None:
         self.lexical = lexical
         self.hash_features = hash_features
         self.embeddings = embeddings
@@ -74,6 +78,7 @@ class DifficultyClassifier(BaseEstimator):
         self.Cs = Cs
         self.cv = cv
         self.selection = selection
+        self.domain_quantile = domain_quantile
         self.random_state = random_state
 
     def __setstate__(self, state: dict) -> None:
@@ -151,6 +156,7 @@ class DifficultyClassifier(BaseEstimator):
         self.n_tiers_ = n_tiers
         self.n_features_in_ = Z.shape[1]
         self.feature_names_ = featurizer.names
+        self._fit_domain(Z[:, mask])
         if self.estimator == "linear":
             return self._fit_linear(Z, failed)
         folds = self._folds(failed, groups)
@@ -182,6 +188,27 @@ class DifficultyClassifier(BaseEstimator):
             self.intercept_[t] = model.intercept_[0]
             self.calibration_[t] = [platt.coef_[0, 0], platt.intercept_[0]]
         return self
+
+    def _fit_domain(self, Z_dense: np.ndarray) -> None:
+        # The out-of-domain check (cascade/router/domain.py) on the dense standardised columns; 0 turns it off.
+        fit = fit_domain(Z_dense, self.domain_quantile, self.random_state) if self.domain_quantile > 0 else None
+        self.domain_low_ = None if fit is None else fit.low
+        self.domain_high_ = None if fit is None else fit.high
+        self.domain_threshold_ = None if fit is None else fit.threshold
+
+    def domain_excess_features(self, X: np.ndarray) -> np.ndarray | None:
+        """How far each prompt's dense features lie outside the training prompts' range, summed, in training
+        standard deviations (None: no domain check, e.g. saved before there was one, or quantile 0)."""
+        low, high = getattr(self, "domain_low_", None), getattr(self, "domain_high_", None)
+        if low is None or high is None:
+            return None
+        Z = self._standardize(np.asarray(X, dtype=float))[:, : self.spec.dense_columns]
+        return excess(Z, low, high)
+
+    def out_of_domain_features(self, X: np.ndarray) -> np.ndarray:
+        """True where a prompt lies outside the training prompts' features (never, without a domain check)."""
+        scores = self.domain_excess_features(X)
+        return np.zeros(len(X), dtype=bool) if scores is None else scores > self.domain_threshold_
 
     def _fit_linear(self, Z: np.ndarray, failed: np.ndarray) -> DifficultyClassifier:
         for t in range(failed.shape[1]):
@@ -230,7 +257,7 @@ class DifficultyClassifier(BaseEstimator):
 
 
 _PARAMS_ADDED_LATER = {"steps": False, "steps_data": None, "estimator": "logistic", "alpha": DEFAULT_ALPHA,
-                       "restated_number": False, "topic_components": 0}
+                       "restated_number": False, "topic_components": 0, "domain_quantile": 0.0}
 
 
 def _minority_counts(outcomes: np.ndarray) -> np.ndarray:

@@ -51,6 +51,10 @@ def add_router_commands(subparsers: Any) -> None:
                        help="how C is chosen per tier: lowest CV log loss (default), the strongest shrinkage within "
                        "one standard error of it (more robust to a shift of topic, e.g. unseen MMLU subjects), or "
                        "the best CV APGR")
+    train.add_argument("--domain-quantile", type=float, default=0.99,
+                       help="domain check: the gateway routes a prompt by the heuristic when its features lie further "
+                       "outside the training prompts' range than this quantile of held-out training prompts do "
+                       "(default 0.99: ~1%% of unseen in-domain prompts; 0: no check; cascade/router/domain.py)")
     train.add_argument("--seed", type=int, default=0, help="seed for the split and the CV folds (default 0)")
     train.add_argument("--train-fraction", type=float, default=1.0,
                        help="train on this fraction of a seeded random permutation, hold out the rest (default 1)")
@@ -95,6 +99,8 @@ def _train(args: argparse.Namespace) -> int:
     unknown = [b for b in blocks if b not in FEATURE_BLOCKS]
     if unknown or not blocks:
         raise ConfigError(f"--features takes blocks from {', '.join(FEATURE_BLOCKS)}, got {args.features!r}")
+    if not 0.0 <= args.domain_quantile < 1.0:
+        raise ConfigError(f"--domain-quantile must be in [0, 1) (0: no domain check), got {args.domain_quantile}")
     if args.cv_folds == 1 or args.cv_folds < 0:
         raise ConfigError(f"--cv-folds must be 0 (skip) or at least 2, got {args.cv_folds}")
     embedding_blocks = [b for b in ("minilm", "topic") if b in blocks]
@@ -116,7 +122,8 @@ def _train(args: argparse.Namespace) -> int:
         embeddings="all-minilm-l6-v2" if "minilm" in blocks else None, steps="steps" in blocks,
         steps_data=args.aux_data, restated_number="restated" in blocks,
         topic_components=args.topic_components if "topic" in blocks else 0, estimator=args.estimator,
-        alpha=args.alpha, C=args.C, selection=args.selection, random_state=args.seed)
+        alpha=args.alpha, C=args.C, selection=args.selection, domain_quantile=args.domain_quantile,
+        random_state=args.seed)
     model.spec.validate()
     if model.steps:
         from cascade.router.features import fit_steps_model
@@ -138,7 +145,9 @@ def _train(args: argparse.Namespace) -> int:
     model.fit(train.prompts, train.correct)
     if len(test_rows):
         test = outcomes.subset(test_rows)
-        metrics["holdout"] = evaluate.report(model.predict_p_fail(test.prompts), test.correct, costs)
+        X = model.featurizer().transform(test.prompts)
+        metrics["holdout"] = evaluate.report(model.predict_p_fail_features(X), test.correct, costs)
+        metrics["holdout"]["out_of_domain"] = float(model.out_of_domain_features(X).mean())
     data = DataRef(path=str(args.outcomes), sha256=outcomes.sha256, n_rows=len(outcomes), train_rows=len(train),
                    split_seed=args.seed if len(test_rows) else None, train_fraction=args.train_fraction)
     card = save_router(model, args.out, tiers=tiers, data=data, metrics=metrics, calibration=calibration)
@@ -174,8 +183,11 @@ def _eval(args: argparse.Namespace) -> int:
                               "--train-fraction < 1")
         _, rows = split_indices(len(outcomes), card.data.train_fraction, card.data.split_seed)
         outcomes = outcomes.subset(rows)
-    p_fail = model.predict_p_fail(outcomes.prompts)
+    X = model.featurizer().transform(outcomes.prompts)
+    p_fail = model.predict_p_fail_features(X)
     result: dict[str, Any] = evaluate.report(p_fail, outcomes.correct, costs)
+    # Share of the rows the gateway would route by the heuristic: unlike the router's training prompts.
+    result["out_of_domain"] = float(model.out_of_domain_features(X).mean())
     result["in_sample"] = bool(same_data and not args.holdout)
     result["operating_points"] = _operating_points(p_fail, outcomes, card.calibration, costs)
     if args.plot != "none":
@@ -187,7 +199,7 @@ def _eval(args: argparse.Namespace) -> int:
         cpt = ", ".join(f"CPT({k}%) {_f(v)}" for k, v in result["cpt"].items())
         print(f"n={result['n']}  APGR {_f(result['apgr'])} (oracle {_f(result['oracle_apgr'])}, random 0.5, tier prior "
               f"{_f(result['prior_apgr'])})  "
-              f"AUC {_f(result['auc'])}  ECE {_f(result['ece'])}  {cpt}")
+              f"AUC {_f(result['auc'])}  ECE {_f(result['ece'])}  {cpt}  out of domain {result['out_of_domain']:.1%}")
         _print_operating_points(result["operating_points"])
         if result["in_sample"]:
             print("note: these outcomes are the router's training data (in-sample)", file=sys.stderr)

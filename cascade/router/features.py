@@ -69,6 +69,13 @@ class FeatureSpec(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fiel
     restated_number: bool = False
     topic_components: int = 0
 
+    @property
+    def dense_columns(self) -> int:
+        """How many leading columns are dense, standardised ones (lexical, steps, restated_number, topic);
+        hashed and embedding columns come after them and are already normalised."""
+        return ((len(LEXICAL_NAMES) if self.lexical else 0) + int(self.steps) + int(self.restated_number)
+                + self.topic_components)
+
     def validate(self) -> FeatureSpec:
         if not (self.lexical or self.hash_features or self.embeddings or self.steps or self.restated_number
                 or self.topic_components):
@@ -466,9 +473,7 @@ class Featurizer:
     def standardize_mask(self) -> np.ndarray:
         """Columns to standardise (lexical, steps, restated_number, topic); hashed and embedding columns are
         already normalised."""
-        n_std = ((len(LEXICAL_NAMES) if self.spec.lexical else 0) + int(self.spec.steps)
-                 + int(self.spec.restated_number) + self.spec.topic_components)
-        return np.arange(len(self.names)) < n_std
+        return np.arange(len(self.names)) < self.spec.dense_columns
 
     def transform(self, prompts: list[str]) -> np.ndarray:
         blocks = []

@@ -38,9 +38,11 @@ class LearnedSignal:
         return signal
 
     def assess(self, text: str) -> Assessment:
-        p_fail = self.model.predict_p_fail_features(self._featurizer.transform([text]))[0]
+        X = self._featurizer.transform([text])
+        p_fail = self.model.predict_p_fail_features(X)[0]
         return Assessment(difficulty=float(p_fail[0]), score=float(route_score(p_fail)),
-                          p_fail=tuple(float(p) for p in p_fail))
+                          p_fail=tuple(float(p) for p in p_fail),
+                          out_of_domain=bool(self.model.out_of_domain_features(X)[0]))
 
     def operating_points(self) -> dict[str, list[float]]:
         return dict(self.calibration.named) if self.calibration else {}

@@ -8,6 +8,9 @@ Two signals sit behind the `RoutingSignal` seam: the documented heuristic (score
 and the learned router (`cascade.router.learned`: score = route score, see `cascade.router.operating`).
 Thresholds come, first match wins, from: the plan file or config (`operating_points`), the signal's
 own calibration (learned router), then `default_operating_points` / `thresholds_for_target`.
+
+A prompt the learned router flags as out of its training domain is routed by the heuristic with the default
+thresholds instead (its calibrated thresholds are in another signal's units); the `Route` says so.
 """
 
 from __future__ import annotations
@@ -63,6 +66,17 @@ class Assessment(msgspec.Struct, frozen=True, kw_only=True):
     difficulty: float  # p_fail of tier 0 (learned) or the heuristic's difficulty
     score: float  # what the thresholds compare against
     p_fail: tuple[float, ...] | None = None  # per tier, cheapest first (learned router only)
+    # The learned router's domain check (cascade/router/domain.py): the prompt is unlike its training prompts.
+    out_of_domain: bool = False
+
+
+class Route(msgspec.Struct, frozen=True, kw_only=True):
+    """A routing decision: the tier, what the deciding signal said, the thresholds it was compared with."""
+
+    tier: int
+    assessment: Assessment
+    thresholds: list[float]
+    router: str  # the signal that decided: the configured one, or "heuristic" for an out-of-domain prompt
 
 
 class RoutingSignal(Protocol):
@@ -157,6 +171,16 @@ class RoutingPolicy:
     def choose(self, score: float, hint: QualityHint) -> int:
         return tier_for(score, self.thresholds(hint))
 
-    def route(self, text: str, hint: QualityHint) -> tuple[int, Assessment]:
+    def route(self, text: str, hint: QualityHint) -> Route:
         assessment = self.signal.assess(text)
-        return self.choose(assessment.score, hint), assessment
+        if not assessment.out_of_domain:
+            thresholds = self.thresholds(hint)
+            return Route(tier=tier_for(assessment.score, thresholds), assessment=assessment, thresholds=thresholds,
+                         router=self.signal.name)
+        fallback = HeuristicSignal().assess(text)
+        thresholds = (default_operating_points(self.n_tiers)[hint.name] if hint.name is not None
+                      else thresholds_for_target(float(hint.target or 1.0), self.n_tiers))
+        # The learned p_fail stays in the answer (what the router said), marked as out of domain.
+        assessment = msgspec.structs.replace(fallback, p_fail=assessment.p_fail, out_of_domain=True)
+        return Route(tier=tier_for(assessment.score, thresholds), assessment=assessment, thresholds=thresholds,
+                     router=HeuristicSignal.name)

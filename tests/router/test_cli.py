@@ -32,6 +32,7 @@ def test_train_then_eval_prints_the_contract_keys_and_writes_a_png(tmp_path, csv
     assert {"n", "apgr", "auc", "ece", "cpt"} <= set(result) and set(result["cpt"]) == {"50", "80", "95"}
     assert result["n"] == 100 and result["apgr"] == train_metrics["holdout"]["apgr"]
     assert result["in_sample"] is False and png.exists()
+    assert result["out_of_domain"] == train_metrics["holdout"]["out_of_domain"] <= 0.05  # same template
     points = {row["name"]: row for row in result["operating_points"]}
     assert list(points) == ["all weak", "all strong", "fast", "balanced", "best", "oracle"]
     assert points["all strong"]["tier_fractions"] == [0.0, 1.0] and points["all weak"]["cost"] == 0.0
@@ -54,3 +55,12 @@ def test_train_on_a_missing_column_is_one_line_and_exit_2(tmp_path, csv_path, ca
     code = main(["router", "train", "--outcomes", str(csv_path), "--tiers", "weak,medium", "--out", str(tmp_path / "r")])
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 2 and len(err) == 1 and "missing column(s) medium" in err[0]
+
+
+@pytest.mark.parametrize("quantile", ["1", "-0.1", "1.5"])
+def test_a_domain_quantile_outside_0_to_1_is_one_line_and_exit_2(tmp_path, csv_path, capsys, quantile) -> None:
+    code = main(["router", "train", "--outcomes", str(csv_path), "--tiers", "weak,strong", "--out", str(tmp_path / "r"),
+                 f"--domain-quantile={quantile}"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1 and "--domain-quantile must be in [0, 1)" in err[0]
+    assert not (tmp_path / "r").exists()

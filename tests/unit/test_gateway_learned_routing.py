@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import httpx
@@ -14,8 +15,8 @@ from cascade.errors import ConfigError
 from cascade.gateway.server import Gateway
 from tests.unit.gateway_setup import TIERS, ladder_toml, post_chat, running_gateway, user
 
-EASY = "Sam buys 3 apples. How many apples?"
-HARD = ". ".join(f"Sam buys {k + 11} apples for ${k + 2} each" for k in range(6)) + ". How much in total?"
+EASY = "Sam buys 3 apples for $2 each. How much does he pay in total?"
+HARD = ". ".join(f"Sam buys {k + 11} apples for ${k + 2} each" for k in range(6)) + ". How much does he pay in total?"
 
 
 @pytest.fixture(scope="module")
@@ -115,3 +116,24 @@ def test_cascade_mode_accepts_on_the_learned_prior_and_escalates_below_it(router
             assert info["tier"] == expected and info["escalations"] == expected
             assert info["confidence"] == pytest.approx(p_ok[expected], abs=1e-3)
         assert 1 - hard["p_fail"][TIERS[0]] < 0.5  # the hard prompt did escalate
+
+
+def test_a_prompt_unlike_the_training_prompts_is_routed_by_the_heuristic_and_says_so(router_dir, tmp_path) -> None:
+    chat = "Say hello."
+    log = tmp_path / "traffic.jsonl"
+    with running_gateway(extra=f'[gateway]\ntraffic_log = "{log}"\n' + learned(router_dir)) as (base, _, _):
+        assert route(base, EASY, "balanced")["out_of_domain"] is False
+        for hint, expected_tier in (("fast", 0), ("balanced", 0), ("best", 2)):
+            decision = route(base, chat, hint)
+            assert decision["out_of_domain"] is True and decision["router"] == "heuristic"
+            assert decision["tier"] == expected_tier
+            assert set(decision["p_fail"]) == set(TIERS)  # what the learned router said is still reported
+        # the heuristic's own default thresholds, not the learned router's calibrated ones
+        assert route(base, chat, "balanced")["thresholds"] == pytest.approx([1 / 3, 2 / 3])
+        info = post_chat(base, {"model": "cascade:balanced", "messages": user(chat)}).json()["cascade"]
+        assert info["out_of_domain"] is True and info["router"] == "heuristic" and info["tier"] == 0
+        metrics = httpx.get(f"{base}/metrics", timeout=10).text
+        assert "cascade_router_out_of_domain_total 5.0" in metrics  # 4 routing decisions and 1 completion
+        post_chat(base, {"model": "cascade:balanced", "messages": user(EASY)})
+    records = [json.loads(line) for line in log.read_text().splitlines()]
+    assert [(r["router"], r.get("out_of_domain", False)) for r in records] == [("heuristic", True), ("learned", False)]

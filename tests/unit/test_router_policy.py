@@ -8,7 +8,16 @@ import pytest
 
 from cascade.errors import InvalidRequest
 from cascade.router.heuristic import heuristic_difficulty
-from cascade.router.policy import QualityHint, RoutingPolicy, parse_hint, tier_for
+from cascade.router.policy import (
+    Assessment,
+    HeuristicSignal,
+    QualityHint,
+    RoutingPolicy,
+    default_operating_points,
+    parse_hint,
+    thresholds_for_target,
+    tier_for,
+)
 
 
 @pytest.mark.parametrize(("raw", "expected"), [
@@ -64,3 +73,31 @@ def test_arithmetic_word_problem_is_harder_than_chitchat() -> None:
         "How many clips did Natalia sell altogether in April and May?"
     )
     assert 0.0 <= easy < hard < 1.0
+
+
+class _OutOfDomainSignal:
+    """A learned-router stand-in whose every prompt is out of its domain (the policy seam's contract)."""
+
+    name = "learned"
+
+    def assess(self, text: str) -> Assessment:
+        return Assessment(difficulty=0.9, score=5.0, p_fail=(0.9, 0.5, 0.1), out_of_domain=True)
+
+    def operating_points(self) -> dict[str, list[float]]:
+        return {"balanced": [10.0, 20.0], "best": [10.0, 20.0]}
+
+    def thresholds_for_target(self, target: float) -> list[float] | None:
+        return [10.0, 20.0]
+
+
+@pytest.mark.parametrize("hint", [QualityHint(name="fast"), QualityHint(name="balanced"), QualityHint(name="best"),
+                                  QualityHint(target=0.5), QualityHint(target=1.0)])
+def test_an_out_of_domain_prompt_is_routed_by_the_heuristic_with_its_default_thresholds(hint) -> None:
+    policy = RoutingPolicy(3, signal=_OutOfDomainSignal())
+    text = "Write a haiku about autumn leaves."
+    route = policy.route(text, hint)
+    expected = HeuristicSignal().assess(text)
+    assert route.router == "heuristic" and route.assessment.out_of_domain
+    assert route.assessment.score == expected.score and route.assessment.p_fail == (0.9, 0.5, 0.1)
+    thresholds = (default_operating_points(3)[hint.name] if hint.name else thresholds_for_target(hint.target, 3))
+    assert route.thresholds == thresholds and route.tier == tier_for(expected.score, thresholds)
