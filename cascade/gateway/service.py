@@ -302,7 +302,9 @@ class ChatService:
         the tier's acceptance threshold or the tier fails (cascade/router/acceptance.py)."""
         accept = decision.accept
         assert accept is not None
-        p_fail = decision.assessment.p_fail if decision.assessment else None
+        assessment = decision.assessment
+        # An out-of-domain prompt's p_fail is the router's extrapolation: no prior, as without a learned router.
+        p_fail = assessment.p_fail if assessment is not None and not assessment.out_of_domain else None
         index = decision.tier.index
         while True:
             tier = self.tiers[index]

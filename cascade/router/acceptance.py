@@ -11,8 +11,8 @@ Confidence of an answer on tier t, in [0, 1]:
 * on a tier with reasoning branches (two or more finished), the share of them that voted for the
   returned answer: self-consistency, evidence read from the answers themselves;
 * otherwise the router's prior that tier t answers this prompt correctly, ``1 - p_fail[t]`` (learned
-  router), or 1 without a learned router (so cascade mode then escalates exactly the truncated and
-  empty answers, and backend faults).
+  router), or 1 without a learned router or for a prompt it flags as out of its domain (so cascade mode
+  then escalates exactly the truncated and empty answers, and backend faults).
 
 A tier whose threshold is above 1 can never accept, so it is skipped rather than run: `best`
 (`[NEVER, ...]`) goes straight to the top tier, and a plan can switch tiers off per operating point.

@@ -137,3 +137,14 @@ def test_a_prompt_unlike_the_training_prompts_is_routed_by_the_heuristic_and_say
         post_chat(base, {"model": "cascade:balanced", "messages": user(EASY)})
     records = [json.loads(line) for line in log.read_text().splitlines()]
     assert [(r["router"], r.get("out_of_domain", False)) for r in records] == [("heuristic", True), ("learned", False)]
+
+
+def test_cascade_mode_does_not_use_the_learned_prior_of_an_out_of_domain_prompt(router_dir) -> None:
+    extra = learned(router_dir) + 'mode = "cascade"\naccept = { balanced = [0.5, 0.5] }\n'
+    with running_gateway(extra=extra) as (base, _, _):
+        decision = route(base, "Say hello.", "balanced")
+        assert decision["out_of_domain"] is True
+        info = post_chat(base, {"model": "cascade:balanced", "messages": user("Say hello.")}).json()["cascade"]
+        # a complete answer on the first tier is accepted: no extrapolated p_fail decides an escalation
+        assert info["tier"] == 0 and info["escalations"] == 0 and info["confidence"] == 1.0
+        assert info["out_of_domain"] is True
