@@ -70,6 +70,9 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, subp
         log.close()
 
 
+WORD_PROBLEM = "A school has 17 classes with 23 students in each class. How many students are in the school?"
+
+
 def test_fast_and_best_are_answered_by_different_real_tiers(served) -> None:
     base, _, _ = served
     client = openai.OpenAI(base_url=f"{base}/v1", api_key="unused", timeout=300)
@@ -77,7 +80,7 @@ def test_fast_and_best_are_answered_by_different_real_tiers(served) -> None:
         fast = client.chat.completions.with_raw_response.create(
             model="cascade:fast", messages=[{"role": "user", "content": "Say hello."}], max_tokens=16)
         best = client.chat.completions.with_raw_response.create(
-            model="cascade:best", messages=[{"role": "user", "content": "What is 17*23?"}], max_tokens=16)
+            model="cascade:best", messages=[{"role": "user", "content": WORD_PROBLEM}], max_tokens=16)
         reason = client.chat.completions.with_raw_response.create(
             model="qwen2.5-coder-0.5b-reason", messages=[{"role": "user", "content": "What is 17*23?"}],
             max_tokens=160, temperature=0.0)
@@ -85,9 +88,10 @@ def test_fast_and_best_are_answered_by_different_real_tiers(served) -> None:
         client.close()
     fast_body, routed_best, best_body = fast.parse(), best.parse(), reason.parse()
     assert fast.headers["x-cascade-tier"] == fast_body.model == "smollm2-135m"
-    # `best` takes the router's calibrated operating point: a Qwen tier for arithmetic, never SmolLM2.
+    # `best` takes the router's calibrated operating point: a Qwen tier for a word problem, never SmolLM2.
     assert routed_best.model in ("qwen2.5-coder-0.5b", "qwen2.5-coder-0.5b-reason")
     assert routed_best.model_extra["cascade"]["quality"] == "best"
+    assert routed_best.model_extra["cascade"]["router"] == "learned"
     assert reason.headers["x-cascade-tier"] == best_body.model == "qwen2.5-coder-0.5b-reason"
     assert fast_body.choices[0].message.content.strip()
     assert best_body.usage.completion_tokens > 0
@@ -103,11 +107,17 @@ def test_fast_and_best_are_answered_by_different_real_tiers(served) -> None:
 
 def test_route_decision_matches_serving_and_requests_are_logged(served) -> None:
     base, proc, _ = served
-    body = {"model": "cascade:best", "messages": [{"role": "user", "content": "What is 17*23?"}], "max_tokens": 8}
+    body = {"model": "cascade:best", "messages": [{"role": "user", "content": WORD_PROBLEM}], "max_tokens": 8}
     decision = httpx.post(f"{base}/v1/route", json=body, timeout=30).json()
     served = httpx.post(f"{base}/v1/chat/completions", json=body, timeout=300)
     assert decision["object"] == "cascade.route" and served.status_code == 200
     assert decision["tier_name"] == served.headers["x-cascade-tier"] != "smollm2-135m"
+    assert decision["router"] == "learned" and decision["out_of_domain"] is False
+    # The committed router knows GSM8K only: a greeting is routed by the heuristic, to the cheapest tier.
+    hello = {"model": "cascade:balanced", "messages": [{"role": "user", "content": "Say hello."}]}
+    decision = httpx.post(f"{base}/v1/route", json=hello, timeout=30).json()
+    assert decision["out_of_domain"] is True and decision["router"] == "heuristic"
+    assert decision["tier_name"] == "smollm2-135m"
     # The earlier tests' requests are in the traffic log (written beside the gateway's working directory).
     log = Path(f"/proc/{proc.pid}/cwd").resolve() / "logs" / "traffic.jsonl"
     assert log.exists() and log.read_text().count("\n") >= 2
