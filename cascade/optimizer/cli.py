@@ -79,7 +79,7 @@ def _add_drift(actions: argparse._SubParsersAction) -> None:
         "with the observed rate and token lengths and compares old and new predictions per hint.\n\n"
         "--json keys: verdict, reasons [{check, detail}], window {start_ts, end_ts, window_s, span_s, records, "
         "malformed_lines, unknown_tier_records}, settings, checks {rate, tier_mix, hint_mix, tokens, tier_load, "
-        "latency: each {status: ok|drift|skipped, note, ...}}, replan (null, or {plan, report, rate_rps, "
+        "latency, domain: each {status: ok|drift|skipped, note, ...}}, replan (null, or {plan, report, rate_rps, "
         "rate_source, length_scale, notes, allocation {old, new}, hints {<hint>: {old, new}}}). Every key is "
         "documented in cascade/optimizer/drift.py and cascade/optimizer/replan.py.",
     )
@@ -98,6 +98,9 @@ def _add_drift(actions: argparse._SubParsersAction) -> None:
                        help="drift when mean prompt or completion tokens are outside (1 ± this) x expected")
     drift.add_argument("--latency-margin", type=float, default=0.25,
                        help="drift when observed latency exceeds the prediction by more than this fraction")
+    drift.add_argument("--out-of-domain-share", type=float, default=0.05,
+                       help="drift when more than this share of the requests a learned router routed were unlike "
+                       "its training prompts (default 0.05; ~0.01 by construction on the traffic it learned)")
     drift.add_argument("--min-requests", type=int, default=50,
                        help="judge a hint, tier or the window only with at least this many records (default 50)")
     drift.add_argument("--spec", help="problem.toml the plan was made from: re-plan with the observed workload")
@@ -115,7 +118,7 @@ def _drift(args: argparse.Namespace) -> int:
         raise ConfigError("--spec and --out go together: the problem to re-plan and the new plan.json to write")
     settings = drift.Settings(rate_band=args.rate_band, tier_mix_tv=args.tier_mix_tv, hint_mix_tv=args.hint_mix_tv,
                               tokens_band=args.tokens_band, latency_margin=args.latency_margin,
-                              min_requests=args.min_requests)
+                              out_of_domain_share=args.out_of_domain_share, min_requests=args.min_requests)
     plan = load_plan(args.plan)
     window = read_window(args.traffic, args.window_s, len(plan.tiers))
     result = drift.check(plan, window, settings)

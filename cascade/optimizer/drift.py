@@ -23,6 +23,11 @@ latency    observed latency at the plan's SLO percentile (`planner.slo_percentil
            tier (requests answered without escalation) vs the tier's `predicted_p95_latency_s`, and
            per hint vs the point's `predicted_e2e_p95_latency_s`: drift when observed > predicted x
            (1 + latency_margin).
+domain     the share of requests routed by a learned router that it flagged as unlike its training
+           prompts (`out_of_domain` in the log, cascade/router/domain.py; ~1% of in-domain traffic by
+           construction): drift above out_of_domain_share, i.e. the traffic moved away from what the router
+           learned and it should be retrained on outcomes of this traffic. Skipped when no record was routed
+           by a learned router.
 
 The report (`--json` prints it; these keys are stable):
 
@@ -40,8 +45,9 @@ The report (`--json` prints it; these keys are stable):
        "tokens": {"n", "prompt": M, "completion": M, "tiers": {tier: {"n", "prompt": M, "completion": M}}},
                  # M = {"observed_mean", "expected_mean", "ratio"}
        "tier_load": {"tiers": {tier: {"status", "observed_rps", "planned_rps", "capacity_rps", "utilization"}}},
-       "latency": {"percentile", "tiers": {tier: L}, "hints": {hint: L}}},
+       "latency": {"percentile", "tiers": {tier: L}, "hints": {hint: L}},
                  # L = {"status", "n", "observed_s", "predicted_s", "ratio"}
+       "domain": {"n", "out_of_domain", "observed_share", "limit"}},
      "replan": null | {...}}                           # with --spec/--out: see cascade/optimizer/replan.py
 """
 
@@ -69,6 +75,7 @@ class Settings:
     hint_mix_tv: float = 0.15
     tokens_band: float = 0.25
     latency_margin: float = 0.25
+    out_of_domain_share: float = 0.05
     min_requests: int = 50
 
     def __post_init__(self) -> None:
@@ -77,6 +84,8 @@ class Settings:
                 raise ConfigError(f"--{name.replace('_', '-')} must be a positive number, got {value}")
         if self.rate_band >= 1 or self.tokens_band >= 1:
             raise ConfigError("--rate-band and --tokens-band are fractions below 1 (0.25 means ±25%)")
+        if self.out_of_domain_share >= 1:
+            raise ConfigError("--out-of-domain-share is a fraction below 1 (0.05 means 5% of routed requests)")
 
 
 def primary_point(plan: Plan) -> OperatingPoint | None:
@@ -132,6 +141,7 @@ def check(plan: Plan, window: Window, settings: Settings) -> dict[str, Any]:
         "tokens": _tokens(plan, t, settings, reasons),
         "tier_load": _tier_load(plan, window, t, settings, reasons),
         "latency": _latency(plan, t, settings, reasons),
+        "domain": _domain(t, settings, reasons),
     }
     recs = window.records
     return {
@@ -328,3 +338,24 @@ def _latency(plan: Plan, t: Columns, s: Settings, reasons: Reasons) -> Check:
     status = _overall([e["status"] for e in [*tiers.values(), *hints.values()]])
     note = "no tier or hint has both a prediction and --min-requests records" if status == SKIPPED else None
     return {"status": status, "note": note, "percentile": pct, "tiers": tiers, "hints": hints}
+
+
+def _domain(t: Columns, s: Settings, reasons: Reasons) -> Check:
+    routed = t.learned_router | t.out_of_domain
+    n, flagged = int(routed.sum()), int(t.out_of_domain.sum())
+    out: Check = {"status": SKIPPED, "note": None, "n": n, "out_of_domain": flagged, "observed_share": None,
+                  "limit": s.out_of_domain_share}
+    if n == 0:
+        out["note"] = "no request was routed by a learned router"
+        return out
+    share = flagged / n
+    out["observed_share"] = round(share, 4)
+    if n < s.min_requests:
+        out["note"] = f"{n} requests routed by a learned router, fewer than --min-requests {s.min_requests}"
+        return out
+    out["status"] = DRIFT if share > s.out_of_domain_share else OK
+    if out["status"] == DRIFT:
+        reasons.append({"check": "domain", "detail": (
+            f"{share:.1%} of {n} routed requests were unlike the router's training prompts (limit "
+            f"{s.out_of_domain_share:.0%}): label this traffic (cascade label) and retrain the router")})
+    return out

@@ -95,6 +95,9 @@ def _check_numbers(name: str, c: dict[str, Any]) -> str:
         ratios = [f"{kind[:-1]} {n} {e['ratio']:.2f}x" for kind in ("tiers", "hints") for n, e in c[kind].items()
                   if e["ratio"] is not None]
         return f"p{c['percentile']:g} observed/predicted: " + ", ".join(ratios)
+    if name == "domain":
+        return (f"{c['observed_share']:.1%} of {c['n']} learned-routed requests out of the router's domain "
+                f"(limit {c['limit']:.0%})")
     return ""
 
 

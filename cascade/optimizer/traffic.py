@@ -91,6 +91,8 @@ class Columns:
         self.prompt = np.array([r.prompt_tokens for r in recs], dtype=float)
         self.completion = np.array([r.completion_tokens for r in recs], dtype=float)
         self.escalations = np.array([r.escalations for r in recs], dtype=int)
+        self.learned_router = np.array([r.router == "learned" for r in recs], dtype=bool)
+        self.out_of_domain = np.array([r.out_of_domain for r in recs], dtype=bool)  # routed by the heuristic
         one_hot = np.arange(k)[None, :] == self.tier[:, None]
         reach = np.arange(k)[None, :] <= self.tier[:, None]  # a cascade ran every cheaper tier first
         cascade = (self.hints != BYPASS)[:, None] if plan.routing == "cascade" else np.zeros((self.n, 1), bool)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -45,10 +46,12 @@ def answered(plan: Plan, fractions: list[float]) -> np.ndarray:
 
 def synthesize(plan: Plan, n: int = 1500, seed: int = 0, *, rate_scale: float = 1.0,
                hints: dict[str, float] | None = None, tier_shares: dict[str, list[float]] | None = None,
-               output_scale: float = 1.0, latency_scale: float = 1.0, start: float = T0) -> list[TrafficRecord]:
+               output_scale: float = 1.0, latency_scale: float = 1.0, start: float = T0,
+               out_of_domain_share: float = 0.01) -> list[TrafficRecord]:
     """Traffic as the gateway would log it if the plan held (each knob departs from it): Poisson
     arrivals at the plan's rate, each hint's tiers drawn from its point's shares, token counts around
-    the point's per-tier means, latencies well below the predicted p95."""
+    the point's per-tier means, latencies well below the predicted p95, and routed by a learned router that
+    finds ~1% of the prompts out of its domain (as on the traffic it learned)."""
     rng = np.random.default_rng(seed)
     assert plan.planner is not None
     mix = hints or {"balanced": 1.0}
@@ -67,8 +70,11 @@ def synthesize(plan: Plan, n: int = 1500, seed: int = 0, *, rate_scale: float = 
         noise = rng.lognormal(-0.045, 0.3, size=2)  # mean 1
         predicted = deployed[plan.tiers[tier]].predicted_p95_latency_s
         assert predicted is not None
+        out_of_domain = hint != "bypass" and bool(rng.random() < out_of_domain_share)
+        router = "bypass" if hint == "bypass" else "heuristic" if out_of_domain else "learned"
         records.append(TrafficRecord(
-            ts=round(float(ts), 3), hint=hint, router="difficulty", tier=tier, tier_name=plan.tiers[tier],
+            ts=round(float(ts), 3), hint=hint, router=router, tier=tier, tier_name=plan.tiers[tier],
+            out_of_domain=out_of_domain,
             latency_s=round(float(rng.uniform(0.2, 0.6) * predicted * latency_scale), 4),
             prompt_tokens=round(float(point.mean_prompt_tokens[tier] * noise[0])),
             completion_tokens=round(float(point.mean_output_tokens[tier] * noise[1] * output_scale)),
@@ -108,7 +114,7 @@ def test_traffic_that_matches_the_plan_is_ok(planned, tmp_path, capsys, seed) ->
     assert code == 0
     assert report["verdict"] == "ok", report["reasons"]
     assert {name: c["status"] for name, c in report["checks"].items()} == dict.fromkeys(
-        ["rate", "tier_mix", "hint_mix", "tokens", "tier_load", "latency"], "ok")
+        ["rate", "tier_mix", "hint_mix", "tokens", "tier_load", "latency", "domain"], "ok")
     assert report["window"]["records"] == len(records) and report["window"]["malformed_lines"] == 0
     assert report["checks"]["tier_mix"]["hints"]["bypass"]["status"] == "skipped"  # no operating point
     assert abs(report["checks"]["rate"]["ratio"] - 1) < 0.1
@@ -122,7 +128,8 @@ def test_traffic_that_matches_the_plan_is_ok(planned, tmp_path, capsys, seed) ->
     ({"hints": {"best": 0.7, "balanced": 0.3}}, {"hint_mix"},
      lambda r: r["checks"]["hint_mix"]["observed"]["best"]),
     ({"latency_scale": 3.0}, {"latency"}, lambda r: r["checks"]["latency"]["tiers"]["large"]["ratio"]),
-], ids=["rate-doubled", "tier-mix-shifted", "longer-outputs", "hint-mix-to-best", "slower-tiers"])
+    ({"out_of_domain_share": 0.2}, {"domain"}, lambda r: r["checks"]["domain"]["observed_share"]),
+], ids=["rate-doubled", "tier-mix-shifted", "longer-outputs", "hint-mix-to-best", "slower-tiers", "new-kind-of-prompts"])
 def test_traffic_that_departs_from_the_plan_is_drift_for_the_right_reason(planned, tmp_path, capsys, knobs,
                                                                          expected, number) -> None:
     plan = load_plan(planned[1])
@@ -131,7 +138,7 @@ def test_traffic_that_departs_from_the_plan_is_drift_for_the_right_reason(planne
     assert report["verdict"] == "drift" and reasons(report) == expected, report["reasons"]
     assert all(any(ch.isdigit() for ch in r["detail"]) for r in report["reasons"])  # each reason has its numbers
     value = number(report)
-    target = {"rate": 2.0, "tier_mix": 0.7, "tokens": 2.0, "hint_mix": 0.7}.get(next(iter(expected)))
+    target = {"rate": 2.0, "tier_mix": 0.7, "tokens": 2.0, "hint_mix": 0.7, "domain": 0.2}.get(next(iter(expected)))
     if target is not None:
         assert value == pytest.approx(target, rel=0.12)
     else:
@@ -144,6 +151,7 @@ def test_fail_on_drift_exits_3_and_the_text_report_names_the_reason(planned, tmp
     assert main(["optimize", "drift", "--plan", str(planned[1]), "--traffic", str(log), "--fail-on-drift"]) == 3
     text = capsys.readouterr().out
     assert text.startswith("verdict: drift") and "- rate: arrival rate" in text
+    assert re.search(r"  domain +ok +[0-9.]+% of [0-9]+ learned-routed requests out of the router.s domain", text)
     ok = write_log(tmp_path / "ok.jsonl", synthesize(plan))
     assert main(["optimize", "drift", "--plan", str(planned[1]), "--traffic", str(ok), "--fail-on-drift"]) == 0
 
@@ -249,6 +257,9 @@ def test_bad_thresholds_are_one_line_and_exit_2(planned, tmp_path, capsys) -> No
     log = write_log(tmp_path / "t.jsonl", synthesize(load_plan(planned[1]), n=100))
     assert main(["optimize", "drift", "--plan", str(planned[1]), "--traffic", str(log), "--rate-band", "0"]) == 2
     assert "--rate-band" in capsys.readouterr().err
+    assert main(["optimize", "drift", "--plan", str(planned[1]), "--traffic", str(log),
+                 "--out-of-domain-share", "1.5"]) == 2
+    assert "--out-of-domain-share" in capsys.readouterr().err
     assert main(["optimize", "drift", "--plan", str(planned[1]), "--traffic", str(log), "--spec", "x.toml"]) == 2
     assert "--spec and --out go together" in capsys.readouterr().err
 
@@ -296,3 +307,13 @@ def test_drift_help_imports_no_solver() -> None:
     result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, result.stderr
     assert "fail-on-drift" in result.stdout and result.stdout.strip().splitlines()[-1] == "[]"
+
+
+def test_the_domain_check_skips_a_gateway_without_a_learned_router(planned, tmp_path) -> None:
+    plan = load_plan(planned[1])
+    records = [msgspec.structs.replace(r, router="heuristic", out_of_domain=False) for r in synthesize(plan)]
+    report = check(plan, read_window(write_log(tmp_path / "t.jsonl", records), 1e9, 2), Settings())
+    assert report["checks"]["domain"]["status"] == "skipped" and report["checks"]["domain"]["n"] == 0
+    few = synthesize(plan, n=30, out_of_domain_share=0.5)
+    report = check(plan, read_window(write_log(tmp_path / "few.jsonl", few), 1e9, 2), Settings())
+    assert report["checks"]["domain"]["status"] == "skipped" and "--min-requests" in report["checks"]["domain"]["note"]
