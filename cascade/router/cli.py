@@ -156,8 +156,13 @@ def _train(args: argparse.Namespace) -> int:
     else:
         print(f"router saved: {card.parent} ({len(train)} training rows, tiers {', '.join(tiers)})")
         for name, report in metrics.items():
+            ood = f"  out of domain {report['out_of_domain']:.1%}" if "out_of_domain" in report else ""
             print(f"  {name}: APGR {_f(report['apgr'])} (tier prior {_f(report['prior_apgr'])})  "
-                  f"AUC {_f(report['auc'])}  ECE {_f(report['ece'])}  n={report['n']}")
+                  f"AUC {_f(report['auc'])}  ECE {_f(report['ece'])}  n={report['n']}{ood}")
+        threshold = getattr(model, "domain_threshold_", None)
+        print("domain check: " + ("off (--domain-quantile 0)" if threshold is None else
+              f"threshold {threshold:.2f} (prompts further outside the training features' range are routed by "
+              "the heuristic)"))
         if "cross_validated" in metrics:
             print("operating points (cross-validated, on the training rows):")
             _print_operating_points(metrics["cross_validated"]["operating_points"])
