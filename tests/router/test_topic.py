@@ -161,3 +161,13 @@ def test_the_gateway_signal_loads_a_topic_router_and_refuses_it_at_load_without_
             LearnedSignal.load(tmp_path / "router", ["weak", "strong"])
     finally:
         features._embedding_model.cache_clear()
+
+
+def test_a_repeated_one_prompt_embedding_is_served_from_the_memo_and_callers_cannot_corrupt_it() -> None:
+    from cascade.router import features
+
+    first = features.embed(features.TOPIC_EMBEDDINGS, ["How many apples are left?"])
+    first[:] = 0.0  # a caller scribbling on its array must not change the next caller's
+    again = features.embed(features.TOPIC_EMBEDDINGS, ["How many apples are left?"])
+    assert np.linalg.norm(again) == pytest.approx(1.0)
+    assert features._last_embedding[features.TOPIC_EMBEDDINGS][0] == ("How many apples are left?",)
