@@ -178,8 +178,11 @@ class RoutingPolicy:
             return Route(tier=tier_for(assessment.score, thresholds), assessment=assessment, thresholds=thresholds,
                          router=self.signal.name)
         fallback = HeuristicSignal().assess(text)
-        thresholds = (default_operating_points(self.n_tiers)[hint.name] if hint.name is not None
-                      else thresholds_for_target(float(hint.target or 1.0), self.n_tiers))
+        if hint.name is not None:
+            thresholds = default_operating_points(self.n_tiers)[hint.name]
+        else:
+            assert hint.target is not None
+            thresholds = thresholds_for_target(hint.target, self.n_tiers)
         # The learned p_fail stays in the answer (what the router said), marked as out of domain.
         assessment = msgspec.structs.replace(fallback, p_fail=assessment.p_fail, out_of_domain=True)
         return Route(tier=tier_for(assessment.score, thresholds), assessment=assessment, thresholds=thresholds,
