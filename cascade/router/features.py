@@ -267,6 +267,11 @@ def embed(name: str, texts: list[str]) -> np.ndarray:
     return result
 
 
+def forget_embeddings() -> None:
+    """Empty `embed`'s one-prompt memo (benchmarks time encodes from scratch)."""
+    _last_embedding.clear()
+
+
 def embedding_available(name: str = "all-minilm-l6-v2") -> bool:
     from importlib.util import find_spec
 
