@@ -55,8 +55,6 @@ def test_too_little_data_gives_no_check_and_a_bad_quantile_is_refused() -> None:
 
 @pytest.fixture(scope="module")
 def embedded_router() -> DifficultyClassifier:
-    if not (shared_data_dir() / "gsm8k" / "train.jsonl").exists():
-        pytest.skip("shared data not found (set CASCADE_SHARED_DATA)")
     outcomes = load_outcomes(EMBEDDED_OUTCOMES, EMBEDDED_TIERS)
     return DifficultyClassifier(steps=True).fit(outcomes.prompts, outcomes.correct)
 
@@ -99,8 +97,6 @@ def test_the_embedding_plane_flags_rows_off_it_and_about_the_quantile_of_rows_on
 def test_with_domain_embeddings_prose_that_passes_lexical_features_is_flagged_and_survives_save_and_load(
         tmp_path: Path) -> None:
     data = shared_data_dir() / "routellm" / "gsm8k_responses.csv"
-    if not data.exists():
-        pytest.skip("shared data not found (set CASCADE_SHARED_DATA)")
     outcomes = load_outcomes(data, ["mistralai/Mixtral-8x7B-Instruct-v0.1", "gpt-4-1106-preview"])
     train, test = (outcomes.subset(rows) for rows in split_indices(len(outcomes), 0.5, 0))
     lexical = DifficultyClassifier().fit(train.prompts, train.correct)
