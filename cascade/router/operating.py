@@ -18,7 +18,7 @@ correctness and mean cost of the tiers it picks; the cheapest-for-its-quality po
 frontier. Named hints take the cheapest frontier point recovering a share of the quality gap between
 "all on tier 0" and "all on the most accurate tier" (`HINT_GAP_RECOVERED`: fast 50%, balanced 80%, best
 95%). The most accurate tier is the top one on a well-ordered ladder; on the embedded CPU ladder it is
-not (Qwen direct at 512 tokens 0.323 against its branched reasoning tier's 0.267 on 300 GSM8K questions),
+not (Qwen direct at 512 tokens 0.323 against its branched reasoning tier's 0.310 on 300 GSM8K questions),
 and a gap measured to the top tier would send `best` below what one cheaper tier alone reaches;
 a numeric hint (a target accuracy) takes the cheapest point whose estimated quality reaches it, or the
 best point when none does.

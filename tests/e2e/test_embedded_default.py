@@ -82,8 +82,8 @@ def test_fast_and_best_are_answered_by_different_real_tiers(served) -> None:
         best = client.chat.completions.with_raw_response.create(
             model="cascade:best", messages=[{"role": "user", "content": WORD_PROBLEM}], max_tokens=16)
         reason = client.chat.completions.with_raw_response.create(
-            model="qwen2.5-coder-0.5b-reason", messages=[{"role": "user", "content": "What is 17*23?"}],
-            max_tokens=160, temperature=0.0)
+            model="qwen2.5-coder-0.5b-reason", messages=[{"role": "user", "content": WORD_PROBLEM}],
+            max_tokens=256, temperature=0.0)
     finally:
         client.close()
     fast_body, routed_best, best_body = fast.parse(), best.parse(), reason.parse()
@@ -95,8 +95,8 @@ def test_fast_and_best_are_answered_by_different_real_tiers(served) -> None:
     assert reason.headers["x-cascade-tier"] == best_body.model == "qwen2.5-coder-0.5b-reason"
     assert fast_body.choices[0].message.content.strip()
     assert best_body.usage.completion_tokens > 0
-    # FACTS.md: the 0.5B model gets this one right; greedy decoding keeps it stable (the 4 greedy
-    # branches agree). With pruning on, as few as one branch may finish: batched CPU numerics make
+    # The 0.5B model gets this one right (17 x 23 = 391; asked bare, "What is 17*23?", it answers 401
+    # without a step-by-step system prompt); greedy decoding keeps it stable (the 4 greedy branches agree). With pruning on, as few as one branch may finish: batched CPU numerics make
     # greedy branches drift apart slightly, so their scores differ and phase 2 may prune the rest.
     assert "391" in best_body.choices[0].message.content
     branches = best_body.model_extra["cascade"]["branches"]

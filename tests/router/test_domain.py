@@ -15,7 +15,7 @@ from cascade.router.outcomes import load_outcomes, shared_data_dir, split_indice
 from loadgen.datasets import load, load_sharegpt, sample
 
 REPO = Path(__file__).resolve().parents[2]
-EMBEDDED_OUTCOMES = REPO / "models" / "outcomes" / "gsm8k-train-embedded-v3.jsonl"
+EMBEDDED_OUTCOMES = REPO / "models" / "outcomes" / "gsm8k-train-embedded-v4.jsonl"
 EMBEDDED_TIERS = ["smollm2-135m", "qwen2.5-coder-0.5b", "qwen2.5-coder-0.5b-reason"]
 # Written for this test: prompts a GSM8K-trained router has never seen the like of.
 CHAT = ["Say hello.", "hi", "Write a haiku about autumn leaves.", "What is the capital of Australia?",
