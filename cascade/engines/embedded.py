@@ -2,7 +2,7 @@
 
 Two CPU workers (SmolLM2-135M and Qwen2.5-Coder-0.5B) and a ladder of three tiers:
 the small model answering directly; the larger model answering directly; the larger model
-reasoning step by step with several branches (FACTS.md: the small model is a chat tier,
+reasoning in several sampled branches, pruned and voted (FACTS.md: the small model is a chat tier,
 the larger one shows a real difficulty gradient on arithmetic).
 """
 

@@ -96,8 +96,9 @@ def test_fast_and_best_are_answered_by_different_real_tiers(served) -> None:
     assert fast_body.choices[0].message.content.strip()
     assert best_body.usage.completion_tokens > 0
     # The 0.5B model gets this one right (17 x 23 = 391; asked bare, "What is 17*23?", it answers 401
-    # without a step-by-step system prompt); greedy decoding keeps it stable (the 4 greedy branches agree). With pruning on, as few as one branch may finish: batched CPU numerics make
-    # greedy branches drift apart slightly, so their scores differ and phase 2 may prune the rest.
+    # without a step-by-step system prompt); greedy decoding keeps it stable (the 4 greedy branches
+    # agree). With pruning on, as few as one branch may finish: batched CPU numerics make greedy
+    # branches drift apart slightly, so their scores differ and phase 2 may prune the rest.
     assert "391" in best_body.choices[0].message.content
     branches = best_body.model_extra["cascade"]["branches"]
     assert branches["launched"] == 4 and 1 <= branches["finished"] <= 2
