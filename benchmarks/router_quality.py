@@ -41,6 +41,22 @@ mean over 8 splits 0.710 (without 0.700; higher on 7 of 8). It needs MiniLM at s
 so the committed router stays without it; `cascade router train --features lexical,steps,restated,topic`
 builds it.
 
+Rejected the same way (chosen by train-half CV on lexical+steps+restated, then held out once; scratch harnesses,
+not in this script):
+  * L1 / elastic-net logistic (saga, C by inner CV log loss): CV (18 repeats) 0.692 -> 0.699 (wins 15 of 18);
+    held out split 0 0.684 (0.680), mean over 8 splits 0.706 (0.700).
+  * eight more predicted solution properties (ridge on GSM8K training solutions: calculator steps, largest
+    intermediate, non-integer results, divisions, multiplications, answer magnitude, constants not in the
+    question, solution length; CV R^2 0.11-0.58): CV (18 repeats) 0.690 -> 0.688..0.691 one at a time, 0.686
+    all together. Not held out.
+  * the embedded ladder's own failures as a feature (logistic p_fail of Qwen2.5-Coder-0.5B direct / reasoning
+    on the 300 labelled GSM8K training questions, correlation 0.18 with Mixtral's failures): CV 0.690 -> 0.694
+    (17 of 18); held out split 0 0.679 (0.680), mean over 8 splits 0.702 (0.700).
+  * the mean of the logistic p_fail and gradient-boosted trees' (HistGradientBoosting, depth 2, learning rate
+    0.05, 150 iterations, min leaf 30, l2 1): CV (12 repeats) 0.686 -> 0.705 (12 of 12; depth 1-3 all
+    0.699-0.705); held out split 0 0.663 (0.680), mean over 8 splits 0.694 (0.700, higher on 3 of 8); trees
+    alone 0.635 / 0.671. The largest CV gain measured here, and it did not hold on unseen prompts.
+
 MMLU (45 subjects, 12,106 prompts): 5-fold GroupKFold by subject, APGR of the pooled out-of-fold
 predictions (`pooled_apgr`, the number the target refers to) and the mean of the per-fold APGRs
 (`fold_mean_apgr`). Variants: lexical with default C selection, the one-standard-error rule, a fixed
