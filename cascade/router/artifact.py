@@ -32,7 +32,7 @@ CARD_FILE = "card.json"
 CARD_FORMAT = 1
 # Every type a DifficultyClassifier file may contain (besides skops' own builtins and numpy arrays).
 TRUSTED_TYPES = ["cascade.router.classifier.DifficultyClassifier", "cascade.router.features.StepsModel",
-                 "cascade.router.features.TopicModel"]
+                 "cascade.router.features.TopicModel", "cascade.router.domain.WordModel"]
 
 
 class DataRef(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -102,6 +102,8 @@ def save_router(model: Any, out_dir: str | Path, *, tiers: list[str], data: Data
     params["C_chosen"] = [float(c) for c in model.C_]
     threshold = getattr(model, "domain_threshold_", None)
     params["domain_threshold"] = None if threshold is None else round(float(threshold), 4)
+    words = getattr(model, "domain_words_", None)
+    params["domain_word_threshold"] = None if words is None else round(float(words.threshold), 4)
     residual = getattr(model, "domain_residual_threshold_", None)
     params["domain_residual_threshold"] = None if residual is None else round(float(residual), 4)
     card = RouterCard(

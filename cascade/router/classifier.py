@@ -45,7 +45,15 @@ from sklearn.base import BaseEstimator
 from sklearn.linear_model import LogisticRegression, Ridge
 from sklearn.model_selection import StratifiedKFold, cross_val_predict
 
-from cascade.router.domain import DEFAULT_QUANTILE, excess, fit_domain, fit_embedding_plane, residual
+from cascade.router.domain import (
+    DEFAULT_QUANTILE,
+    WordModel,
+    excess,
+    fit_domain,
+    fit_embedding_plane,
+    fit_word_model,
+    residual,
+)
 from cascade.router.features import (
     TOPIC_EMBEDDINGS,
     FeatureSpec,
@@ -74,7 +82,7 @@ class DifficultyClassifier(BaseEstimator):
                  alpha: float = DEFAULT_ALPHA,
                  C: float | None = None, Cs: Sequence[float] = DEFAULT_CS, cv: int = 5, selection: str = "log_loss",
                  domain_quantile: float = DEFAULT_QUANTILE, domain_embeddings: bool = False,
-                 random_state: int = 0) -> None:
+                 domain_words: bool = True, random_state: int = 0) -> None:
         self.lexical = lexical
         self.hash_features = hash_features
         self.embeddings = embeddings
@@ -91,6 +99,7 @@ class DifficultyClassifier(BaseEstimator):
         self.selection = selection
         self.domain_quantile = domain_quantile
         self.domain_embeddings = domain_embeddings
+        self.domain_words = domain_words
         self.random_state = random_state
 
     def __setstate__(self, state: dict) -> None:
@@ -127,6 +136,9 @@ class DifficultyClassifier(BaseEstimator):
         self.__dict__.pop("steps_model_", None)
         self.__dict__.pop("topic_model_", None)
         self.fit_features(self.featurizer().transform(list(prompts)), correct, groups)
+        on = self.domain_quantile > 0
+        self.domain_words_ = fit_word_model(prompts, self.domain_quantile, self.random_state) \
+            if on and self.domain_words else None
         plane = None
         if self.domain_embeddings and self.domain_quantile > 0:
             plane = fit_embedding_plane(embed(TOPIC_EMBEDDINGS, list(prompts)), self.domain_quantile,
@@ -227,11 +239,15 @@ class DifficultyClassifier(BaseEstimator):
 
     def out_of_domain(self, prompts: Sequence[str], X: np.ndarray | None = None) -> np.ndarray:
         """True where a prompt is unlike the training prompts (never, without a domain check): its features
-        lie outside their training range, or (``domain_embeddings``) its embedding off their plane. ``X``: the
+        lie outside their training range, its wording is unlike theirs (``domain_words``), or
+        (``domain_embeddings``) its embedding lies off their plane. ``X``: the
         prompts' features if already computed by ``featurizer().transform``."""
         X = self.featurizer().transform(list(prompts)) if X is None else X
         scores = self.domain_excess_features(X)
         flagged = np.zeros(len(X), dtype=bool) if scores is None else scores > self.domain_threshold_
+        words: WordModel | None = getattr(self, "domain_words_", None)
+        if words is not None:
+            flagged |= words.surprise(list(prompts)) > words.threshold
         distances = self.domain_residual(prompts)
         return flagged if distances is None else flagged | (distances > self.domain_residual_threshold_)
 
@@ -291,7 +307,7 @@ class DifficultyClassifier(BaseEstimator):
 
 _PARAMS_ADDED_LATER = {"steps": False, "steps_data": None, "estimator": "logistic", "alpha": DEFAULT_ALPHA,
                        "restated_number": False, "topic_components": 0, "domain_quantile": 0.0,
-                       "domain_embeddings": False}
+                       "domain_embeddings": False, "domain_words": False}
 
 
 def _minority_counts(outcomes: np.ndarray) -> np.ndarray:

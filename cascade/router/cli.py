@@ -55,6 +55,9 @@ def add_router_commands(subparsers: Any) -> None:
                        help="domain check: the gateway routes a prompt by the heuristic when its features lie further "
                        "outside the training prompts' range than this quantile of held-out training prompts do "
                        "(default 0.99: ~1%% of unseen in-domain prompts; 0: no check; cascade/router/domain.py)")
+    train.add_argument("--no-domain-words", action="store_true",
+                       help="domain check: do not also flag a prompt whose wording is unlike the training prompts' "
+                       "(its mean surprise under a word bigram model of them; on by default, ~30 us per decision)")
     train.add_argument("--domain-embeddings", action="store_true",
                        help="domain check: also flag a prompt whose MiniLM embedding lies off the plane of the "
                        "training prompts' (catches prose and code requests that lexical features pass; the gateway "
@@ -129,7 +132,7 @@ def _train(args: argparse.Namespace) -> int:
         steps_data=args.aux_data, restated_number="restated" in blocks,
         topic_components=args.topic_components if "topic" in blocks else 0, estimator=args.estimator,
         alpha=args.alpha, C=args.C, selection=args.selection, domain_quantile=args.domain_quantile,
-        domain_embeddings=args.domain_embeddings, random_state=args.seed)
+        domain_embeddings=args.domain_embeddings, domain_words=not args.no_domain_words, random_state=args.seed)
     model.spec.validate()
     if model.steps:
         from cascade.router.features import fit_steps_model
@@ -167,8 +170,10 @@ def _train(args: argparse.Namespace) -> int:
                   f"AUC {_f(report['auc'])}  ECE {_f(report['ece'])}  n={report['n']}{ood}")
         threshold = getattr(model, "domain_threshold_", None)
         residual = getattr(model, "domain_residual_threshold_", None)
+        words = getattr(model, "domain_words_", None)
         print("domain check: " + ("off (--domain-quantile 0)" if threshold is None else
-              f"threshold {threshold:.2f}" + ("" if residual is None else f", embedding residual {residual:.3f}")
+              f"threshold {threshold:.2f}" + ("" if words is None else f", word surprise {words.threshold:.2f}")
+              + ("" if residual is None else f", embedding residual {residual:.3f}")
               + " (prompts beyond it are routed by the heuristic)"))
         if "cross_validated" in metrics:
             print("operating points (cross-validated, on the training rows):")

@@ -9,9 +9,19 @@ import pytest
 
 from cascade.router.artifact import DataRef, load_router, save_router
 from cascade.router.classifier import DifficultyClassifier
-from cascade.router.domain import EMBEDDING_AXES, MIN_THRESHOLD, excess, fit_domain, fit_embedding_plane, residual
+from cascade.router.domain import (
+    EMBEDDING_AXES,
+    MIN_THRESHOLD,
+    WordModel,
+    excess,
+    fit_domain,
+    fit_embedding_plane,
+    fit_word_model,
+    residual,
+    word_tokens,
+)
 from cascade.router.learned import LearnedSignal
-from cascade.router.outcomes import load_outcomes, shared_data_dir, split_indices
+from cascade.router.outcomes import Outcomes, load_outcomes, shared_data_dir, split_indices
 from loadgen.datasets import load, load_sharegpt, sample
 
 REPO = Path(__file__).resolve().parents[2]
@@ -75,7 +85,7 @@ def test_quantile_zero_and_a_router_saved_without_the_check_never_flag(embedded_
     assert off.domain_threshold_ is None and not off.out_of_domain(CHAT).any()
     older = DifficultyClassifier(steps=True)
     older.__setstate__({k: v for k, v in embedded_router.__getstate__().items() if not k.startswith("domain_")})
-    assert older.domain_quantile == 0.0  # a parameter added later loads as "off"
+    assert older.domain_quantile == 0.0 and older.domain_words is False  # parameters added later load as "off"
     assert not older.out_of_domain(CHAT).any()
 
 
@@ -94,21 +104,63 @@ def test_the_embedding_plane_flags_rows_off_it_and_about_the_quantile_of_rows_on
     assert fit_embedding_plane(on_plane(5 * (EMBEDDING_AXES + 2) - 1)) is None
 
 
-def test_with_domain_embeddings_prose_that_passes_lexical_features_is_flagged_and_survives_save_and_load(
-        tmp_path: Path) -> None:
-    data = shared_data_dir() / "routellm" / "gsm8k_responses.csv"
-    outcomes = load_outcomes(data, ["mistralai/Mixtral-8x7B-Instruct-v0.1", "gpt-4-1106-preview"])
+ROUTELLM_DATA = shared_data_dir() / "routellm" / "gsm8k_responses.csv"
+
+
+@pytest.fixture(scope="module")
+def routellm() -> tuple[Outcomes, Outcomes, Outcomes, list[str]]:
+    """RouteLLM GSM8K outcomes, their seed-0 halves (train, test), and 300 ShareGPT first turns."""
+    outcomes = load_outcomes(ROUTELLM_DATA, ["mistralai/Mixtral-8x7B-Instruct-v0.1", "gpt-4-1106-preview"])
     train, test = (outcomes.subset(rows) for rows in split_indices(len(outcomes), 0.5, 0))
-    lexical = DifficultyClassifier().fit(train.prompts, train.correct)
-    both = DifficultyClassifier(domain_embeddings=True).fit(train.prompts, train.correct)
-    chat = [p.prompt for p in sample(load_sharegpt(), 300, np.random.default_rng(0))]
+    return outcomes, train, test, [p.prompt for p in sample(load_sharegpt(), 300, np.random.default_rng(0))]
+
+
+def _save_and_load(model: DifficultyClassifier, out: Path, outcomes: Outcomes, train: Outcomes) -> LearnedSignal:
+    save_router(model, out, tiers=outcomes.tiers, metrics={}, data=DataRef(
+        path=str(ROUTELLM_DATA), sha256=outcomes.sha256, n_rows=len(outcomes), train_rows=len(train)))
+    return LearnedSignal(*load_router(out))
+
+
+def test_with_domain_embeddings_prose_that_passes_lexical_features_is_flagged_and_survives_save_and_load(
+        tmp_path: Path, routellm: tuple[Outcomes, Outcomes, Outcomes, list[str]]) -> None:
+    outcomes, train, test, chat = routellm
+    lexical = DifficultyClassifier(domain_words=False).fit(train.prompts, train.correct)
+    both = DifficultyClassifier(domain_embeddings=True, domain_words=False).fit(train.prompts, train.correct)
     assert both.out_of_domain(test.prompts[:300]).mean() <= 0.03
     assert lexical.out_of_domain(chat).mean() <= 0.8  # real chat traffic lexical features let through...
     assert both.out_of_domain(chat).mean() >= 0.9  # ...the embedding catches
-    save_router(both, tmp_path / "router", tiers=outcomes.tiers, metrics={},
-                data=DataRef(path=str(data), sha256=outcomes.sha256, n_rows=len(outcomes), train_rows=len(train)))
-    loaded, card = load_router(tmp_path / "router")
-    assert card.params["domain_embeddings"] is True and card.params["domain_residual_threshold"] > 0
-    signal = LearnedSignal(loaded, card)
+    signal = _save_and_load(both, tmp_path / "router", outcomes, train)
+    assert signal.card.params["domain_embeddings"] is True and signal.card.params["domain_residual_threshold"] > 0
     flags = [signal.assess(p).out_of_domain for p in chat[:20]]
     assert flags == both.out_of_domain(chat[:20]).tolist()
+
+
+def test_word_tokens_fold_numbers_and_mark_the_ends() -> None:
+    assert word_tokens("Tom has 12 apples, and 3.5 pears?") == [
+        "<s>", "tom", "has", "<num>", "apples", ",", "and", "<num>", ".", "<num>", "pears", "?", "</s>"]
+
+
+def test_the_word_model_finds_its_own_wording_less_surprising_than_other_wording() -> None:
+    problems = [f"Ann has {n} apples and buys {n + 3} more. How many apples does Ann have?" for n in range(30)]
+    model = fit_word_model(problems, quantile=0.99)
+    assert model is not None and np.isfinite(model.threshold)
+    seen, other = model.surprise(["Ann has 7 apples and buys 2 more. How many apples does Ann have?",
+                                  "Write a haiku about autumn leaves."])
+    assert seen < model.threshold < other
+    assert fit_word_model(problems[:9]) is None
+    with pytest.raises(ValueError, match="quantile"):
+        fit_word_model(problems, quantile=0.0)
+    assert WordModel([]).surprise(["anything at all"])[0] > 0  # no counts: every word unseen, finite surprise
+
+
+def test_the_word_test_catches_real_chat_that_the_range_test_lets_through_and_survives_save_and_load(
+        tmp_path: Path, routellm: tuple[Outcomes, Outcomes, Outcomes, list[str]]) -> None:
+    outcomes, train, test, chat = routellm
+    range_only = DifficultyClassifier(domain_words=False).fit(train.prompts, train.correct)
+    with_words = DifficultyClassifier().fit(train.prompts, train.correct)
+    assert with_words.out_of_domain(test.prompts).mean() <= 0.03
+    assert range_only.out_of_domain(chat).mean() <= 0.8
+    assert with_words.out_of_domain(chat).mean() >= 0.9
+    signal = _save_and_load(with_words, tmp_path / "router", outcomes, train)
+    assert signal.card.params["domain_words"] is True and signal.card.params["domain_word_threshold"] > 0
+    assert [signal.assess(p).out_of_domain for p in chat[:20]] == with_words.out_of_domain(chat[:20]).tolist()
