@@ -136,11 +136,11 @@ class DifficultyClassifier(BaseEstimator):
         self.__dict__.pop("steps_model_", None)
         self.__dict__.pop("topic_model_", None)
         self.fit_features(self.featurizer().transform(list(prompts)), correct, groups)
-        on = self.domain_quantile > 0
-        self.domain_words_ = fit_word_model(prompts, self.domain_quantile, self.random_state) \
-            if on and self.domain_words else None
+        checked = self.domain_quantile > 0
+        self.domain_words_ = (fit_word_model(prompts, self.domain_quantile, self.random_state)
+                              if checked and self.domain_words else None)
         plane = None
-        if self.domain_embeddings and self.domain_quantile > 0:
+        if checked and self.domain_embeddings:
             plane = fit_embedding_plane(embed(TOPIC_EMBEDDINGS, list(prompts)), self.domain_quantile,
                                         self.random_state)
         self.domain_plane_mean_ = None if plane is None else plane.mean

@@ -57,7 +57,7 @@ def add_router_commands(subparsers: Any) -> None:
                        "(default 0.99: ~1%% of unseen in-domain prompts; 0: no check; cascade/router/domain.py)")
     train.add_argument("--no-domain-words", action="store_true",
                        help="domain check: do not also flag a prompt whose wording is unlike the training prompts' "
-                       "(its mean surprise under a word bigram model of them; on by default, ~30 us per decision)")
+                       "(its mean surprise under a word bigram model of them; on by default, ~0.1 ms per decision)")
     train.add_argument("--domain-embeddings", action="store_true",
                        help="domain check: also flag a prompt whose MiniLM embedding lies off the plane of the "
                        "training prompts' (catches prose and code requests that lexical features pass; the gateway "

@@ -160,8 +160,9 @@ class WordModel:
         pairs: Counter[int] = Counter()
         for prompt in prompts:
             tokens = word_tokens(prompt)
-            words.update(_key(t) for t in tokens[1:])
-            contexts.update(_key(t) for t in tokens[:-1])
+            keys = [_key(t) for t in tokens]
+            words.update(keys[1:])
+            contexts.update(keys[:-1])
             pairs.update(_key(f"{a} {b}") for a, b in pairwise(tokens))
         self.word_keys, self.word_counts = _table(words)
         self.context_keys, self.context_counts = _table(contexts)
@@ -175,12 +176,11 @@ class WordModel:
         out = np.empty(len(prompts))
         for i, prompt in enumerate(prompts):
             tokens = word_tokens(prompt)
-            words = np.array([_key(t) for t in tokens[1:]], dtype=np.uint32)
-            contexts = np.array([_key(t) for t in tokens[:-1]], dtype=np.uint32)
+            keys = np.array([_key(t) for t in tokens], dtype=np.uint32)  # words are keys[1:], contexts keys[:-1]
             pairs = np.array([_key(f"{a} {b}") for a, b in pairwise(tokens)], dtype=np.uint32)
-            unigram = (_lookup(self.word_keys, self.word_counts, words) + UNIGRAM_PSEUDOCOUNT) / (
+            unigram = (_lookup(self.word_keys, self.word_counts, keys[1:]) + UNIGRAM_PSEUDOCOUNT) / (
                 total + UNIGRAM_PSEUDOCOUNT * vocabulary)
-            seen = _lookup(self.context_keys, self.context_counts, contexts)
+            seen = _lookup(self.context_keys, self.context_counts, keys[:-1])
             bigram = _lookup(self.pair_keys, self.pair_counts, pairs) / np.maximum(seen, 1)
             out[i] = float(-np.log(WORD_MIX * bigram + (1.0 - WORD_MIX) * unigram).mean())
         return out
