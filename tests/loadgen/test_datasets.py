@@ -9,13 +9,15 @@ import pytest
 
 from loadgen import datasets
 from loadgen.grading import grade
-
-DATA = datasets.shared_data_dir()
-needs_data = pytest.mark.skipif(not (DATA / "gsm8k" / "test.jsonl").is_file(), reason="shared data not available")
+from tests.shared_data import shared_file
 
 
-@needs_data
-def test_gsm8k_test_questions_come_with_gradeable_references() -> None:
+@pytest.fixture
+def shared_gsm8k() -> None:
+    shared_file("gsm8k", "test.jsonl")
+
+
+def test_gsm8k_test_questions_come_with_gradeable_references(shared_gsm8k: None) -> None:
     prompts = datasets.load("gsm8k")
     assert len(prompts) == 1319
     first = prompts[0]
@@ -23,16 +25,14 @@ def test_gsm8k_test_questions_come_with_gradeable_references() -> None:
     assert first.reference is not None and grade("She makes $18.", first.reference)
 
 
-@needs_data
-def test_routellm_gsm8k_prompts_get_references_from_gsm8k_test() -> None:
+def test_routellm_gsm8k_prompts_get_references_from_gsm8k_test(shared_gsm8k: None) -> None:
     prompts = datasets.load("routellm-gsm8k")
     assert len(prompts) == 1319
     assert all(p.reference is not None for p in prompts)
     assert prompts[0].reference is not None and prompts[0].reference.endswith("#### 18")
 
 
-@needs_data
-def test_routellm_mmlu_prompts_have_no_reference() -> None:
+def test_routellm_mmlu_prompts_have_no_reference(shared_gsm8k: None) -> None:
     prompts = datasets.load("routellm-mmlu:astronomy")
     assert prompts and all(p.reference is None for p in prompts)
     assert prompts[0].prompt.rstrip().endswith("Answer:")

@@ -7,6 +7,7 @@ import itertools
 import pytest
 
 from loadgen.grading import answer_key, extract, final_number, grade, reference_answer
+from tests.shared_data import shared_file
 
 GSM8K_REFERENCE = ("Janet sells 16 - 3 - 4 = <<16-3-4=9>>9 duck eggs a day.\n"
                    "She makes 9 * 2 = $<<9*2=18>>18 every day at the farmer’s market.\n#### 18")
@@ -68,12 +69,9 @@ def test_extract_reports_what_was_read_in_the_reference_kind() -> None:
 
 
 def test_real_gsm8k_references_grade_their_own_solutions_correct() -> None:
-    from loadgen.datasets import load_gsm8k, shared_data_dir
+    from loadgen.datasets import load_gsm8k
 
-    path = shared_data_dir() / "gsm8k" / "test.jsonl"
-    if not path.is_file():
-        pytest.skip("shared data not available")
-    prompts = load_gsm8k(path)[:200]
+    prompts = load_gsm8k(shared_file("gsm8k", "test.jsonl"))[:200]
     assert all(p.reference and grade(p.reference, p.reference) for p in prompts)
     # and a solution never grades correct against a different answer
     wrong = sum(grade(a.reference or "", b.reference or "") for a, b in itertools.pairwise(prompts)

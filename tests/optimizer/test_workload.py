@@ -11,6 +11,7 @@ import pytest
 from cascade.errors import ConfigError
 from cascade.optimizer.instance import load_instance
 from cascade.optimizer.problem import load_problem
+from tests.shared_data import shared_file
 
 PROBLEM = """
 [cluster]
@@ -108,10 +109,7 @@ def test_outcome_rows_take_the_lengths_of_the_dataset_prompts_they_name(tmp_path
 
 
 def test_gsm8k_by_name_gives_gsm8k_prompt_lengths(tmp_path) -> None:
-    from loadgen.datasets import shared_data_dir
-
-    if not (shared_data_dir() / "gsm8k" / "test.jsonl").is_file():
-        pytest.skip("GSM8K is not in the shared data folder")
+    shared_file("gsm8k", "test.jsonl")
     write_outcomes(tmp_path, n=200)
     inst = instance(tmp_path, 'rate_rps = 2.0\ndataset = "gsm8k"')
     assert 40 <= np.median(inst.input_tokens) <= 70  # GSM8K questions: ~55 tokens

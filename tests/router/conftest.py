@@ -8,7 +8,7 @@ import json
 import numpy as np
 import pytest
 
-from cascade.router.outcomes import shared_data_dir
+from tests.shared_data import shared_file
 
 GSM8K_TIERS = ["mistralai/Mixtral-8x7B-Instruct-v0.1", "gpt-4-1106-preview"]
 
@@ -33,10 +33,7 @@ def synthetic() -> tuple[list[str], np.ndarray]:
 
 @pytest.fixture
 def gsm8k_csv():
-    path = shared_data_dir() / "routellm" / "gsm8k_responses.csv"
-    if not path.exists():
-        pytest.skip(f"shared data not found at {path} (set CASCADE_SHARED_DATA)")
-    return path
+    return shared_file("routellm", "gsm8k_responses.csv")
 
 
 def synthetic_solutions(n: int = 300, seed: int = 0) -> list[dict[str, str]]:
@@ -66,7 +63,4 @@ def steps_jsonl(tmp_path):
 
 @pytest.fixture
 def gsm8k_train_jsonl():
-    path = shared_data_dir() / "gsm8k" / "train.jsonl"
-    if not path.exists():
-        pytest.skip(f"shared data not found at {path} (set CASCADE_SHARED_DATA)")
-    return path
+    return shared_file("gsm8k", "train.jsonl")

@@ -10,6 +10,7 @@ import pytest
 
 from cascade.errors import ConfigError
 from cascade.router.outcomes import load_outcomes, parse_tiers, split_indices
+from tests.shared_data import shared_file
 
 ROWS = [("What is 2+2?", True, True), ("Prove that 17 is prime, then add 3.", False, True), ("Name a color.", True, False)]
 
@@ -94,10 +95,7 @@ def test_split_is_a_seeded_permutation_with_floor_train_rows() -> None:
 
 
 def test_label_rows_without_text_get_their_prompts_from_the_dataset() -> None:
-    from cascade.router.outcomes import shared_data_dir
-
-    if not (shared_data_dir() / "gsm8k" / "train.jsonl").is_file():
-        pytest.skip("shared data not available (set CASCADE_SHARED_DATA)")
+    shared_file("gsm8k", "train.jsonl")  # the outcomes rows carry ids only; their prompts are read from it
     tiers = ["smollm2-135m", "qwen2.5-coder-0.5b", "qwen2.5-coder-0.5b-reason"]
     outcomes = load_outcomes(Path(__file__).parents[2] / "models/outcomes/gsm8k-train-embedded.jsonl", tiers)
     assert len(outcomes.prompts) >= 17 and all(p.strip() for p in outcomes.prompts)

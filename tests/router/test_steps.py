@@ -27,6 +27,7 @@ from cascade.router.features import (
     solution_steps,
 )
 from tests.router.conftest import synthetic_outcomes, synthetic_solutions
+from tests.shared_data import shared_file
 
 
 def _predict_steps(model, prompts: list[str]) -> np.ndarray:
@@ -195,9 +196,7 @@ def test_cli_trains_a_steps_router_and_refuses_aux_data_without_the_block(tmp_pa
 
 
 def test_predicted_steps_track_the_reference_solutions_of_gsm8k_test_questions(gsm8k_train_jsonl) -> None:
-    test_path = gsm8k_train_jsonl.parent / "test.jsonl"
-    if not test_path.exists():
-        pytest.skip(f"the GSM8K test split is not in the shared data folder ({test_path})")
+    test_path = shared_file("gsm8k", "test.jsonl")
     model = fit_steps_model(gsm8k_train_jsonl)
     rows = [json.loads(line) for line in test_path.read_text().splitlines()[:400]]
     truth = np.array([solution_steps(r["answer"]) for r in rows])
