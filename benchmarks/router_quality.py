@@ -64,6 +64,9 @@ not in this script):
     Held out, layer 18 and 4 axes: split 0 0.677 (0.680), mean over 8 splits 0.714 (0.700; higher on 7 of 8).
     Like the topic block it helps on every split but this one, and it costs a 0.5B forward pass per decision
     (~0.3 s on 2 CPU cores) against MiniLM's ~30 ms for the same mean gain: not built into the router.
+  * more rows from RouteLLM's MMLU outcomes of the same two models (elementary mathematics, 378 rows; or 899
+    rows of five math and physics subjects), with a source indicator column: CV 0.685 -> 0.662 / 0.619. The
+    multiple-choice failures teach the wrong thing about word problems. Not held out.
 
 MMLU (45 subjects, 12,106 prompts): 5-fold GroupKFold by subject, APGR of the pooled out-of-fold
 predictions (`pooled_apgr`, the number the target refers to) and the mean of the per-fold APGRs
