@@ -75,20 +75,54 @@ def routing_curve(p_fail: np.ndarray, correct: np.ndarray, costs: np.ndarray | N
     scores = np.asarray(p_fail, dtype=float)
     if scores.ndim == 1:
         scores = np.outer(scores, (costs[-1] - costs) / (costs[-1] - costs[0]))
+    return _curve(_sorted_events(scores, costs), correct, costs, np.ones(n))
+
+
+def _sorted_events(scores: np.ndarray, costs: np.ndarray) -> tuple[np.ndarray, ...]:
     price, prompt, low, high = _upgrade_events(scores, costs)
     order = np.lexsort((low, -price))
-    price, prompt, low, high = price[order], prompt[order], low[order], high[order]
-    gain = correct[prompt, high] - correct[prompt, low]
-    spend = costs[high] - costs[low]
+    return price[order], prompt[order], low[order], high[order]
+
+
+def _curve(events: tuple[np.ndarray, ...], correct: np.ndarray, costs: np.ndarray, weights: np.ndarray) -> Curve:
+    """The curve from sorted upgrade events, each prompt counted ``weights[i]`` times (1: the plain curve;
+    bootstrap counts: a resample's curve without recomputing the events)."""
+    price, prompt, low, high = events
+    n = weights.sum()
+    gain = (correct[prompt, high] - correct[prompt, low]) * weights[prompt]
+    spend = (costs[high] - costs[low]) * weights[prompt]
     ends = np.flatnonzero(np.r_[price[1:] != price[:-1], True]) if price.size else np.zeros(0, int)
     cum_gain = np.r_[0.0, np.cumsum(gain)[ends]]
     cum_cost = np.r_[0.0, np.cumsum(spend)[ends]]
-    q_low, q_high = correct[:, 0].mean(), correct[:, -1].mean()
+    q_low, q_high = weights @ correct[:, 0] / n, weights @ correct[:, -1] / n
     quality = q_low + cum_gain / n
     x = cum_cost / (n * (costs[-1] - costs[0]))
     gap = q_high - q_low
     pgr = (quality - q_low) / gap if gap != 0 else np.full_like(quality, np.nan)
     return Curve(x=x, quality=quality, pgr=pgr)
+
+
+def apgr_interval(p_fail: np.ndarray, correct: np.ndarray, costs: np.ndarray | None = None, level: float = 0.95,
+                  n_resamples: int = 1000, seed: int = 0) -> tuple[float, float]:
+    """Percentile bootstrap interval of APGR over the evaluated prompts (the router's scores held fixed):
+    how much the number would move on another sample of the same size. On 660 GSM8K prompts it is about
+    +-0.07 wide, so two routers 0.02 apart on one split are not told apart by it."""
+    correct = np.asarray(correct, dtype=float)
+    n, n_tiers = correct.shape
+    costs = linear_costs(n_tiers) if costs is None else np.asarray(costs, dtype=float)
+    scores = np.asarray(p_fail, dtype=float)
+    if scores.ndim == 1:
+        scores = np.outer(scores, (costs[-1] - costs) / (costs[-1] - costs[0]))
+    events = _sorted_events(scores, costs)
+    rng = np.random.default_rng(seed)
+    values = np.array([apgr(_curve(events, correct, costs, np.bincount(rng.integers(0, n, n), minlength=n)
+                                   .astype(float))) for _ in range(n_resamples)])
+    values = values[np.isfinite(values)]  # a resample where both tiers score the same has no gap
+    if values.size == 0:
+        return float("nan"), float("nan")
+    tail = (1 - level) / 2 * 100
+    low, high = np.percentile(values, [tail, 100 - tail])
+    return float(low), float(high)
 
 
 def _upgrade_events(p_fail: np.ndarray, costs: np.ndarray) -> tuple[np.ndarray, ...]:
@@ -185,18 +219,18 @@ def report(p_fail: np.ndarray, correct: np.ndarray, costs: np.ndarray | None = N
     p0 = p_fail[:, 0]
     return {
         "n": len(correct),
-        "apgr": _finite(apgr(curve)),
-        "auc": _finite(roc_auc(p0, ~correct[:, 0])),
-        "ece": _finite(ece(p0, ~correct[:, 0])),
-        "cpt": {str(p): _finite(cpt(curve, p / 100)) for p in CPT_LEVELS},
-        "difficulty_apgr": _finite(apgr(routing_curve(p0, correct, costs))),
-        "oracle_apgr": _finite(apgr(routing_curve(oracle_scores(correct), correct, costs))),
+        "apgr": finite(apgr(curve)),
+        "auc": finite(roc_auc(p0, ~correct[:, 0])),
+        "ece": finite(ece(p0, ~correct[:, 0])),
+        "cpt": {str(p): finite(cpt(curve, p / 100)) for p in CPT_LEVELS},
+        "difficulty_apgr": finite(apgr(routing_curve(p0, correct, costs))),
+        "oracle_apgr": finite(apgr(routing_curve(oracle_scores(correct), correct, costs))),
         "random_apgr": 0.5,
-        "prior_apgr": _finite(apgr(routing_curve(prior_scores(correct), correct, costs))),
+        "prior_apgr": finite(apgr(routing_curve(prior_scores(correct), correct, costs))),
     }
 
 
-def _finite(value: float) -> float | None:
+def finite(value: float) -> float | None:
     """Rounded for reports; None (JSON null) when undefined, e.g. PGR when both tiers score the same."""
     return round(value, 4) if np.isfinite(value) else None
 

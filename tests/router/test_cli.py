@@ -31,6 +31,8 @@ def test_train_then_eval_prints_the_contract_keys_and_writes_a_png(tmp_path, csv
     result = json.loads(capsys.readouterr().out)
     assert {"n", "apgr", "auc", "ece", "cpt"} <= set(result) and set(result["cpt"]) == {"50", "80", "95"}
     assert result["n"] == 100 and result["apgr"] == train_metrics["holdout"]["apgr"]
+    low, high = result["apgr_ci95"]
+    assert low < result["apgr"] < high and high - low > 0.05  # 100 prompts: a wide bootstrap interval
     assert result["in_sample"] is False and png.exists()
     assert result["out_of_domain"] == train_metrics["holdout"]["out_of_domain"] <= 0.05  # same template
     points = {row["name"]: row for row in result["operating_points"]}

@@ -138,3 +138,40 @@ def test_plot_of_three_tiers_draws_the_tier_prior(tmp_path) -> None:
     c = rng.random((120, 3)) < [0.1, 0.3, 0.4]
     out = ev.plot_curves(tmp_path / "curve3.png", rng.random((120, 3)), c, ["a", "b", "c"])
     assert out.stat().st_size > 1000
+
+
+@pytest.mark.parametrize("n_tiers", [2, 3])
+def test_a_prompt_weighted_k_times_counts_like_k_copies_of_it(n_tiers: int) -> None:
+    # The bootstrap reweights prompts instead of copying them; copies must give the same curve.
+    rng = np.random.default_rng(7)
+    c = rng.random((40, n_tiers)) < np.linspace(0.4, 0.9, n_tiers)
+    p = rng.random((40, n_tiers))
+    counts = rng.integers(0, 4, 40)
+    copies = np.repeat(np.arange(40), counts)
+    costs = ev.linear_costs(n_tiers)
+    weighted = ev._curve(ev._sorted_events(p, costs), c.astype(float), costs, counts.astype(float))
+    assert ev.apgr(weighted) == pytest.approx(ev.apgr(ev.routing_curve(p[copies], c[copies])), abs=1e-12)
+
+
+def test_the_apgr_interval_holds_the_estimate_and_narrows_with_more_prompts() -> None:
+    rng = np.random.default_rng(3)
+
+    def sample(n: int) -> tuple[np.ndarray, np.ndarray]:
+        difficulty = rng.random(n)
+        c = np.column_stack([rng.random(n) > difficulty, rng.random(n) > difficulty / 4])
+        return difficulty + rng.normal(0, 0.3, n), c
+
+    widths = []
+    for n in (200, 3200):
+        score, c = sample(n)
+        low, high = ev.apgr_interval(score, c)
+        assert low < ev.apgr(ev.routing_curve(score, c)) < high
+        widths.append(high - low)
+    assert widths[1] < widths[0] / 2.5  # ~1/sqrt(n): 16x the prompts, ~4x narrower
+    score, c = sample(300)
+    assert ev.apgr_interval(score, c, seed=1) != ev.apgr_interval(score, c, seed=2)
+    assert ev.apgr_interval(score, c, seed=1) == ev.apgr_interval(score, c, seed=1)
+
+
+def test_the_interval_of_tiers_that_never_differ_is_undefined() -> None:
+    assert all(np.isnan(ev.apgr_interval(np.full((10, 2), 0.5), np.ones((10, 2), dtype=bool))))
