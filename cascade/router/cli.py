@@ -85,7 +85,9 @@ def add_router_commands(subparsers: Any) -> None:
     ev.add_argument("--holdout", action="store_true",
                     help="evaluate only the rows the router held out (same data file, split from its card)")
     ev.add_argument("--costs", help="cost per tier, comma-separated, ascending (default 0,1,2,...)")
-    ev.add_argument("--plot", default="router-eval.png", help="PNG of quality vs fraction routed up ('none': skip)")
+    ev.add_argument("--plot", default="router-eval.png",
+                    help="PNG of quality vs fraction routed up (hints marked) and of each tier's calibration "
+                    "('none': skip)")
     ev.add_argument("--json", action="store_true", help="print the metrics as one JSON object")
     ev.set_defaults(func=_eval)
 
@@ -213,7 +215,10 @@ def _eval(args: argparse.Namespace) -> int:
     result["operating_points"] = _operating_points(p_fail, outcomes, card.calibration, costs)
     if args.plot != "none":
         title = f"{args.router} on {outcomes.groups[0] if len(set(outcomes.groups)) == 1 else args.outcomes}"
-        result["plot"] = str(evaluate.plot_curves(args.plot, p_fail, outcomes.correct, tiers, costs, title))
+        scale = evaluate.linear_costs(len(tiers)) if costs is None else costs
+        points = [(row["name"], (row["cost"] - scale[0]) / (scale[-1] - scale[0]), row["accuracy"])
+                  for row in result["operating_points"] if row["thresholds"] and not row["name"].startswith("all ")]
+        result["plot"] = str(evaluate.plot_curves(args.plot, p_fail, outcomes.correct, tiers, costs, title, points))
     if args.json:
         print(json.dumps(result))
     else:

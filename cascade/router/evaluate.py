@@ -42,6 +42,7 @@ AUC is the ROC AUC of ``p_fail[:, 0]`` for "tier 0 fails"; ECE is the expected c
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from itertools import pairwise
 from pathlib import Path
@@ -179,17 +180,22 @@ def roc_auc(p_fail0: np.ndarray, failed: np.ndarray) -> float:
     return float((ranks[failed].sum() - n_pos * (n_pos + 1) / 2) / (n_pos * n_neg))
 
 
-def ece(p_fail0: np.ndarray, failed: np.ndarray, n_bins: int = 10) -> float:
-    """Expected calibration error: sum over equal-width bins of (share of prompts) * |mean p - failure rate|."""
-    p = np.clip(np.asarray(p_fail0, dtype=float), 0.0, 1.0)
+def reliability(p_fail: np.ndarray, failed: np.ndarray, n_bins: int = 10) -> tuple[np.ndarray, ...]:
+    """ECE's bins: (mean predicted p_fail, observed failure rate, prompts) of each non-empty equal-width bin."""
+    p = np.clip(np.asarray(p_fail, dtype=float), 0.0, 1.0)
     y = np.asarray(failed, dtype=float)
     bins = np.minimum((p * n_bins).astype(int), n_bins - 1)
-    total = 0.0
-    for b in range(n_bins):
-        mask = bins == b
-        if mask.any():
-            total += mask.mean() * abs(p[mask].mean() - y[mask].mean())
-    return float(total)
+    counts = np.bincount(bins, minlength=n_bins)
+    full = counts > 0
+    predicted = np.bincount(bins, p, n_bins)[full] / counts[full]
+    observed = np.bincount(bins, y, n_bins)[full] / counts[full]
+    return predicted, observed, counts[full]
+
+
+def ece(p_fail0: np.ndarray, failed: np.ndarray, n_bins: int = 10) -> float:
+    """Expected calibration error: sum over equal-width bins of (share of prompts) * |mean p - failure rate|."""
+    predicted, observed, counts = reliability(p_fail0, failed, n_bins)
+    return float(counts @ np.abs(predicted - observed) / max(1, counts.sum()))
 
 
 def oracle_scores(correct: np.ndarray) -> np.ndarray:
@@ -236,14 +242,20 @@ def finite(value: float) -> float | None:
 
 
 def plot_curves(path: str | Path, p_fail: np.ndarray, correct: np.ndarray, tiers: list[str],
-                costs: np.ndarray | None = None, title: str = "router") -> Path:
-    """Quality vs fraction routed up (normalised cost for 3+ tiers): router, random, oracle and, for 3+ tiers,
-    the tier prior."""
+                costs: np.ndarray | None = None, title: str = "router",
+                points: Sequence[tuple[str, float, float]] = ()) -> Path:
+    """Two panels. Left: quality vs fraction routed up (normalised cost for 3+ tiers) for the router, random,
+    oracle and, for 3+ tiers, the tier prior, with each tier alone and ``points`` (name, normalised cost,
+    accuracy: the operating points of the quality hints) marked on it. Right: each tier's reliability diagram
+    (predicted p_fail against the observed failure rate in ECE's ten bins, marker area ~ prompts), the
+    picture behind ECE."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    correct = np.asarray(correct, dtype=bool)
+    p_fail = np.asarray(p_fail, dtype=float)
     curves = {
         "router": routing_curve(p_fail, correct, costs),
         "random": random_curve(correct),
@@ -251,14 +263,37 @@ def plot_curves(path: str | Path, p_fail: np.ndarray, correct: np.ndarray, tiers
     }
     if len(tiers) > 2:
         curves["tier prior"] = routing_curve(prior_scores(correct), correct, costs)
-    fig, ax = plt.subplots(figsize=(6, 4.2), dpi=110)
+    fig, (ax, cal) = plt.subplots(1, 2, figsize=(11, 4.4), dpi=110, gridspec_kw={"width_ratios": [1.35, 1]})
     for (label, curve), style in zip(curves.items(), ("-", "--", ":", "-."), strict=False):
         ax.plot(curve.x, curve.quality, style, label=f"{label} (APGR {apgr(curve):.2f})")
+    scale = linear_costs(len(tiers)) if costs is None else np.asarray(costs, dtype=float)
+    ax.plot((scale - scale[0]) / (scale[-1] - scale[0]), correct.mean(axis=0), "s", color="grey", markersize=5,
+            label="each tier alone")
+    named: dict[tuple[float, float], list[str]] = {}
+    for name, x, accuracy in points:  # hints that land on the same point share one label
+        named.setdefault((round(x, 3), round(accuracy, 3)), []).append(name)
+    for (x, accuracy), names in named.items():
+        ax.plot([x], [accuracy], "o", color="black", markersize=4)
+        ax.annotate("/".join(names), (x, accuracy), textcoords="offset points", xytext=(4, -10), fontsize=8)
     ax.set_xlabel("fraction routed to " + tiers[-1] if len(tiers) == 2 else "normalised cost (0 = all cheapest)")
     ax.set_ylabel("quality (mean correctness)")
-    ax.set_title(title)
+    ax.set_title(title, fontsize=10)
     ax.grid(alpha=0.3)
-    ax.legend(loc="lower right")
+    ax.legend(loc="lower right", fontsize=8)
+    cal.plot([0, 1], [0, 1], ":", color="grey", label="perfectly calibrated")
+    for t, tier in enumerate(tiers):
+        failed = ~correct[:, t]
+        predicted, observed, counts = reliability(p_fail[:, t], failed)
+        cal.plot(predicted, observed, "-", alpha=0.5)
+        cal.scatter(predicted, observed, s=8 + 400 * counts / len(correct), alpha=0.7,
+                    label=f"{tier} (ECE {ece(p_fail[:, t], failed):.3f})")
+    cal.set_xlim(0, 1)
+    cal.set_ylim(0, 1)
+    cal.set_xlabel("predicted p_fail")
+    cal.set_ylabel("observed failure rate")
+    cal.set_title("calibration", fontsize=10)
+    cal.grid(alpha=0.3)
+    cal.legend(loc="upper left", fontsize=7)
     fig.tight_layout()
     out = Path(path)
     fig.savefig(out)

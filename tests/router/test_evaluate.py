@@ -73,6 +73,16 @@ def test_ece_of_a_calibrated_predictor_is_near_zero() -> None:
     assert ev.ece(np.clip(p * 2, 0, 1), failed) > 0.15
 
 
+def test_reliability_bins_are_the_ones_ece_averages() -> None:
+    p = np.array([0.05, 0.05, 0.15, 0.55, 0.95, 1.0])
+    failed = np.array([0, 1, 0, 1, 1, 1], dtype=bool)
+    predicted, observed, counts = ev.reliability(p, failed)
+    assert counts.tolist() == [2, 1, 1, 2]  # empty bins are left out; 1.0 falls in the last bin
+    assert predicted.tolist() == pytest.approx([0.05, 0.15, 0.55, 0.975])
+    assert observed.tolist() == [0.5, 0.0, 1.0, 1.0]
+    assert ev.ece(p, failed) == pytest.approx((2 * 0.45 + 0.15 + 0.45 + 2 * 0.025) / 6)
+
+
 def test_auc_orders_failures_above_successes() -> None:
     failed = np.array([0, 0, 1, 1], dtype=bool)
     assert ev.roc_auc(np.array([0.1, 0.2, 0.8, 0.9]), failed) == 1.0
@@ -136,8 +146,16 @@ def test_tier_prior_is_the_diagonal_for_two_tiers_and_the_tier_hull_for_three() 
 def test_plot_of_three_tiers_draws_the_tier_prior(tmp_path) -> None:
     rng = np.random.default_rng(8)
     c = rng.random((120, 3)) < [0.1, 0.3, 0.4]
-    out = ev.plot_curves(tmp_path / "curve3.png", rng.random((120, 3)), c, ["a", "b", "c"])
+    p_fail = rng.random((120, 3))
+    out = ev.plot_curves(tmp_path / "curve3.png", p_fail, c, ["a", "b", "c"])
     assert out.stat().st_size > 1000
+    marked = ev.plot_curves(tmp_path / "marked.png", p_fail, c, ["a", "b", "c"],
+                            points=[("fast", 0.2, 0.15), ("balanced", 0.4, 0.3), ("best", 0.4, 0.3)])
+    from matplotlib.image import imread
+
+    before, after = imread(out), imread(marked)
+    changed = np.flatnonzero(np.abs(after - before).sum(axis=(0, 2)) > 0)
+    assert before.shape == after.shape and changed.size and changed.max() < before.shape[1] * 0.6  # left panel only
 
 
 @pytest.mark.parametrize("n_tiers", [2, 3])
