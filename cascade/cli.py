@@ -49,16 +49,16 @@ def _label(args: argparse.Namespace) -> int:
     prompts = select_prompts(args.dataset, args.n, args.seed)
     out = Path(args.out)
 
+    wanted = args.tiers.split(",") if args.tiers else None
+    unknown = sorted(set(wanted or ()) - {t.name for t in config.tiers})
+    if unknown:
+        raise ConfigError(f"--tiers: unknown tier(s) {', '.join(unknown)}")
+
     async def run() -> tuple[int, int]:
-        workers = make_workers(config, Path.cwd() / "logs")  # as `cascade serve`; never beside --out
+        # As `cascade serve` (logs never beside --out), but only the workers the labelled tiers run on.
+        workers = make_workers(config, Path.cwd() / "logs", wanted)
         supervisor = Supervisor(list(workers.values()))
-        tiers = build_tiers(config, workers)
-        if args.tiers:
-            wanted = args.tiers.split(",")
-            unknown = sorted(set(wanted) - {t.name for t in tiers})
-            if unknown:
-                raise ConfigError(f"--tiers: unknown tier(s) {', '.join(unknown)}")
-            tiers = [t for t in tiers if t.name in wanted]
+        tiers = build_tiers(config, workers, wanted)
         await supervisor.start()
         try:
             with tqdm(total=len(prompts), desc="label", unit="prompt") as bar:

@@ -5,6 +5,7 @@ so that both talk to the tiers the same way."""
 from __future__ import annotations
 
 import uuid
+from collections.abc import Collection
 from pathlib import Path
 
 import msgspec
@@ -51,11 +52,20 @@ def make_backend(name: str, config: BackendConfig, workers: dict[str, Worker]) -
     raise TypeError(f"unknown backend config {type(config).__name__}")
 
 
-def make_workers(config: CascadeConfig, log_dir: Path) -> dict[str, Worker]:
-    """Workers for the config's [[workers]] (not started), preparing their models if needed."""
+def make_workers(config: CascadeConfig, log_dir: Path, tier_names: Collection[str] | None = None) -> dict[str, Worker]:
+    """Workers for the config's [[workers]] (not started), preparing their models if needed; with
+    ``tier_names``, only the workers those tiers' backends run on (labelling one tier need not load the rest)."""
     from cascade.engines.models import load_card, prepare
 
-    return {w.name: Worker(w, prepare(load_card(w.model)), log_dir) for w in config.workers}
+    used = None if tier_names is None else workers_of(config, tier_names)
+    return {w.name: Worker(w, prepare(load_card(w.model)), log_dir) for w in config.workers
+            if used is None or w.name in used}
+
+
+def workers_of(config: CascadeConfig, tier_names: Collection[str]) -> set[str]:
+    """Names of the [[workers]] that the named tiers' backends run on."""
+    return {b.worker for t in config.tiers if t.name in tier_names
+            for b in t.backends if isinstance(b, WorkerBackendConfig)}
 
 
 def make_scorer(config: TierConfig) -> Scorer | None:
@@ -66,9 +76,13 @@ def make_scorer(config: TierConfig) -> Scorer | None:
     return CPUScorer() if config.scorer == "cpu" else None
 
 
-def build_tiers(config: CascadeConfig, workers: dict[str, Worker]) -> list[Tier]:
+def build_tiers(config: CascadeConfig, workers: dict[str, Worker], tier_names: Collection[str] | None = None
+                ) -> list[Tier]:
+    """The config's tiers (with ``tier_names``, only those; each keeps its index in the full ladder)."""
     tiers = []
     for index, tier_config in enumerate(config.tiers):
+        if tier_names is not None and tier_config.name not in tier_names:
+            continue
         replicas = [make_backend(f"{tier_config.name}/{j}", b, workers) for j, b in enumerate(tier_config.backends)]
         slots = BranchSlots(tier_config.name, tier_config.branch_slots) if tier_config.branch_slots else None
         scorer = make_scorer(tier_config)

@@ -108,3 +108,21 @@ def test_ctrl_c_cancels_prompts_in_flight_at_once_and_keeps_written_rows(tmp_pat
                 proc.kill()
         assert eventually(lambda: engine.stats.in_flight == 0, within_s=5)  # upstream streams were cancelled
     assert [json.loads(line)["id"] for line in out.read_text().splitlines()] == ["quick"]
+
+
+def test_labelling_some_tiers_starts_only_their_workers_and_an_unknown_tier_is_refused(tmp_path, capsys) -> None:
+    from cascade.engines.embedded import embedded_config
+    from cascade.tiers import workers_of
+
+    ladder = embedded_config()
+    assert workers_of(ladder, ["qwen2.5-coder-0.5b-reason"]) == {"qwen"}  # no SmolLM2 worker for Qwen's tiers
+    assert workers_of(ladder, ["smollm2-135m", "qwen2.5-coder-0.5b"]) == {"smollm2", "qwen"}
+    engine = FakeEngine(FakeScript(tokens=8))
+    with serve_asgi(engine) as url:
+        config, dataset = write_inputs(tmp_path, url)
+        out = tmp_path / "outcomes.jsonl"
+        assert main(["label", "--config", config, "--dataset", dataset, "--out", str(out), "--tiers", "nope"]) == 2
+        assert "unknown tier(s) nope" in capsys.readouterr().err and not out.exists()
+        assert main(["label", "--config", config, "--dataset", dataset, "--out", str(out), "--tiers", "small"]) == 0
+    assert all(set(json.loads(line)["tiers"]) == {"small"} for line in out.read_text().splitlines())
+    assert engine.stats.requests == 2  # q0 and q1 on the small tier; the thinker was never asked
