@@ -100,7 +100,6 @@ def _outcome_args(parser: argparse.ArgumentParser) -> None:
 
 
 def _train(args: argparse.Namespace) -> int:
-    from cascade.router import evaluate
     from cascade.router.artifact import DataRef, save_router
     from cascade.router.classifier import DifficultyClassifier, cross_validated_p_fail
     from cascade.router.operating import calibrate
@@ -152,14 +151,14 @@ def _train(args: argparse.Namespace) -> int:
     calibration = None
     if args.cv_folds:
         oof = cross_validated_p_fail(model, train.prompts, train.correct, train.groups, args.cv_folds, args.seed)
-        metrics["cross_validated"] = evaluate.report(oof, train.correct, costs)
+        metrics["cross_validated"] = _report(oof, train.correct, costs)
         calibration = calibrate(oof, train.correct, costs)
         metrics["cross_validated"]["operating_points"] = _operating_points(oof, train, calibration, costs)
     model.fit(train.prompts, train.correct)
     if len(test_rows):
         test = outcomes.subset(test_rows)
         X = model.featurizer().transform(test.prompts)
-        metrics["holdout"] = evaluate.report(model.predict_p_fail_features(X), test.correct, costs)
+        metrics["holdout"] = _report(model.predict_p_fail_features(X), test.correct, costs)
         metrics["holdout"]["out_of_domain"] = float(model.out_of_domain(test.prompts, X).mean())
     data = DataRef(path=str(args.outcomes), sha256=outcomes.sha256, n_rows=len(outcomes), train_rows=len(train),
                    split_seed=args.seed if len(test_rows) else None, train_fraction=args.train_fraction)
@@ -170,7 +169,9 @@ def _train(args: argparse.Namespace) -> int:
         print(f"router saved: {card.parent} ({len(train)} training rows, tiers {', '.join(tiers)})")
         for name, report in metrics.items():
             ood = f"  out of domain {report['out_of_domain']:.1%}" if "out_of_domain" in report else ""
-            print(f"  {name}: APGR {_f(report['apgr'])} (tier prior {_f(report['prior_apgr'])})  "
+            low, high = report["apgr_ci95"]
+            print(f"  {name}: APGR {_f(report['apgr'])} [95% CI {_f(low)}-{_f(high)}] "
+                  f"(tier prior {_f(report['prior_apgr'])})  "
                   f"AUC {_f(report['auc'])}  ECE {_f(report['ece'])}  n={report['n']}{ood}")
         threshold = getattr(model, "domain_threshold_", None)
         residual = getattr(model, "domain_residual_threshold_", None)
@@ -206,9 +207,7 @@ def _eval(args: argparse.Namespace) -> int:
         outcomes = outcomes.subset(rows)
     X = model.featurizer().transform(outcomes.prompts)
     p_fail = model.predict_p_fail_features(X)
-    result: dict[str, Any] = evaluate.report(p_fail, outcomes.correct, costs)
-    # How far APGR would move on another sample of as many prompts (seeded percentile bootstrap).
-    result["apgr_ci95"] = [evaluate.finite(v) for v in evaluate.apgr_interval(p_fail, outcomes.correct, costs)]
+    result = _report(p_fail, outcomes.correct, costs)
     # Share of the rows the gateway would route by the heuristic: unlike the router's training prompts.
     result["out_of_domain"] = float(model.out_of_domain(outcomes.prompts, X).mean())
     result["in_sample"] = bool(same_data and not args.holdout)
@@ -233,6 +232,16 @@ def _eval(args: argparse.Namespace) -> int:
         if "plot" in result:
             print(f"plot: {result['plot']}")
     return 0
+
+
+def _report(p_fail: Any, correct: Any, costs: Any) -> dict[str, Any]:
+    """evaluate.report plus `apgr_ci95`: how far APGR would move on another sample of as many prompts (seeded
+    percentile bootstrap over the prompts)."""
+    from cascade.router import evaluate
+
+    result = evaluate.report(p_fail, correct, costs)
+    result["apgr_ci95"] = [evaluate.finite(v) for v in evaluate.apgr_interval(p_fail, correct, costs)]
+    return result
 
 
 def _operating_points(p_fail: Any, outcomes: Any, calibration: Any, costs: Any) -> list[dict[str, Any]]:

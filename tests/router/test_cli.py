@@ -26,6 +26,7 @@ def test_train_then_eval_prints_the_contract_keys_and_writes_a_png(tmp_path, csv
                  "--cv-folds", "3", "--json"]) == 0
     train_metrics = json.loads(capsys.readouterr().out)
     assert set(train_metrics) == {"cross_validated", "holdout"}
+    assert all(len(report["apgr_ci95"]) == 2 for report in train_metrics.values())
     png = tmp_path / "curve.png"
     assert main(["router", "eval", *args, "--router", str(router), "--holdout", "--plot", str(png), "--json"]) == 0
     result = json.loads(capsys.readouterr().out)
@@ -33,6 +34,7 @@ def test_train_then_eval_prints_the_contract_keys_and_writes_a_png(tmp_path, csv
     assert result["n"] == 100 and result["apgr"] == train_metrics["holdout"]["apgr"]
     low, high = result["apgr_ci95"]
     assert low < result["apgr"] < high and high - low > 0.05  # 100 prompts: a wide bootstrap interval
+    assert result["apgr_ci95"] == train_metrics["holdout"]["apgr_ci95"]  # seeded: the same rows, the same interval
     assert result["in_sample"] is False and png.exists()
     assert result["out_of_domain"] == train_metrics["holdout"]["out_of_domain"] <= 0.05  # same template
     points = {row["name"]: row for row in result["operating_points"]}
