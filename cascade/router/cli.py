@@ -214,8 +214,7 @@ def _eval(args: argparse.Namespace) -> int:
     result["operating_points"] = _operating_points(p_fail, outcomes, card.calibration, costs)
     if args.plot != "none":
         title = f"{args.router} on {outcomes.groups[0] if len(set(outcomes.groups)) == 1 else args.outcomes}"
-        scale = evaluate.linear_costs(len(tiers)) if costs is None else costs
-        points = [(row["name"], (row["cost"] - scale[0]) / (scale[-1] - scale[0]), row["accuracy"])
+        points = [(row["name"], row["cost"], row["accuracy"])
                   for row in result["operating_points"] if row["thresholds"] and not row["name"].startswith("all ")]
         result["plot"] = str(evaluate.plot_curves(args.plot, p_fail, outcomes.correct, tiers, costs, title, points))
     if args.json:

@@ -68,21 +68,24 @@ def linear_costs(n_tiers: int) -> np.ndarray:
 def routing_curve(p_fail: np.ndarray, correct: np.ndarray, costs: np.ndarray | None = None) -> Curve:
     """The price-sweep curve (see the module docstring). ``p_fail`` and ``correct`` are (n, n_tiers);
     a 1-d ``p_fail`` is a difficulty score that chooses only between the cheapest and the top tier."""
+    events, correct, costs = _sorted_events(p_fail, correct, costs)
+    return _curve(events, correct, costs, np.ones(len(correct)))
+
+
+def _sorted_events(p_fail: np.ndarray, correct: np.ndarray, costs: np.ndarray | None
+                   ) -> tuple[tuple[np.ndarray, ...], np.ndarray, np.ndarray]:
+    """The upgrade events in price order, with ``correct`` as floats and the checked costs."""
     correct = np.asarray(correct, dtype=float)
-    n, n_tiers = correct.shape
+    n_tiers = correct.shape[1]
     costs = linear_costs(n_tiers) if costs is None else np.asarray(costs, dtype=float)
     if costs.shape != (n_tiers,) or np.any(np.diff(costs) <= 0):
         raise ValueError(f"costs must be {n_tiers} strictly ascending numbers, got {costs.tolist()}")
     scores = np.asarray(p_fail, dtype=float)
     if scores.ndim == 1:
         scores = np.outer(scores, (costs[-1] - costs) / (costs[-1] - costs[0]))
-    return _curve(_sorted_events(scores, costs), correct, costs, np.ones(n))
-
-
-def _sorted_events(scores: np.ndarray, costs: np.ndarray) -> tuple[np.ndarray, ...]:
     price, prompt, low, high = _upgrade_events(scores, costs)
     order = np.lexsort((low, -price))
-    return price[order], prompt[order], low[order], high[order]
+    return (price[order], prompt[order], low[order], high[order]), correct, costs
 
 
 def _curve(events: tuple[np.ndarray, ...], correct: np.ndarray, costs: np.ndarray, weights: np.ndarray) -> Curve:
@@ -108,13 +111,8 @@ def apgr_interval(p_fail: np.ndarray, correct: np.ndarray, costs: np.ndarray | N
     """Percentile bootstrap interval of APGR over the evaluated prompts (the router's scores held fixed):
     how much the number would move on another sample of the same size. On 660 GSM8K prompts it is about
     +-0.07 wide, so two routers 0.02 apart on one split are not told apart by it."""
-    correct = np.asarray(correct, dtype=float)
-    n, n_tiers = correct.shape
-    costs = linear_costs(n_tiers) if costs is None else np.asarray(costs, dtype=float)
-    scores = np.asarray(p_fail, dtype=float)
-    if scores.ndim == 1:
-        scores = np.outer(scores, (costs[-1] - costs) / (costs[-1] - costs[0]))
-    events = _sorted_events(scores, costs)
+    events, correct, costs = _sorted_events(p_fail, correct, costs)
+    n = len(correct)
     rng = np.random.default_rng(seed)
     values = np.array([apgr(_curve(events, correct, costs, np.bincount(rng.integers(0, n, n), minlength=n)
                                    .astype(float))) for _ in range(n_resamples)])
@@ -245,10 +243,10 @@ def plot_curves(path: str | Path, p_fail: np.ndarray, correct: np.ndarray, tiers
                 costs: np.ndarray | None = None, title: str = "router",
                 points: Sequence[tuple[str, float, float]] = ()) -> Path:
     """Two panels. Left: quality vs fraction routed up (normalised cost for 3+ tiers) for the router, random,
-    oracle and, for 3+ tiers, the tier prior, with each tier alone and ``points`` (name, normalised cost,
-    accuracy: the operating points of the quality hints) marked on it. Right: each tier's reliability diagram
-    (predicted p_fail against the observed failure rate in ECE's ten bins, marker area ~ prompts), the
-    picture behind ECE."""
+    oracle and, for 3+ tiers, the tier prior, with each tier alone and ``points`` (name, mean cost in the
+    ``costs`` scale, accuracy: the operating points of the quality hints) marked on it. Right: each tier's
+    reliability diagram (predicted p_fail against the observed failure rate in ECE's ten bins, marker area ~
+    prompts), the picture behind ECE."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -270,7 +268,8 @@ def plot_curves(path: str | Path, p_fail: np.ndarray, correct: np.ndarray, tiers
     ax.plot((scale - scale[0]) / (scale[-1] - scale[0]), correct.mean(axis=0), "s", color="grey", markersize=5,
             label="each tier alone")
     named: dict[tuple[float, float], list[str]] = {}
-    for name, x, accuracy in points:  # hints that land on the same point share one label
+    for name, cost, accuracy in points:  # hints that land on the same point share one label
+        x = (cost - scale[0]) / (scale[-1] - scale[0])
         named.setdefault((round(x, 3), round(accuracy, 3)), []).append(name)
     for (x, accuracy), names in named.items():
         ax.plot([x], [accuracy], "o", color="black", markersize=4)

@@ -150,7 +150,7 @@ def test_plot_of_three_tiers_draws_the_tier_prior(tmp_path) -> None:
     out = ev.plot_curves(tmp_path / "curve3.png", p_fail, c, ["a", "b", "c"])
     assert out.stat().st_size > 1000
     marked = ev.plot_curves(tmp_path / "marked.png", p_fail, c, ["a", "b", "c"],
-                            points=[("fast", 0.2, 0.15), ("balanced", 0.4, 0.3), ("best", 0.4, 0.3)])
+                            points=[("fast", 0.4, 0.15), ("balanced", 0.8, 0.3), ("best", 0.8, 0.3)])
     from matplotlib.image import imread
 
     before, after = imread(out), imread(marked)
@@ -167,7 +167,8 @@ def test_a_prompt_weighted_k_times_counts_like_k_copies_of_it(n_tiers: int) -> N
     counts = rng.integers(0, 4, 40)
     copies = np.repeat(np.arange(40), counts)
     costs = ev.linear_costs(n_tiers)
-    weighted = ev._curve(ev._sorted_events(p, costs), c.astype(float), costs, counts.astype(float))
+    events, _, _ = ev._sorted_events(p, c, costs)
+    weighted = ev._curve(events, c.astype(float), costs, counts.astype(float))
     assert ev.apgr(weighted) == pytest.approx(ev.apgr(ev.routing_curve(p[copies], c[copies])), abs=1e-12)
 
 
