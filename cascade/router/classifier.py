@@ -39,12 +39,14 @@ For two tiers this routes up exactly when the expected gain ``p_fail[0] - p_fail
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 from sklearn.base import BaseEstimator
 from sklearn.linear_model import LogisticRegression, Ridge
 from sklearn.model_selection import StratifiedKFold, cross_val_predict
 
+from cascade.errors import ConfigError
 from cascade.router.domain import (
     DEFAULT_QUANTILE,
     WordModel,
@@ -65,6 +67,7 @@ from cascade.router.features import (
     fit_topic_model,
 )
 
+FEATURE_BLOCKS = ("lexical", "hash", "minilm", "steps", "restated", "topic")  # `cascade router train --features`
 SELECTIONS = ("log_loss", "log_loss_1se", "apgr")
 ESTIMATORS = ("logistic", "linear")
 DEFAULT_CS = (0.0003, 0.001, 0.003, 0.01, 0.03, 0.1)
@@ -308,6 +311,20 @@ class DifficultyClassifier(BaseEstimator):
 _PARAMS_ADDED_LATER = {"steps": False, "steps_data": None, "estimator": "logistic", "alpha": DEFAULT_ALPHA,
                        "restated_number": False, "topic_components": 0, "domain_quantile": 0.0,
                        "domain_embeddings": False, "domain_words": False}
+
+
+def classifier_for_blocks(blocks: Sequence[str], *, hash_features: int = 1024, topic_components: int = 4,
+                          aux_data: str | None = None, **options: Any) -> DifficultyClassifier:
+    """The classifier for feature blocks named as `cascade router train --features` names them (FEATURE_BLOCKS);
+    ``aux_data`` trains the steps and topic blocks, ``options`` are the other constructor arguments."""
+    unknown = [b for b in blocks if b not in FEATURE_BLOCKS]
+    if unknown or not blocks:
+        raise ConfigError(f"feature blocks are {', '.join(FEATURE_BLOCKS)}, got {','.join(blocks)!r}")
+    return DifficultyClassifier(
+        lexical="lexical" in blocks, hash_features=hash_features if "hash" in blocks else 0,
+        embeddings="all-minilm-l6-v2" if "minilm" in blocks else None, steps="steps" in blocks,
+        steps_data=aux_data, restated_number="restated" in blocks,
+        topic_components=topic_components if "topic" in blocks else 0, **options)
 
 
 def _minority_counts(outcomes: np.ndarray) -> np.ndarray:

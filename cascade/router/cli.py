@@ -10,7 +10,7 @@ from typing import Any
 
 from cascade.errors import ConfigError
 
-FEATURE_BLOCKS = ("lexical", "hash", "minilm", "steps", "restated", "topic")
+FEATURE_BLOCKS = ("lexical", "hash", "minilm", "steps", "restated", "topic")  # classifier.FEATURE_BLOCKS
 AUX_BLOCKS = ("steps", "topic")  # blocks fitted on --aux-data
 
 
@@ -101,7 +101,7 @@ def _outcome_args(parser: argparse.ArgumentParser) -> None:
 
 def _train(args: argparse.Namespace) -> int:
     from cascade.router.artifact import DataRef, save_router
-    from cascade.router.classifier import DifficultyClassifier, cross_validated_p_fail
+    from cascade.router.classifier import classifier_for_blocks, cross_validated_p_fail
     from cascade.router.operating import calibrate
     from cascade.router.outcomes import load_outcomes, parse_tiers, split_indices
 
@@ -129,13 +129,11 @@ def _train(args: argparse.Namespace) -> int:
     outcomes = load_outcomes(args.outcomes, tiers)
     train_rows, test_rows = split_indices(len(outcomes), args.train_fraction, args.seed)
     train = outcomes.subset(train_rows)
-    model = DifficultyClassifier(
-        lexical="lexical" in blocks, hash_features=args.hash_features if "hash" in blocks else 0,
-        embeddings="all-minilm-l6-v2" if "minilm" in blocks else None, steps="steps" in blocks,
-        steps_data=args.aux_data, restated_number="restated" in blocks,
-        topic_components=args.topic_components if "topic" in blocks else 0, estimator=args.estimator,
-        alpha=args.alpha, C=args.C, selection=args.selection, domain_quantile=args.domain_quantile,
-        domain_embeddings=args.domain_embeddings, domain_words=not args.no_domain_words, random_state=args.seed)
+    model = classifier_for_blocks(
+        blocks, hash_features=args.hash_features, topic_components=args.topic_components, aux_data=args.aux_data,
+        estimator=args.estimator, alpha=args.alpha, C=args.C, selection=args.selection,
+        domain_quantile=args.domain_quantile, domain_embeddings=args.domain_embeddings,
+        domain_words=not args.no_domain_words, random_state=args.seed)
     model.spec.validate()
     if model.steps:
         from cascade.router.features import fit_steps_model
