@@ -18,7 +18,7 @@ Output: one JSON object on stdout. Usage:
   .venv/bin/python benchmarks/router_learning_curve.py --outcomes ../shared/data/routellm/gsm8k_responses.csv \
       --tiers mistralai/Mixtral-8x7B-Instruct-v0.1,gpt-4-1106-preview --features lexical,steps,restated \
       --train-fraction 0.5 --repeats 8
-  .venv/bin/python benchmarks/router_learning_curve.py --outcomes models/outcomes/gsm8k-train-embedded-v5.jsonl \
+  .venv/bin/python benchmarks/router_learning_curve.py --outcomes models/outcomes/gsm8k-train-embedded-v6.jsonl \
       --tiers smollm2-135m,qwen2.5-coder-0.5b,qwen2.5-coder-0.5b-reason --features lexical,steps \
       --train-fraction 0.667
 """
