@@ -20,7 +20,7 @@ Output: one JSON object on stdout. Usage:
       --train-fraction 0.5 --repeats 8
   .venv/bin/python benchmarks/router_learning_curve.py --outcomes models/outcomes/gsm8k-train-embedded-v6.jsonl \
       --tiers smollm2-135m,qwen2.5-coder-0.5b,qwen2.5-coder-0.5b-reason --features lexical,steps \
-      --train-fraction 0.667
+      --train-fraction 0.5 --repeats 16
 """
 
 from __future__ import annotations
@@ -33,6 +33,7 @@ import time
 import numpy as np
 from sklearn.base import clone
 
+from cascade.errors import ConfigError
 from cascade.router import evaluate as ev
 from cascade.router.classifier import classifier_for_blocks
 from cascade.router.outcomes import load_outcomes, parse_tiers, split_indices
@@ -99,14 +100,14 @@ def main(argv: list[str] | None = None) -> int:
     tiers = parse_tiers(args.tiers)
     outcomes = load_outcomes(args.outcomes, tiers)
     blocks = [b.strip() for b in args.features.split(",") if b.strip()]
-    model = classifier_for_blocks(blocks, domain_quantile=0.0)
-    X = model.featurizer().transform(outcomes.prompts)
     n_train = len(split_indices(len(outcomes), args.train_fraction, 0)[0])
-    try:
+    try:  # bad input is refused before the features are computed
         sizes = sizes_for(n_train, args.sizes)
-    except ValueError as e:
+        model = classifier_for_blocks(blocks, domain_quantile=0.0)
+    except (ValueError, ConfigError) as e:
         print(f"router_learning_curve: {e}", file=sys.stderr)
         return 2
+    X = model.featurizer().transform(outcomes.prompts)
     apgrs = np.zeros((args.repeats, len(sizes)))
     prior = np.zeros(args.repeats)
     for r in range(args.repeats):
@@ -132,7 +133,7 @@ def main(argv: list[str] | None = None) -> int:
         "prior_apgr_mean": round(float(prior.mean()), 4),
         "gain_per_doubling": {"mean": round(float(slopes.mean()), 4), "sd": round(float(slopes.std()), 4)},
         "gain_last_step": {"mean": round(float(top.mean()), 4), "sd": round(float(top.std()), 4),
-                               "higher_in": int((top > 0).sum())},
+                           "higher_in": int((top > 0).sum())},
         "elapsed_s": round(time.perf_counter() - started, 1),
     }
     if args.plot:
