@@ -5,10 +5,19 @@ replica that fits in a node never straddles two (TP wants NVLink), and a larger 
 nodes (`--nnodes`, one command per node, rank 0 serves HTTP). Each replica is its own server with
 its own port and CUDA_VISIBLE_DEVICES, so the gateway balances replicas itself; `dp_per_server`
 instead merges a tier's same-shape replicas on a node into one server with `--dp-size`.
+
+Binding: a plan on one node (no `hosts`) binds 127.0.0.1; with `hosts`, each server binds its own
+node's name, the address the gateway config points at. `engine_host` overrides the bind address: a
+wildcard (0.0.0.0, ::) listens on every interface while the gateway config keeps the node names
+(127.0.0.1 on one node); any other address must be a one-node plan's, and the config points at it.
+The API key is never part of a plan: callers pass it (or a placeholder) to `launch_plan`/`Server.args`.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import ipaddress
+import json
 import math
 from dataclasses import dataclass
 
@@ -31,14 +40,25 @@ class Server:
     nnodes: int = 1
     node_rank: int = 0
     dist_init_addr: str = ""
+    bind: str = ""  # the address it listens on (`--host`); "": its node's name `host`
+
+    @property
+    def listen(self) -> str:
+        return self.bind or self.host
+
+    @property
+    def url(self) -> str:
+        """Where the gateway reaches it: the address it binds, or its node's name when it binds every interface."""
+        return f"http://{url_host(self.host if is_wildcard(self.listen) else self.listen)}:{self.port}"
 
     @property
     def cuda_visible_devices(self) -> str:
         return ",".join(map(str, self.gpus))
 
-    def args(self) -> list[str]:
-        """The arguments of `python -m sglang.launch_server`."""
-        args = ["--model-path", self.model, "--host", "0.0.0.0", "--port", str(self.port), "--tp-size", str(self.tp)]
+    def args(self, api_key: str = "") -> list[str]:
+        """The arguments of `python -m sglang.launch_server`; `api_key` adds `--api-key` (SGLang then requires
+        `Authorization: Bearer <key>` on every route but /health and /metrics)."""
+        args = ["--model-path", self.model, "--host", self.listen, "--port", str(self.port), "--tp-size", str(self.tp)]
         if self.pp > 1:
             args += ["--pp-size", str(self.pp)]
         if self.dp > 1:
@@ -46,11 +66,14 @@ class Server:
         if self.nnodes > 1:
             args += ["--nnodes", str(self.nnodes), "--node-rank", str(self.node_rank),
                      "--dist-init-addr", self.dist_init_addr]
+        if api_key:
+            args += ["--api-key", api_key]
         return [*args, "--enable-metrics"]
 
-    def command(self) -> str:
+    def command(self, api_key_env: str = "") -> str:
+        """A shell command line; with `api_key_env`, the key is the shell's `"$NAME"`, never its value."""
         return " ".join([f"CUDA_VISIBLE_DEVICES={self.cuda_visible_devices}", "python -m sglang.launch_server",
-                         *self.args()])
+                         *self.args(f'"${api_key_env}"' if api_key_env else "")])
 
 
 @dataclass(frozen=True)
@@ -72,20 +95,57 @@ class _Replica:
         return self.tp * self.pp
 
 
-def launch_plan(plan: Plan, hosts: list[str] | None = None, base_port: int = 30000,
-                dp_per_server: bool = False) -> Launch:
+def launch_plan(plan: Plan, hosts: list[str] | None = None, base_port: int = 30000, dp_per_server: bool = False,
+                engine_host: str | None = None, api_key: str = "") -> Launch:
+    """Without `hosts`: 127.0.0.1 for a plan on one node, placeholders node-0, node-1, ... for a plan that
+    spans nodes. `api_key` (the key, or a placeholder for printing) goes into the gateway config."""
     if not plan.deployment:
         raise ConfigError("the plan has no deployment: write it with `cascade optimize plan`")
     per_node = plan.gpus_per_node or 8
     replicas = [_Replica(d.tier, d.model or d.tier, s.tp, s.pp) for d in plan.deployment for s in d.sets()
                 for _ in range(s.count)]
     n_nodes = math.ceil(sum(d.gpus for d in plan.deployment) / per_node)
-    hosts = hosts or [f"node-{i}" for i in range(n_nodes)]
+    hosts = hosts or (["127.0.0.1"] if n_nodes <= 1 else [f"node-{i}" for i in range(n_nodes)])
     if len(hosts) < n_nodes:
         raise ConfigError(f"--hosts names {len(hosts)} nodes; the plan needs {n_nodes} of {per_node} GPUs")
+    if engine_host is not None:
+        _check_engine_host(engine_host, n_nodes)
     placed = _place(replicas, len(hosts), per_node)
     servers = _servers(placed, hosts, base_port, dp_per_server)
-    return Launch(servers=servers, hosts=hosts, config_toml=_gateway_config(plan, servers))
+    if engine_host:
+        servers = [dataclasses.replace(s, bind=engine_host) for s in servers]
+    return Launch(servers=servers, hosts=hosts, config_toml=_gateway_config(plan, servers, api_key))
+
+
+def _check_engine_host(address: str, n_nodes: int) -> None:
+    if not address or any(c.isspace() for c in address) or "/" in address:
+        raise ConfigError(f"--engine-host {address!r} is not an address: pass a host name or IP, e.g. 127.0.0.1 "
+                          "or 0.0.0.0")
+    if n_nodes > 1 and not is_wildcard(address):
+        raise ConfigError(f"--engine-host {address}: the plan spans {n_nodes} nodes and one address cannot be "
+                          "every node's; leave it out (each node binds its own name in --hosts) or pass 0.0.0.0")
+
+
+def is_wildcard(address: str) -> bool:
+    """An address that listens on every interface (0.0.0.0, ::)."""
+    try:
+        return ipaddress.ip_address(address.strip("[]")).is_unspecified
+    except ValueError:
+        return False
+
+
+def is_loopback(address: str) -> bool:
+    """Literal loopback only (127.0.0.0/8, ::1, localhost); a host name is taken as reachable from the network."""
+    if address == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(address.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def url_host(address: str) -> str:
+    return f"[{address}]" if ":" in address and not address.startswith("[") else address
 
 
 def _place(replicas: list[_Replica], n_nodes: int, per_node: int) -> list[tuple[_Replica, list[tuple[int, list[int]]]]]:
@@ -143,31 +203,40 @@ def _servers(placed: list[tuple[_Replica, list[tuple[int, list[int]]]]], hosts: 
     return sorted(servers, key=lambda s: (hosts.index(s.host), s.port, s.node_rank))
 
 
-def _gateway_config(plan: Plan, servers: list[Server]) -> str:
-    return gateway_config(plan.tiers, [(s.tier, "sglang", f"http://{s.host}:{s.port}", s.model)
-                                       for s in servers if s.node_rank == 0])
+def _gateway_config(plan: Plan, servers: list[Server], api_key: str = "") -> str:
+    return gateway_config(plan.tiers, [(s.tier, "sglang", s.url, s.model) for s in servers if s.node_rank == 0],
+                          api_key)
 
 
-def gateway_config(tiers: list[str], backends: list[tuple[str, str, str, str]]) -> str:
-    """cascade.toml with one [[tiers]] per plan tier; backends are (tier, kind, url, model)."""
+def gateway_config(tiers: list[str], backends: list[tuple[str, str, str, str]], api_key: str = "") -> str:
+    """cascade.toml with one [[tiers]] per plan tier; backends are (tier, kind, url, model), each with
+    `api_key` when one is given (cascade.toml has no way to read it from the environment)."""
     lines = ["# cascade.toml for this deployment; run: cascade serve --config cascade.toml --plan plan.json", ""]
+    key = f", api_key = {json.dumps(api_key, ensure_ascii=False)}" if api_key else ""
     for tier in tiers:
         lines += ["[[tiers]]", f'name = "{tier}"', "backends = ["]
         for owner, kind, url, model in backends:
             if owner == tier:
-                lines.append(f'  {{ kind = "{kind}", url = "{url}", model = "{model}" }},')
+                lines.append(f'  {{ kind = "{kind}", url = "{url}", model = "{model}"{key} }},')
         lines += ["]", ""]
     return "\n".join(lines)
 
 
-def render(launch: Launch) -> str:
+def render(launch: Launch, api_key_env: str = "") -> str:
+    """Every node's commands and the gateway config. With `api_key_env`, the commands read the key from
+    that variable, and the config (launched with a `${NAME}` placeholder) says how to fill it in."""
     out = []
     for host in launch.hosts:
         mine = [s for s in launch.servers if s.host == host]
         if not mine:
             continue
         out.append(f"# {host}")
-        out += [f"{s.command()} &  # tier {s.tier}" for s in mine]
+        out += [f"{s.command(api_key_env)} &  # tier {s.tier}" for s in mine]
         out.append("")
-    out.append(launch.config_toml)
+    config = launch.config_toml
+    if api_key_env:
+        head, _, rest = config.partition("\n")
+        config = (f"{head}\n# api_key: ${{{api_key_env}}} stands for the key; cascade.toml does not read the "
+                  f"environment, so fill it in (e.g. envsubst '${api_key_env}') and keep the file private\n{rest}")
+    out.append(config)
     return "\n".join(out)

@@ -50,11 +50,26 @@ def add_optimize_commands(sub: argparse._SubParsersAction) -> None:
     deploy.add_argument("--plan", required=True, help="plan.json from `cascade optimize plan`")
     deploy.add_argument("--engine", choices=["sglang", "local"], default="sglang")
     deploy.add_argument("--dry-run", action="store_true", help="print what would run; start nothing")
-    deploy.add_argument("--hosts", help="sglang: comma-separated node host names, the same list on every node "
-                        "(--dry-run default: node-0, ...)")
+    deploy.add_argument("--hosts", help="sglang: comma-separated node host names, the same list on every node; "
+                        "each node's servers bind its name here and the gateway config points at it, so use names "
+                        "or addresses the gateway reaches (a name its own node resolves to loopback, like "
+                        "Debian's 127.0.1.1, is not) (default: 127.0.0.1 for a plan on one node; --dry-run of a plan "
+                        "that spans nodes: node-0, ...)")
     deploy.add_argument("--node", help="sglang, a plan that spans nodes: this node's name in --hosts; run the "
                         "same command on every node, each with its own --node")
     deploy.add_argument("--base-port", type=int, default=30000, help="first SGLang port on each node")
+    deploy.add_argument("--engine-host", metavar="ADDR",
+                        help="sglang: the address every SGLang server binds instead (default: 127.0.0.1 on one node "
+                        "without --hosts, else each node's name in --hosts); 0.0.0.0 or :: opts in to every "
+                        "interface (the gateway config keeps the --hosts names, or 127.0.0.1); another address "
+                        "needs a plan on one node, and the gateway config points at it. A non-loopback bind without "
+                        "an API key prints a warning")
+    deploy.add_argument("--engine-api-key-env", metavar="NAME", default="CASCADE_ENGINE_API_KEY",
+                        help="sglang: environment variable holding the engines' API key (default: "
+                        "%(default)s). When it is set, every SGLang server gets --api-key with its value and the "
+                        "written gateway config's backends carry api_key = the value (cascade.toml cannot read "
+                        "the environment; the file is created with mode 0600). Printed commands and --dry-run "
+                        "show \"$NAME\" (and ${NAME} in the config), never the value")
     deploy.add_argument("--dp-per-server", action="store_true",
                         help="one SGLang server per tier and node with --dp-size (default: one server per replica)")
     deploy.add_argument("--engine-command", metavar="TEMPLATE",
@@ -231,22 +246,30 @@ def _deploy(args: argparse.Namespace) -> int:
     plan = load_plan(args.plan)
     if args.engine_command and args.engine != "local":
         raise ConfigError("--engine-command applies to --engine local")
+    if args.engine_host is not None and args.engine != "sglang":
+        raise ConfigError("--engine-host applies to --engine sglang (local engines bind 127.0.0.1)")
+    key_env = args.engine_api_key_env
+    api_key = deploy.engine_api_key(key_env) if args.engine == "sglang" else ""
     if args.engine == "sglang" and args.dry_run:
         hosts = [h.strip() for h in args.hosts.split(",") if h.strip()] if args.hosts else None
         launch = sglang_launch.launch_plan(plan, hosts=hosts, base_port=args.base_port,
-                                           dp_per_server=args.dp_per_server)
-        print(sglang_launch.render(launch))
+                                           dp_per_server=args.dp_per_server, engine_host=args.engine_host,
+                                           api_key=f"${{{key_env}}}" if api_key else "")  # never the value
+        _warn(deploy.exposure_warning({s.listen for s in launch.servers}, bool(api_key), key_env))
+        print(sglang_launch.render(launch, key_env if api_key else ""))
         return 0
     if args.node and args.engine != "sglang":
         raise ConfigError("--node applies to --engine sglang")
     if args.engine == "sglang":
         hosts = [h.strip() for h in args.hosts.split(",") if h.strip()] if args.hosts else None
-        engines, config = deploy.sglang_engines(plan, args.base_port, args.dp_per_server, hosts, args.node)
+        engines, config = deploy.sglang_engines(plan, args.base_port, args.dp_per_server, hosts, args.node,
+                                                args.engine_host, api_key)
+        _warn(deploy.exposure_warning({e.host for e in engines}, bool(api_key), key_env))
     else:
         engines = deploy.local_engines(plan, args.engine_command)
         config = deploy.gateway_config(plan, engines)
     if args.dry_run:
-        print(deploy.render(engines, config))
+        print(deploy.render(engines, config, key_env))
         return 0
     deploy.setup_logging()
     config_out = Path(args.config_out) if args.config_out else Path(args.plan).with_suffix(".cascade.toml")
@@ -255,4 +278,9 @@ def _deploy(args: argparse.Namespace) -> int:
         print(message, flush=True)
 
     return deploy.run(engines, config, config_out, Path(args.log_dir), args.startup_timeout_s, args.max_restarts, say,
-                      args.plan)
+                      args.plan, private=bool(api_key))
+
+
+def _warn(message: str | None) -> None:
+    if message:
+        print(message, file=sys.stderr, flush=True)

@@ -7,6 +7,10 @@ that points at them, and stop them all on SIGINT/SIGTERM. Reads plan.json only.
   `--node`: each node launches and supervises its own servers (a replica larger than a node has one
   server per node; ranks > 0 serve no HTTP and are supervised by liveness), and every node writes
   the same gateway config, pointing at the rank-0 servers by host name.
+  Servers bind 127.0.0.1 on one node and their own node's name in `--hosts` otherwise, or
+  `--engine-host`. When the environment variable `--engine-api-key-env` names is set, every server
+  gets `--api-key` with its value and the written gateway config carries it (mode 0600): cascade.toml
+  cannot read the environment. Printed commands and --dry-run show `"$NAME"`, never the value.
 * `--engine local`: one process per tier replica on 127.0.0.1 (TP/PP do not apply on a CPU):
   `transformers serve` of the tier's embedded model (`cascade models list`), or `--engine-command`,
   a template with {port}, {model}, {tier} and {replica}, e.g. `cascade fake-server --port {port}
@@ -24,6 +28,7 @@ import importlib.util
 import logging
 import math
 import os
+import re
 import shlex
 import shutil
 import signal
@@ -39,11 +44,12 @@ from cascade.errors import ConfigError
 from cascade.plan import Plan
 
 PLACEHOLDERS = ("port", "model", "tier", "replica")
+DEFAULT_API_KEY_ENV = "CASCADE_ENGINE_API_KEY"
 
 
 @dataclass(frozen=True)
 class Engine:
-    """One process to run: its argv serves `model` for `tier` on `port` of 127.0.0.1."""
+    """One process to run: its argv serves `model` for `tier` on `port` of `host`."""
 
     name: str
     tier: str
@@ -54,17 +60,43 @@ class Engine:
     kind: str = "openai"  # the gateway backend kind that talks to it
     embedded: str = ""  # the embedded model card to prepare before the start
     serves_http: bool = True  # False: a multi-node replica's rank > 0 (no HTTP server; liveness only)
+    host: str = "127.0.0.1"  # the address it listens on
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+        """Where this node reaches it (a wildcard bind answers on loopback)."""
+        return f"http://{sglang_launch.url_host(_reach(self.host))}:{self.port}"
+
+
+def engine_api_key(env_name: str) -> str:
+    """The engine API key from the environment variable `env_name` ("" when unset or empty). Errors never
+    show the value."""
+    if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", env_name):
+        raise ConfigError(f"--engine-api-key-env {env_name!r} is not an environment variable name "
+                          f"(letters, digits, _), e.g. {DEFAULT_API_KEY_ENV}")
+    key = os.environ.get(env_name, "")
+    if key and (key != key.strip() or not all(" " <= c <= "~" for c in key)):
+        raise ConfigError(f"${env_name}: the engine API key must be printable ASCII without leading or trailing "
+                          "spaces (it travels in an HTTP header); set it again")
+    return key
+
+
+def exposure_warning(binds: set[str], api_key: bool, env_name: str) -> str | None:
+    """One line when engines listen beyond loopback without an API key, else None."""
+    exposed = sorted(b for b in binds if not sglang_launch.is_loopback(b))
+    if not exposed or api_key:
+        return None
+    return (f"warning: the SGLang engines bind {', '.join(exposed)}, reachable from the network, without an API key: "
+            f"set ${env_name} (--engine-api-key-env) to require one, or bind 127.0.0.1 (--engine-host)")
 
 
 def sglang_engines(plan: Plan, base_port: int, dp_per_server: bool, hosts: list[str] | None = None,
-                   node: str | None = None) -> tuple[list[Engine], str]:
+                   node: str | None = None, engine_host: str | None = None,
+                   api_key: str = "") -> tuple[list[Engine], str]:
     """This node's SGLang servers and the gateway config of the whole deployment. A single-node plan
     runs on 127.0.0.1 without `hosts`; a plan that spans nodes needs `hosts` (every node's name, the
-    same list on every node) and `node`, the name in it of the machine this runs on."""
+    same list on every node) and `node`, the name in it of the machine this runs on. Servers bind
+    their node's name, or `engine_host`; `api_key` goes into their argv and into the config."""
     if importlib.util.find_spec("sglang") is None:
         raise ConfigError("cannot launch SGLang: the `sglang` package is not importable by this Python "
                           "(install it on the GPU node: pip install \"sglang[all]\"), or run with --dry-run and "
@@ -79,7 +111,8 @@ def sglang_engines(plan: Plan, base_port: int, dp_per_server: bool, hosts: list[
     if node is not None and node not in (hosts or []):
         raise ConfigError(f"--node `{node}` is not one of --hosts ({', '.join(hosts or []) or 'none given'})")
     names = hosts or ["127.0.0.1"]
-    launch = sglang_launch.launch_plan(plan, hosts=names, base_port=base_port, dp_per_server=dp_per_server)
+    launch = sglang_launch.launch_plan(plan, hosts=names, base_port=base_port, dp_per_server=dp_per_server,
+                                       engine_host=engine_host, api_key=api_key)
     here = node or names[0]
     engines: list[Engine] = []
     for s in launch.servers:
@@ -88,12 +121,19 @@ def sglang_engines(plan: Plan, base_port: int, dp_per_server: bool, hosts: list[
         replica = sum(e.tier == s.tier for e in engines)
         rank = f"-rank{s.node_rank}" if s.nnodes > 1 else ""
         engines.append(Engine(name=f"{s.tier}-{replica}{rank}", tier=s.tier, model=s.model, port=s.port,
-                              kind="sglang", argv=[sys.executable, "-m", "sglang.launch_server", *s.args()],
+                              kind="sglang", argv=[sys.executable, "-m", "sglang.launch_server", *s.args(api_key)],
                               env=dict(os.environ, CUDA_VISIBLE_DEVICES=s.cuda_visible_devices),
-                              serves_http=s.node_rank == 0))
+                              serves_http=s.node_rank == 0, host=s.listen))
     if not engines:
         raise ConfigError(f"the plan places no server on node `{here}`")
     return engines, launch.config_toml  # every node's rank-0 servers, by host name (127.0.0.1 on one node)
+
+
+def _reach(listen: str) -> str:
+    """Where this node probes a server that listens on `listen` (a wildcard answers on loopback)."""
+    if sglang_launch.is_wildcard(listen):
+        return "::1" if ":" in listen else "127.0.0.1"
+    return listen
 
 
 def local_engines(plan: Plan, command: str | None, port: Callable[[], int] = free_port) -> list[Engine]:
@@ -144,36 +184,76 @@ def gateway_config(plan: Plan, engines: list[Engine]) -> str:
     return sglang_launch.gateway_config(plan.tiers, [(e.tier, e.kind, e.url, e.model) for e in engines])
 
 
-def render(engines: list[Engine], config_toml: str) -> str:
+def render(engines: list[Engine], config_toml: str, api_key_env: str = DEFAULT_API_KEY_ENV) -> str:
+    """The commands (an `--api-key` value shown as `"$api_key_env"`) and the config, which must hold no key."""
     lines = []
     for e in engines:
         env = {k: v for k, v in (e.env or {}).items() if k == "CUDA_VISIBLE_DEVICES"}
         prefix = "".join(f"{k}={v} " for k, v in env.items())
-        lines.append(f"{prefix}{shlex.join(e.argv)} &  # tier {e.tier}")
+        argv = [f'"${api_key_env}"' if i and e.argv[i - 1] == "--api-key" else shlex.quote(a)
+                for i, a in enumerate(e.argv)]
+        lines.append(f"{prefix}{' '.join(argv)} &  # tier {e.tier}")
     return "\n".join([*lines, "", config_toml])
 
 
 def run(engines: list[Engine], config_toml: str, config_out: Path, log_dir: Path, startup_timeout_s: float,
-        max_restarts: int, say: Callable[[str], None], plan_path: str = "plan.json") -> int:
+        max_restarts: int, say: Callable[[str], None], plan_path: str = "plan.json", private: bool = False) -> int:
     """Start and supervise the engines until SIGINT/SIGTERM; the config is written once all are healthy
-    (a config left from an earlier run is removed first: it would point at dead ports)."""
+    (a config left from an earlier run is removed first: it would point at dead ports). `private`: the
+    config holds the engines' API key, so it and the engine logs are created with mode 0600."""
     from cascade.engines import models
 
     config_out.unlink(missing_ok=True)
     for card in sorted({e.embedded for e in engines if e.embedded}):  # fetch/convert/verify once (idempotent)
         models.prepare(models.load_card(card))
-    workers = [Worker(WorkerConfig(name=e.name, model=e.embedded or e.tier, port=e.port, max_restarts=max_restarts,
-                                   startup_timeout_s=startup_timeout_s), Path(e.model), log_dir, command=e.argv,
-                      env=e.env, serves_http=e.serves_http) for e in engines]
+    workers: list[Worker] = [
+        _EngineWorker(e, WorkerConfig(name=e.name, model=e.embedded or e.tier, port=e.port, max_restarts=max_restarts,
+                                      startup_timeout_s=startup_timeout_s), log_dir) for e in engines]
+    if private:  # SGLang logs its server_args, the API key among them: logs that only the owner reads
+        for worker in workers:
+            _private_log(worker.log_path)
     supervisor = Supervisor(workers)
     try:
-        return asyncio.run(_supervise(supervisor, config_toml, config_out, say, plan_path))
+        return asyncio.run(_supervise(supervisor, config_toml, config_out, say, plan_path, private))
     finally:
         supervisor.stop()  # idempotent; covers an exit through an exception
 
 
+class _EngineWorker(Worker):
+    """A Worker health-checked where its engine listens (an engine bound to its node's name does not
+    answer on 127.0.0.1)."""
+
+    def __init__(self, engine: Engine, config: WorkerConfig, log_dir: Path) -> None:
+        super().__init__(config, Path(engine.model), log_dir, command=engine.argv, env=engine.env,
+                         serves_http=engine.serves_http)
+        self._url = engine.url
+
+    @property
+    def url(self) -> str:
+        return self._url
+
+
+def _private_log(path: Path) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    try:
+        os.fchmod(fd, 0o600)  # a log left from an earlier run keeps its mode otherwise
+    finally:
+        os.close(fd)
+
+
+def _write_config(path: Path, text: str, private: bool) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if not private:
+        path.write_text(text)
+        return
+    path.unlink(missing_ok=True)  # created 0600 from the start: the key is never readable by others
+    with os.fdopen(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "w") as out:
+        out.write(text)
+
+
 async def _supervise(supervisor: Supervisor, config_toml: str, config_out: Path, say: Callable[[str], None],
-                     plan_path: str) -> int:
+                     plan_path: str, private: bool = False) -> int:
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
@@ -187,11 +267,11 @@ async def _supervise(supervisor: Supervisor, config_toml: str, config_out: Path,
             say("stopping before every engine was healthy")
             return 0
         starting.result()  # a worker that failed to start raises here
-        config_out.parent.mkdir(parents=True, exist_ok=True)
-        config_out.write_text(config_toml)
+        _write_config(config_out, config_toml, private)
         for worker in supervisor.workers:
             say(f"{worker.config.name}: {worker.url} (pid {worker.process.pid if worker.process else '?'})")
-        say(f"{len(supervisor.workers)} engine(s) up; gateway config: {config_out}. Run the gateway with "
+        say(f"{len(supervisor.workers)} engine(s) up; gateway config: {config_out}"
+            f"{' (holds the engine API key; mode 0600)' if private else ''}. Run the gateway with "
             f"`cascade serve --config {config_out} --plan {plan_path}`. Ctrl-C (or SIGTERM) stops every engine.")
         await stopping
         say("stopping the engines")

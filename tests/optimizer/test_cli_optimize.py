@@ -67,6 +67,6 @@ def test_deploy_dry_run_prints_sglang_commands_and_the_gateway_config(tmp_path) 
     out = result.stdout
     assert out.count("python -m sglang.launch_server") == 3
     assert "CUDA_VISIBLE_DEVICES=0,1,2,3 python -m sglang.launch_server --model-path org/b" in out
-    assert "--tp-size 2" in out and 'url = "http://node-0:30001"' in out
+    assert "--tp-size 2" in out and 'url = "http://127.0.0.1:30001"' in out
     refused = run("deploy", "--plan", str(path))
     assert refused.returncode == 2 and "--dry-run" in refused.stderr

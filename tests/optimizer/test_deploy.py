@@ -1,11 +1,14 @@
-"""SGLang placement: every GPU used once, replicas kept inside nodes, big replicas span nodes."""
+"""SGLang placement: every GPU used once, replicas kept inside nodes, big replicas span nodes; servers bind
+loopback on one node and their node's name across nodes, and the gateway config points where they bind."""
 
 from __future__ import annotations
 
+import msgspec
 import pytest
 
-from cascade.engines.sglang_launch import launch_plan
+from cascade.engines.sglang_launch import Server, launch_plan, render
 from cascade.errors import ConfigError
+from cascade.optimizer.deploy import exposure_warning
 from cascade.plan import Plan, ReplicaSet, TierDeployment
 
 
@@ -44,3 +47,84 @@ def test_dp_per_server_merges_a_tiers_replicas_on_a_node() -> None:
 def test_too_few_hosts_is_a_config_error() -> None:
     with pytest.raises(ConfigError, match="needs 2"):
         launch_plan(plan(TierDeployment(tier="a", gpus=16, replicas=2, tp=8)), hosts=["only-one"])
+
+
+def host_arg(server: Server, api_key: str = "") -> str:
+    args = server.args(api_key)
+    return args[args.index("--host") + 1]
+
+
+def test_a_plan_on_one_node_binds_loopback_and_the_config_points_there() -> None:
+    launch = launch_plan(plan(TierDeployment(tier="a", gpus=4, replicas=4, tp=1, model="m/a")))
+    assert launch.hosts == ["127.0.0.1"]
+    assert [host_arg(s) for s in launch.servers] == ["127.0.0.1"] * 4
+    assert "0.0.0.0" not in render(launch)
+    assert sorted(urls(launch.config_toml)) == [f"http://127.0.0.1:{30000 + i}" for i in range(4)]
+
+
+def test_a_plan_across_nodes_binds_each_nodes_own_host_name() -> None:
+    launch = launch_plan(plan(TierDeployment(tier="big", gpus=16, replicas=1, tp=8, pp=2, model="m/big"),
+                              TierDeployment(tier="a", gpus=8, replicas=8, tp=1, model="m/a")),
+                         hosts=["gpu-a", "gpu-b", "gpu-c"])
+    assert {s.host for s in launch.servers} == {"gpu-a", "gpu-b", "gpu-c"}
+    assert all(host_arg(s) == s.host for s in launch.servers)
+    # The gateway config points at the names the rank-0 servers bind.
+    assert sorted(urls(launch.config_toml)) == sorted(f"http://{s.host}:{s.port}" for s in launch.servers
+                                                      if s.node_rank == 0)
+
+
+@pytest.mark.parametrize(("hosts", "gpus", "reached"), [(None, 8, {"127.0.0.1"}), (["gpu-a", "gpu-b"], 16,
+                                                                                   {"gpu-a", "gpu-b"})])
+def test_engine_host_0_0_0_0_binds_every_interface_and_the_config_keeps_reachable_names(
+        hosts: list[str] | None, gpus: int, reached: set[str]) -> None:
+    launch = launch_plan(plan(TierDeployment(tier="a", gpus=gpus, replicas=gpus, tp=1, model="m/a")), hosts=hosts,
+                         engine_host="0.0.0.0")
+    assert {host_arg(s) for s in launch.servers} == {"0.0.0.0"}
+    assert {url.split("//")[1].rsplit(":", 1)[0] for url in urls(launch.config_toml)} == reached
+
+
+@pytest.mark.parametrize(("address", "url_host"), [("10.1.2.3", "10.1.2.3"), ("fd00::5", "[fd00::5]")])
+def test_a_specific_engine_host_on_one_node_is_where_the_config_points(address: str, url_host: str) -> None:
+    launch = launch_plan(plan(TierDeployment(tier="a", gpus=2, replicas=2, tp=1, model="m/a")), engine_host=address)
+    assert [host_arg(s) for s in launch.servers] == [address] * 2
+    assert sorted(urls(launch.config_toml)) == [f"http://{url_host}:30000", f"http://{url_host}:30001"]
+
+
+def test_one_specific_engine_host_for_a_plan_across_nodes_is_a_config_error() -> None:
+    with pytest.raises(ConfigError, match="spans 2 nodes"):
+        launch_plan(plan(TierDeployment(tier="a", gpus=16, replicas=2, tp=8)), hosts=["gpu-a", "gpu-b"],
+                    engine_host="10.1.2.3")
+
+
+def test_the_api_key_is_in_the_launch_args_and_printed_commands_read_it_from_the_environment() -> None:
+    launch = launch_plan(plan(TierDeployment(tier="a", gpus=2, replicas=2, tp=1, model="m/a")), api_key="${KEY}")
+    server = launch.servers[0]
+    assert server.args("s3cret")[server.args("s3cret").index("--api-key") + 1] == "s3cret"
+    assert "--api-key" not in server.args()
+    printed = render(launch, "KEY")
+    assert printed.count('--api-key "$KEY"') == 2
+    assert printed.count('api_key = "${KEY}"') == 2  # the config holds the placeholder it was given
+
+
+def test_a_written_api_key_is_a_valid_toml_string() -> None:
+    launch = launch_plan(plan(TierDeployment(tier="a", gpus=1, replicas=1, tp=1, model="m/a")),
+                         api_key='k"e\\y')
+    assert msgspec.toml.decode(launch.config_toml)["tiers"][0]["backends"][0]["api_key"] == 'k"e\\y'
+
+
+@pytest.mark.parametrize(("binds", "api_key", "exposed"), [
+    ({"127.0.0.1"}, False, None), ({"::1", "localhost", "127.0.0.2"}, False, None), ({"0.0.0.0"}, False, "0.0.0.0"),
+    ({"gpu-b", "gpu-a", "127.0.0.1"}, False, "gpu-a, gpu-b"), ({"0.0.0.0"}, True, None),
+])
+def test_a_non_loopback_bind_without_an_api_key_is_warned_about_in_one_line(binds: set[str], api_key: bool,
+                                                                             exposed: str | None) -> None:
+    warning = exposure_warning(binds, api_key, "KEY")
+    if exposed is None:
+        assert warning is None
+    else:
+        assert warning is not None and "\n" not in warning
+        assert f"bind {exposed}, reachable from the network, without an API key" in warning and "$KEY" in warning
+
+
+def urls(config_toml: str) -> list[str]:
+    return [b["url"] for t in msgspec.toml.decode(config_toml)["tiers"] for b in t["backends"]]

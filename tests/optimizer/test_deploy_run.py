@@ -1,5 +1,6 @@
 """`cascade deploy` without --dry-run: fake engines launched per replica on 127.0.0.1, supervised,
-pointed at by the gateway config, and all gone after SIGTERM/SIGINT."""
+pointed at by the gateway config, and all gone after SIGTERM/SIGINT. SGLang servers bind loopback (or their
+node's name, or --engine-host), and an engine API key from the environment never shows in what is printed."""
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from cascade.config import SGLangBackend, load_config
+from cascade.config import CascadeConfig, SGLangBackend, load_config
 from cascade.engines.supervisor import free_port
 from tests.servers import eventually
 
@@ -33,8 +34,9 @@ def write_plan(folder: Path, plan: dict = PLAN) -> Path:
     return path
 
 
-def run(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "cascade.cli", *args], capture_output=True, text=True, timeout=60)
+def run(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "cascade.cli", *args], capture_output=True, text=True, timeout=60,
+                          env=env)
 
 
 def children(pid: int) -> set[int]:
@@ -155,8 +157,11 @@ def test_local_launch_errors_are_one_line_and_exit_2(tmp_path, args: list[str], 
 
 
 STUB_SGLANG = '''"""Stands in for `python -m sglang.launch_server` (never installed in tests): a fake SGLang server on
-127.0.0.1 that names its model path and CUDA_VISIBLE_DEVICES as its model id."""
+its --host (loopback only, refused otherwise) that names its model path and CUDA_VISIBLE_DEVICES as its model
+id and, like SGLang, with --api-key requires `Authorization: Bearer <key>` on every route but /health, /metrics."""
 import argparse
+import ipaddress
+import json
 import os
 
 import uvicorn
@@ -166,14 +171,28 @@ from cascade.engines.fake_server import FakeScript
 
 parser = argparse.ArgumentParser()
 parser.add_argument("--model-path")
+parser.add_argument("--host")
 parser.add_argument("--port", type=int)
+parser.add_argument("--api-key", default="")
 parser.add_argument("--node-rank", type=int, default=0)
 args, _ = parser.parse_known_args()
 if args.node_rank > 0:  # like SGLang: only rank 0 of a multi-node replica serves HTTP
     import signal
     signal.pause()
+assert ipaddress.ip_address(args.host).is_loopback, f"a test engine must bind loopback, not {args.host}"
 model = f"{args.model_path}@{os.environ.get('CUDA_VISIBLE_DEVICES')}"
-uvicorn.run(FakeSGLang(FakeScript(model=model)), host="127.0.0.1", port=args.port, log_level="warning")
+app = FakeSGLang(FakeScript(model=model))
+
+
+async def with_key(scope, receive, send):
+    open_path = scope["type"] != "http" or scope["path"].startswith(("/health", "/metrics"))
+    if open_path or dict(scope["headers"]).get(b"authorization") == f"Bearer {args.api_key}".encode():
+        return await app(scope, receive, send)
+    await send({"type": "http.response.start", "status": 401, "headers": [(b"content-type", b"application/json")]})
+    await send({"type": "http.response.body", "body": json.dumps({"error": "Unauthorized"}).encode()})
+
+
+uvicorn.run(with_key if args.api_key else app, host=args.host, port=args.port, log_level="warning")
 '''
 
 
@@ -246,6 +265,11 @@ def test_a_plan_that_spans_nodes_starts_per_node_and_each_node_writes_the_same_c
         assert all(len(argvs) == 1 for argvs in ranks.values())
         assert "--node-rank 1" in ranks["node-b"][0] and f"--dist-init-addr 127.0.0.1:{base + 1000}" in ranks["node-b"][0]
         assert "--node-rank 0" in ranks["127.0.0.1"][0]
+        # Each node's servers bind that node's own name in --hosts, never 0.0.0.0; without an API key a
+        # non-loopback bind is warned about.
+        assert "--host 127.0.0.1 " in ranks["127.0.0.1"][0] and "--host node-b " in ranks["node-b"][0]
+        assert "warning: the SGLang engines bind node-b," in (tmp_path / "node-b" / "deploy.out").read_text()
+        assert "warning:" not in (tmp_path / "127.0.0.1" / "deploy.out").read_text()
         engines = [pid for proc in procs.values() for pid in children(proc.pid)]
     finally:
         codes = [stop(proc, signal.SIGTERM) for proc in procs.values()]
@@ -265,6 +289,119 @@ def test_multi_node_launch_errors_are_one_line_and_exit_2(tmp_path, args: list[s
     assert result.returncode == 2
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and message in lines[0], result.stderr
+
+
+SECRET = "engine-key-7f3a9c"  # the engine API key the tests put in the environment
+
+
+def without_key(env: dict[str, str] | None = None) -> dict[str, str]:
+    return {k: v for k, v in (env or os.environ).items() if k != "CASCADE_ENGINE_API_KEY"}
+
+
+def launch_lines(stdout: str) -> list[str]:
+    return [line for line in stdout.splitlines() if "python -m sglang.launch_server" in line]
+
+
+def printed_config(stdout: str, folder: Path) -> CascadeConfig:
+    (folder / "printed.toml").write_text(stdout[stdout.index("# cascade.toml"):])
+    return load_config(folder / "printed.toml")
+
+
+def test_sglang_dry_run_of_a_one_node_plan_binds_loopback_and_warns_about_nothing(tmp_path) -> None:
+    result = run("deploy", "--plan", str(write_plan(tmp_path)), "--engine", "sglang", "--dry-run", env=without_key())
+    assert result.returncode == 0, result.stderr
+    commands = launch_lines(result.stdout)
+    assert len(commands) == 3 and all("--host 127.0.0.1 " in c and "--api-key" not in c for c in commands)
+    assert "0.0.0.0" not in result.stdout and result.stderr == ""
+    backends = [b for t in printed_config(result.stdout, tmp_path).tiers for b in t.backends]
+    assert all(b.url.startswith("http://127.0.0.1:") and not b.api_key for b in backends)  # type: ignore[union-attr]
+
+
+def test_sglang_dry_run_across_nodes_binds_each_nodes_host_and_warns_without_a_key(tmp_path) -> None:
+    result = run("deploy", "--plan", str(write_plan(tmp_path, TWO_NODES)), "--engine", "sglang", "--dry-run",
+                 "--hosts", "gpu-a,gpu-b", env=without_key())
+    assert result.returncode == 0, result.stderr
+    commands = launch_lines(result.stdout)
+    assert len(commands) == 2 and "--host gpu-a " in commands[0] and "--host gpu-b " in commands[1]
+    assert 'url = "http://gpu-a:30000"' in result.stdout
+    assert result.stderr.startswith("warning: the SGLang engines bind gpu-a, gpu-b, reachable from the network")
+    assert len(result.stderr.strip().splitlines()) == 1 and "CASCADE_ENGINE_API_KEY" in result.stderr
+
+
+def test_engine_host_0_0_0_0_is_honoured_and_warned_about_without_a_key(tmp_path) -> None:
+    result = run("deploy", "--plan", str(write_plan(tmp_path)), "--engine", "sglang", "--dry-run", "--engine-host",
+                 "0.0.0.0", env=without_key())
+    assert result.returncode == 0, result.stderr
+    assert [c.count("--host 0.0.0.0 ") for c in launch_lines(result.stdout)] == [1, 1, 1]
+    # The gateway config points where this node reaches the engines, not at the wildcard.
+    backends = [b for t in printed_config(result.stdout, tmp_path).tiers for b in t.backends]
+    assert all(b.url.startswith("http://127.0.0.1:") for b in backends)  # type: ignore[union-attr]
+    assert len(result.stderr.strip().splitlines()) == 1 and "bind 0.0.0.0, reachable" in result.stderr
+
+
+@pytest.mark.parametrize("variable", ["CASCADE_ENGINE_API_KEY", "MY_ENGINE_KEY"])
+def test_with_the_key_in_the_environment_the_dry_run_names_the_variable_never_the_value(tmp_path,
+                                                                                        variable: str) -> None:
+    option = [] if variable == "CASCADE_ENGINE_API_KEY" else ["--engine-api-key-env", variable]
+    result = run("deploy", "--plan", str(write_plan(tmp_path)), "--engine", "sglang", "--dry-run", "--engine-host",
+                 "0.0.0.0", *option, env={**without_key(), variable: SECRET})
+    assert result.returncode == 0, result.stderr
+    assert SECRET not in result.stdout and SECRET not in result.stderr
+    assert [c.count(f'--api-key "${variable}"') for c in launch_lines(result.stdout)] == [1, 1, 1]
+    backends = [b for t in printed_config(result.stdout, tmp_path).tiers for b in t.backends]
+    assert {b.api_key for b in backends} == {f"${{{variable}}}"}  # type: ignore[union-attr]
+    assert result.stderr == ""  # bound to every interface, but with a key: no warning
+
+
+def start_sglang_deploy(tmp_path: Path, env: dict[str, str], *extra: str) -> tuple[subprocess.Popen[bytes], Path]:
+    plan = dict(PLAN, tiers=["a"], deployment=[{"tier": "a", "gpus": 1, "replicas": 1, "tp": 1, "model": "org/a"}])
+    config = tmp_path / "gateway.toml"
+    with (tmp_path / "deploy.out").open("wb") as out:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "cascade.cli", "deploy", "--plan", str(write_plan(tmp_path, plan)), "--engine",
+             "sglang", "--base-port", str(free_port_block(1)), "--config-out", str(config), "--log-dir",
+             str(tmp_path / "logs"), "--startup-timeout-s", "60", *extra], stdout=out, stderr=subprocess.STDOUT,
+            env=env)
+    if not eventually(lambda: config.exists() or proc.poll() is not None, within_s=90):
+        proc.kill()
+        pytest.fail("deploy did not bring the engines up within 90 s")
+    assert proc.poll() is None, (tmp_path / "deploy.out").read_text()
+    return proc, config
+
+
+def test_with_the_key_in_the_environment_engines_require_it_and_only_the_private_config_holds_it(tmp_path) -> None:
+    proc, config_path = start_sglang_deploy(tmp_path, {**without_key(stub_sglang_env(tmp_path)),
+                                                       "CASCADE_ENGINE_API_KEY": SECRET})
+    try:
+        backend = load_config(config_path).tiers[0].backends[0]
+        assert isinstance(backend, SGLangBackend) and backend.api_key == SECRET
+        # The config and the engine logs (SGLang logs its arguments) are the owner's only.
+        assert [p.stat().st_mode & 0o777 for p in (config_path, tmp_path / "logs" / "a-0.log")] == [0o600, 0o600]
+        assert backend.url.startswith("http://127.0.0.1:")
+        refused = httpx.get(f"{backend.url}/v1/models", timeout=5, trust_env=False)
+        served = httpx.get(f"{backend.url}/v1/models", headers={"Authorization": f"Bearer {SECRET}"}, timeout=5,
+                           trust_env=False)
+        assert (refused.status_code, served.status_code) == (401, 200)
+        (argv,) = [Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0") for pid in children(proc.pid)]
+        assert argv[argv.index(b"--api-key") + 1] == SECRET.encode()
+        assert argv[argv.index(b"--host") + 1] == b"127.0.0.1"
+    finally:
+        code = stop(proc, signal.SIGTERM)
+    assert code == 0
+    out = (tmp_path / "deploy.out").read_text()
+    assert SECRET not in out and "holds the engine API key; mode 0600" in out and "warning:" not in out
+
+
+def test_an_engine_host_is_where_the_engines_are_health_checked_and_the_config_points(tmp_path) -> None:
+    # 127.0.0.2: an address other than 127.0.0.1 that still never leaves this machine (Linux loopback is /8).
+    proc, config_path = start_sglang_deploy(tmp_path, without_key(stub_sglang_env(tmp_path)), "--engine-host",
+                                            "127.0.0.2")
+    try:
+        url = load_config(config_path).tiers[0].backends[0].url  # type: ignore[union-attr]
+        assert url.startswith("http://127.0.0.2:") and answers(url)
+    finally:
+        code = stop(proc, signal.SIGTERM)
+    assert code == 0 and "warning:" not in (tmp_path / "deploy.out").read_text()
 
 
 def free_port_block(n: int) -> int:
