@@ -38,10 +38,34 @@ class Limits(_Strict, frozen=True):
     max_stop_sequences: PositiveInt = 4
     # Admission: requests in flight beyond this get 429 instead of queueing without bound.
     max_in_flight: PositiveInt = 1024
+    # ... and per tier (a tier's own `max_in_flight` overrides it): one stalled tier fills only its own
+    # share, so the other tiers keep answering. Keep it below max_in_flight.
+    max_in_flight_per_tier: PositiveInt = 512
+    # Upstream streams: one request opens n x branches of them (400 beyond the first limit), and all
+    # requests together at most the second (429 beyond it).
+    max_streams_per_request: PositiveInt = 32
+    max_backend_streams: PositiveInt = 2048
     # Reasoning branches a request may ask for (`branches.n`), and how long it may wait for a tier's
     # branch slots before a 429.
     max_branches: PositiveInt = 16
     max_slot_wait_s: PositiveFloat = 60.0
+
+
+class Failover(_Strict, frozen=True):
+    """Replica failover and circuit breaking (cascade/branches/pool.py), and tier fallback."""
+
+    # Further attempts, each on another replica of the tier, after a fault before any byte reached the
+    # client (0: none).
+    retries: Annotated[int, msgspec.Meta(ge=0, le=8)] = 1
+    # Consecutive faults that bench a replica (one refused connection always does).
+    breaker_failures: PositiveInt = 3
+    # First bench; it doubles after each failed half-open probe, up to breaker_max_open_s.
+    breaker_open_s: PositiveFloat = 1.0
+    breaker_max_open_s: PositiveFloat = 30.0
+    # Route mode: when the chosen tier fails (every replica tried) before any byte reached the client,
+    # answer on the nearest tier that can take the request (the response says so), unless the request
+    # named the tier.
+    tier_fallback: bool = True
 
 
 class GatewayConfig(_Strict, frozen=True):
@@ -56,6 +80,7 @@ class GatewayConfig(_Strict, frozen=True):
     # drift check. Empty: off. Relative to the working directory.
     traffic_log: str = ""
     limits: Limits = Limits()
+    failover: Failover = Failover()
 
 
 class Timeouts(_Strict, frozen=True):
@@ -150,6 +175,8 @@ class TierConfig(_Strict, frozen=True):
     # Branch-aware admission: live branches on this tier at most (0: no limit). A request needs one
     # slot per branch; freed slots (finished, pruned, stopped branches) admit waiting requests.
     branch_slots: NonNegativeInt = 0
+    # Requests in flight on this tier at most (0: gateway.limits.max_in_flight_per_tier); beyond it, 429.
+    max_in_flight: NonNegativeInt = 0
 
 
 class RoutingConfig(_Strict, frozen=True):

@@ -35,7 +35,11 @@ class Unauthorized(CascadeError):
 
 
 class Overloaded(CascadeError):
-    """Admission control refused the request; the client should retry later."""
+    """Admission control refused the request; the client should retry later (`retry_after_s`)."""
+
+    def __init__(self, message: str, retry_after_s: float = 1.0) -> None:
+        super().__init__(message)
+        self.retry_after_s = retry_after_s
 
 
 class BackendError(CascadeError):
@@ -47,7 +51,12 @@ class BackendError(CascadeError):
 
 
 class BackendUnavailable(BackendError):
-    """Nothing to talk to: connection refused, or no healthy replica."""
+    """Nothing to talk to: connection refused, or no healthy replica (worth retrying after
+    `retry_after_s`, e.g. when a benched replica will be probed again)."""
+
+    def __init__(self, message: str, backend: str = "", retry_after_s: float = 1.0) -> None:
+        super().__init__(message, backend)
+        self.retry_after_s = retry_after_s
 
 
 class BackendTimeout(BackendError):

@@ -24,7 +24,6 @@ from pathlib import Path
 import msgspec
 import numpy as np
 
-from cascade.branches.backend import collect
 from cascade.branches.runner import BranchRunner
 from cascade.branches.slots import BranchSlots
 from cascade.errors import CascadeError, ConfigError
@@ -96,8 +95,9 @@ async def answer_on_tier(tier: Tier, prompt: Prompt, max_tokens: int | None, see
             text, finish_reason, tokens = run.text, run.finish_reason, run.completion_tokens
             decode_tokens = run.report.decode_tokens
         else:
-            # Streamed, so that the read timeout bounds silence between tokens, not the whole answer.
-            result = await collect(tier.backend.stream(request))
+            # The pool streams (the read timeout bounds silence between tokens, not the whole answer) and
+            # retries a failed answer on another replica, as the gateway does.
+            result = await tier.backend.generate(request)
             text, finish_reason, tokens = result.text, result.finish_reason, result.completion_tokens
     except CascadeError as exc:
         # A failed answer is an outcome too (the tier did not answer); it is marked so it can be re-run.

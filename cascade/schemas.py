@@ -109,6 +109,10 @@ class CascadeInfo(msgspec.Struct, kw_only=True):
     out_of_domain: bool = False
     branches: BranchStats = msgspec.field(default_factory=BranchStats)
     note: str | None = None
+    # Failover: faulty replicas tried before the answering one (summed over choices), and the tier that
+    # failed when route mode answered on the nearest healthy tier instead (`tier` is the one that answered).
+    retries: int = 0
+    fallback_from: str | None = None
 
 
 class AssistantMessage(msgspec.Struct, kw_only=True):

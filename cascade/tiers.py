@@ -29,7 +29,7 @@ from cascade.schemas import ChatMessage
 class Tier(msgspec.Struct, kw_only=True):
     index: int
     config: TierConfig
-    backend: Backend
+    backend: ReplicaPool  # the tier's replicas, with failover and circuit breakers
     # Branch-aware admission (config.branch_slots > 0) and the partial-branch scorer (SART).
     slots: BranchSlots | None = None
     scorer: Scorer | None = None
@@ -86,8 +86,8 @@ def build_tiers(config: CascadeConfig, workers: dict[str, Worker], tier_names: C
         replicas = [make_backend(f"{tier_config.name}/{j}", b, workers) for j, b in enumerate(tier_config.backends)]
         slots = BranchSlots(tier_config.name, tier_config.branch_slots) if tier_config.branch_slots else None
         scorer = make_scorer(tier_config)
-        tiers.append(Tier(index=index, config=tier_config, backend=ReplicaPool(tier_config.name, replicas),
-                          slots=slots, scorer=scorer))
+        pool = ReplicaPool(tier_config.name, replicas, config.gateway.failover)
+        tiers.append(Tier(index=index, config=tier_config, backend=pool, slots=slots, scorer=scorer))
     return tiers
 
 

@@ -11,6 +11,7 @@ from typing import Protocol, runtime_checkable
 
 import msgspec
 
+from cascade.errors import BackendFailed
 from cascade.schemas import ChatMessage
 
 
@@ -38,6 +39,8 @@ class StreamDelta(msgspec.Struct, kw_only=True):
     prompt_tokens: int | None = None
     completion_tokens: int | None = None
     chunks: int = 1
+    # Set by a replica pool on a stream's first delta: faulty replicas tried before this one.
+    retries: int = 0
 
     def absorb(self, later: StreamDelta) -> None:
         """Append a delta that arrived right after this one."""
@@ -50,6 +53,7 @@ class StreamDelta(msgspec.Struct, kw_only=True):
             self.prompt_tokens = later.prompt_tokens
         if later.completion_tokens is not None:
             self.completion_tokens = later.completion_tokens
+        self.retries = max(self.retries, later.retries)
 
 
 class GenerationResult(msgspec.Struct, kw_only=True):
@@ -58,6 +62,7 @@ class GenerationResult(msgspec.Struct, kw_only=True):
     finish_reason: str = "stop"
     prompt_tokens: int = 0
     completion_tokens: int = 0
+    retries: int = 0  # faulty replicas tried before the one that answered (failovers)
 
 
 @runtime_checkable
@@ -67,12 +72,14 @@ class Backend(Protocol):
     name: str
 
     async def generate(self, request: GenerationRequest) -> GenerationResult:
-        """Run to completion. Raises a BackendError subclass on any upstream fault."""
+        """Run to completion. Raises a BackendError subclass on any upstream fault, including an
+        answer that did not end properly (no finish reason)."""
         ...
 
     def stream(self, request: GenerationRequest) -> AsyncGenerator[StreamDelta, None]:
-        """Yield deltas as the engine produces them. Closing the iterator early (client went away,
-        branch pruned) must cancel the generation upstream."""
+        """Yield deltas as the engine produces them; a stream that ends without raising has yielded a
+        finish reason (one that did not is a BackendFailed). Closing the iterator early (client went
+        away, branch pruned) must cancel the generation upstream."""
         ...
 
     async def health(self) -> bool:
@@ -86,10 +93,11 @@ async def collect(deltas: AsyncGenerator[StreamDelta, None]) -> GenerationResult
     """Fold a delta stream into a result (used by backends whose engines only stream)."""
     text: list[str] = []
     reasoning: list[str] = []
-    finish_reason = "stop"
+    finish_reason: str | None = None
     prompt_tokens = completion_tokens = 0
-    n_deltas = 0
+    n_deltas = retries = 0
     async for delta in deltas:
+        retries = max(retries, delta.retries)
         text.append(delta.text)
         reasoning.append(delta.reasoning)
         n_deltas += delta.chunks
@@ -99,10 +107,15 @@ async def collect(deltas: AsyncGenerator[StreamDelta, None]) -> GenerationResult
             prompt_tokens = delta.prompt_tokens
         if delta.completion_tokens is not None:
             completion_tokens = delta.completion_tokens
+    if finish_reason is None:
+        # A stream that ended without saying why it ended is not an answer (clients raise on this too;
+        # this guards every Backend).
+        raise BackendFailed("the backend's stream ended without a finish reason (the answer is incomplete)")
     return GenerationResult(
         text="".join(text),
         reasoning="".join(reasoning),
         finish_reason=finish_reason,
         prompt_tokens=prompt_tokens,
         completion_tokens=completion_tokens or n_deltas,
+        retries=retries,
     )

@@ -60,6 +60,7 @@ class _Connection(asyncio.Protocol):
         self._timer: asyncio.TimerHandle | None = None
         self.received_any = False
         self.status = 0
+        self.content_type = ""
         self.headers_done = False
         self.complete = False
         self.keep_alive = False
@@ -90,6 +91,12 @@ class _Connection(asyncio.Protocol):
         self._cancel_timer()
 
     # -- httptools callbacks -----------------------------------------------------------------------
+    def on_header(self, name: bytes, value: bytes) -> None:
+        # Only the content type is kept: a 200 that is not the body asked for (an HTML error page from a
+        # proxy) must fail as a backend fault, not parse as an empty answer.
+        if name.lower() == b"content-type":
+            self.content_type = value.decode("latin-1").strip().lower()
+
     def on_headers_complete(self) -> None:
         assert self._parser is not None
         self.status = self._parser.get_status_code()
@@ -119,6 +126,7 @@ class _Connection(asyncio.Protocol):
         self._buffered = 0
         self._error = None
         self.status = 0
+        self.content_type = ""
         self.headers_done = self.complete = self.keep_alive = self.received_any = False
         self._last_read = self.loop.time()
         self._timer = self.loop.call_at(self._last_read + self.read_s, self._check_stall)
@@ -198,15 +206,17 @@ class _Connection(asyncio.Protocol):
 
 
 class StreamResponse:
-    """The response to one `StreamPool.post`: `status`, then body bytes by `read()` until it returns b""."""
+    """The response to one `StreamPool.post`: `status` and `content_type` (lower case, parameters
+    included), then body bytes by `read()` until it returns b""."""
 
-    __slots__ = ("_conn", "_pool", "_released", "status")
+    __slots__ = ("_conn", "_pool", "_released", "content_type", "status")
 
     def __init__(self, pool: StreamPool, conn: _Connection) -> None:
         self._pool = pool
         self._conn = conn
         self._released = False
         self.status = conn.status
+        self.content_type = conn.content_type
 
     async def read(self) -> bytes:
         """The body bytes that arrived since the last call, waiting for some; b"" at the end of the body."""

@@ -165,13 +165,17 @@ class OpenAIBackend:
             completion = _decode_completion(content)
             choice = completion.choices[0]
         except (msgspec.DecodeError, IndexError):
-            raise BackendFailed(f"backend `{self.name}` sent an unreadable completion", self.name) from None
+            raise BackendFailed(f"backend `{self.name}` sent an unreadable completion: {_excerpt(content)}",
+                                self.name) from None
+        if choice.finish_reason is None:
+            raise BackendFailed(f"backend `{self.name}` sent a completion without a finish reason "
+                                "(the answer is incomplete)", self.name)
         message = choice.message or _Message()
         usage = completion.usage or _Usage()
         return GenerationResult(
             text=message.content or "",
             reasoning=message.reasoning_content or "",
-            finish_reason=choice.finish_reason or "stop",
+            finish_reason=choice.finish_reason,
             prompt_tokens=usage.prompt_tokens,
             completion_tokens=usage.completion_tokens,
         )
@@ -186,7 +190,14 @@ class OpenAIBackend:
             try:
                 if response.status != 200:
                     raise self._status_error(response.status, await response.read_all())
+                if not response.content_type.startswith("text/event-stream"):
+                    # A 200 that is not an event stream (a proxy's HTML page, a JSON error) holds no answer.
+                    raise BackendFailed(
+                        f"backend `{self.name}` answered a stream with content type "
+                        f"{response.content_type or '(none)'}, not text/event-stream: "
+                        f"{_excerpt(await response.read())}", self.name)
                 done = False
+                finished = False
                 buffer = b""
                 # SSE lines are split here rather than in a helper generator: one async-generator
                 # hop fewer per token is measurable at hundreds of concurrent streams.
@@ -211,6 +222,7 @@ class OpenAIBackend:
                         else:
                             merged.absorb(delta)
                     if merged is not None:
+                        finished = finished or merged.finish_reason is not None
                         yield merged
                     if time.monotonic() > deadline:
                         raise BackendTimeout(
@@ -222,7 +234,13 @@ class OpenAIBackend:
                 if tail and not done and tail != b"[DONE]":
                     last = self._parse_chunk(tail)
                     if last is not None:
+                        finished = finished or last.finish_reason is not None
                         yield last
+                if not finished:
+                    # The body ended cleanly but the answer did not: what was sent may be cut anywhere.
+                    # ([DONE] is not required: transformers serve never sends it.)
+                    raise BackendFailed(f"backend `{self.name}` ended the stream without a finish reason "
+                                        "(the answer is incomplete)", self.name)
             finally:
                 response.release()
         except StreamError as exc:
@@ -299,6 +317,12 @@ class OpenAIBackend:
         if status == 503:
             return BackendUnavailable(f"backend `{self.name}` is unavailable (503): {detail}", self.name)
         return BackendFailed(f"backend `{self.name}` returned HTTP {status}: {detail}", self.name)
+
+
+def _excerpt(content: bytes, limit: int = 120) -> str:
+    """The start of an unexpected body, for an error message (bounded, one line)."""
+    text = " ".join(content[:limit].decode("utf-8", "replace").split())
+    return repr(text + ("..." if len(content) > limit else "")) if text else "(empty body)"
 
 
 def _error_message(content: bytes) -> str:

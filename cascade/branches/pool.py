@@ -1,8 +1,20 @@
-"""Replicas of one tier behind one Backend: least-outstanding-requests balancing with failover.
+"""Replicas of one tier behind one Backend: least-outstanding-requests balancing, failover, and a
+circuit breaker per replica.
 
-A replica that refuses connections is benched for `cooldown_s` and the request is retried on
-another replica; that is safe because nothing was generated yet. Faults after the first byte are
-not retried: the client may already have seen tokens.
+Failover: a fault before a replica sent its first delta is retried on another replica (`retries`
+more attempts, each on a replica not tried yet), which is safe because nothing was generated yet.
+`generate` collects a whole answer before anything reaches the client, so it also retries a fault
+that came mid-answer. A stream that already yielded deltas is never retried: its consumer may have
+sent them on.
+
+Circuit breaker: `breaker_failures` consecutive faults (or one refused connection) bench a replica
+for `breaker_open_s`; then it is half-open, and one request probes it: success closes the breaker, failure
+benches it again for twice as long (up to `breaker_max_open_s`). A benched replica gets no traffic.
+When every replica is benched, each may still be probed once per `breaker_open_s` (Envoy's "panic"
+idea, bounded): replicas that failed at different times must not keep a tier down for their doubled
+benches after they recovered. Other requests fail at once (BackendUnavailable with the time to the
+next probe) instead of queueing on dead engines. A health check that passes ends a bench caused by
+a refused connection (the engine restarted) early.
 """
 
 from __future__ import annotations
@@ -12,28 +24,68 @@ import itertools
 import time
 from collections.abc import AsyncGenerator, Sequence
 from contextlib import aclosing
+from typing import Literal
 
-from cascade.branches.backend import Backend, GenerationRequest, GenerationResult, StreamDelta
-from cascade.errors import BackendUnavailable
+import msgspec
+
+from cascade.branches.backend import Backend, GenerationRequest, GenerationResult, StreamDelta, collect
+from cascade.config import Failover
+from cascade.errors import BackendError, BackendUnavailable, CascadeError, Overloaded
+
+BreakerState = Literal["closed", "open", "half_open"]
+_STATE_CODE: dict[BreakerState, int] = {"closed": 0, "half_open": 1, "open": 2}
+
+
+class ReplicaState(msgspec.Struct, frozen=True, kw_only=True):
+    """One replica as /ready and /metrics show it."""
+
+    name: str
+    state: BreakerState
+    outstanding: int
+    consecutive_failures: int
+    opened: int  # times its breaker opened
+    next_probe_s: float | None  # seconds until it may be probed (open only)
+
+    @property
+    def state_code(self) -> int:
+        return _STATE_CODE[self.state]
 
 
 class _Replica:
-    __slots__ = ("backend", "benched_until", "outstanding")
+    __slots__ = ("attempted_at", "backend", "bench_s", "failures", "opened", "opened_until", "outstanding",
+                 "probing", "refused", "tripped")
 
     def __init__(self, backend: Backend) -> None:
         self.backend = backend
         self.outstanding = 0
-        self.benched_until = 0.0
+        self.failures = 0  # consecutive
+        self.tripped = False  # the breaker is open or half-open
+        self.opened_until = 0.0
+        self.bench_s = 0.0
+        self.probing = False  # a half-open probe is in flight
+        self.refused = False  # the breaker opened on a refused connection
+        self.opened = 0
+        self.attempted_at = 0.0  # when a request was last sent to it
+
+    def state(self, now: float) -> BreakerState:
+        if not self.tripped:
+            return "closed"
+        return "open" if now < self.opened_until else "half_open"
+
+    def eligible(self, now: float) -> bool:
+        state = self.state(now)
+        return state == "closed" or (state == "half_open" and not self.probing)
 
 
 class ReplicaPool:
-    def __init__(self, name: str, replicas: Sequence[Backend], cooldown_s: float = 2.0) -> None:
+    def __init__(self, name: str, replicas: Sequence[Backend], failover: Failover | None = None) -> None:
         if not replicas:
             raise ValueError("a pool needs at least one replica")
         self.name = name
-        self.cooldown_s = cooldown_s
+        self.failover = failover or Failover()
         self._replicas = [_Replica(r) for r in replicas]
         self._tiebreak = itertools.count()
+        self.retried = 0  # attempts made after a fault, on another replica (failovers)
 
     @property
     def outstanding(self) -> int:
@@ -42,56 +94,162 @@ class ReplicaPool:
     def outstanding_by_replica(self) -> dict[str, int]:
         return {r.backend.name: r.outstanding for r in self._replicas}
 
-    def _order(self) -> list[_Replica]:
-        """Healthy replicas by outstanding requests (rotating among ties), then benched ones."""
+    def available(self) -> bool:
+        """Whether a request could be sent now (some replica is not benched)."""
+        now = time.monotonic()
+        return any(r.eligible(now) for r in self._replicas)
+
+    def states(self) -> list[ReplicaState]:
+        now = time.monotonic()
+        return [ReplicaState(name=r.backend.name, state=r.state(now), outstanding=r.outstanding,
+                             consecutive_failures=r.failures, opened=r.opened,
+                             next_probe_s=round(r.opened_until - now, 3) if r.state(now) == "open" else None)
+                for r in self._replicas]
+
+    # --- choosing and judging replicas ---------------------------------------------------------
+
+    def _pick(self, tried: set[int]) -> _Replica:
+        """The eligible replica not tried yet with the fewest outstanding requests (ties rotate)."""
         now = time.monotonic()
         start = next(self._tiebreak)
         n = len(self._replicas)
-        rotated = [self._replicas[(start + i) % n] for i in range(n)]
-        return sorted(rotated, key=lambda r: (r.benched_until > now, r.outstanding))
+        candidates = [self._replicas[(start + i) % n] for i in range(n)]
+        untried = [r for r in candidates if id(r) not in tried]
+        eligible = [r for r in untried if r.eligible(now)]
+        if eligible:
+            replica = min(eligible, key=lambda r: r.outstanding)
+            replica.probing = replica.state(now) == "half_open"
+        else:  # every replica is benched: probe one that was not tried for breaker_open_s
+            due = [r for r in untried if not r.probing and now - r.attempted_at >= self.failover.breaker_open_s]
+            if not due:
+                raise self._all_benched(now)
+            replica = min(due, key=lambda r: r.opened_until)
+            replica.probing = True
+        replica.attempted_at = now
+        return replica
+
+    def _all_benched(self, now: float) -> BackendUnavailable:
+        waits = [r.opened_until - now for r in self._replicas if r.state(now) == "open"]
+        retry_after = max(1.0, min(waits)) if waits else 1.0
+        return BackendUnavailable(
+            f"tier `{self.name}`: no replica can take the request (every replica is benched after repeated "
+            f"faults or being probed; next probe in {retry_after:.0f} s)", self.name, retry_after_s=retry_after)
+
+    def _succeeded(self, replica: _Replica) -> None:
+        replica.failures = 0
+        replica.tripped = replica.probing = replica.refused = False
+        replica.bench_s = 0.0
+
+    def _failed(self, replica: _Replica, exc: CascadeError) -> None:
+        replica.probing = False
+        if not isinstance(exc, BackendError):
+            return  # the engine is alive and said no (overloaded): not a fault of the replica
+        replica.failures += 1
+        settings = self.failover
+        refused = isinstance(exc, BackendUnavailable)
+        if replica.tripped:  # a failed half-open probe: bench it again, for longer
+            replica.bench_s = min(replica.bench_s * 2, settings.breaker_max_open_s)
+        elif refused or replica.failures >= settings.breaker_failures:
+            replica.bench_s = settings.breaker_open_s
+        else:
+            return
+        replica.tripped, replica.refused = True, refused
+        replica.opened += 1
+        replica.opened_until = time.monotonic() + replica.bench_s
+
+    def _released(self, replica: _Replica) -> None:
+        """The attempt ended without a verdict (the consumer closed the stream early)."""
+        replica.probing = False
+
+    def _attempts(self) -> int:
+        return 1 + max(0, min(self.failover.retries, len(self._replicas) - 1))
+
+    # --- the Backend protocol ------------------------------------------------------------------
 
     async def generate(self, request: GenerationRequest) -> GenerationResult:
-        last: BackendUnavailable | None = None
-        for replica in self._order():
+        """The whole answer, streamed from a replica; any fault, even mid-answer, is retried on another
+        replica (nothing has reached the client yet). `retries` on the result counts the failovers."""
+        tried: set[int] = set()
+        last: CascadeError | None = None
+        for attempt in range(self._attempts()):
+            try:
+                replica = self._pick(tried)
+            except BackendUnavailable:
+                if last is not None:
+                    raise last from None
+                raise
+            tried.add(id(replica))
+            if attempt:
+                self.retried += 1
             replica.outstanding += 1
             try:
-                return await replica.backend.generate(request)
-            except BackendUnavailable as exc:
-                replica.benched_until = time.monotonic() + self.cooldown_s
+                result = await collect(replica.backend.stream(request))
+            except (BackendError, Overloaded) as exc:
+                self._failed(replica, exc)
                 last = exc
+                continue
+            except BaseException:
+                self._released(replica)
+                raise
             finally:
                 replica.outstanding -= 1
+            self._succeeded(replica)
+            result.retries = attempt
+            return result
         assert last is not None
         raise last
 
     async def stream(self, request: GenerationRequest) -> AsyncGenerator[StreamDelta, None]:
-        last: BackendUnavailable | None = None
-        for replica in self._order():
+        tried: set[int] = set()
+        last: CascadeError | None = None
+        for attempt in range(self._attempts()):
+            try:
+                replica = self._pick(tried)
+            except BackendUnavailable:
+                if last is not None:
+                    raise last from None
+                raise
+            tried.add(id(replica))
+            if attempt:
+                self.retried += 1
             replica.outstanding += 1
             started = False
             try:
                 async with aclosing(replica.backend.stream(request)) as deltas:
                     async for delta in deltas:
-                        started = True
+                        if not started:
+                            started = True
+                            delta.retries = attempt
                         yield delta
-                return
-            except BackendUnavailable as exc:
+            except (BackendError, Overloaded) as exc:
+                self._failed(replica, exc)
                 if started:
                     raise
-                replica.benched_until = time.monotonic() + self.cooldown_s
                 last = exc
+                continue
+            except BaseException:
+                self._released(replica)
+                raise
             finally:
                 replica.outstanding -= 1
+            self._succeeded(replica)
+            return
         assert last is not None
         raise last
 
     async def health(self) -> bool:
-        """Probe every replica at once (SGLang's /health may take seconds); healthy if any is."""
-        results = await asyncio.gather(*(r.backend.health() for r in self._replicas))
+        """Probe every replica at once (SGLang's /health may take seconds); healthy if one answers and
+        is not benched. A passing probe ends a bench caused by a refused connection (engine restarted)."""
+        results = await asyncio.gather(*(r.backend.health() for r in self._replicas), return_exceptions=True)
+        now = time.monotonic()
+        healthy = False
         for replica, ok in zip(self._replicas, results, strict=True):
-            if ok:
-                replica.benched_until = 0.0
-        return any(results)
+            if ok is not True:
+                continue
+            if replica.refused and replica.state(now) == "open":
+                replica.opened_until = now  # half-open: the next request probes it
+            healthy = healthy or replica.state(now) != "open"
+        return healthy
 
     async def aclose(self) -> None:
         for replica in self._replicas:

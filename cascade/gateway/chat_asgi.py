@@ -21,7 +21,7 @@ from typing import Any
 import msgspec
 
 from cascade.errors import CascadeError, PayloadTooLarge, Unauthorized
-from cascade.gateway.errors import error_response, openai_error, status_for
+from cascade.gateway.errors import error_response, openai_error, retry_after, status_for
 from cascade.gateway.service import ChatService, Decision
 from cascade.schemas import ChatCompletionRequest
 
@@ -77,7 +77,7 @@ class ChatCompletionsASGI:
                 self.service.metrics.client_errors.labels(str(status)).inc()
             else:
                 log.warning("POST %s -> %d: %s", PATH, status, exc.message)
-            await _respond(send, status, openai_error(exc, status))
+            await _respond(send, status, openai_error(exc, status), retry_after(exc))
         except Exception:
             log.exception("unhandled error on POST %s", PATH)
             if not started:  # never a traceback to the client; the log has it
@@ -91,6 +91,7 @@ class ChatCompletionsASGI:
         req = self.decode(raw)
         max_tokens = service.validate(req)
         decision = service.decide(req, headers.get("x-cascade-quality"))
+        service.preflight(req, decision)
         service.admit()
         guard = _DisconnectGuard(receive)
         try:
@@ -132,14 +133,17 @@ class ChatCompletionsASGI:
 
 async def _stream(service: ChatService, req: ChatCompletionRequest, decision: Decision, max_tokens: int,
                   send: Send) -> None:
-    frames = await service.open_stream(req, decision, max_tokens)
+    decision, frames = await service.open_stream(req, decision, max_tokens)
     try:
+        # Started before anything else can fail: closing a started generator is what closes the upstreams.
+        first = await anext(frames)
         headers = [(b"content-type", b"text/event-stream"), (b"cache-control", b"no-cache"),
                    (b"x-accel-buffering", b"no"), (b"x-cascade-tier", decision.tier.name.encode())]
         if decision.accept is not None:
             # The answering tier is known only at the end: the chunks' `model` and `cascade` name it.
             headers.append((b"x-cascade-mode", b"cascade"))
         await send({"type": "http.response.start", "status": 200, "headers": headers})
+        await send({"type": "http.response.body", "body": first, "more_body": True})
         async for frame in frames:
             await send({"type": "http.response.body", "body": frame, "more_body": True})
         await send({"type": "http.response.body", "body": b"", "more_body": False})

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import msgspec
 
 from cascade.errors import (
@@ -35,6 +37,14 @@ def status_for(exc: CascadeError) -> int:
         if isinstance(exc, cls):
             return status
     return 500
+
+
+def retry_after(exc: CascadeError) -> list[tuple[bytes, bytes]]:
+    """`Retry-After` (whole seconds) for a 429 or 503, as the header list of an ASGI response."""
+    seconds = getattr(exc, "retry_after_s", None)
+    if seconds is None or status_for(exc) not in (429, 503):
+        return []
+    return [(b"retry-after", str(max(1, math.ceil(seconds))).encode())]
 
 
 def error_response(message: str, kind: str, param: str | None = None, code: str | None = None) -> bytes:

@@ -3,7 +3,13 @@ several apps in one process)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator, Sequence
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from cascade.branches.pool import ReplicaPool
 
 # Seconds; spans CPU-engine answers (tens of seconds) down to fake-backend round trips.
 _LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 20, 40, 80, 160, 320)
@@ -26,6 +32,12 @@ class GatewayMetrics:
             registry=r,
         )
         self.in_flight = Gauge("cascade_in_flight_requests", "Requests being served now", registry=r)
+        self.tier_in_flight = Gauge("cascade_tier_in_flight_requests", "Requests being served now by tier",
+                                    ["tier"], registry=r)
+        self.fallbacks = Counter(
+            "cascade_tier_fallbacks", "Route-mode requests answered on another tier because theirs failed",
+            ["from_tier", "to_tier"], registry=r,
+        )
         self.backend_errors = Counter(
             "cascade_backend_errors", "Upstream faults by tier and kind", ["tier", "kind"], registry=r
         )
@@ -52,5 +64,32 @@ class GatewayMetrics:
             registry=r,
         )
 
+    def watch_pools(self, pools: Callable[[], Sequence[ReplicaPool]]) -> None:
+        """Export the tiers' replica pools (circuit breakers, failovers), read at scrape time."""
+        self.registry.register(_PoolCollector(pools))
+
     def render(self) -> bytes:
         return generate_latest(self.registry)
+
+
+class _PoolCollector(Collector):
+    def __init__(self, pools: Callable[[], Sequence[ReplicaPool]]) -> None:
+        self.pools = pools
+
+    def collect(self) -> Iterator[Metric]:
+        state = GaugeMetricFamily(
+            "cascade_replica_breaker_state", "Circuit breaker of each replica: 0 closed, 1 half-open (next request "
+            "probes it), 2 open (benched)", labels=["tier", "replica"])
+        opened = CounterMetricFamily("cascade_replica_breaker_opened", "Times a replica was benched",
+                                     labels=["tier", "replica"])
+        outstanding = GaugeMetricFamily("cascade_replica_outstanding_requests", "Requests on each replica now",
+                                        labels=["tier", "replica"])
+        retries = CounterMetricFamily("cascade_backend_retries", "Attempts on another replica after a fault "
+                                      "(failovers)", labels=["tier"])
+        for pool in self.pools():
+            for replica in pool.states():
+                state.add_metric([pool.name, replica.name], replica.state_code)
+                opened.add_metric([pool.name, replica.name], replica.opened)
+                outstanding.add_metric([pool.name, replica.name], replica.outstanding)
+            retries.add_metric([pool.name], pool.retried)
+        yield from (state, opened, outstanding, retries)

@@ -50,7 +50,9 @@ class Gateway:
             config.gateway.limits, self.metrics,
             config.gateway.default_quality, config.gateway.keepalive_s,
             TrafficLog(config.gateway.traffic_log) if config.gateway.traffic_log else None,
+            config.gateway.failover,
         )
+        self.metrics.watch_pools(lambda: [t.backend for t in self.service.tiers])
         self.app = create_app(
             self.service, config.gateway.api_keys, ready_check=self.ready,
             on_startup=[self.start], on_shutdown=[self.stop],
@@ -73,7 +75,8 @@ class Gateway:
         self.supervisor.stop()
 
     async def ready(self) -> dict[str, Any]:
-        """Tier health (every tier needs one healthy replica) and the embedded workers' state."""
+        """Tier health (every tier needs one replica that passes its health check and is not benched),
+        each replica's circuit breaker, and the embedded workers' state."""
         results = await asyncio.gather(*(t.backend.health() for t in self.service.tiers))
         workers = {
             name: {"url": w.url, "pid": w.process.pid if w.process else None, "alive": w.alive(),
@@ -81,7 +84,12 @@ class Gateway:
             for name, w in self.workers.items()
         }
         tiers = {t.name: bool(ok) for t, ok in zip(self.service.tiers, results, strict=True)}
-        return {"tiers": tiers, "workers": workers}
+        replicas = {t.name: {r.name: {"breaker": r.state, "outstanding": r.outstanding,
+                                      "consecutive_failures": r.consecutive_failures,
+                                      "next_probe_s": r.next_probe_s}
+                             for r in t.backend.states()}
+                    for t in self.service.tiers}
+        return {"tiers": tiers, "replicas": replicas, "workers": workers}
 
 
 def run(

@@ -11,13 +11,14 @@ import math
 import secrets
 import time
 import uuid
-from collections.abc import AsyncGenerator, Sequence
+from collections.abc import AsyncGenerator, Awaitable, Iterable, Sequence
+from typing import TypeVar
 
 import msgspec
 
-from cascade.branches.backend import GenerationRequest, GenerationResult, StreamDelta, collect
+from cascade.branches.backend import GenerationRequest, GenerationResult, StreamDelta
 from cascade.branches.runner import BranchReport, BranchRunner, BranchSettings
-from cascade.config import Limits
+from cascade.config import Failover, Limits
 from cascade.errors import BackendError, CascadeError, InvalidRequest, Overloaded, UnknownModel
 from cascade.gateway.frames import DONE, ChunkFrames
 from cascade.gateway.frames import sse as _sse
@@ -58,6 +59,7 @@ class Decision(msgspec.Struct, kw_only=True):
     accept: list[float] | None = None
     escalations: int = 0
     confidence: float | None = None
+    fallback_from: str | None = None  # route mode: the tier that failed before this one answered
 
 
 class Answer(msgspec.Struct, kw_only=True):
@@ -78,6 +80,7 @@ class ChatService:
         default_quality: str = "balanced",
         keepalive_s: float = 2.0,
         traffic: TrafficLog | None = None,
+        failover: Failover | None = None,
     ) -> None:
         self.tiers = list(tiers)
         self.by_name = {t.name: t for t in self.tiers}
@@ -90,6 +93,11 @@ class ChatService:
         self.in_flight = 0
         self.keepalive_s = keepalive_s
         self.traffic = traffic
+        self.failover = failover or Failover()
+        # Per-tier admission and the upstream stream budget (see `_enter`).
+        self.tier_caps = [t.config.max_in_flight or limits.max_in_flight_per_tier for t in self.tiers]
+        self.tier_load = [0] * len(self.tiers)
+        self.streams_open = 0
 
     # --- models and validation -------------------------------------------------------------
 
@@ -147,6 +155,14 @@ class ChatService:
         return Decision(tier=self.tiers[index], hint=hint.label, router=route.router, assessment=route.assessment,
                         thresholds=accept or route.thresholds, quality=hint, accept=accept)
 
+    def preflight(self, req: ChatCompletionRequest, decision: Decision) -> None:
+        """Check what depends on the tiers before anything is sent: the branch settings (with the request's
+        overrides) of every tier the request may reach, so that a bad override is a 400, not an error
+        event inside a 200 stream."""
+        reachable = self.tiers[decision.tier.index:] if decision.accept is not None else [decision.tier]
+        for tier in reachable:
+            self.branch_settings(req, tier)
+
     def route_decision(self, decision: Decision) -> RouteDecision:
         assessment = decision.assessment
         p_fail = None
@@ -164,7 +180,6 @@ class ChatService:
 
     def admit(self) -> None:
         if self.in_flight >= self.limits.max_in_flight:
-            self.metrics.client_errors.labels("429").inc()
             raise Overloaded(f"the gateway is at its limit of {self.limits.max_in_flight} requests in flight")
         self.in_flight += 1
         self.metrics.in_flight.inc()
@@ -172,6 +187,40 @@ class ChatService:
     def release(self) -> None:
         self.in_flight -= 1
         self.metrics.in_flight.dec()
+
+    def _enter(self, tier: Tier, streams: int) -> None:
+        """Occupy one of the tier's request places and `streams` upstream streams, or raise Overloaded
+        (a 429): a stalled tier fills only its own places, so the other tiers keep answering."""
+        cap = self.tier_caps[tier.index]
+        if self.tier_load[tier.index] >= cap:
+            raise Overloaded(f"tier `{tier.name}` is at its limit of {cap} requests in flight")
+        if self.streams_open + streams > self.limits.max_backend_streams:
+            raise Overloaded(f"the gateway is at its limit of {self.limits.max_backend_streams} backend streams "
+                             f"({self.streams_open} open; this request needs {streams})")
+        self.tier_load[tier.index] += 1
+        self.streams_open += streams
+        self.metrics.tier_in_flight.labels(tier.name).inc()
+
+    def _leave(self, tier: Tier, streams: int) -> None:
+        self.tier_load[tier.index] -= 1
+        self.streams_open -= streams
+        self.metrics.tier_in_flight.labels(tier.name).dec()
+
+    def _fallback(self, decision: Decision) -> Tier | None:
+        """Route mode: the nearest other tier that can take a request now (higher first at equal
+        distance, so quality is kept where it can be), or None when the client named the tier."""
+        if decision.router == "bypass" or decision.accept is not None or not self.failover.tier_fallback:
+            return None
+        here = decision.tier.index
+        for distance in range(1, len(self.tiers)):
+            for index in (here + distance, here - distance):
+                if 0 <= index < len(self.tiers) and self.tiers[index].backend.available():
+                    return self.tiers[index]
+        return None
+
+    def _fell_back(self, decision: Decision, to: Tier) -> Decision:
+        self.metrics.fallbacks.labels(decision.tier.name, to.name).inc()
+        return msgspec.structs.replace(decision, tier=to, fallback_from=decision.tier.name)
 
     def _generation(self, req: ChatCompletionRequest, tier: Tier, max_tokens: int, index: int) -> GenerationRequest:
         stops = [req.stop] if isinstance(req.stop, str) else list(req.stop or [])
@@ -202,7 +251,8 @@ class ChatService:
             route_score=None if assessment is None else round(assessment.score, 4), router=decision.router,
             out_of_domain=assessment is not None and assessment.out_of_domain, escalations=decision.escalations,
             confidence=None if decision.confidence is None else round(decision.confidence, 4),
-            branches=branches,
+            branches=branches, retries=0 if answer is None else sum(r.retries for r in answer.results),
+            fallback_from=decision.fallback_from,
         )
 
     async def complete(self, req: ChatCompletionRequest, decision: Decision, max_tokens: int) -> ChatCompletion:
@@ -213,7 +263,14 @@ class ChatService:
     async def _serve(self, req: ChatCompletionRequest, decision: Decision, max_tokens: int) -> tuple[Decision, Answer]:
         if decision.accept is not None:
             return await self._cascade(req, decision, max_tokens)
-        return decision, await self._answer(req, decision.tier, max_tokens)
+        try:
+            return decision, await self._answer(req, decision.tier, max_tokens)
+        except BackendError:
+            fallback = self._fallback(decision)
+            if fallback is None:
+                raise
+        decision = self._fell_back(decision, fallback)
+        return decision, await self._answer(req, fallback, max_tokens)
 
     def branch_settings(self, req: ChatCompletionRequest, tier: Tier) -> BranchSettings | None:
         """The tier's SART settings with the request's overrides (validated), or None for one branch."""
@@ -231,6 +288,11 @@ class ChatService:
                 aggregation=override.aggregation or settings.aggregation,
             )
             _check_branch_override(settings, self.limits.max_branches)
+        streams, limit = settings.n * req.n, self.limits.max_streams_per_request
+        if streams > limit:
+            raise InvalidRequest(f"{settings.n} branches x n={req.n} would open {streams} backend streams on tier "
+                                 f"`{tier.name}`; the limit per request is {limit}",
+                                 "branches.n" if override is not None else "n")
         if tier.slots is not None and settings.n * req.n > tier.slots.capacity:
             raise InvalidRequest(f"{settings.n} branches x n={req.n} exceed tier `{tier.name}`'s "
                                  f"{tier.slots.capacity} branch slots", "branches.n")
@@ -239,20 +301,23 @@ class ChatService:
     async def _answer(self, req: ChatCompletionRequest, tier: Tier, max_tokens: int) -> Answer:
         """All `n` choices of one tier, collected (errors and disconnects are counted)."""
         settings = self.branch_settings(req, tier)
+        streams = req.n * (settings.n if settings is not None else 1)
+        self._enter(tier, streams)
         try:
             if settings is not None:
                 return await self._branched(req, tier, max_tokens, settings)
-            # Streamed upstream even for a non-streaming client: the read timeout then bounds the silence
-            # between tokens, not the whole answer (a CPU engine may take minutes for a long one).
-            return Answer(results=list(await asyncio.gather(
-                *(collect(tier.backend.stream(self._generation(req, tier, max_tokens, i))) for i in range(req.n))
-            )))
+            # The pool streams upstream even for a non-streaming client (the read timeout then bounds the
+            # silence between tokens, not the whole answer) and retries a failed answer on another replica.
+            return Answer(results=await _all_or_none(
+                tier.backend.generate(self._generation(req, tier, max_tokens, i)) for i in range(req.n)))
         except BackendError as exc:
             self._count_backend_error(tier, exc)
             raise
         except asyncio.CancelledError:
             self.metrics.disconnects.labels(tier.name).inc()
             raise
+        finally:
+            self._leave(tier, streams)
 
     async def _branched(self, req: ChatCompletionRequest, tier: Tier, max_tokens: int,
                         settings: BranchSettings) -> Answer:
@@ -275,11 +340,11 @@ class ChatService:
         if tier.slots is not None:
             await tier.slots.acquire(needed, self.limits.max_slot_wait_s)
         try:
-            runs = await asyncio.gather(*(
+            runs = await _all_or_none(
                 runner.run(question, branch_requests(self._generation(req, tier, max_tokens, 0),
                                                      base_seed + c * settings.n, settings.n, temperature), branch_ended)
                 for c in range(req.n)
-            ))
+            )
         finally:
             if tier.slots is not None and released < needed:  # e.g. cancelled before every branch started
                 tier.slots.release(needed - released)
@@ -391,24 +456,37 @@ class ChatService:
 
     async def open_stream(
         self, req: ChatCompletionRequest, decision: Decision, max_tokens: int
-    ) -> AsyncGenerator[bytes, None]:
+    ) -> tuple[Decision, AsyncGenerator[bytes, None]]:
         """Start the upstream streams and wait for their first delta, so that a backend fault becomes
-        an HTTP error status instead of a broken 200 stream. Returns the SSE frame iterator."""
+        an HTTP error status (or a fallback to another tier) instead of a broken 200 stream. Returns the
+        decision that will answer and the SSE frame iterator. The caller must start the iterator
+        (`anext`) before anything else can fail, and `aclose` it: that is what closes the upstreams."""
         if decision.accept is not None or self.branch_settings(req, decision.tier) is not None:
-            return self._deferred_frames(req, decision, max_tokens)
+            return decision, self._deferred_frames(req, decision, max_tokens)
+        try:
+            return decision, await self._open_direct(req, decision, max_tokens)
+        except BackendError:
+            fallback = self._fallback(decision)
+            if fallback is None:
+                raise
+        decision = self._fell_back(decision, fallback)
+        return decision, await self._open_direct(req, decision, max_tokens)
+
+    async def _open_direct(self, req: ChatCompletionRequest, decision: Decision, max_tokens: int
+                           ) -> AsyncGenerator[bytes, None]:
         tier = decision.tier
+        self._enter(tier, req.n)
         start = time.perf_counter()
         streams = [tier.backend.stream(self._generation(req, tier, max_tokens, i)) for i in range(req.n)]
         firsts: list[StreamDelta | None] = []
         try:
             for stream in streams:
                 firsts.append(await anext(stream, None))
-        except BackendError as exc:
-            self._count_backend_error(tier, exc)
+        except BaseException as exc:
+            if isinstance(exc, BackendError):
+                self._count_backend_error(tier, exc)
             await _close_all(streams)
-            raise
-        except BaseException:
-            await _close_all(streams)
+            self._leave(tier, req.n)
             raise
         return self._frames(req, decision, streams, firsts, start)
 
@@ -423,6 +501,7 @@ class ChatService:
         completion_tokens = [0] * len(streams)
         finished = 0
         first_token = True
+        retries = sum(f.retries for f in firsts if f is not None)
 
         def frame_for(index: int, delta: StreamDelta) -> bytes:
             nonlocal prompt_tokens, finished, first_token
@@ -469,15 +548,19 @@ class ChatService:
             self.metrics.disconnects.labels(tier.name).inc()
             raise
         finally:
-            if merged is not None:
-                await merged.aclose()
-            await _close_all(streams)
+            try:
+                if merged is not None:
+                    await merged.aclose()
+                await _close_all(streams)
+            finally:
+                self._leave(tier, len(streams))
         total_completion = sum(completion_tokens)
         usage = None
         if include_usage:
             usage = Usage(prompt_tokens=prompt_tokens, completion_tokens=total_completion,
                           total_tokens=prompt_tokens + total_completion)
-        yield frames.tail(self._info(decision, Answer(results=[GenerationResult(text="")] * finished)), usage)
+        done = [GenerationResult(text="", retries=retries) for _ in range(finished)]
+        yield frames.tail(self._info(decision, Answer(results=done)), usage)
         self._count_success(decision, time.perf_counter() - start, prompt_tokens, total_completion, stream=True)
 
     def _count_success(self, decision: Decision, latency_s: float, prompt_tokens: int, completion_tokens: int,
@@ -539,6 +622,21 @@ def _last_user_text(messages: list[ChatMessage]) -> str:
         if message.role == "user":
             return message.text()
     return messages[-1].text()
+
+
+_T = TypeVar("_T")
+
+
+async def _all_or_none(work: Iterable[Awaitable[_T]]) -> list[_T]:
+    """Await all; on the first failure (or cancellation) cancel the rest and wait for them, so no
+    upstream request outlives the one it was made for (asyncio.gather leaves them running)."""
+    tasks = [asyncio.ensure_future(w) for w in work]
+    try:
+        return list(await asyncio.gather(*tasks))
+    finally:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
 
 
 async def _close_all(streams: list[AsyncGenerator[StreamDelta, None]]) -> None:

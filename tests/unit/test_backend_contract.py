@@ -28,7 +28,7 @@ from cascade.engines.fake_server import FakeEngine
 from cascade.engines.fake_sglang import FakeSGLang
 from cascade.errors import BackendFailed, BackendUnavailable
 from cascade.schemas import ChatMessage
-from tests.servers import dead_url, eventually, serve_asgi
+from tests.servers import Replay, Reply, dead_url, eventually, serve_asgi
 
 TIMEOUTS = Timeouts(connect_s=1.0, read_s=5.0, total_s=10.0)
 STOP_BOUND_S = 2.0  # an early-closed stream must stop upstream within this (s)
@@ -246,7 +246,7 @@ def test_pool_sends_requests_to_the_replica_with_fewest_outstanding(
     outstanding = asyncio.run(main())
     assert sorted(outstanding.values()) == [0, 1]
     assert sorted(e.stats.requests for e in engines) == [1, 4]
-    busy = max(engines, key=lambda e: e.stats.streams_started)
+    busy = max(engines, key=lambda e: e.stats.streams_cancelled)  # the long stream, closed at the end
     assert busy.stats.requests == 1
 
 
@@ -289,3 +289,60 @@ def test_closing_an_sglang_stream_early_sends_abort_request_with_the_branch_rid(
         assert stats(url)["abort_requests"] == [branch.request_id]
         assert eventually(lambda: stats(url)["in_flight"] == 0, STOP_BOUND_S)
         assert 0 < stats(url)["aborted"][branch.request_id] < 1000
+
+
+# --- answers that did not end properly -------------------------------------------------------
+
+_CHUNK = b'data: {"choices":[{"index":0,"delta":{"content":"t0 "},"finish_reason":null}]}\n\n'
+BROKEN_STREAMS = {
+    "html_page": Reply(body=b"<html><body><h1>502 Bad Gateway</h1></body></html>", content_type="text/html"),
+    "json_instead_of_events": Reply(body=b'{"error": {"message": "upstream failed"}}'),
+    "events_without_finish_reason": Reply(body=_CHUNK * 3, content_type="text/event-stream"),
+    "events_without_finish_then_done": Reply(body=_CHUNK + b"data: [DONE]\n\n", content_type="text/event-stream"),
+    "events_not_json": Reply(body=b"data: {oops\n\n", content_type="text/event-stream"),
+    "no_events_at_all": Reply(body=b": keep-alive\n\n", content_type="text/event-stream"),
+}
+BROKEN_COMPLETIONS = {
+    "html_page": Reply(body=b"<html><body><h1>502 Bad Gateway</h1></body></html>", content_type="text/html"),
+    "completion_without_finish_reason": Reply(
+        body=b'{"choices":[{"index":0,"message":{"role":"assistant","content":"t0 t1"},"finish_reason":null}]}'),
+    "completion_cut_short": Reply(body=b'{"choices":[{"index":0,"message":{"role":"assis'),
+}
+
+
+def _broken_backend(flavor: str, url: str) -> Backend:
+    return FLAVORS[flavor].backend([url] * FLAVORS[flavor].replicas)
+
+
+@pytest.mark.parametrize("flavor_name", sorted(FLAVORS))
+@pytest.mark.parametrize("case", sorted(BROKEN_STREAMS))
+def test_a_stream_that_did_not_end_properly_raises_backend_failed(flavor_name: str, case: str) -> None:
+    replay = Replay({("POST", "/v1/chat/completions"): BROKEN_STREAMS[case]})
+    with serve_asgi(replay) as url:
+
+        async def main() -> None:
+            backend = _broken_backend(flavor_name, url)
+            try:
+                await collect(backend.stream(request()))
+            finally:
+                await backend.aclose()
+
+        with pytest.raises(BackendFailed):
+            asyncio.run(main())
+
+
+@pytest.mark.parametrize("flavor_name", sorted(FLAVORS))
+@pytest.mark.parametrize("case", sorted(BROKEN_COMPLETIONS))
+def test_a_completion_that_did_not_end_properly_raises_backend_failed(flavor_name: str, case: str) -> None:
+    replay = Replay({("POST", "/v1/chat/completions"): BROKEN_COMPLETIONS[case]})
+    with serve_asgi(replay) as url:
+
+        async def main() -> None:
+            backend = _broken_backend(flavor_name, url)
+            try:
+                await backend.generate(request())
+            finally:
+                await backend.aclose()
+
+        with pytest.raises(BackendFailed):
+            asyncio.run(main())

@@ -17,6 +17,9 @@ from cascade.engines.supervisor import free_port
 from tests.unit.gateway_setup import TIERS, post_chat, running_gateway, user
 
 LIMITS = "[gateway.limits]\nmax_body_bytes = 20000\nmax_n = 4\nmax_tokens = 1000\nmax_messages = 50\n"
+# The module's gateway is shared by tests that each inject a fault: a breaker that benched the one replica
+# after three of them would turn the next test's fault into a 503 (tests/unit/test_failover.py tests it).
+LIMITS += "[gateway.failover]\nbreaker_failures = 1000\n"
 
 
 @pytest.fixture(scope="module")
@@ -133,14 +136,18 @@ def test_stream_that_stalls_midway_ends_with_an_error_event(gw) -> None:
     assert "timed out" in error["message"]
 
 
-def test_backend_down_gives_503_and_ready_says_which_tier() -> None:
+def test_backend_down_gives_503_with_retry_after_and_ready_says_which_tier() -> None:
     dead = f"http://127.0.0.1:{free_port()}"
     with running_gateway(dead_url=dead) as (base, _, _):
-        error = assert_error(post_chat(base, {"model": "cascade:best", "messages": user()}), 503)
+        # Named by the client: no fallback to another tier.
+        response = post_chat(base, {"model": TIERS[2], "messages": user()})
+        error = assert_error(response, 503)
         ready = httpx.get(f"{base}/ready", timeout=10)
         still_serving = post_chat(base, {"model": "cascade:fast", "messages": user()})
     assert "unreachable" in error["message"]
+    assert int(response.headers["retry-after"]) >= 1
     assert ready.status_code == 503 and ready.json()["tiers"][TIERS[2]] is False
+    assert ready.json()["replicas"][TIERS[2]][f"{TIERS[2]}/0"]["breaker"] == "open"
     assert still_serving.status_code == 200
 
 
