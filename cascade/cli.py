@@ -117,9 +117,13 @@ def _models_list(args: argparse.Namespace) -> int:
 
 
 def _fake_server(args: argparse.Namespace) -> int:
-    from cascade.engines.fake_server import FakeScript, serve
+    from cascade.engines.fake_server import FakeScript, serve, serve_garbage
 
-    script = FakeScript(ttft_ms=args.ttft_ms, itl_ms=args.itl_ms, tokens=args.tokens, model=args.model)
+    if args.fault == "garbage":
+        serve_garbage(args.host, args.port)
+        return 0
+    script = FakeScript(ttft_ms=args.ttft_ms, itl_ms=args.itl_ms, tokens=args.tokens, model=args.model,
+                        fault=args.fault)
     serve(args.host, args.port, script)
     return 0
 
@@ -174,8 +178,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     fake = sub.add_parser(
         "fake-server", help="run a deterministic fake OpenAI-compatible engine (for tests and load tests)",
-        description="A fake engine with scripted latency. A `[fake status=500 tokens=3 ...]` directive in the "
-        "last user message overrides the script per request.",
+        description="A fake engine with scripted latency and faults. A `[fake status=500 tokens=3 ...]` directive "
+        "in the last user message overrides the script per request; POST /fake/script changes it at run time.",
     )
     fake.add_argument("--host", default="127.0.0.1")
     fake.add_argument("--port", type=int, default=9000)
@@ -183,6 +187,13 @@ def build_parser() -> argparse.ArgumentParser:
     fake.add_argument("--itl-ms", type=float, default=0.0, help="time between tokens")
     fake.add_argument("--tokens", type=int, default=16, help="output tokens per request")
     fake.add_argument("--model", default="fake-model")
+    # Kept in step with cascade.engines.fake_server.FAULTS (not imported: --help stays instant).
+    fake.add_argument("--fault", default="", metavar="MODE",
+                      choices=["", "html", "malformed_sse", "truncated", "stall_first_byte", "stall_mid", "kill_mid",
+                               "garbage"],
+                      help="misbehave on every request: html, malformed_sse, truncated, stall_first_byte, stall_mid, "
+                      "kill_mid, or garbage (a raw TCP server answering non-HTTP bytes); change it at run time "
+                      "with POST /fake/script")
     fake.set_defaults(func=_fake_server)
 
     # Each feature registers its own subcommands (its module imports only argparse-level code).

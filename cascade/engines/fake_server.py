@@ -8,8 +8,29 @@ applies only to requests for that model (one engine can play every tier of a lad
 ``[fake@seed=N ...]`` only to requests with that seed (one engine can play distinct branches).
 In ``answer=``, ``_`` is a space and ``|`` a paragraph break (a reasoning step).
 
+`fault` makes the engine misbehave on the wire the way real upstreams do (one line each; a stream is
+a request with ``"stream": true``):
+
+- ``html``: 200 ``text/html``, an HTML error page (a misconfigured proxy), streamed or not.
+- ``malformed_sse``: stream: 200 SSE whose events are not JSON (``data: {oops``), then ``data: [DONE]``;
+  otherwise 200 ``application/json`` whose body is not JSON.
+- ``truncated``: stream: 200 SSE, some tokens, then a clean end of body with no finish_reason and no
+  ``[DONE]``; otherwise a 200 completion cut short with ``finish_reason: null``.
+- ``stall_first_byte``: reads the request, then sends nothing (not even headers) until the client leaves.
+- ``stall_mid``: stream: some tokens, then silence until the client leaves; otherwise as
+  ``stall_first_byte``. ("Some tokens": ``stall_after`` if set, else half; also for truncated, kill_mid.)
+- ``kill_mid``: stream: some tokens, then the connection is closed without the chunked terminator;
+  otherwise headers announcing more bytes than are sent, then the close. (The app raises after
+  `http.response.start`; uvicorn then closes the transport. httpx reports `RemoteProtocolError`.)
+
+Bytes that are not HTTP cannot come from an ASGI app: `serve_garbage` is a raw TCP server for that
+(``cascade fake-server --fault garbage``). A benchmark changes the default script at run time with
+``POST /fake/script`` (a JSON object of FakeScript fields; ``GET`` returns the script), e.g.
+``{"fault": "kill_mid"}`` then ``{"fault": ""}``.
+
 `GET /fake/stats` reports how many streams started, finished and were cancelled by the client,
-which is how tests prove that a client disconnect stops generation upstream.
+which is how tests prove that a client disconnect stops generation upstream, and how many requests
+were answered with each fault (``status_N`` for a scripted error status).
 """
 
 from __future__ import annotations
@@ -17,6 +38,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
+import logging
 import re
 import time
 from collections.abc import Awaitable, Callable, MutableMapping
@@ -30,9 +52,13 @@ Receive = Callable[[], Awaitable[Message]]
 Send = Callable[[Message], Awaitable[None]]
 
 _DIRECTIVE = re.compile(r"\[fake(?:@([^\s\]]+))? ([^\]]*)\]")
+FAULTS = ("", "html", "malformed_sse", "truncated", "stall_first_byte", "stall_mid", "kill_mid")
+GARBAGE = b"\x00\x01garbage not http\r\n\r\n"
+_HTML = (b"<html><head><title>502 Bad Gateway</title></head><body><center><h1>502 Bad Gateway</h1></center>"
+         b"<hr><center>nginx</center></body></html>\n")
 
 
-class FakeScript(msgspec.Struct, kw_only=True):
+class FakeScript(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     ttft_ms: float = 0.0
     itl_ms: float = 0.0
     tokens: int = 16
@@ -40,6 +66,13 @@ class FakeScript(msgspec.Struct, kw_only=True):
     stall_after: int = -1  # >= 0: send this many tokens, then hang (slow/stuck stream)
     answer: str = ""  # text to produce instead of numbered tokens
     model: str = "fake-model"
+    fault: str = ""  # one of FAULTS (see the module docstring)
+
+    def __post_init__(self) -> None:
+        if self.fault not in FAULTS:
+            raise ValueError(f"fault must be one of {', '.join(repr(f) for f in FAULTS)}, got {self.fault!r}")
+        if not 100 <= self.status <= 599 or self.tokens < 0:
+            raise ValueError("status must be in [100, 599] and tokens >= 0")
 
 
 class FakeStats(msgspec.Struct):
@@ -51,6 +84,21 @@ class FakeStats(msgspec.Struct):
     in_flight: int = 0
     peak_in_flight: int = 0  # most requests generating at once (tests of admission limits)
     tokens_sent: int = 0
+    faults: dict[str, int] = msgspec.field(default_factory=dict)  # requests answered with each fault
+
+
+class _Killed(Exception):
+    """kill_mid: raised after the response started, so that uvicorn closes the connection mid-body."""
+
+
+class _QuietKills(logging.Filter):
+    """Keep uvicorn's "Exception in ASGI application" traceback out of the log for deliberate kills."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not (record.exc_info and isinstance(record.exc_info[1], _Killed))
+
+
+_QUIET_KILLS = _QuietKills()
 
 
 _chunk_encoder = msgspec.json.Encoder()
@@ -75,7 +123,9 @@ def script_for(base: FakeScript, body: dict[str, Any]) -> FakeScript:
                 overrides[key] = int(value)
             elif key == "answer":
                 overrides[key] = value.replace("_", " ").replace("|", "\n\n")
-    return msgspec.structs.replace(base, **overrides)
+            elif key == "fault":
+                overrides[key] = value
+    return msgspec.structs.replace(base, **overrides)  # ValueError: a bad value (e.g. an unknown fault)
 
 
 def token_pieces(script: FakeScript, max_tokens: int) -> list[str]:
@@ -92,6 +142,7 @@ class FakeEngine:
         self.script = script or FakeScript()
         self.stats = FakeStats()
         self._ids = itertools.count()
+        logging.getLogger("uvicorn.error").addFilter(_QUIET_KILLS)  # idempotent
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "lifespan":
@@ -108,28 +159,40 @@ class FakeEngine:
             await send_json(send, 200, {"object": "list", "data": [{"id": self.script.model, "object": "model"}]})
         elif method == "GET" and path == "/fake/stats":
             await send_json(send, 200, msgspec.to_builtins(self.stats))
+        elif method == "GET" and path == "/fake/script":
+            await send_json(send, 200, msgspec.to_builtins(self.script))
+        elif method == "POST" and path == "/fake/script":
+            await self._set_script(await _read_body(receive), send)
         elif method == "POST" and path == "/v1/chat/completions":
             await self._chat(receive, send)
         else:
             await send_json(send, 404, {"error": {"message": f"no route {method} {path}", "type": "not_found"}})
 
+    async def _set_script(self, raw: bytes, send: Send) -> None:
+        """Replace the given fields of the default script (the rest stay); 400 on a bad field or value."""
+        try:
+            patch = msgspec.json.decode(raw)
+            if not isinstance(patch, dict):
+                raise msgspec.ValidationError("expected a JSON object of FakeScript fields")
+            self.script = msgspec.convert({**msgspec.to_builtins(self.script), **patch}, FakeScript)
+        except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+            await send_json(send, 400, {"error": {"message": str(exc), "type": "invalid_request_error"}})
+            return
+        await send_json(send, 200, msgspec.to_builtins(self.script))
+
     async def _chat(self, receive: Receive, send: Send) -> None:
         self.stats.requests += 1
-        raw = b""
-        while True:
-            message = await receive()
-            raw += message.get("body", b"")
-            if not message.get("more_body"):
-                break
+        raw = await _read_body(receive)
         try:
             body = msgspec.json.decode(raw)
             assert isinstance(body, dict)
-        except (msgspec.DecodeError, AssertionError):
-            error: dict[str, Any] = {"message": "body is not a JSON object", "type": "invalid_request_error"}
-            await send_json(send, 400, {"error": error})
+            script = script_for(self.script, body)
+        except (msgspec.DecodeError, AssertionError, ValueError) as exc:
+            reason = f"bad directive: {exc}" if isinstance(exc, ValueError) else "body is not a JSON object"
+            await send_json(send, 400, {"error": {"message": reason, "type": "invalid_request_error"}})
             return
-        script = script_for(self.script, body)
         if script.status != 200:
+            self._count(f"status_{script.status}")
             reason = f"scripted failure {script.status}"
             error = {"message": reason, "type": "server_error", "param": None, "code": None}
             await send_json(send, script.status, {"error": error})
@@ -139,10 +202,22 @@ class FakeEngine:
         planned = len(script.answer.split(" ")) if script.answer else script.tokens
         finish = "length" if len(pieces) < planned else "stop"
         rid = f"chatcmpl-fake-{next(self._ids)}"
+        fault, stream = script.fault, bool(body.get("stream"))
+        if fault:
+            self._count(fault)
         self.stats.in_flight += 1
         self.stats.peak_in_flight = max(self.stats.peak_in_flight, self.stats.in_flight)
         try:
-            if body.get("stream"):
+            if fault == "html":
+                await send_bytes(send, 200, b"text/html; charset=utf-8", _HTML)
+            elif fault == "malformed_sse" and stream:
+                await send_bytes(send, 200, b"text/event-stream", b"data: {oops\n\n" * 2 + b"data: [DONE]\n\n",
+                                 chunked=True)
+            elif fault == "malformed_sse":
+                await send_bytes(send, 200, b"application/json", b'{"id": "' + rid.encode() + b'", "choices": [{oops')
+            elif fault == "stall_first_byte" or (fault == "stall_mid" and not stream):
+                await _disconnected_within(receive, 3600.0)
+            elif stream:
                 await self._stream(receive, send, script, pieces, finish, rid, body)
             else:
                 delay_s = (script.ttft_ms + script.itl_ms * max(0, len(pieces) - 1)) / 1000
@@ -151,16 +226,27 @@ class FakeEngine:
                 if delay_s > 0 and await _disconnected_within(receive, delay_s):
                     self.stats.requests_cancelled += 1
                     return
+                if fault == "truncated":
+                    pieces = pieces[:_cut(script, pieces)]
                 self.stats.tokens_sent += len(pieces)
-                await send_json(send, 200, {
+                payload = msgspec.json.encode({
                     "id": rid, "object": "chat.completion", "created": int(time.time()), "model": script.model,
-                    "choices": [{"index": 0, "finish_reason": finish,
+                    "choices": [{"index": 0, "finish_reason": None if fault == "truncated" else finish,
                                  "message": {"role": "assistant", "content": "".join(pieces)}}],
                     "usage": {"prompt_tokens": 8, "completion_tokens": len(pieces),
                               "total_tokens": 8 + len(pieces)},
                 })
+                if fault == "kill_mid":  # announce the whole body, send half of it, drop the connection
+                    await send({"type": "http.response.start", "status": 200, "headers": [
+                        (b"content-type", b"application/json"), (b"content-length", str(len(payload)).encode())]})
+                    await send({"type": "http.response.body", "body": payload[:len(payload) // 2], "more_body": True})
+                    raise _Killed
+                await send_bytes(send, 200, b"application/json", payload)
         finally:
             self.stats.in_flight -= 1
+
+    def _count(self, fault: str) -> None:
+        self.stats.faults[fault] = self.stats.faults.get(fault, 0) + 1
 
     async def _stream(
         self, receive: Receive, send: Send, script: FakeScript, pieces: list[str], finish: str, rid: str,
@@ -180,8 +266,9 @@ class FakeEngine:
         created = int(time.time())
         head = {"id": rid, "object": "chat.completion.chunk", "created": created, "model": script.model}
         start = time.perf_counter()
+        ending = script.fault if script.fault in ("truncated", "stall_mid", "kill_mid") else ""
         try:
-            for i, piece in enumerate(pieces):
+            for i, piece in enumerate(pieces[:_cut(script, pieces)] if ending else pieces):
                 if i == script.stall_after:
                     await disconnected.wait()
                 # Sleep to an absolute schedule so that scripted TTFT/ITL do not drift with load.
@@ -201,6 +288,15 @@ class FakeEngine:
                 await send({"type": "http.response.body", "body": b"data: " + _chunk_encoder.encode(chunk) + b"\n\n",
                             "more_body": True})
                 self.stats.tokens_sent += 1
+            if ending == "stall_mid":
+                await disconnected.wait()
+                self.stats.streams_cancelled += 1
+                return
+            if ending == "truncated":  # a clean end of body (chunked terminator) without finish or [DONE]
+                await send({"type": "http.response.body", "body": b"", "more_body": False})
+                return
+            if ending == "kill_mid":
+                raise _Killed
             tail = [{**head, "choices": [{"index": 0, "delta": {}, "finish_reason": finish}]}]
             if (body.get("stream_options") or {}).get("include_usage"):
                 usage = {"prompt_tokens": 8, "completion_tokens": len(pieces), "total_tokens": 8 + len(pieces)}
@@ -210,6 +306,20 @@ class FakeEngine:
             self.stats.streams_finished += 1
         finally:
             watcher.cancel()
+
+
+def _cut(script: FakeScript, pieces: list[str]) -> int:
+    """How many tokens a truncated, stalled or killed response sends before it breaks."""
+    return min(len(pieces), script.stall_after if script.stall_after >= 0 else len(pieces) // 2)
+
+
+async def _read_body(receive: Receive) -> bytes:
+    raw = b""
+    while True:
+        message = await receive()
+        raw += message.get("body", b"")
+        if not message.get("more_body"):
+            return raw
 
 
 async def _disconnected_within(receive: Receive, seconds: float) -> bool:
@@ -227,10 +337,17 @@ async def _disconnected_within(receive: Receive, seconds: float) -> bool:
 
 
 async def send_json(send: Send, status: int, payload: Any) -> None:
-    body = msgspec.json.encode(payload)
-    await send({"type": "http.response.start", "status": status,
-                "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]})
-    await send({"type": "http.response.body", "body": body})
+    await send_bytes(send, status, b"application/json", msgspec.json.encode(payload))
+
+
+async def send_bytes(send: Send, status: int, content_type: bytes, body: bytes, chunked: bool = False) -> None:
+    headers = [(b"content-type", content_type)]
+    if not chunked:
+        headers.append((b"content-length", str(len(body)).encode()))
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": body, "more_body": chunked})
+    if chunked:
+        await send({"type": "http.response.body", "body": b""})
 
 
 def serve(host: str, port: int, script: FakeScript) -> None:
@@ -238,3 +355,41 @@ def serve(host: str, port: int, script: FakeScript) -> None:
     import uvicorn
 
     uvicorn.run(FakeEngine(script), host=host, port=port, log_level="warning", access_log=False)
+
+
+async def _answer_garbage(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    """Wait for the request's head, answer bytes that are not HTTP, and close once the client has gone
+    (closing with its bytes unread would turn the answer into a connection reset)."""
+    try:
+        with contextlib.suppress(TimeoutError, asyncio.IncompleteReadError, asyncio.LimitOverrunError):
+            await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 2.0)
+        writer.write(GARBAGE)
+        writer.write_eof()  # half-close: the client reads the garbage, then end of stream
+        await writer.drain()
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(_drain_until_eof(reader), 2.0)
+    except OSError:
+        pass
+    finally:
+        writer.close()
+
+
+async def _drain_until_eof(reader: asyncio.StreamReader) -> None:
+    while await reader.read(65536):
+        pass
+
+
+async def start_garbage_server(host: str = "127.0.0.1", port: int = 0) -> asyncio.Server:
+    """A raw TCP server that answers every connection with `GARBAGE`; port 0 picks a free one
+    (`server.sockets[0].getsockname()[1]`). The caller closes it."""
+    return await asyncio.start_server(_answer_garbage, host, port)
+
+
+def serve_garbage(host: str, port: int) -> None:
+    """Run the garbage server until interrupted (`cascade fake-server --fault garbage`)."""
+
+    async def run() -> None:
+        async with await start_garbage_server(host, port) as server:
+            await server.serve_forever()
+
+    asyncio.run(run())
