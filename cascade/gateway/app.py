@@ -14,6 +14,7 @@ from litestar.exceptions import HTTPException
 from cascade.errors import CascadeError, InvalidRequest, PayloadTooLarge, Unauthorized
 from cascade.gateway.chat_asgi import ChatCompletionsASGI
 from cascade.gateway.errors import error_response, openai_error, status_for
+from cascade.gateway.openapi import openapi_json
 from cascade.gateway.service import ChatService, Decision
 from cascade.schemas import ChatCompletionRequest
 
@@ -85,6 +86,12 @@ def create_app(
     async def metrics() -> Response[bytes]:
         return Response(service.metrics.render(), media_type="text/plain; version=0.0.4; charset=utf-8")
 
+    openapi_body = openapi_json(service, auth=bool(keys))  # encoded once; Litestar's own OpenAPI is off
+
+    @get("/openapi.json")
+    async def openapi() -> Response[bytes]:
+        return Response(openapi_body, media_type=_JSON)
+
     def handle_cascade_error(request: Request[Any, Any, Any], exc: CascadeError) -> Response[bytes]:
         status = status_for(exc)
         if status < 500:
@@ -111,7 +118,7 @@ def create_app(
                         media_type=_JSON)
 
     litestar = Litestar(
-        route_handlers=[route, models, health, ready, metrics],
+        route_handlers=[route, models, health, ready, metrics, openapi],
         exception_handlers={
             CascadeError: handle_cascade_error,
             HTTPException: handle_http_exception,

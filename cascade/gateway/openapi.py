@@ -1,0 +1,231 @@
+"""The gateway's OpenAPI 3.1 document, built from the msgspec wire types in cascade/schemas.py.
+
+The component schemas are msgspec's (`msgspec.json.schema_components`), so they cannot drift from the
+decoder; on top of them the request schema carries the limits `ChatService.validate` enforces (from
+`[gateway.limits]`) and what a quality hint may be, so that a request the schema calls valid is one the
+gateway serves. What JSON Schema cannot say (`branches.m <= branches.n`, a tier's branch slots) is a 400
+naming the parameter. The app encodes the document once and serves it at `GET /openapi.json`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+import msgspec
+
+from cascade import __version__
+from cascade.config import Limits
+from cascade.router.policy import NAMED_HINTS
+from cascade.schemas import (
+    ChatCompletion,
+    ChatCompletionChunk,
+    ChatCompletionRequest,
+    ErrorResponse,
+    ModelList,
+    RouteDecision,
+)
+
+if TYPE_CHECKING:
+    from cascade.gateway.service import ChatService
+
+_REF = "#/components/schemas/{name}"
+_ERRORS = {
+    400: "Invalid request: malformed JSON, a wrong type, an unknown field or a value beyond the gateway's limits "
+         "(`error.param` names the field).",
+    401: "Missing or invalid API key.",
+    404: "Unknown model (`error.code` is `model_not_found`).",
+    413: "The request body exceeds `[gateway.limits] max_body_bytes`.",
+    429: "Overloaded: too many requests in flight, or no branch slot within `max_slot_wait_s`.",
+    502: "A backend answered with an error or an unparsable response.",
+    503: "No backend to talk to: connection refused or no healthy replica.",
+    504: "A backend did not answer (or stopped streaming) in time.",
+}
+_RETRY = (429, 503)
+# A numeric quality hint sent as text (the header always is): a number in (0, 1].
+_NUMERIC_HINT = r"^(0?\.[0-9]*[1-9][0-9]*|1(\.0*)?)$"
+
+
+def openapi_document(model_ids: Sequence[str] = (), limits: Limits | None = None, auth: bool = False) -> dict[str, Any]:
+    """The OpenAPI 3.1 document of the gateway serving `model_ids` under `limits`; `auth`: it has API keys."""
+    limits = limits or Limits()
+    wire = [ChatCompletionRequest, ChatCompletion, ChatCompletionChunk, RouteDecision, ModelList, ErrorResponse]
+    _, schemas = msgspec.json.schema_components(wire, ref_template=_REF)
+    _constrain_request(schemas, limits, list(model_ids))
+    schemas["Health"] = {"type": "object", "properties": {"status": {"const": "ok"}}, "required": ["status"]}
+    schemas["Readiness"] = _readiness_schema()
+    schemas["ServerSentEvent"] = _event_schema()
+    chat_errors = (400, 401, 404, 413, 429, 502, 503, 504) if auth else (400, 404, 413, 429, 502, 503, 504)
+    route_errors = (400, 401, 404, 413) if auth else (400, 404, 413)
+    tier_header = {"X-Cascade-Tier": {"description": "The tier that served the request (cascade mode: the first "
+                                                     "tier tried; the body's `model` names the answering one).",
+                                      "required": True, "schema": {"type": "string"}}}
+    chat_ok = {
+        "description": "The completion; with `stream: true`, server-sent events of `ChatCompletionChunk` JSON "
+                       "ending with `data: [DONE]`.",
+        "headers": {**tier_header, "X-Cascade-Mode": {
+            "description": "`cascade` when the tier is decided only at the end of the stream.",
+            "schema": {"type": "string", "enum": ["cascade"]}}},
+        "content": {"application/json": {"schema": {"$ref": _REF.format(name="ChatCompletion")}},
+                    "text/event-stream": {"schema": {"$ref": _REF.format(name="ServerSentEvent")}}},
+    }
+    security: list[dict[str, list[str]]] | None = [{"bearerAuth": []}] if auth else None
+    paths = {
+        "/v1/chat/completions": {"post": _operation(
+            "createChatCompletion", "A chat completion from the tier the quality hint and the router choose.",
+            chat_ok, chat_errors, security, body=_request_body(model_ids))},
+        "/v1/route": {"post": _operation(
+            "routeChatCompletion", "The routing decision for a chat request, without generating.",
+            {"description": "What the gateway would do with the request.", "headers": tier_header,
+             "content": {"application/json": {"schema": {"$ref": _REF.format(name="RouteDecision")}}}},
+            route_errors, security, body=_request_body(model_ids))},
+        "/v1/models": {"get": _operation(
+            "listModels", "The tiers and the routed `cascade` aliases.", _json_ok("The models.", "ModelList"))},
+        "/health": {"get": _operation("health", "The process is up.", _json_ok("Up.", "Health"))},
+        "/ready": {"get": _operation(
+            "ready", "Every tier has a healthy backend replica.", _json_ok("Every tier is reachable.", "Readiness"),
+            extra={503: {"description": "Some tier has no healthy replica.", "headers": _retry_after(),
+                         "content": {"application/json": {"schema": {"$ref": _REF.format(name="Readiness")}}}}})},
+        "/metrics": {"get": _operation("metrics", "Prometheus metrics.", {
+            "description": "Prometheus text exposition format 0.0.4.",
+            "content": {"text/plain": {"schema": {"type": "string"}}}})},
+        "/openapi.json": {"get": _operation("openapi", "This document.", {
+            "description": "The OpenAPI document.", "content": {"application/json": {"schema": {"type": "object"}}}})},
+    }
+    document: dict[str, Any] = {
+        "openapi": "3.1.0",
+        "info": {"title": "cascade", "version": __version__,
+                 "description": "A reasoning-serving gateway: OpenAI-compatible chat completions routed to the "
+                                "cheapest model tier that will answer well."},
+        "paths": paths,
+        "components": {"schemas": schemas},
+    }
+    if auth:
+        document["components"]["securitySchemes"] = {
+            "bearerAuth": {"type": "http", "scheme": "bearer", "description": "One of `[gateway] api_keys`."}}
+    return document
+
+
+def openapi_json(service: ChatService, auth: bool) -> bytes:
+    """The encoded document for `service`'s models and limits (the app encodes it once)."""
+    ids = [card.id for card in service.model_list().data]
+    return msgspec.json.encode(openapi_document(ids, service.limits, auth))
+
+
+def _operation(operation_id: str, summary: str, ok: dict[str, Any], errors: Sequence[int] = (),
+               security: list[dict[str, list[str]]] | None = None, body: dict[str, Any] | None = None,
+               extra: dict[int, dict[str, Any]] | None = None) -> dict[str, Any]:
+    responses: dict[str, Any] = {"200": ok}
+    for status in errors:
+        response: dict[str, Any] = {
+            "description": _ERRORS[status],
+            "content": {"application/json": {"schema": {"$ref": _REF.format(name="ErrorResponse")}}}}
+        if status in _RETRY:
+            response["headers"] = _retry_after()
+        responses[str(status)] = response
+    for status, response in (extra or {}).items():
+        responses[str(status)] = response
+    operation: dict[str, Any] = {"operationId": operation_id, "summary": summary, "responses": responses}
+    if body is not None:
+        operation["parameters"] = [{
+            "name": "X-Cascade-Quality", "in": "header", "required": False,
+            "description": "Quality hint (after the body's `quality`, before a `cascade:<hint>` model alias).",
+            "schema": _hint_text()}]
+        operation["requestBody"] = body
+    if security is not None:
+        operation["security"] = security
+    return operation
+
+
+def _json_ok(description: str, name: str) -> dict[str, Any]:
+    return {"description": description, "content": {"application/json": {"schema": {"$ref": _REF.format(name=name)}}}}
+
+
+def _retry_after() -> dict[str, Any]:
+    return {"Retry-After": {"description": "Seconds to wait before retrying.", "required": False,
+                            "schema": {"type": "integer", "minimum": 0}}}
+
+
+def _hint_text() -> dict[str, Any]:
+    # An empty hint is no hint. The gateway also accepts other spellings (case, whitespace) of these.
+    return {"type": "string", "anyOf": [{"enum": ["", *NAMED_HINTS]}, {"pattern": _NUMERIC_HINT}]}
+
+
+def _request_body(model_ids: Sequence[str]) -> dict[str, Any]:
+    model = next((m for m in model_ids if m.startswith("cascade:")), "cascade")
+    tier = next((m for m in model_ids if m != "cascade" and not m.startswith("cascade:")), model)
+    question = "A school has 17 classes with 23 students in each class. How many students are in the school?"
+    examples = {
+        "alias": {"summary": "A quality hint as a model alias",
+                  "value": {"model": model, "messages": [{"role": "user", "content": "Say hello."}]}},
+        "quality": {"summary": "A quality hint in the body",
+                    "value": {"model": "cascade", "quality": "balanced",
+                              "messages": [{"role": "user", "content": question}]}},
+        "tier": {"summary": "A tier by name (bypasses routing), streamed",
+                 "value": {"model": tier, "stream": True, "stream_options": {"include_usage": True},
+                           "messages": [{"role": "user", "content": question}]}},
+    }
+    return {"required": True, "content": {"application/json": {
+        "schema": {"$ref": _REF.format(name="ChatCompletionRequest")}, "examples": examples}}}
+
+
+def _event_schema() -> dict[str, Any]:
+    # OpenAPI 3.1 has a text/event-stream `schema` describe one event (3.2 names it `itemSchema`).
+    return {"type": "object", "required": ["data"], "description": "One server-sent event of a streamed completion.",
+            "properties": {
+                "data": {"description": "A `ChatCompletionChunk` (a failure mid-stream: an `ErrorResponse`); the "
+                                        "last event is `[DONE]`.",
+                         "anyOf": [{"const": "[DONE]"}, {
+                             "type": "string", "contentMediaType": "application/json",
+                             "contentSchema": {"anyOf": [{"$ref": _REF.format(name="ChatCompletionChunk")},
+                                                         {"$ref": _REF.format(name="ErrorResponse")}]}}]},
+                "event": {"type": "string"}, "id": {"type": "string"}, "retry": {"type": "integer"}}}
+
+
+def _readiness_schema() -> dict[str, Any]:
+    worker = {"type": "object", "properties": {
+        "url": {"type": "string"}, "pid": {"type": ["integer", "null"]}, "alive": {"type": "boolean"},
+        "restarts": {"type": "integer"}}}
+    return {"type": "object", "required": ["status", "tiers"], "properties": {
+        "status": {"enum": ["ready", "unavailable"]},
+        "tiers": {"type": "object", "additionalProperties": {"type": "boolean"},
+                  "description": "Per tier: has a healthy replica."},
+        "workers": {"type": "object", "additionalProperties": worker,
+                    "description": "The embedded workers `cascade serve` supervises."}}}
+
+
+def _constrain_request(schemas: dict[str, Any], limits: Limits, model_ids: list[str]) -> None:
+    """Add what `ChatService.validate` and the quality parser check to the request schemas (in place)."""
+    request = schemas["ChatCompletionRequest"]["properties"]
+    if model_ids:
+        request["model"]["examples"] = model_ids
+    request["messages"].update(minItems=1, maxItems=limits.max_messages)
+    request["n"].update(minimum=1, maximum=limits.max_n)
+    for name in ("max_tokens", "max_completion_tokens"):
+        _bound(request[name], minimum=1, maximum=limits.max_tokens)
+    _bound(request["temperature"], minimum=0, maximum=2)
+    _bound(request["top_p"], exclusiveMinimum=0, maximum=1)
+    _bound(request["stop"], maxItems=limits.max_stop_sequences)
+    request["quality"] = {"anyOf": [_hint_text(), {"type": "number", "exclusiveMinimum": 0, "maximum": 1},
+                                    {"type": "null"}], "default": None,
+                          "description": "A named operating point or an accuracy target in (0, 1]."}
+    # `stream_options` only with `stream: true`.
+    schemas["ChatCompletionRequest"].update({
+        "if": {"required": ["stream_options"], "properties": {"stream_options": {"type": "object"}}},
+        "then": {"required": ["stream"], "properties": {"stream": {"const": True}}}})
+    branches = schemas["BranchOverride"]["properties"]
+    _bound(branches["n"], minimum=1, maximum=limits.max_branches)
+    _bound(branches["m"], minimum=1, maximum=limits.max_branches)
+    _bound(branches["alpha"], minimum=0, maximum=1)
+    _bound(branches["beta"], minimum=0, maximum=limits.max_branches)
+    _bound(branches["k"], minimum=1, maximum=1000)
+
+
+def _bound(prop: dict[str, Any], **keywords: Any) -> None:
+    """Add `keywords` to the non-null alternative(s) of `prop` (msgspec writes `X | None` as anyOf)."""
+    kind = "array" if "maxItems" in keywords or "minItems" in keywords else None
+    for alternative in prop.get("anyOf", [prop]):
+        if alternative.get("type") == "null":
+            continue
+        if kind is None or alternative.get("type") == kind:
+            alternative.update(keywords)
