@@ -208,6 +208,11 @@ class CascadeConfig(_Strict, frozen=True):
 def _check(config: CascadeConfig) -> None:
     if not config.tiers:
         raise ConfigError("`tiers` is empty: define at least one [[tiers]] entry")
+    for i, key in enumerate(config.gateway.api_keys):
+        if not key or any(c.isspace() for c in key):
+            # An empty key would admit `Authorization: Bearer ` (no key at all).
+            raise ConfigError(f"`gateway.api_keys[{i}]` is empty or contains whitespace: each key must be one "
+                              "non-empty token")
     names = [t.name for t in config.tiers]
     if len(set(names)) != len(names):
         raise ConfigError(f"`tiers` names must be unique, got {names}")

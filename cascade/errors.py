@@ -26,7 +26,8 @@ class PayloadTooLarge(InvalidRequest):
 
 class UnknownModel(CascadeError):
     def __init__(self, model: str, known: list[str]) -> None:
-        super().__init__(f"The model `{model}` does not exist. Available models: {', '.join(known)}.")
+        shown = model if len(model) <= 100 else model[:100] + "..."  # never echo a client's megabytes
+        super().__init__(f"The model `{shown}` does not exist. Available models: {', '.join(known)}.")
         self.model = model
 
 

@@ -178,7 +178,8 @@ class RouteDecision(msgspec.Struct, kw_only=True):
     difficulty: float | None = None
     route_score: float | None = None
     p_fail: dict[str, float] | None = None  # per tier (learned router)
-    thresholds: list[float] | None = None  # the operating point's
+    # The operating point's; null for a threshold that is never reached (infinite: JSON has no infinity).
+    thresholds: list[float | None] | None = None
 
 
 class ModelCard(msgspec.Struct, kw_only=True):

@@ -76,6 +76,7 @@ class Recorded(msgspec.Struct):
     method: str
     path: str
     body: bytes
+    headers: dict[str, str] = msgspec.field(default_factory=dict)
 
 
 class Replay:
@@ -94,7 +95,8 @@ class Replay:
             body += message.get("body", b"")
             if not message.get("more_body"):
                 break
-        self.requests.append(Recorded(scope["method"], scope["path"], body))
+        headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in scope["headers"]}
+        self.requests.append(Recorded(scope["method"], scope["path"], body, headers))
         not_found = Reply(status=404, body=b'{"detail":"Not Found"}')
         reply = self.routes.get((scope["method"], scope["path"]), not_found)
         headers = [(b"content-type", reply.content_type.encode())]

@@ -17,9 +17,10 @@ from __future__ import annotations
 
 import asyncio
 import time
+from base64 import b64encode
 from collections.abc import AsyncGenerator
 from typing import Any
-from urllib.parse import urlsplit
+from urllib.parse import unquote, urlsplit, urlunsplit
 
 import aiohttp
 import msgspec
@@ -95,12 +96,16 @@ class OpenAIBackend:
         self, name: str, url: str, model: str, timeouts: Timeouts = DEFAULT_TIMEOUTS, api_key: str = ""
     ) -> None:
         self.name = name
-        self.url = url.rstrip("/")
+        # Credentials in the URL (`http://user:pass@host`) become a Basic Authorization header, and
+        # `self.url`, which error messages and logs show, never carries them.
+        self.url, basic = _split_credentials(url.rstrip("/"))
         self.model = model
         self.timeouts = timeouts
         self._headers = {"Content-Type": "application/json"}
         if api_key:
             self._headers["Authorization"] = f"Bearer {api_key}"
+        elif basic:
+            self._headers["Authorization"] = f"Basic {basic}"
         self._session: aiohttp.ClientSession | None = None
         self._streams: StreamPool | None = None
         self._path = urlsplit(self.url).path  # an engine mounted under a path prefix
@@ -317,6 +322,17 @@ class OpenAIBackend:
         if status == 503:
             return BackendUnavailable(f"backend `{self.name}` is unavailable (503): {detail}", self.name)
         return BackendFailed(f"backend `{self.name}` returned HTTP {status}: {detail}", self.name)
+
+
+def _split_credentials(url: str) -> tuple[str, str]:
+    """(the URL without `user:pass@`, base64 of `user:pass` or "")."""
+    parts = urlsplit(url)
+    if "@" not in parts.netloc:
+        return url, ""
+    userinfo, _, host = parts.netloc.rpartition("@")
+    user, _, password = userinfo.partition(":")
+    basic = b64encode(f"{unquote(user)}:{unquote(password)}".encode()).decode()
+    return urlunsplit(parts._replace(netloc=host)), basic
 
 
 def _excerpt(content: bytes, limit: int = 120) -> str:

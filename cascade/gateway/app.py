@@ -64,6 +64,7 @@ def create_app(
         req = decode_chat_request(await read_body(request))
         service.validate(req)
         decision = service.decide(req, request.headers.get("x-cascade-quality"))
+        service.preflight(req, decision)
         return Response(_encode(service.route_decision(decision)), media_type=_JSON,
                         headers={"X-Cascade-Tier": decision.tier.name})
 
@@ -77,8 +78,14 @@ def create_app(
 
     @get("/ready")
     async def ready() -> Response[bytes]:
-        report = await ready_check() if ready_check else {"tiers": {}}
-        ok = all(report["tiers"].values())
+        try:
+            report = await ready_check() if ready_check else {"tiers": {}}
+        except Exception as exc:  # a probe that raises means "not ready", with the reason, never a 500
+            log.exception("readiness check failed")
+            report = {"tiers": {}, "error": f"readiness check failed: {type(exc).__name__}: {exc}"[:300]}
+            ok = False
+        else:
+            ok = all(report["tiers"].values())
         body = _encode({"status": "ready" if ok else "unavailable", **report})
         return Response(body, media_type=_JSON, status_code=200 if ok else 503)
 
@@ -109,7 +116,9 @@ def create_app(
             message = f"method {request.method} is not allowed on {request.url.path}"
         else:
             message = exc.detail
-        return Response(error_response(message, kind), status_code=status, media_type=_JSON)
+        # Litestar's 405 names the allowed methods in its headers (RFC 9110 requires `Allow`).
+        headers = {"allow": exc.headers["allow"]} if status == 405 and exc.headers and "allow" in exc.headers else None
+        return Response(error_response(message, kind), status_code=status, media_type=_JSON, headers=headers)
 
     def handle_unexpected(request: Request[Any, Any, Any], exc: Exception) -> Response[bytes]:
         # Never a traceback to the client; the log has it.
@@ -142,10 +151,36 @@ def decode_chat_request(raw: bytes) -> ChatCompletionRequest:
     try:
         return _decode_request(raw)
     except msgspec.ValidationError as exc:
+        if str(exc).startswith("Expected `int`, got `float`"):
+            whole = _with_whole_floats_as_ints(raw)  # OpenAI accepts `"n": 2.0`; only the error path pays
+            if whole is not None:
+                return whole
         message, param = _validation_param(str(exc))
         raise InvalidRequest(message, param, "invalid_type") from None
     except msgspec.DecodeError as exc:
         raise InvalidRequest(f"request body is not valid JSON: {exc}", None, "invalid_json") from None
+    except UnicodeDecodeError as exc:
+        raise InvalidRequest(f"request body is not valid UTF-8 (byte {exc.start} of a JSON string)", None,
+                             "invalid_json") from None
+
+
+def _with_whole_floats_as_ints(raw: bytes) -> ChatCompletionRequest | None:
+    """The request with every whole-number float (2.0) read as an int, or None if it is still invalid
+    (the caller then reports the original error)."""
+
+    def whole(value: Any) -> Any:
+        if isinstance(value, float) and value.is_integer():
+            return int(value)
+        if isinstance(value, dict):
+            return {k: whole(v) for k, v in value.items()}
+        if isinstance(value, list):
+            return [whole(v) for v in value]
+        return value
+
+    try:
+        return msgspec.convert(whole(msgspec.json.decode(raw)), ChatCompletionRequest)
+    except (msgspec.MsgspecError, UnicodeDecodeError):
+        return None
 
 
 def _validation_param(message: str) -> tuple[str, str | None]:

@@ -47,7 +47,17 @@ def retry_after(exc: CascadeError) -> list[tuple[bytes, bytes]]:
     return [(b"retry-after", str(max(1, math.ceil(seconds))).encode())]
 
 
+MAX_MESSAGE_CHARS = 1000  # an error message (which may quote input) is cut here
+MAX_PARAM_CHARS = 200
+
+
 def error_response(message: str, kind: str, param: str | None = None, code: str | None = None) -> bytes:
+    """An OpenAI error body. Message and param are capped: both may quote what the client sent (a field
+    name, a header), and an error must not echo megabytes back."""
+    if len(message) > MAX_MESSAGE_CHARS:
+        message = message[:MAX_MESSAGE_CHARS] + "... (truncated)"
+    if param is not None and len(param) > MAX_PARAM_CHARS:
+        param = param[:MAX_PARAM_CHARS] + "..."
     return msgspec.json.encode(ErrorResponse(error=ErrorBody(message=message, type=kind, param=param, code=code)))
 
 

@@ -132,17 +132,14 @@ class ChatService:
 
     def decide(self, req: ChatCompletionRequest, header_hint: str | None) -> Decision:
         model = req.model
+        # Hints are checked even when a tier name makes them moot: a bad value is the client's mistake.
+        body_hint, header = parse_hint(req.quality, "quality"), parse_hint(header_hint, "X-Cascade-Quality")
         if model in self.by_name:
             return Decision(tier=self.by_name[model], hint="bypass", router="bypass")
         base, _, alias = model.partition(":")
         if base != ROUTED_MODEL:
             raise UnknownModel(model, [m.id for m in self.model_list().data])
-        hint = (
-            parse_hint(req.quality, "quality")
-            or parse_hint(header_hint, "X-Cascade-Quality")
-            or parse_hint(alias or None, "model")
-            or self.default_hint
-        )
+        hint = body_hint or header or parse_hint(alias or None, "model") or self.default_hint
         start = time.perf_counter()
         route = self.policy.route(_last_user_text(req.messages), hint)
         index, accept = route.tier, None
@@ -172,7 +169,9 @@ class ChatService:
             tier=decision.tier.index, tier_name=decision.tier.name, quality=decision.hint, router=decision.router,
             difficulty=None if assessment is None else round(assessment.difficulty, 4),
             route_score=None if assessment is None else round(assessment.score, 4),
-            p_fail=p_fail, thresholds=decision.thresholds,
+            p_fail=p_fail,
+            thresholds=None if decision.thresholds is None
+            else [t if math.isfinite(t) else None for t in decision.thresholds],
             out_of_domain=assessment is not None and assessment.out_of_domain,
         )
 

@@ -51,13 +51,17 @@ def parse_hint(raw: str | float | None, param: str = "quality") -> QualityHint |
         try:
             raw = float(name)
         except ValueError:
-            raise InvalidRequest(
-                f"`{param}` must be one of {', '.join(NAMED_HINTS)} or a number in (0, 1], got {raw!r}", param
-            ) from None
+            raise InvalidRequest(f"`{param}` must be one of {', '.join(NAMED_HINTS)} or a number in (0, 1], "
+                                 f"got {_shown(str(raw))}", param) from None
     value = float(raw)
     if not (0.0 < value <= 1.0) or math.isnan(value):
         raise InvalidRequest(f"`{param}` as a number must be an accuracy target in (0, 1], got {value:g}", param)
     return QualityHint(target=value)
+
+
+def _shown(raw: str, limit: int = 40) -> str:
+    """A client's value quoted in an error, cut to `limit` characters (a header may be megabytes)."""
+    return repr(raw[:limit]) + ("..." if len(raw) > limit else "")
 
 
 class Assessment(msgspec.Struct, frozen=True, kw_only=True):

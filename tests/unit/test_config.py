@@ -50,6 +50,8 @@ def test_example_sglang_config_loads() -> None:
                          '{ kind = "worker", worker = "nope" }'), "tiers[0].backends[0].worker"),
         (MINIMAL + '\n[routing.operating_points]\nfast = [0.5]\n', "routing.operating_points.fast"),
         ("[[tiers]\n", "not valid TOML"),
+        ('[gateway]\napi_keys = ["k1", ""]\n' + MINIMAL, "gateway.api_keys[1]` is empty"),
+        ('[gateway]\napi_keys = ["two words"]\n' + MINIMAL, "gateway.api_keys[0]"),
     ],
 )
 def test_bad_config_fails_naming_the_key(toml: str, expected: str) -> None:
