@@ -14,6 +14,7 @@ from typing import Annotated, Literal, TypeVar
 import msgspec
 
 from cascade.errors import ConfigError
+from cascade.schemas import PASSTHROUGH
 
 T = TypeVar("T")
 Port = Annotated[int, msgspec.Meta(ge=0, le=65535)]
@@ -91,6 +92,13 @@ class Timeouts(_Strict, frozen=True):
     total_s: PositiveFloat = 900.0
 
 
+# What `transformers serve` (the embedded engine) ignores or refuses among the fields cascade forwards
+# (its UNUSED_CHAT_COMPLETION_FIELDS and its params class): requests setting them get a 400, not a
+# silently different answer. `user` and `metadata` it ignores too, but they change nothing in the answer.
+TRANSFORMERS_SERVE_UNSUPPORTED = ("logprobs", "top_logprobs", "response_format", "tool_choice", "parallel_tool_calls",
+                                  "presence_penalty", "reasoning_effort", "top_k", "min_p", "repetition_penalty")
+
+
 class OpenAIBackend(_Strict, frozen=True, tag="openai", tag_field="kind"):
     """Any OpenAI-compatible server (transformers serve, vLLM, llama.cpp, SGLang's OpenAI routes)."""
 
@@ -98,6 +106,9 @@ class OpenAIBackend(_Strict, frozen=True, tag="openai", tag_field="kind"):
     model: str
     api_key: str = ""
     timeouts: Timeouts = Timeouts()
+    # Forwarded request fields (schemas.PASSTHROUGH) this engine ignores: a request setting one is refused
+    # with a 400 naming it, instead of silently getting an answer without it.
+    unsupported_params: tuple[str, ...] = ()
 
 
 class SGLangBackend(_Strict, frozen=True, tag="sglang", tag_field="kind"):
@@ -107,6 +118,7 @@ class SGLangBackend(_Strict, frozen=True, tag="sglang", tag_field="kind"):
     model: str = ""
     api_key: str = ""
     timeouts: Timeouts = Timeouts()
+    unsupported_params: tuple[str, ...] = ()  # as for kind = "openai"
 
 
 class WorkerBackend(_Strict, frozen=True, tag="worker", tag_field="kind"):
@@ -114,6 +126,7 @@ class WorkerBackend(_Strict, frozen=True, tag="worker", tag_field="kind"):
 
     worker: Name
     timeouts: Timeouts = Timeouts()
+    unsupported_params: tuple[str, ...] = TRANSFORMERS_SERVE_UNSUPPORTED
 
 
 BackendConfig = OpenAIBackend | SGLangBackend | WorkerBackend
@@ -229,6 +242,10 @@ def _check(config: CascadeConfig) -> None:
                               f"`branches` ({tier.branches})")
         for j, backend in enumerate(tier.backends):
             where = f"tiers[{i}].backends[{j}]"
+            unknown = sorted(set(backend.unsupported_params) - set(PASSTHROUGH))
+            if unknown:
+                raise ConfigError(f"`{where}.unsupported_params` names {unknown}, which cascade does not forward "
+                                  f"(it forwards: {', '.join(PASSTHROUGH)})")
             if isinstance(backend, WorkerBackend):
                 if backend.worker not in worker_names:
                     raise ConfigError(f"`{where}.worker` names `{backend.worker}`, which is not in [[workers]]")

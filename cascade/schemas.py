@@ -6,7 +6,7 @@ responses from engines are decoded leniently (engines add fields such as `reason
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 import msgspec
 
@@ -16,11 +16,39 @@ class TextPart(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     text: str
 
 
+class FunctionCall(msgspec.Struct, kw_only=True):
+    name: str
+    arguments: str  # JSON text, as the model wrote it
+
+
+class ToolCall(msgspec.Struct, kw_only=True):
+    """A tool call in an assistant message (an agent's earlier turn, or an answer)."""
+
+    id: str
+    type: Literal["function"] = "function"
+    function: FunctionCall
+
+
+class FunctionCallDelta(msgspec.Struct, kw_only=True, omit_defaults=True):
+    name: str | None = None
+    arguments: str | None = None
+
+
+class ToolCallDelta(msgspec.Struct, kw_only=True, omit_defaults=True):
+    """A piece of a streamed tool call: pieces with the same `index` concatenate."""
+
+    index: int = -1  # always sent in streams; -1 only while decoding a message's whole calls
+    id: str | None = None
+    type: Literal["function"] | None = None
+    function: FunctionCallDelta | None = None
+
+
 class ChatMessage(msgspec.Struct, kw_only=True, forbid_unknown_fields=True, omit_defaults=True):
     role: Literal["system", "developer", "user", "assistant", "tool"]
     content: str | list[TextPart] | None = None
     name: str | None = None
     tool_call_id: str | None = None
+    tool_calls: list[ToolCall] | None = None  # an assistant turn that called tools
     reasoning_content: str | None = None
 
     def text(self) -> str:
@@ -47,8 +75,8 @@ class BranchOverride(msgspec.Struct, kw_only=True, forbid_unknown_fields=True, o
 
 
 class ChatCompletionRequest(msgspec.Struct, kw_only=True, forbid_unknown_fields=True, omit_defaults=True):
-    """The request body. Fields we accept but do not act on are listed so that clients sending
-    them are not refused; truly unknown fields are refused with their name."""
+    """The request body. Fields cascade does not interpret itself are forwarded to the tier's engine as
+    sent (PASSTHROUGH); truly unknown fields are refused with their name."""
 
     model: str
     messages: list[ChatMessage]
@@ -63,11 +91,21 @@ class ChatCompletionRequest(msgspec.Struct, kw_only=True, forbid_unknown_fields=
     seed: int | None = None
     presence_penalty: float | None = None
     frequency_penalty: float | None = None
+    logit_bias: dict[str, float] | None = None
     user: str | None = None
     metadata: dict[str, str] | None = None
     logprobs: bool | None = None
     top_logprobs: int | None = None
     reasoning_effort: str | None = None
+    tools: list[dict[str, Any]] | None = None
+    tool_choice: str | dict[str, Any] | None = None
+    parallel_tool_calls: bool | None = None
+    response_format: dict[str, Any] | None = None
+    # Engine extensions that SGLang and vLLM share.
+    top_k: int | None = None
+    min_p: float | None = None
+    repetition_penalty: float | None = None
+    chat_template_kwargs: dict[str, Any] | None = None
     # cascade's own extension: a named operating point or a numeric accuracy target in (0, 1].
     quality: str | float | None = None
     # cascade's own extension: override the served tier's reasoning-branch settings.
@@ -119,13 +157,20 @@ class AssistantMessage(msgspec.Struct, kw_only=True):
     role: str = "assistant"
     content: str | None = None
     reasoning_content: str | None = None
+    tool_calls: list[ToolCall] | None = None
+
+
+class ChoiceLogprobs(msgspec.Struct, kw_only=True):
+    """The engine's token logprobs, entries as it sent them ({token, logprob, bytes, top_logprobs})."""
+
+    content: list[msgspec.Raw] | None = None
 
 
 class Choice(msgspec.Struct, kw_only=True):
     index: int
     message: AssistantMessage
     finish_reason: str | None
-    logprobs: None = None
+    logprobs: ChoiceLogprobs | None = None
 
 
 class ChatCompletion(msgspec.Struct, kw_only=True):
@@ -143,13 +188,14 @@ class Delta(msgspec.Struct, kw_only=True, omit_defaults=True):
     role: str | None = None
     content: str | None = None
     reasoning_content: str | None = None
+    tool_calls: list[ToolCallDelta] | None = None
 
 
 class ChunkChoice(msgspec.Struct, kw_only=True):
     index: int
     delta: Delta
     finish_reason: str | None = None
-    logprobs: None = None
+    logprobs: ChoiceLogprobs | None = None
 
 
 class ChatCompletionChunk(msgspec.Struct, kw_only=True, omit_defaults=True):
@@ -224,3 +270,12 @@ class TrafficRecord(msgspec.Struct, kw_only=True, omit_defaults=True):
     escalations: int = 0
     branches: int = 1
     decode_tokens: int | None = None  # all branches' tokens, when the tier ran branches
+
+
+# Request fields cascade forwards to the tier's engine as sent, without acting on them itself.
+PASSTHROUGH = ("presence_penalty", "frequency_penalty", "logit_bias", "user", "metadata", "logprobs", "top_logprobs",
+               "reasoning_effort", "tools", "tool_choice", "parallel_tool_calls", "response_format", "top_k", "min_p",
+               "repetition_penalty", "chat_template_kwargs")
+# ... of which these shape the answer itself (tool calls, a JSON format, per-token logprobs): a request that
+# sets one gets the engine's one answer, never a vote over several branches.
+ONE_ANSWER = ("logprobs", "top_logprobs", "tools", "tool_choice", "parallel_tool_calls", "response_format")

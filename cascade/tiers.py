@@ -33,6 +33,8 @@ class Tier(msgspec.Struct, kw_only=True):
     # Branch-aware admission (config.branch_slots > 0) and the partial-branch scorer (SART).
     slots: BranchSlots | None = None
     scorer: Scorer | None = None
+    # Forwarded request fields some replica's engine would ignore (refused with a 400 on this tier).
+    unsupported: frozenset[str] = frozenset()
 
     @property
     def name(self) -> str:
@@ -87,7 +89,9 @@ def build_tiers(config: CascadeConfig, workers: dict[str, Worker], tier_names: C
         slots = BranchSlots(tier_config.name, tier_config.branch_slots) if tier_config.branch_slots else None
         scorer = make_scorer(tier_config)
         pool = ReplicaPool(tier_config.name, replicas, config.gateway.failover)
-        tiers.append(Tier(index=index, config=tier_config, backend=pool, slots=slots, scorer=scorer))
+        unsupported = frozenset(p for b in tier_config.backends for p in b.unsupported_params)
+        tiers.append(Tier(index=index, config=tier_config, backend=pool, slots=slots, scorer=scorer,
+                          unsupported=unsupported))
     return tiers
 
 

@@ -7,12 +7,12 @@ branches) and replica balancing are built on top of this protocol, never inside 
 from __future__ import annotations
 
 from collections.abc import AsyncGenerator
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 import msgspec
 
 from cascade.errors import BackendFailed
-from cascade.schemas import ChatMessage
+from cascade.schemas import ChatMessage, FunctionCall, ToolCall, ToolCallDelta
 
 
 class GenerationRequest(msgspec.Struct, kw_only=True, frozen=True):
@@ -24,6 +24,8 @@ class GenerationRequest(msgspec.Struct, kw_only=True, frozen=True):
     seed: int | None = None
     # Unique per branch: SGLang uses it as `rid` so that the branch can be aborted upstream.
     request_id: str = ""
+    # The client's fields that cascade forwards as sent (schemas.PASSTHROUGH: tools, logprobs, ...).
+    extra: dict[str, Any] = msgspec.field(default_factory=dict)
 
 
 class StreamDelta(msgspec.Struct, kw_only=True):
@@ -41,6 +43,8 @@ class StreamDelta(msgspec.Struct, kw_only=True):
     chunks: int = 1
     # Set by a replica pool on a stream's first delta: faulty replicas tried before this one.
     retries: int = 0
+    tool_calls: list[ToolCallDelta] | None = None  # pieces of tool calls (concatenate by index)
+    logprobs: list[msgspec.Raw] | None = None  # the engine's per-token entries, as sent
 
     def absorb(self, later: StreamDelta) -> None:
         """Append a delta that arrived right after this one."""
@@ -54,6 +58,10 @@ class StreamDelta(msgspec.Struct, kw_only=True):
         if later.completion_tokens is not None:
             self.completion_tokens = later.completion_tokens
         self.retries = max(self.retries, later.retries)
+        if later.tool_calls:
+            self.tool_calls = [*(self.tool_calls or []), *later.tool_calls]
+        if later.logprobs:
+            self.logprobs = [*(self.logprobs or []), *later.logprobs]
 
 
 class GenerationResult(msgspec.Struct, kw_only=True):
@@ -63,6 +71,8 @@ class GenerationResult(msgspec.Struct, kw_only=True):
     prompt_tokens: int = 0
     completion_tokens: int = 0
     retries: int = 0  # faulty replicas tried before the one that answered (failovers)
+    tool_calls: list[ToolCall] | None = None
+    logprobs: list[msgspec.Raw] | None = None
 
 
 @runtime_checkable
@@ -96,8 +106,13 @@ async def collect(deltas: AsyncGenerator[StreamDelta, None]) -> GenerationResult
     finish_reason: str | None = None
     prompt_tokens = completion_tokens = 0
     n_deltas = retries = 0
+    calls: list[ToolCallDelta] = []
+    logprobs: list[msgspec.Raw] | None = None
     async for delta in deltas:
         retries = max(retries, delta.retries)
+        calls.extend(delta.tool_calls or ())
+        if delta.logprobs:
+            logprobs = [*(logprobs or []), *delta.logprobs]
         text.append(delta.text)
         reasoning.append(delta.reasoning)
         n_deltas += delta.chunks
@@ -118,4 +133,24 @@ async def collect(deltas: AsyncGenerator[StreamDelta, None]) -> GenerationResult
         prompt_tokens=prompt_tokens,
         completion_tokens=completion_tokens or n_deltas,
         retries=retries,
+        tool_calls=join_tool_calls(calls) or None,
+        logprobs=logprobs,
     )
+
+
+def join_tool_calls(pieces: list[ToolCallDelta]) -> list[ToolCall]:
+    """Streamed tool-call pieces as whole calls: by index, id and name from the first piece that has them,
+    arguments concatenated (OpenAI's streaming format)."""
+    calls: dict[int, tuple[list[str], list[str], list[str]]] = {}
+    for piece in pieces:
+        ids, names, arguments = calls.setdefault(piece.index, ([], [], []))
+        if piece.id:
+            ids.append(piece.id)
+        if piece.function is not None:
+            if piece.function.name:
+                names.append(piece.function.name)
+            if piece.function.arguments:
+                arguments.append(piece.function.arguments)
+    return [ToolCall(id=ids[0] if ids else f"call_{index}", function=FunctionCall(
+                name="".join(names), arguments="".join(arguments)))
+            for index, (ids, names, arguments) in sorted(calls.items())]

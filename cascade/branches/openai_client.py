@@ -25,7 +25,7 @@ from urllib.parse import unquote, urlsplit, urlunsplit
 import aiohttp
 import msgspec
 
-from cascade.branches.backend import GenerationRequest, GenerationResult, StreamDelta
+from cascade.branches.backend import GenerationRequest, GenerationResult, StreamDelta, join_tool_calls
 from cascade.branches.http_stream import ConnectFailed, ConnectionClosed, StreamError, StreamPool, StreamTimeout
 from cascade.config import Timeouts
 from cascade.errors import (
@@ -36,17 +36,24 @@ from cascade.errors import (
     InvalidRequest,
     Overloaded,
 )
+from cascade.schemas import ToolCallDelta
 
 
 class _Message(msgspec.Struct):
     content: str | None = None
     reasoning_content: str | None = None
+    tool_calls: list[ToolCallDelta] | None = None  # whole calls in a message, pieces in a delta
+
+
+class _Logprobs(msgspec.Struct):
+    content: list[msgspec.Raw] | None = None
 
 
 class _Choice(msgspec.Struct):
     message: _Message | None = None
     delta: _Message | None = None
     finish_reason: str | None = None
+    logprobs: _Logprobs | None = None
 
 
 class _Usage(msgspec.Struct):
@@ -154,6 +161,7 @@ class OpenAIBackend:
             body["stop"] = request.stop
         if request.seed is not None:
             body["seed"] = request.seed
+        body.update(request.extra)  # only schemas.PASSTHROUGH fields: never one of the keys set above
         return _encode(body)
 
     async def generate(self, request: GenerationRequest) -> GenerationResult:
@@ -177,12 +185,16 @@ class OpenAIBackend:
                                 "(the answer is incomplete)", self.name)
         message = choice.message or _Message()
         usage = completion.usage or _Usage()
+        # A message's calls are whole and in order: number them so that joining keeps them apart.
+        calls = [msgspec.structs.replace(c, index=i) for i, c in enumerate(message.tool_calls or ())]
         return GenerationResult(
             text=message.content or "",
             reasoning=message.reasoning_content or "",
             finish_reason=choice.finish_reason,
             prompt_tokens=usage.prompt_tokens,
             completion_tokens=usage.completion_tokens,
+            tool_calls=join_tool_calls(calls) or None,
+            logprobs=choice.logprobs.content if choice.logprobs is not None else None,
         )
 
     async def stream(self, request: GenerationRequest) -> AsyncGenerator[StreamDelta, None]:
@@ -263,11 +275,15 @@ class OpenAIBackend:
             delta.text = part.content or ""
             delta.reasoning = part.reasoning_content or ""
             delta.finish_reason = choice.finish_reason
+            delta.tool_calls = part.tool_calls or None
+            if choice.logprobs is not None and choice.logprobs.content:
+                delta.logprobs = choice.logprobs.content
         if chunk.usage is not None:
             delta.prompt_tokens = chunk.usage.prompt_tokens
             delta.completion_tokens = chunk.usage.completion_tokens
-        delta.chunks = 1 if (delta.text or delta.reasoning) else 0
-        if not (delta.text or delta.reasoning or delta.finish_reason or chunk.usage):
+        delta.chunks = 1 if (delta.text or delta.reasoning or delta.tool_calls) else 0
+        if not (delta.text or delta.reasoning or delta.finish_reason or chunk.usage or delta.tool_calls
+                or delta.logprobs):
             # No choices and no usage: a role-only chunk, or an in-band error sent after the 200
             # (`data: {"error": {...}}`, as vLLM and SGLang do), which must not end as a success.
             error = msgspec.json.decode(data, type=_StreamError).error

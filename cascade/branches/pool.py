@@ -164,6 +164,21 @@ class ReplicaPool:
     def _attempts(self) -> int:
         return 1 + max(0, min(self.failover.retries, len(self._replicas) - 1))
 
+    def _start(self, attempt: int, tried: set[int], last: CascadeError | None) -> _Replica:
+        """The replica for this attempt, counted as outstanding; when none is left, the last fault (or,
+        on the first attempt, BackendUnavailable)."""
+        try:
+            replica = self._pick(tried)
+        except BackendUnavailable:
+            if last is not None:
+                raise last from None
+            raise
+        tried.add(id(replica))
+        if attempt:
+            self.retried += 1
+        replica.outstanding += 1
+        return replica
+
     # --- the Backend protocol ------------------------------------------------------------------
 
     async def generate(self, request: GenerationRequest) -> GenerationResult:
@@ -172,16 +187,7 @@ class ReplicaPool:
         tried: set[int] = set()
         last: CascadeError | None = None
         for attempt in range(self._attempts()):
-            try:
-                replica = self._pick(tried)
-            except BackendUnavailable:
-                if last is not None:
-                    raise last from None
-                raise
-            tried.add(id(replica))
-            if attempt:
-                self.retried += 1
-            replica.outstanding += 1
+            replica = self._start(attempt, tried, last)
             try:
                 result = await collect(replica.backend.stream(request))
             except (BackendError, Overloaded) as exc:
@@ -203,16 +209,7 @@ class ReplicaPool:
         tried: set[int] = set()
         last: CascadeError | None = None
         for attempt in range(self._attempts()):
-            try:
-                replica = self._pick(tried)
-            except BackendUnavailable:
-                if last is not None:
-                    raise last from None
-                raise
-            tried.add(id(replica))
-            if attempt:
-                self.retried += 1
-            replica.outstanding += 1
+            replica = self._start(attempt, tried, last)
             started = False
             try:
                 async with aclosing(replica.backend.stream(request)) as deltas:

@@ -162,7 +162,7 @@ class FakeEngine:
         elif method == "GET" and path == "/fake/script":
             await send_json(send, 200, msgspec.to_builtins(self.script))
         elif method == "POST" and path == "/fake/script":
-            await self._set_script(await _read_body(receive), send)
+            await self._set_script(await read_body(receive), send)
         elif method == "POST" and path == "/v1/chat/completions":
             await self._chat(receive, send)
         else:
@@ -182,7 +182,7 @@ class FakeEngine:
 
     async def _chat(self, receive: Receive, send: Send) -> None:
         self.stats.requests += 1
-        raw = await _read_body(receive)
+        raw = await read_body(receive)
         try:
             body = msgspec.json.decode(raw)
             assert isinstance(body, dict)
@@ -313,7 +313,7 @@ def _cut(script: FakeScript, pieces: list[str]) -> int:
     return min(len(pieces), script.stall_after if script.stall_after >= 0 else len(pieces) // 2)
 
 
-async def _read_body(receive: Receive) -> bytes:
+async def read_body(receive: Receive) -> bytes:
     raw = b""
     while True:
         message = await receive()

@@ -26,6 +26,7 @@ from cascade.engines.fake_server import (
     Receive,
     Scope,
     Send,
+    read_body,
     script_for,
     send_json,
     token_pieces,
@@ -84,7 +85,7 @@ class FakeSGLang(FakeEngine):
             await super().__call__(scope, receive, send)
 
     async def _abort(self, receive: Receive, send: Send) -> None:
-        body = _object(await _read_body(receive)) or {}
+        body = _object(await read_body(receive)) or {}
         rid = str(body.get("rid") or "")
         self.stats.abort_requests.append(rid)
         for generation in list(self._running.values()):
@@ -95,7 +96,7 @@ class FakeSGLang(FakeEngine):
 
     async def _chat(self, receive: Receive, send: Send) -> None:
         self.stats.requests += 1
-        body = _object(await _read_body(receive))
+        body = _object(await read_body(receive))
         if body is None or not body.get("messages"):
             await _error(send, 400, "Messages cannot be empty.", "BadRequestError")
             return
@@ -228,15 +229,6 @@ async def _error(send: Send, status: int, message: str, kind: str) -> None:
 async def _empty(send: Send, status: int) -> None:
     await send({"type": "http.response.start", "status": status, "headers": [(b"content-length", b"0")]})
     await send({"type": "http.response.body", "body": b""})
-
-
-async def _read_body(receive: Receive) -> bytes:
-    raw = b""
-    while True:
-        message = await receive()
-        raw += message.get("body", b"")
-        if not message.get("more_body"):
-            return raw
 
 
 def _object(raw: bytes) -> dict[str, Any] | None:

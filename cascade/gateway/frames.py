@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import msgspec
 
-from cascade.schemas import CascadeInfo, ChatCompletionChunk, ChunkChoice, Delta, Usage
+from cascade.schemas import CascadeInfo, ChatCompletionChunk, ChoiceLogprobs, ChunkChoice, Delta, ToolCallDelta, Usage
 
 _encode = msgspec.json.Encoder().encode
 _MARK = "\x00cascade-split\x00"
@@ -45,6 +45,14 @@ class ChunkFrames:
             return sse(self._encode([ChunkChoice(index=index, delta=Delta(content=text or None,
                                                                            reasoning_content=reasoning))]))
         return b"".join((self._before, b"%d" % index, self._middle, _encode(text), self._after))
+
+    def delta(self, index: int, text: str, reasoning: str, tool_calls: list[ToolCallDelta] | None,
+              logprobs: list[msgspec.Raw] | None) -> bytes:
+        """A frame with tool-call pieces and/or token logprobs besides any text (encoded in full)."""
+        choice = ChunkChoice(index=index, delta=Delta(content=text or None, reasoning_content=reasoning or None,
+                                                      tool_calls=tool_calls),
+                             logprobs=None if logprobs is None else ChoiceLogprobs(content=logprobs))
+        return sse(self._encode([choice]))
 
     def role(self, n: int, info: CascadeInfo) -> bytes:
         return sse(self._encode([ChunkChoice(index=i, delta=Delta(role="assistant", content=""))

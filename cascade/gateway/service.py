@@ -11,7 +11,7 @@ import math
 import secrets
 import time
 import uuid
-from collections.abc import AsyncGenerator, Awaitable, Iterable, Sequence
+from collections.abc import AsyncGenerator, Awaitable, Callable, Iterable, Sequence
 from typing import TypeVar
 
 import msgspec
@@ -27,6 +27,8 @@ from cascade.gateway.traffic import TrafficLog, TrafficRecord
 from cascade.router.acceptance import accepts, answer_confidence, first_tier, next_tier
 from cascade.router.policy import NAMED_HINTS, Assessment, QualityHint, RoutingPolicy, parse_hint
 from cascade.schemas import (
+    ONE_ANSWER,
+    PASSTHROUGH,
     AssistantMessage,
     BranchStats,
     CascadeInfo,
@@ -34,13 +36,18 @@ from cascade.schemas import (
     ChatCompletionRequest,
     ChatMessage,
     Choice,
+    ChoiceLogprobs,
+    FunctionCallDelta,
     ModelCard,
     ModelList,
     RouteDecision,
+    ToolCall,
+    ToolCallDelta,
     Usage,
 )
 from cascade.tiers import Tier, branch_requests, branch_settings, tier_request
 
+_T = TypeVar("_T")
 ROUTED_MODEL = "cascade"
 # SSE comment sent while a cascade (or branches) works before the first token: proxies and clients
 # with idle timeouts keep the connection, and OpenAI SDKs ignore comments.
@@ -60,6 +67,7 @@ class Decision(msgspec.Struct, kw_only=True):
     escalations: int = 0
     confidence: float | None = None
     fallback_from: str | None = None  # route mode: the tier that failed before this one answered
+    note: str | None = None  # shown as cascade.note
 
 
 class Answer(msgspec.Struct, kw_only=True):
@@ -157,8 +165,15 @@ class ChatService:
         overrides) of every tier the request may reach, so that a bad override is a 400, not an error
         event inside a 200 stream."""
         reachable = self.tiers[decision.tier.index:] if decision.accept is not None else [decision.tier]
+        used = _forwarded(req)
         for tier in reachable:
+            if refused := sorted(used & tier.unsupported):
+                raise InvalidRequest(f"tier `{tier.name}`'s engine does not support `{refused[0]}` (it would ignore "
+                                     "it): name a tier whose engine does, or leave the field out", refused[0])
             self.branch_settings(req, tier)
+        one_answer = _one_answer_field(req)
+        if one_answer is not None and any(t.config.branches > 1 for t in reachable):
+            decision.note = f"one branch: `{one_answer}` asks for the engine's answer as it is, not a vote"
 
     def route_decision(self, decision: Decision) -> RouteDecision:
         assessment = decision.assessment
@@ -205,7 +220,7 @@ class ChatService:
         self.streams_open -= streams
         self.metrics.tier_in_flight.labels(tier.name).dec()
 
-    def _fallback(self, decision: Decision) -> Tier | None:
+    def _fallback(self, decision: Decision, req: ChatCompletionRequest) -> Tier | None:
         """Route mode: the nearest other tier that can take a request now (higher first at equal
         distance, so quality is kept where it can be), or None when the client named the tier."""
         if decision.router == "bypass" or decision.accept is not None or not self.failover.tier_fallback:
@@ -213,19 +228,31 @@ class ChatService:
         here = decision.tier.index
         for distance in range(1, len(self.tiers)):
             for index in (here + distance, here - distance):
-                if 0 <= index < len(self.tiers) and self.tiers[index].backend.available():
+                if 0 <= index < len(self.tiers) and self.tiers[index].backend.available() \
+                        and not _forwarded(req) & self.tiers[index].unsupported:
                     return self.tiers[index]
         return None
 
-    def _fell_back(self, decision: Decision, to: Tier) -> Decision:
-        self.metrics.fallbacks.labels(decision.tier.name, to.name).inc()
-        return msgspec.structs.replace(decision, tier=to, fallback_from=decision.tier.name)
+    async def _with_fallback(self, req: ChatCompletionRequest, decision: Decision,
+                             work: Callable[[Decision], Awaitable[_T]]) -> tuple[Decision, _T]:
+        """`work` on the decision's tier; if that tier fails, once more on the fallback tier (route mode)."""
+        try:
+            return decision, await work(decision)
+        except BackendError:
+            fallback = self._fallback(decision, req)
+            if fallback is None:
+                raise
+        self.metrics.fallbacks.labels(decision.tier.name, fallback.name).inc()
+        decision = msgspec.structs.replace(decision, tier=fallback, fallback_from=decision.tier.name)
+        return decision, await work(decision)
 
     def _generation(self, req: ChatCompletionRequest, tier: Tier, max_tokens: int, index: int) -> GenerationRequest:
         stops = [req.stop] if isinstance(req.stop, str) else list(req.stop or [])
         # Distinct seeds per choice so that n > 1 gives distinct samples, yet stays reproducible.
         seed = None if req.seed is None else req.seed + index
-        return tier_request(tier, req.messages, max_tokens, req.temperature, req.top_p, stops, seed)
+        request = tier_request(tier, req.messages, max_tokens, req.temperature, req.top_p, stops, seed)
+        extra = {name: value for name in PASSTHROUGH if (value := getattr(req, name)) is not None}
+        return msgspec.structs.replace(request, extra=extra) if extra else request
 
     def _info(self, decision: Decision, answer: Answer | None = None) -> CascadeInfo:
         assessment = decision.assessment
@@ -251,7 +278,7 @@ class ChatService:
             out_of_domain=assessment is not None and assessment.out_of_domain, escalations=decision.escalations,
             confidence=None if decision.confidence is None else round(decision.confidence, 4),
             branches=branches, retries=0 if answer is None else sum(r.retries for r in answer.results),
-            fallback_from=decision.fallback_from,
+            fallback_from=decision.fallback_from, note=decision.note,
         )
 
     async def complete(self, req: ChatCompletionRequest, decision: Decision, max_tokens: int) -> ChatCompletion:
@@ -262,18 +289,18 @@ class ChatService:
     async def _serve(self, req: ChatCompletionRequest, decision: Decision, max_tokens: int) -> tuple[Decision, Answer]:
         if decision.accept is not None:
             return await self._cascade(req, decision, max_tokens)
-        try:
-            return decision, await self._answer(req, decision.tier, max_tokens)
-        except BackendError:
-            fallback = self._fallback(decision)
-            if fallback is None:
-                raise
-        decision = self._fell_back(decision, fallback)
-        return decision, await self._answer(req, fallback, max_tokens)
+        return await self._with_fallback(req, decision, lambda d: self._answer(req, d.tier, max_tokens))
 
     def branch_settings(self, req: ChatCompletionRequest, tier: Tier) -> BranchSettings | None:
         """The tier's SART settings with the request's overrides (validated), or None for one branch."""
         override = req.branches
+        one_answer = _one_answer_field(req)
+        if one_answer is not None:
+            if override is not None and (override.n or 1) > 1:
+                raise InvalidRequest(f"`branches.n` > 1 cannot be combined with `{one_answer}`: branches vote on "
+                                     "answer text, and that field asks for the engine's one answer as it is",
+                                     "branches.n")
+            return None  # one branch, the engine's answer as it gave it (cascade.note says so)
         settings = branch_settings(tier)
         n, m = settings.n, settings.m
         if override is not None:
@@ -382,7 +409,7 @@ class ChatService:
             else:
                 prior = None if p_fail is None else 1.0 - p_fail[index]
                 agreements = [_agreement(r) for r in answer.reports] or [None] * len(answer.results)
-                confidence = min(answer_confidence(prior, r.finish_reason, r.text, agreement)
+                confidence = min(answer_confidence(prior, r.finish_reason, r.text, agreement, bool(r.tool_calls))
                                  for r, agreement in zip(answer.results, agreements, strict=True))
                 if accepts(index, confidence, accept):
                     return msgspec.structs.replace(decision, confidence=confidence), answer
@@ -402,7 +429,9 @@ class ChatService:
             id=f"chatcmpl-{uuid.uuid4().hex}", created=int(time.time()), model=tier.name,
             choices=[
                 Choice(index=i, finish_reason=r.finish_reason,
-                       message=AssistantMessage(content=r.text, reasoning_content=r.reasoning or None))
+                       message=AssistantMessage(content=None if r.tool_calls and not r.text else r.text,
+                                                reasoning_content=r.reasoning or None, tool_calls=r.tool_calls),
+                       logprobs=None if r.logprobs is None else ChoiceLogprobs(content=r.logprobs))
                 for i, r in enumerate(results)
             ],
             usage=usage, cascade=self._info(decision, answer),
@@ -440,7 +469,10 @@ class ChatService:
         frames = ChunkFrames(f"chatcmpl-{uuid.uuid4().hex}", int(time.time()), tier.name)
         body = [frames.role(len(results), self._info(decision, answer))]
         for i, r in enumerate(results):
-            body.append(frames.content(i, r.text, r.reasoning))
+            if r.tool_calls or r.logprobs:
+                body.append(frames.delta(i, r.text, r.reasoning, _call_pieces(r.tool_calls), r.logprobs))
+            else:
+                body.append(frames.content(i, r.text, r.reasoning))
             body.append(frames.finish(i, r.finish_reason))
         self.metrics.ttft.labels(tier.name).observe(time.perf_counter() - start)
         completion_tokens = sum(r.completion_tokens for r in results)
@@ -462,14 +494,7 @@ class ChatService:
         (`anext`) before anything else can fail, and `aclose` it: that is what closes the upstreams."""
         if decision.accept is not None or self.branch_settings(req, decision.tier) is not None:
             return decision, self._deferred_frames(req, decision, max_tokens)
-        try:
-            return decision, await self._open_direct(req, decision, max_tokens)
-        except BackendError:
-            fallback = self._fallback(decision)
-            if fallback is None:
-                raise
-        decision = self._fell_back(decision, fallback)
-        return decision, await self._open_direct(req, decision, max_tokens)
+        return await self._with_fallback(req, decision, lambda d: self._open_direct(req, d, max_tokens))
 
     async def _open_direct(self, req: ChatCompletionRequest, decision: Decision, max_tokens: int
                            ) -> AsyncGenerator[bytes, None]:
@@ -509,13 +534,16 @@ class ChatService:
             if delta.completion_tokens is not None:
                 completion_tokens[index] = delta.completion_tokens
             frame = b""
-            if delta.text or delta.reasoning:
+            if delta.text or delta.reasoning or delta.tool_calls or delta.logprobs:
                 if first_token:
                     self.metrics.ttft.labels(tier.name).observe(time.perf_counter() - start)
                     first_token = False
                 if delta.completion_tokens is None:
                     completion_tokens[index] += delta.chunks
-                frame = frames.content(index, delta.text, delta.reasoning)
+                if delta.tool_calls or delta.logprobs:  # rare: the fast path below carries text only
+                    frame = frames.delta(index, delta.text, delta.reasoning, delta.tool_calls, delta.logprobs)
+                else:
+                    frame = frames.content(index, delta.text, delta.reasoning)
             if delta.finish_reason is not None:
                 finished += 1
                 frame += frames.finish(index, delta.finish_reason)
@@ -589,6 +617,26 @@ class ChatService:
         self.metrics.backend_errors.labels(tier.name, type(exc).__name__).inc()
 
 
+def _forwarded(req: ChatCompletionRequest) -> set[str]:
+    """The PASSTHROUGH fields the request sets to something an engine could act on (`logprobs: false`
+    asks for nothing)."""
+    return {name for name in PASSTHROUGH if getattr(req, name) not in (None, False)}
+
+
+def _one_answer_field(req: ChatCompletionRequest) -> str | None:
+    """The first field the request sets that asks for the engine's one answer (tools, logprobs, a format)."""
+    return next((name for name in ONE_ANSWER if getattr(req, name) not in (None, False)), None)
+
+
+def _call_pieces(calls: list[ToolCall] | None) -> list[ToolCallDelta] | None:
+    """Whole tool calls as the stream pieces that carry them (one piece per call)."""
+    if not calls:
+        return None
+    return [ToolCallDelta(index=i, id=c.id, type=c.type, function=FunctionCallDelta(name=c.function.name,
+                                                                                   arguments=c.function.arguments))
+            for i, c in enumerate(calls)]
+
+
 def _agreement(report: BranchReport) -> float | None:
     """Share of the finished branches that gave the voted answer (None with fewer than two)."""
     if report.finished < 2 or report.answer is None:
@@ -621,9 +669,6 @@ def _last_user_text(messages: list[ChatMessage]) -> str:
         if message.role == "user":
             return message.text()
     return messages[-1].text()
-
-
-_T = TypeVar("_T")
 
 
 async def _all_or_none(work: Iterable[Awaitable[_T]]) -> list[_T]:

@@ -38,8 +38,9 @@ def accept_for_target(target: float, n_tiers: int) -> list[float]:
 
 
 def answer_confidence(prior_correct: float | None, finish_reason: str | None, text: str,
-                      agreement: float | None = None) -> float:
-    if finish_reason != "stop" or not text.strip():
+                      agreement: float | None = None, tool_calls: bool = False) -> float:
+    """An answer that calls tools (finish_reason `tool_calls`) is complete though it has no text."""
+    if finish_reason not in ("stop", "tool_calls") or not (text.strip() or tool_calls):
         return 0.0
     if agreement is not None:  # evidence from the answer itself beats the router's prior
         return agreement

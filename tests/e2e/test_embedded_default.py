@@ -140,6 +140,22 @@ def test_real_stream_reports_usage_and_tier(served) -> None:
     assert {c.model for c in chunks} == {"qwen2.5-coder-0.5b"}
 
 
+def test_the_real_engine_gets_forwarded_fields_and_a_field_it_would_ignore_is_refused(served) -> None:
+    base, _, _ = served
+    client = openai.OpenAI(base_url=f"{base}/v1", api_key="unused", timeout=300, max_retries=0)
+    try:
+        with pytest.raises(openai.BadRequestError) as refused:  # transformers serve ignores logprobs
+            client.chat.completions.create(model="smollm2-135m", messages=[{"role": "user", "content": "Hi"}],
+                                           max_tokens=4, logprobs=True)
+        forwarded = client.chat.completions.create(  # frequency_penalty and logit_bias it applies
+            model="smollm2-135m", messages=[{"role": "user", "content": "Hi"}], max_tokens=4,
+            frequency_penalty=0.5, logit_bias={"42": -1})
+    finally:
+        client.close()
+    assert refused.value.param == "logprobs"
+    assert forwarded.choices[0].finish_reason in ("stop", "length")
+
+
 def test_crashed_worker_is_restarted_and_shutdown_leaves_no_orphans(served) -> None:
     base, proc, ready = served
     workers = ready["workers"]

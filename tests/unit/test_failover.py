@@ -28,14 +28,14 @@ HTML = Reply(body=b"<html><body><h1>502 Bad Gateway</h1></body></html>", content
 NO_FINISH = Reply(body=_CHUNK * 2, content_type="text/event-stream")
 
 
-def backend(url: str) -> str:
-    return f'{{ kind = "openai", url = "{url}", model = "m", timeouts = {{ connect_s = 1.0, read_s = 2.0 }} }}'
+def backend(url: str, read_s: float = 2.0) -> str:
+    return f'{{ kind = "openai", url = "{url}", model = "m", timeouts = {{ connect_s = 1.0, read_s = {read_s} }} }}'
 
 
-def ladder(tiers: dict[str, list[str]], extra: str = "") -> str:
+def ladder(tiers: dict[str, list[str]], extra: str = "", read_s: float = 2.0) -> str:
     """A config with one [[tiers]] per entry, cheapest first, each with the given replica URLs."""
-    body = "".join(f'\n[[tiers]]\nname = "{name}"\ndefault_max_tokens = 16\nbackends = [{", ".join(map(backend, urls))}]\n'
-                   for name, urls in tiers.items())
+    body = "".join(f'\n[[tiers]]\nname = "{name}"\ndefault_max_tokens = 16\n'
+                   f'backends = [{", ".join(backend(u, read_s) for u in urls)}]\n' for name, urls in tiers.items())
     return extra + "\n" + body
 
 
@@ -197,10 +197,11 @@ def test_route_mode_falls_back_to_the_nearest_healthy_tier_and_says_so() -> None
 
 
 def test_a_stalled_tier_fills_only_its_own_places_and_the_others_keep_answering() -> None:
-    stalled = FakeEngine(FakeScript(tokens=4, ttft_ms=1500))  # under the 2 s read timeout
+    stalled = FakeEngine(FakeScript(tokens=4, ttft_ms=2000))
     extra = "[gateway.limits]\nmax_in_flight = 8\nmax_in_flight_per_tier = 2\n"
     with servers(FakeEngine(FakeScript(tokens=4)), stalled) as [fast, slow], \
-            gateway(ladder({"small": [fast], "large": [slow]}, extra)) as (base, _), ThreadPoolExecutor(2) as pool:
+            gateway(ladder({"small": [fast], "large": [slow]}, extra, read_s=30)) as (base, _), \
+            ThreadPoolExecutor(2) as pool:
         waiting = [pool.submit(post_chat, base, {"model": "large", "messages": user()}) for _ in range(2)]
         assert eventually(lambda: stalled.stats.in_flight == 2, 5)
         refused = post_chat(base, {"model": "large", "messages": user()})
@@ -230,7 +231,8 @@ def test_a_request_over_the_stream_budget_gets_a_400_naming_the_param() -> None:
 def test_the_gateway_wide_stream_budget_answers_429() -> None:
     slow = FakeEngine(FakeScript(tokens=4, ttft_ms=2000))
     extra = "[gateway.limits]\nmax_backend_streams = 4\n"
-    with servers(slow) as [url], gateway(ladder({"only": [url]}, extra)) as (base, _), ThreadPoolExecutor(1) as pool:
+    with servers(slow) as [url], gateway(ladder({"only": [url]}, extra, read_s=30)) as (base, _), \
+            ThreadPoolExecutor(1) as pool:
         busy = pool.submit(post_chat, base, {"model": "only", "messages": user(), "n": 3})
         assert eventually(lambda: slow.stats.in_flight == 3, 5)
         refused = post_chat(base, {"model": "only", "messages": user(), "n": 2})
