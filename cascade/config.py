@@ -50,6 +50,19 @@ class Limits(_Strict, frozen=True):
     # branch slots before a 429.
     max_branches: PositiveInt = 16
     max_slot_wait_s: PositiveFloat = 60.0
+    # Connections (cascade/gateway/connections.py). A request's line and headers at most; beyond, 431.
+    max_header_bytes: PositiveInt = 65_536
+    # Open client connections per gateway process (lowered to half the open-file limit if that is less).
+    # When full, the connection that has waited longest without a request in flight is closed to admit
+    # the new one; when every one has a request in flight, the new one gets 503.
+    max_connections: PositiveInt = 4096
+    # A request's line and headers must arrive within this of its first byte (of the accept, for a
+    # connection's first request), its body within body_timeout_s of its headers; else 408 and close.
+    header_timeout_s: PositiveFloat = 10.0
+    body_timeout_s: PositiveFloat = 30.0
+    # Idle time allowed between requests on a connection; above the 5 s after which httpx (the OpenAI
+    # SDK) stops reusing one, so that a client never sends on a connection the gateway is closing.
+    keepalive_timeout_s: PositiveFloat = 15.0
 
 
 class Failover(_Strict, frozen=True):
@@ -80,6 +93,9 @@ class GatewayConfig(_Strict, frozen=True):
     # JSONL of served requests (router outputs, tier, tokens, latency; no text) for `cascade optimize`'s
     # drift check. Empty: off. Relative to the working directory.
     traffic_log: str = ""
+    # SIGTERM/SIGINT: stop accepting connections and let requests in flight finish for up to this long;
+    # then streams end with an error event and other requests get 503 (cascade/gateway/drain.py).
+    shutdown_grace_s: PositiveFloat = 30.0
     limits: Limits = Limits()
     failover: Failover = Failover()
 

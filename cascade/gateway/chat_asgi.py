@@ -9,11 +9,15 @@ limits and the OpenAI error objects, and the same tests run against both.
 
 Disconnects: after the body is read, a watcher awaits `http.disconnect` and cancels the work, which
 closes the upstream streams (the engine stops; SGLang also gets `/abort_request`).
+
+Shutdown (cascade/gateway/drain.py): while draining, new requests get 503; a request the drain cancels
+when its grace runs out ends with a 503 error object or, once its stream has started, an error event.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
@@ -21,6 +25,16 @@ from typing import Any
 import msgspec
 
 from cascade.errors import CascadeError, PayloadTooLarge, Unauthorized
+from cascade.gateway.drain import (
+    DRAIN_KEY,
+    LIMITS_KEY,
+    RETRY_AFTER,
+    SERVED_WHILE_DRAINING,
+    Drain,
+    ShuttingDown,
+    shutdown_error,
+    shutdown_stream_end,
+)
 from cascade.gateway.errors import error_response, openai_error, retry_after, status_for
 from cascade.gateway.service import ChatService, Decision
 from cascade.schemas import ChatCompletionRequest
@@ -46,10 +60,21 @@ class ChatCompletionsASGI:
         self.service = service
         self.keys = frozenset(api_keys)
         self.decode = decode
+        self.drain = Drain()  # `cascade serve` sets its grace
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or scope["path"] != PATH:
+            if scope["type"] == "lifespan" and (state := scope.get("state")) is not None:
+                # For the server's connections (cascade/gateway/connections.py).
+                state[LIMITS_KEY], state[DRAIN_KEY] = self.service.limits, self.drain
+            elif self.drain.draining and scope["type"] == "http" and scope["path"] not in SERVED_WHILE_DRAINING:
+                body = b'{"status":"draining"}' if scope["path"] == "/ready" else shutdown_error()
+                await _respond(send, 503, body, RETRY_AFTER)
+                return
             await self.app(scope, receive, send)
+            return
+        if self.drain.draining:
+            await _respond(send, 503, shutdown_error(), RETRY_AFTER)
             return
         if scope["method"] != "POST":
             message = f"method {scope['method']} is not allowed on {PATH}"
@@ -69,6 +94,19 @@ class ChatCompletionsASGI:
             await self._handle(scope, receive, tracked_send)
         except ClientGone:
             return
+        except ShuttingDown:  # raised only around the work: once started, the response is a stream
+            with contextlib.suppress(OSError):
+                if started:
+                    await send({"type": "http.response.body", "body": shutdown_stream_end(), "more_body": False})
+                else:
+                    await _respond(send, 503, shutdown_error(), RETRY_AFTER)
+        except asyncio.CancelledError:
+            task = asyncio.current_task()
+            if not (self.drain.expired and task is not None and task.uncancel() == 0):
+                raise
+            if not started:  # cancelled before the work (reading the body); after it, nothing to mend
+                with contextlib.suppress(OSError):
+                    await _respond(send, 503, shutdown_error(), RETRY_AFTER)
         except CascadeError as exc:
             if started:
                 raise
@@ -93,7 +131,7 @@ class ChatCompletionsASGI:
         decision = service.decide(req, headers.get("x-cascade-quality"))
         service.preflight(req, decision)
         service.admit()
-        guard = _DisconnectGuard(receive)
+        guard = _DisconnectGuard(receive, self.drain)
         try:
             if req.stream:
                 await guard.run(_stream(service, req, decision, max_tokens, send))
@@ -157,10 +195,11 @@ class _DisconnectGuard:
     One watcher task per request, and the work runs in the request's task: wrapping each phase in
     its own task (plus a watcher each) cost measurable CPU per stream at hundreds of streams."""
 
-    def __init__(self, receive: Receive) -> None:
+    def __init__(self, receive: Receive, drain: Drain) -> None:
         task = asyncio.current_task()
         assert task is not None
         self._task = task
+        self._drain = drain
         self.gone = False
         self._watcher = asyncio.ensure_future(_disconnected(receive))
         self._watcher.add_done_callback(self._on_disconnect)
@@ -174,9 +213,10 @@ class _DisconnectGuard:
         try:
             return await work
         except asyncio.CancelledError:
-            # Our own cancel (the client left) becomes ClientGone; the server's cancel propagates.
-            if self.gone and self._task.uncancel() == 0:
-                raise ClientGone() from None
+            # Our own cancel (the client left) becomes ClientGone, the drain's (its grace ran out)
+            # ShuttingDown; any other cancel propagates.
+            if (self.gone or self._drain.expired) and self._task.uncancel() == 0:
+                raise (ClientGone() if self.gone else ShuttingDown()) from None
             raise
 
     def close(self) -> None:

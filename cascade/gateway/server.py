@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import os
 from pathlib import Path
 from typing import Any
 
 from cascade.config import CascadeConfig, load_config
+from cascade.engines.sglang_launch import is_loopback
 from cascade.engines.supervisor import Supervisor
 from cascade.errors import ConfigError
 from cascade.gateway.app import create_app
@@ -57,6 +59,7 @@ class Gateway:
             self.service, config.gateway.api_keys, ready_check=self.ready,
             on_startup=[self.start], on_shutdown=[self.stop],
         )
+        self.app.drain.grace_s = config.gateway.shutdown_grace_s
 
     async def start(self) -> None:
         if self.workers:
@@ -66,13 +69,16 @@ class Gateway:
         log.info("tiers: %s", ", ".join(t.name for t in self.service.tiers))
 
     async def stop(self) -> None:
-        for tier in self.service.tiers:
-            await tier.backend.aclose()
-            if tier.scorer is not None:
-                await tier.scorer.aclose()
-        if self.service.traffic is not None:
-            self.service.traffic.close()
-        self.supervisor.stop()
+        """After the drain (cascade/gateway/drain.py): no request is in flight any more."""
+        try:
+            for tier in self.service.tiers:
+                await tier.backend.aclose()
+                if tier.scorer is not None:
+                    await tier.scorer.aclose()
+            if self.service.traffic is not None:
+                self.service.traffic.close()
+        finally:
+            self.supervisor.stop()  # whatever failed above, the embedded workers stop
 
     async def ready(self) -> dict[str, Any]:
         """Tier health (every tier needs one replica that passes its health check and is not benched),
@@ -96,15 +102,24 @@ def run(
     config: CascadeConfig, plan_path: str | None, host: str, port: int, log_level: str = "info",
     processes: int = 1, config_path: str | None = None,
 ) -> None:
-    """Serve until SIGINT/SIGTERM. `processes` > 1 runs that many gateway processes on one socket
-    (uvicorn workers), for when one event loop is the bottleneck; each process has its own
-    admission counter and /metrics, and embedded workers need the single-process mode."""
+    """Serve until SIGINT/SIGTERM, then drain (cascade/gateway/drain.py). `processes` > 1 runs that many
+    gateway processes on one socket (uvicorn workers), for when one event loop is the bottleneck; each
+    process has its own admission counter, connection limit and /metrics, and embedded workers need the
+    single-process mode. Connection limits: cascade/gateway/connections.py."""
     import uvicorn
 
+    from cascade.gateway.connections import GatewayProtocol, raise_open_files_limit
+
     _configure_logging(log_level)
-    options: dict[str, Any] = dict(host=host, port=port, log_level="warning", access_log=False,
-                                   timeout_graceful_shutdown=10,
-                   backlog=4096)
+    if warning := exposure_warning(host, config.gateway.api_keys):
+        log.warning(warning)
+    before, after = raise_open_files_limit()  # inherited by --processes children
+    if after != before:
+        log.info("open files limit raised from %d to %d", before, after)
+    # The drain ends what is left when its grace runs out; uvicorn's own timeout is only a backstop.
+    grace = math.ceil(config.gateway.shutdown_grace_s) + 5
+    options: dict[str, Any] = dict(host=host, port=port, log_level="warning", access_log=False, http=GatewayProtocol,
+                                   ws="none", timeout_graceful_shutdown=grace, backlog=4096)
     if processes > 1:
         if config.workers or config_path is None:
             raise ConfigError("--processes > 1 needs a --config without [[workers]] (embedded workers are started "
@@ -118,6 +133,14 @@ def run(
     finally:
         # uvicorn runs on_shutdown on SIGINT/SIGTERM; this also covers a failed startup.
         gateway.supervisor.stop()
+
+
+def exposure_warning(host: str, api_keys: tuple[str, ...]) -> str | None:
+    """One line when the gateway listens beyond loopback without API keys, else None."""
+    if api_keys or is_loopback(host):
+        return None
+    return (f"the gateway listens on {host}, reachable from the network, without API keys: set [gateway] api_keys "
+            "to require a bearer token, or bind 127.0.0.1")
 
 
 _CONFIG_ENV, _PLAN_ENV = "CASCADE_GATEWAY_CONFIG", "CASCADE_GATEWAY_PLAN"

@@ -1,0 +1,159 @@
+"""SIGTERM/SIGINT drain of a real `cascade serve` (cascade/gateway/drain.py) in front of a real fake engine:
+requests in flight finish within the grace, what outlives it ends with an OpenAI error, new requests get
+503, the upstream streams are closed and the process exits in bounded time."""
+
+from __future__ import annotations
+
+import json
+import signal
+import socket
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.servers import eventually
+from tests.unit.gateway_process import Served, cascade_serve, fake_engine
+from tests.unit.gateway_setup import user
+
+GRACE_S = 2.0
+EXIT_BOUND_S = GRACE_S + 8.0  # the grace, the ended requests' last bytes, uvicorn's and the app's shutdown
+DRAINING = f"[gateway]\nshutdown_grace_s = {GRACE_S}\n"
+
+
+@pytest.fixture(scope="module")
+def engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    with fake_engine(tmp_path_factory.mktemp("engine")) as url:
+        yield url
+
+
+@pytest.fixture
+def gateway(engine: str, tmp_path: Path) -> Iterator[Served]:
+    with cascade_serve(tmp_path, engine, DRAINING) as served:
+        yield served
+
+
+def engine_stats(engine: str) -> dict:
+    return httpx.get(f"{engine}/fake/stats", timeout=5, trust_env=False).json()
+
+
+def stream_body(text: str) -> dict:
+    return {"model": "tier-small", "messages": user(text), "stream": True, "max_tokens": 10_000}
+
+
+def events(lines: list[str]) -> list[str]:
+    return [line.removeprefix("data: ") for line in lines if line.startswith("data: ")]
+
+
+def listening(served: Served) -> bool:
+    try:
+        socket.create_connection(("127.0.0.1", served.port), timeout=1).close()
+    except ConnectionRefusedError:
+        return False
+    return True
+
+
+def assert_clean_exit(served: Served) -> None:
+    served.wait_exit(EXIT_BOUND_S)
+    output = served.output()
+    assert "Traceback" not in output and "Exception in ASGI application" not in output, output
+
+
+def test_a_stream_that_finishes_within_the_grace_completes_normally(gateway: Served, engine: str) -> None:
+    before = engine_stats(engine)
+    with httpx.stream("POST", f"{gateway.url}/v1/chat/completions", json=stream_body("[fake tokens=10 itl_ms=100]"),
+                      timeout=10, trust_env=False) as response:
+        lines = response.iter_lines()
+        received = [next(lines)]
+        gateway.stop(signal.SIGTERM)
+        received += list(lines)
+    data = events(received)
+    assert data[-1] == "[DONE]"
+    chunks = [json.loads(d) for d in data[:-1]]
+    assert not any("error" in c for c in chunks)
+    assert "".join(c["choices"][0]["delta"].get("content") or "" for c in chunks if c["choices"]).split() == [
+        f"t{i}" for i in range(10)]
+    assert [c["choices"][0]["finish_reason"] for c in chunks if c["choices"]][-1] == "stop"
+    assert_clean_exit(gateway)
+    assert engine_stats(engine)["streams_finished"] == before["streams_finished"] + 1
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+def test_a_stream_that_outlives_the_grace_ends_with_an_error_event_and_done(
+    gateway: Served, engine: str, sig: int,
+) -> None:
+    before = engine_stats(engine)
+    with httpx.stream("POST", f"{gateway.url}/v1/chat/completions", json=stream_body("[fake tokens=5000 itl_ms=20]"),
+                      timeout=EXIT_BOUND_S, trust_env=False) as response:
+        lines = response.iter_lines()
+        for _ in range(3):
+            next(lines)
+        gateway.stop(sig)
+        data = events(list(lines))
+    assert data[-1] == "[DONE]"
+    assert len(data) > 10, "the stream did not go on during the grace"
+    error = json.loads(data[-2])["error"]
+    assert error["type"] == "server_error" and error["code"] == "shutting_down"
+    assert "shutting down" in error["message"]
+    assert not any("error" in json.loads(d) for d in data[:-2])
+    assert_clean_exit(gateway)
+    # The upstream stream was closed: the engine stopped generating.
+    assert eventually(lambda: engine_stats(engine)["streams_cancelled"] == before["streams_cancelled"] + 1)
+    assert engine_stats(engine)["in_flight"] == 0
+
+
+def test_a_non_streamed_request_that_outlives_the_grace_gets_a_503_error_object(gateway: Served, engine: str) -> None:
+    before = engine_stats(engine)
+    with ThreadPoolExecutor(1) as pool:
+        pending = pool.submit(httpx.post, f"{gateway.url}/v1/chat/completions", timeout=EXIT_BOUND_S,
+                              json={"model": "tier-small", "messages": user("[fake ttft_ms=60000]")}, trust_env=False)
+        assert eventually(lambda: engine_stats(engine)["in_flight"] == 1, within_s=5)
+        gateway.stop(signal.SIGTERM)
+        response = pending.result(timeout=EXIT_BOUND_S)
+    assert response.status_code == 503
+    assert response.headers["retry-after"] == "1"
+    error = response.json()["error"]
+    assert (error["type"], error["code"]) == ("server_error", "shutting_down")
+    assert_clean_exit(gateway)
+    assert eventually(lambda: engine_stats(engine)["in_flight"] == 0)
+    # Non-streamed requests are streamed upstream too (ChatService.complete).
+    assert engine_stats(engine)["streams_cancelled"] == before["streams_cancelled"] + 1
+
+
+def test_while_draining_ready_and_new_requests_get_503_and_new_connections_are_refused(
+    gateway: Served, engine: str,
+) -> None:
+    readiness = httpx.Client(base_url=gateway.url, timeout=5, trust_env=False)
+    chat = httpx.Client(base_url=gateway.url, timeout=5, trust_env=False)
+    try:
+        for client in (readiness, chat):  # open keep-alive connections before the signal
+            assert client.get("/health").status_code == 200
+        with httpx.stream("POST", f"{gateway.url}/v1/chat/completions", json=stream_body("[fake tokens=5000 itl_ms=20]"),
+                          timeout=EXIT_BOUND_S, trust_env=False) as response:
+            lines = response.iter_lines()
+            next(lines)
+            gateway.stop(signal.SIGTERM)
+            assert eventually(lambda: not listening(gateway), within_s=5), "still accepting connections"
+            ready = readiness.get("/ready")
+            assert ready.status_code == 503 and ready.json()["status"] == "draining"
+            assert ready.headers["retry-after"] == "1"
+            refused = chat.post("/v1/chat/completions", json={"model": "tier-small", "messages": user()})
+            assert refused.status_code == 503 and refused.headers["retry-after"] == "1"
+            assert refused.json()["error"]["code"] == "shutting_down"
+            assert events(list(lines))[-1] == "[DONE]"
+    finally:
+        readiness.close()
+        chat.close()
+    assert_clean_exit(gateway)
+
+
+def test_an_idle_gateway_exits_without_waiting_for_the_grace(engine: str, tmp_path: Path) -> None:
+    with cascade_serve(tmp_path, engine, "[gateway]\nshutdown_grace_s = 60\n") as gateway:
+        with httpx.Client(base_url=gateway.url, trust_env=False) as client:  # an idle keep-alive connection
+            assert client.get("/health").status_code == 200
+            gateway.stop(signal.SIGTERM)
+            assert gateway.wait_exit(30) < 30
+        assert gateway.proc.returncode == 0
+        assert "Traceback" not in gateway.output()
