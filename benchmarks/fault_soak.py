@@ -59,6 +59,7 @@ class Outcome(msgspec.Struct):
     retries: int = 0
     fallback_from: str | None = None
     detail: str = ""  # what the client saw, for the report's samples of non-ok outcomes
+    status: int | None = None
 
 
 class Proc:
@@ -203,7 +204,7 @@ async def one_request(client: httpx.AsyncClient, url: str, model: str, stream: b
     retries, fallback = info.get("retries"), info.get("fallback_from")
     detail = "" if kind == "ok_correct" else f"{model} stream={stream} status={status} {error} {bytes(raw[-300:])!r}"
     return Outcome(kind, latency, retries if isinstance(retries, int) else 0,
-                   fallback if isinstance(fallback, str) and fallback else None, detail)
+                   fallback if isinstance(fallback, str) and fallback else None, detail, status)
 
 
 class Replica:
@@ -311,6 +312,10 @@ def report(outcomes: list[Outcome], fault_log: list[str], served: Counter[str],
              and (line.startswith(wanted) or "breaker" in line or "retr" in line)]
     return {
         "requests": len(outcomes), **{k: kinds.get(k, 0) for k in KINDS},
+        # 200: an error event after tokens were sent (a fault mid-stream, which cannot be retried);
+        # 502/503/504: before any byte (every replica tried, or the tier benched).
+        "error_reported_by_status": dict(sorted(Counter(str(o.status) for o in outcomes
+                                                        if o.kind == "error_reported").items())),
         "served_by_failover": round(len(failover) / len(ok), 4) if ok else 0.0,
         "failover_added_latency_ms_p99": added,
         "faults_injected": dict(sorted(Counter(entry.split()[1] for entry in fault_log).items())),

@@ -151,7 +151,7 @@ def decode_chat_request(raw: bytes) -> ChatCompletionRequest:
     try:
         return _decode_request(raw)
     except msgspec.ValidationError as exc:
-        if str(exc).startswith("Expected `int`, got `float`"):
+        if str(exc).startswith("Expected `int") and "got `float`" in str(exc):  # `int` or `int | null`
             whole = _with_whole_floats_as_ints(raw)  # OpenAI accepts `"n": 2.0`; only the error path pays
             if whole is not None:
                 return whole

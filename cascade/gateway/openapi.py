@@ -34,11 +34,15 @@ _ERRORS = {
     400: "Invalid request: malformed JSON, a wrong type, an unknown field or a value beyond the gateway's limits "
          "(`error.param` names the field).",
     401: "Missing or invalid API key.",
+    408: "The request's headers or body did not arrive within `header_timeout_s` / `body_timeout_s`.",
     404: "Unknown model (`error.code` is `model_not_found`).",
     413: "The request body exceeds `[gateway.limits] max_body_bytes`.",
-    429: "Overloaded: too many requests in flight, or no branch slot within `max_slot_wait_s`.",
+    429: "Overloaded: too many requests in flight (in all or on the tier), too many backend streams, or no "
+         "branch slot within `max_slot_wait_s`.",
+    431: "The request line and headers exceed `[gateway.limits] max_header_bytes`.",
     502: "A backend answered with an error or an unparsable response.",
-    503: "No backend to talk to: connection refused or no healthy replica.",
+    503: "No backend to talk to (connection refused, or every replica benched by its circuit breaker), the "
+         "gateway's connections are all busy, or the gateway is shutting down.",
     504: "A backend did not answer (or stopped streaming) in time.",
 }
 _RETRY = (429, 503)
@@ -55,8 +59,9 @@ def openapi_document(model_ids: Sequence[str] = (), limits: Limits | None = None
     schemas["Health"] = {"type": "object", "properties": {"status": {"const": "ok"}}, "required": ["status"]}
     schemas["Readiness"] = _readiness_schema()
     schemas["ServerSentEvent"] = _event_schema()
-    chat_errors = (400, 401, 404, 413, 429, 502, 503, 504) if auth else (400, 404, 413, 429, 502, 503, 504)
-    route_errors = (400, 401, 404, 413) if auth else (400, 404, 413)
+    chat_errors = (400, 401, 404, 408, 413, 429, 431, 502, 503, 504) if auth else \
+        (400, 404, 408, 413, 429, 431, 502, 503, 504)
+    route_errors = (400, 401, 404, 408, 413, 431, 503) if auth else (400, 404, 408, 413, 431, 503)
     tier_header = {"X-Cascade-Tier": {"description": "The tier that served the request (cascade mode: the first "
                                                      "tier tried; the body's `model` names the answering one).",
                                       "required": True, "schema": {"type": "string"}}}
@@ -80,17 +85,20 @@ def openapi_document(model_ids: Sequence[str] = (), limits: Limits | None = None
              "content": {"application/json": {"schema": {"$ref": _REF.format(name="RouteDecision")}}}},
             route_errors, security, body=_request_body(model_ids))},
         "/v1/models": {"get": _operation(
-            "listModels", "The tiers and the routed `cascade` aliases.", _json_ok("The models.", "ModelList"))},
+            "listModels", "The tiers and the routed `cascade` aliases.", _json_ok("The models.", "ModelList"),
+            (503,))},
         "/health": {"get": _operation("health", "The process is up.", _json_ok("Up.", "Health"))},
         "/ready": {"get": _operation(
             "ready", "Every tier has a healthy backend replica.", _json_ok("Every tier is reachable.", "Readiness"),
-            extra={503: {"description": "Some tier has no healthy replica.", "headers": _retry_after(),
+            extra={503: {"description": "Some tier has no healthy replica, or the gateway is shutting down "
+                                        "(`status`: `draining`).", "headers": _retry_after(),
                          "content": {"application/json": {"schema": {"$ref": _REF.format(name="Readiness")}}}}})},
         "/metrics": {"get": _operation("metrics", "Prometheus metrics.", {
             "description": "Prometheus text exposition format 0.0.4.",
             "content": {"text/plain": {"schema": {"type": "string"}}}})},
         "/openapi.json": {"get": _operation("openapi", "This document.", {
-            "description": "The OpenAPI document.", "content": {"application/json": {"schema": {"type": "object"}}}})},
+            "description": "The OpenAPI document.", "content": {"application/json": {"schema": {"type": "object"}}}},
+            (503,))},
     }
     document: dict[str, Any] = {
         "openapi": "3.1.0",
@@ -186,10 +194,16 @@ def _readiness_schema() -> dict[str, Any]:
     worker = {"type": "object", "properties": {
         "url": {"type": "string"}, "pid": {"type": ["integer", "null"]}, "alive": {"type": "boolean"},
         "restarts": {"type": "integer"}}}
-    return {"type": "object", "required": ["status", "tiers"], "properties": {
-        "status": {"enum": ["ready", "unavailable"]},
+    replica = {"type": "object", "properties": {
+        "breaker": {"enum": ["closed", "half_open", "open"]}, "outstanding": {"type": "integer"},
+        "consecutive_failures": {"type": "integer"}, "next_probe_s": {"type": ["number", "null"]}}}
+    return {"type": "object", "required": ["status"], "properties": {
+        "status": {"enum": ["ready", "unavailable", "draining"]},
         "tiers": {"type": "object", "additionalProperties": {"type": "boolean"},
-                  "description": "Per tier: has a healthy replica."},
+                  "description": "Per tier: has a replica that passes its health check and is not benched."},
+        "replicas": {"type": "object", "additionalProperties": {"type": "object", "additionalProperties": replica},
+                     "description": "Per tier, per replica: its circuit breaker."},
+        "error": {"type": "string", "description": "Why the readiness check itself failed."},
         "workers": {"type": "object", "additionalProperties": worker,
                     "description": "The embedded workers `cascade serve` supervises."}}}
 
