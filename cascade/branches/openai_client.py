@@ -105,7 +105,7 @@ class OpenAIBackend:
         self.name = name
         # Credentials in the URL (`http://user:pass@host`) become a Basic Authorization header, and
         # `self.url`, which error messages and logs show, never carries them.
-        self.url, basic = _split_credentials(url.rstrip("/"))
+        self.url, basic = split_credentials(url.rstrip("/"))
         self.model = model
         self.timeouts = timeouts
         self._headers = {"Content-Type": "application/json"}
@@ -340,7 +340,7 @@ class OpenAIBackend:
         return BackendFailed(f"backend `{self.name}` returned HTTP {status}: {detail}", self.name)
 
 
-def _split_credentials(url: str) -> tuple[str, str]:
+def split_credentials(url: str) -> tuple[str, str]:
     """(the URL without `user:pass@`, base64 of `user:pass` or "")."""
     parts = urlsplit(url)
     if "@" not in parts.netloc:

@@ -45,7 +45,7 @@ from typing import Literal
 import aiohttp
 import msgspec
 
-from cascade.branches.openai_client import _error_message, make_session
+from cascade.branches.openai_client import _error_message, make_session, split_credentials
 from cascade.config import PRM_TIMEOUTS, PRMScorerConfig, Timeouts
 from cascade.errors import BackendError, BackendFailed, BackendTimeout, BackendUnavailable, ConfigError
 
@@ -102,7 +102,8 @@ class SGLangPRMScorer:
         if aggregate not in AGGREGATES:
             raise ConfigError(f"PRM scorer `aggregate` must be one of {', '.join(AGGREGATES)}, not `{aggregate}`")
         self.name = name
-        self.url = url.rstrip("/")
+        # As the chat backends: `user:pass@` in the URL is sent as Basic auth and never shown.
+        self.url, basic = split_credentials(url.rstrip("/"))
         self.model = model
         self.timeouts = timeouts
         self.aggregate = aggregate
@@ -112,6 +113,8 @@ class SGLangPRMScorer:
         self._headers = {"Content-Type": "application/json"}
         if api_key:
             self._headers["Authorization"] = f"Bearer {api_key}"
+        elif basic:
+            self._headers["Authorization"] = f"Basic {basic}"
         self._session: aiohttp.ClientSession | None = None
 
     @classmethod

@@ -224,6 +224,14 @@ def test_api_key_is_sent_as_bearer() -> None:
     assert headers[0][b"content-type"] == b"application/json"
 
 
+def test_credentials_in_the_url_are_sent_as_basic_auth_and_never_shown(replay: Replayed) -> None:
+    url, app = replay
+    assert score(url.replace("http://", "http://prm:s3cret@")) == 0.9716796875
+    assert app.requests[-1].headers["authorization"] == "Basic cHJtOnMzY3JldA=="  # prm:s3cret
+    error = raised(dead_url().replace("http://", "http://prm:s3cret@"))
+    assert "s3cret" not in error.message and "prm:" not in error.message
+
+
 # --- errors: always a BackendError, never a hang -----------------------------------------------
 
 
