@@ -63,6 +63,9 @@ class Limits(_Strict, frozen=True):
     # Idle time allowed between requests on a connection; above the 5 s after which httpx (the OpenAI
     # SDK) stops reusing one, so that a client never sends on a connection the gateway is closing.
     keepalive_timeout_s: PositiveFloat = 15.0
+    # A client that stops reading its response: once the socket's send buffer has stayed full this long, the
+    # connection is dropped, which frees its request place and closes its upstream streams.
+    write_timeout_s: PositiveFloat = 60.0
 
 
 class Failover(_Strict, frozen=True):

@@ -20,6 +20,9 @@ What the subclass does, with `[gateway.limits]`:
   accept, for a connection's first request); `body_timeout_s`: its body within this of its headers.
   Then 408 and close (a connection that sent nothing is just closed).
 - `keepalive_timeout_s`: uvicorn's own keep-alive timer, between requests.
+- `write_timeout_s`: uvicorn waits for a full send buffer to drain without a bound, so a client that
+  never reads its stream held its request place (and its upstream streams) for ever; once writing has
+  been paused this long the connection is dropped, and the app sees a disconnect.
 - `max_connections` (lowered to half the open-file limit, the other half left for upstream streams and
   files; `cascade serve` raises the soft limit to the hard one first): when full, the connection that has
   waited longest without a request in flight (idle, or still sending its headers) is closed to admit
@@ -103,6 +106,7 @@ class GatewayProtocol(HttpToolsProtocol):
         self._in_body = False  # between a request's headers and the end of its body
         self._head_too_large = False  # a head parsed within one read was over the limit
         self._answered = False  # this class answered: discard input until the connection closes
+        self._write_stall: asyncio.TimerHandle | None = None  # armed while the send buffer is full
 
     # Connections
 
@@ -128,7 +132,27 @@ class GatewayProtocol(HttpToolsProtocol):
     def connection_lost(self, exc: Exception | None) -> None:
         self.shared.waiting.pop(self, None)
         self._cancel_timer()
+        self._stop_write_timer()
         super().connection_lost(exc)
+
+    def pause_writing(self) -> None:
+        super().pause_writing()
+        if self._write_stall is None:
+            self._write_stall = self.loop.call_later(self.shared.limits.write_timeout_s, self._write_stalled)
+
+    def resume_writing(self) -> None:
+        super().resume_writing()
+        self._stop_write_timer()
+
+    def _stop_write_timer(self) -> None:
+        if self._write_stall is not None:
+            self._write_stall.cancel()
+            self._write_stall = None
+
+    def _write_stalled(self) -> None:
+        self._write_stall = None
+        log.info("dropping a connection whose client read nothing for %g s", self.shared.limits.write_timeout_s)
+        self.transport.abort()  # connection_lost: the request's task sees http.disconnect
 
     def shutdown(self) -> None:
         drain = self.shared.drain
