@@ -138,6 +138,10 @@ class ChatCompletionsASGI:
             else:
                 completion = await guard.run(service.complete(req, decision, max_tokens))
                 await _respond(send, 200, _encode(completion), [(b"x-cascade-tier", completion.model.encode())])
+        except ClientGone:
+            # Counted here, once, and only for a client that left (a drain's cancel is not a disconnect).
+            service.metrics.disconnects.labels(decision.tier.name).inc()
+            raise
         finally:
             guard.close()
             service.release()

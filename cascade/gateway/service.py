@@ -325,7 +325,7 @@ class ChatService:
         return settings if settings.n > 1 else None
 
     async def _answer(self, req: ChatCompletionRequest, tier: Tier, max_tokens: int) -> Answer:
-        """All `n` choices of one tier, collected (errors and disconnects are counted)."""
+        """All `n` choices of one tier, collected (backend errors are counted)."""
         settings = self.branch_settings(req, tier)
         streams = req.n * (settings.n if settings is not None else 1)
         self._enter(tier, streams)
@@ -338,9 +338,6 @@ class ChatService:
                 tier.backend.generate(self._generation(req, tier, max_tokens, i)) for i in range(req.n)))
         except BackendError as exc:
             self._count_backend_error(tier, exc)
-            raise
-        except asyncio.CancelledError:
-            self.metrics.disconnects.labels(tier.name).inc()
             raise
         finally:
             self._leave(tier, streams)
@@ -458,9 +455,6 @@ class ChatService:
                 self.metrics.client_errors.labels("429").inc()
             yield _in_band_error(exc)
             return
-        except (asyncio.CancelledError, GeneratorExit):
-            self.metrics.disconnects.labels(decision.tier.name).inc()
-            raise
         finally:
             if not work.done():
                 work.cancel()
@@ -571,9 +565,6 @@ class ChatService:
             self._count_backend_error(tier, exc)
             yield _in_band_error(exc)
             return
-        except (asyncio.CancelledError, GeneratorExit):
-            self.metrics.disconnects.labels(tier.name).inc()
-            raise
         finally:
             try:
                 if merged is not None:

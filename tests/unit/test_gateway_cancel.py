@@ -20,6 +20,12 @@ def _wait_for(predicate, timeout_s: float = 5.0) -> bool:
     return False
 
 
+def _disconnects(base: str) -> float:
+    text = httpx.get(f"{base}/metrics").text
+    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+               if line.startswith("cascade_client_disconnects_total{"))
+
+
 def test_stream_disconnect_cancels_upstream_generation() -> None:
     with running_gateway(FakeScript(tokens=10_000, itl_ms=5)) as (base, _, engine):
         body = {"model": "cascade", "messages": user(), "stream": True, "max_tokens": 10_000}
@@ -33,6 +39,7 @@ def test_stream_disconnect_cancels_upstream_generation() -> None:
         assert engine.stats.tokens_sent == sent, "engine kept generating after the client left"
         assert engine.stats.in_flight == 0
         assert _wait_for(lambda: 'cascade_in_flight_requests 0.0' in httpx.get(f"{base}/metrics").text)
+        assert _disconnects(base) == 1  # once, though both the stream and the request were cancelled
 
 
 def test_non_streaming_disconnect_cancels_upstream_generation() -> None:
@@ -42,7 +49,7 @@ def test_non_streaming_disconnect_cancels_upstream_generation() -> None:
         # The gateway streams upstream even for non-streaming clients (see ChatService.complete).
         assert _wait_for(lambda: engine.stats.streams_cancelled == 1), engine.stats
         assert engine.stats.in_flight == 0
-        assert 'cascade_client_disconnects_total' in httpx.get(f"{base}/metrics").text
+        assert _disconnects(base) == 1
 
 
 def test_finished_streams_are_not_counted_as_cancelled() -> None:
