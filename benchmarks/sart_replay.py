@@ -8,7 +8,7 @@ of them is measured live.
 Model of time (stated, not hidden): branches of one request advance in lockstep, one token per step
 each (what a continuous-batching engine does with branches admitted together). A branch's partial
 text after t tokens is the first t tokens of its saved text (Qwen tokenizer of the embedded tier).
-Rules are the runner's (cascade/branches/runner.py):
+Rules are the runner's, by the same functions (cascade/branches/sart.py `to_prune`, `vote`):
   * every K completed reasoning steps (paragraphs) a branch is scored by the CPU scorer;
   * phase 1 (nothing finished): prune live branches scoring < alpha, lowest first, at most beta,
     never the last live one;
@@ -40,10 +40,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from cascade.branches.cpu_scorer import CPUScorer
+from cascade.branches.sart import Finished, Scored, to_prune, vote
 from cascade.branches.scoring import split_steps
 from cascade.engines.models import load_card, model_dir
 from loadgen.datasets import prompts_by_id
-from loadgen.grading import answer_key
 
 
 @dataclass
@@ -111,10 +111,6 @@ class Outcome:
     latency: int
 
 
-def _or(value: float | None, default: float) -> float:
-    return default if value is None else value
-
-
 def replay(branches: list[SavedBranch], m: int, alpha: float, beta: int, prune: bool) -> Outcome:
     n = len(branches)
     state = ["running"] * n
@@ -145,35 +141,18 @@ def replay(branches: list[SavedBranch], m: int, alpha: float, beta: int, prune: 
         else:
             score[i] = value
         if prune:
-            if first_finished is None:
-                if alpha > 0:
-                    for j in sorted(live(), key=lambda j: _or(score[j], 1.0)):
-                        if pruned1 >= beta or len(live()) <= 1:
-                            break
-                        sj = score[j]
-                        if sj is not None and sj < alpha:
-                            cut(j, t, "pruned")
-                            pruned1 += 1
-            else:
-                for j in live():
-                    sj = score[j]
-                    if sj is not None and sj < first_finished:
-                        cut(j, t, "pruned")
+            victims = to_prune([Scored(j, score[j]) for j in live()], alpha, beta, pruned1, first_finished)
+            for j in victims:
+                cut(j, t, "pruned")
+            pruned1 += len(victims) if first_finished is None else 0
         if sum(s == "finished" for s in state) >= m or not live():
             for j in live():
                 cut(j, t, "stopped")
             end = t
             break
-    finished = [i for i in range(n) if state[i] == "finished"]
-    complete = [i for i in finished if not branches[i].capped] or finished
-    groups: dict[str | None, list[int]] = defaultdict(list)
-    for i in complete:
-        groups[answer_key(branches[i].text)].append(i)
-    answer = max(groups, key=lambda a: (a is not None, len(groups[a]),
-                                        max((score[i] or 0.0) for i in groups[a]),
-                                        -min(branches[i].tokens for i in groups[a])))
-    chosen = max(groups[answer], key=lambda i: (score[i] or 0.0, -branches[i].tokens))
-    return Outcome(correct=branches[chosen].correct, tokens=sum(ended_at), latency=end)
+    result = vote([Finished(i, b.text, score[i], b.tokens, not b.capped)
+                   for i, b in enumerate(branches) if state[i] == "finished"])
+    return Outcome(correct=branches[result.chosen].correct, tokens=sum(ended_at), latency=end)
 
 
 def summarize(outcomes: list[Outcome], baseline: list[Outcome]) -> dict[str, float]:

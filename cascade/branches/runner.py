@@ -28,7 +28,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections import defaultdict
 from collections.abc import AsyncGenerator, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
@@ -36,9 +35,9 @@ from typing import Literal
 import msgspec
 
 from cascade.branches.backend import Backend, GenerationRequest, StreamDelta
+from cascade.branches.sart import Finished, Scored, to_prune, vote
 from cascade.branches.scoring import STEP_SEPARATOR, Scorer, split_steps
 from cascade.errors import BackendError
-from loadgen.grading import answer_key
 
 Aggregation = Literal["majority", "weighted"]
 
@@ -236,21 +235,11 @@ class _Run:
                 self._prune()
 
     def _prune(self) -> None:
-        live = self._live()
-        if self.first_finished_score is None:  # phase 1
-            if self.settings.alpha <= 0:
-                return
-            for branch in sorted(live, key=lambda b: b.score if b.score is not None else 1.0):
-                if self.pruned[0] >= self.settings.beta or len(self._live()) <= 1:
-                    break
-                if branch.score is not None and branch.score < self.settings.alpha:
-                    self._cancel(branch, "pruned")
-                    self.pruned[0] += 1
-        else:  # phase 2
-            for branch in live:
-                if branch.score is not None and branch.score < self.first_finished_score:
-                    self._cancel(branch, "pruned")
-                    self.pruned[1] += 1
+        victims = to_prune([Scored(b.index, b.score) for b in self._live()], self.settings.alpha,
+                           self.settings.beta, self.pruned[0], self.first_finished_score)
+        for index in victims:
+            self._cancel(self.branches[index], "pruned")
+        self.pruned[0 if self.first_finished_score is None else 1] += len(victims)
 
     def _leave(self, branch: Branch, state: str) -> None:
         branch.state = state
@@ -272,29 +261,15 @@ class _Run:
             if self.error is not None:
                 raise self.error
             raise RuntimeError("no branch finished")  # unreachable: the last live branch is never pruned
-        complete = [b for b in finished if b.finish_reason == "stop"] or finished
-        groups: dict[str | None, list[Branch]] = defaultdict(list)
-        for branch in complete:
-            groups[answer_key(branch.full_text)].append(branch)
-
-        def best_score(members: list[Branch]) -> float:
-            return max((b.score for b in members if b.score is not None), default=0.0)
-
-        def weight(members: list[Branch]) -> float:
-            if self.settings.aggregation == "weighted":
-                return sum(b.score if b.score is not None else 0.5 for b in members)
-            return float(len(members))
-
-        # A branch without an answer never outvotes one with an answer.
-        answer = max(groups, key=lambda k: (k is not None, weight(groups[k]), best_score(groups[k]),
-                                            -min(b.tokens for b in groups[k])))
-        chosen = max(groups[answer], key=lambda b: (b.score if b.score is not None else 0.0, -b.tokens))
+        result = vote([Finished(b.index, b.full_text, b.score, b.tokens, b.finish_reason == "stop") for b in finished],
+                      weighted=self.settings.aggregation == "weighted")
+        chosen = self.branches[result.chosen]
         report = BranchReport(
             launched=len(self.branches), finished=len(finished), pruned_phase1=self.pruned[0],
             pruned_phase2=self.pruned[1], early_stopped=sum(b.state == "stopped" for b in self.branches),
             failed=sum(b.state == "failed" for b in self.branches),
             decode_tokens=sum(b.tokens for b in self.branches), scores_computed=self.scores_computed,
-            answer=answer, votes={str(k): len(v) for k, v in groups.items()}, chosen=chosen.index,
+            answer=result.answer, votes=result.votes, chosen=chosen.index,
         )
         return BranchRun(text=chosen.full_text, reasoning="".join(chosen.reasoning),
                          finish_reason=chosen.finish_reason or "stop", prompt_tokens=chosen.prompt_tokens,

@@ -1,0 +1,83 @@
+"""SART's two decisions as pure functions: which live branches to prune now, and which answer the
+finished branches vote for.
+
+The branch runner (cascade/branches/runner.py) calls them on live streams, and benchmarks/sart_replay.py
+on saved branches replayed offline, so that the replay measures the served rule, not a copy of it.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Sequence
+from typing import NamedTuple
+
+from loadgen.grading import answer_key
+
+
+class Scored(NamedTuple):
+    """A live branch as pruning sees it: its latest score (None: not scored yet)."""
+
+    branch: int  # its index
+    score: float | None
+
+
+class Finished(NamedTuple):
+    """A finished branch as the vote sees it."""
+
+    branch: int  # its index
+    text: str
+    score: float | None
+    tokens: int
+    complete: bool  # ended on its own (finish `stop`), not cut by max_tokens
+
+
+class Vote(NamedTuple):
+    answer: str | None  # the winning answer key (loadgen.grading.answer_key)
+    chosen: int  # index of the branch whose text is returned
+    votes: dict[str, int]  # answer key -> branches giving it
+
+
+def to_prune(live: Sequence[Scored], alpha: float, beta: int, pruned_in_phase1: int,
+             first_finished_score: float | None) -> list[int]:
+    """Indices of the live branches to prune now (`live` in branch order).
+
+    Phase 1 (no branch finished, `first_finished_score` None): lowest scores first, every branch scoring
+    below `alpha`, while fewer than `beta` were pruned in phase 1 and more than one branch stays live;
+    `alpha` 0 switches it off. Phase 2: every live branch scoring below the first finished branch's score.
+    A branch not scored yet is never pruned."""
+    if first_finished_score is None:
+        if alpha <= 0:
+            return []
+        pruned: list[int] = []
+        for branch in sorted(live, key=lambda b: 1.0 if b.score is None else b.score):
+            if pruned_in_phase1 + len(pruned) >= beta or len(live) - len(pruned) <= 1:
+                break
+            if branch.score is not None and branch.score < alpha:
+                pruned.append(branch.branch)
+        return pruned
+    return [b.branch for b in live if b.score is not None and b.score < first_finished_score]
+
+
+def vote(finished: Sequence[Finished], weighted: bool = False) -> Vote:
+    """Majority vote over the finished branches' answers (those cut by max_tokens only if nothing else
+    finished); a branch without an answer never outvotes one with an answer; ties go to the best score,
+    then to the shorter branch (short-m@k). `weighted`: votes weigh the branch's score (0.5 unscored)."""
+    if not finished:
+        raise ValueError("a vote needs at least one finished branch")
+    voters = [f for f in finished if f.complete] or list(finished)
+    groups: dict[str | None, list[Finished]] = defaultdict(list)
+    for branch in voters:
+        groups[answer_key(branch.text)].append(branch)
+
+    def best_score(members: list[Finished]) -> float:
+        return max((b.score for b in members if b.score is not None), default=0.0)
+
+    def weight(members: list[Finished]) -> float:
+        if weighted:
+            return sum(b.score if b.score is not None else 0.5 for b in members)
+        return float(len(members))
+
+    answer = max(groups, key=lambda k: (k is not None, weight(groups[k]), best_score(groups[k]),
+                                        -min(b.tokens for b in groups[k])))
+    chosen = max(groups[answer], key=lambda b: (b.score if b.score is not None else 0.0, -b.tokens))
+    return Vote(answer=answer, chosen=chosen.branch, votes={str(k): len(v) for k, v in groups.items()})
