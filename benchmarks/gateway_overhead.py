@@ -30,7 +30,6 @@ import json
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -41,15 +40,11 @@ from pathlib import Path
 import aiohttp
 import numpy as np
 
+from cascade.engines.supervisor import free_port
+
 # The fake engine's tokens are "t0 ", "t1 ", ...; count them, not chunks: a busy gateway merges the
 # chunks that arrive together into one frame.
 TOKEN = re.compile(rb"t\d+ ")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def start(args: list[str], log: Path) -> subprocess.Popen[bytes]:

@@ -36,7 +36,6 @@ import json
 import os
 import resource
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -46,16 +45,12 @@ from typing import Any
 
 import numpy as np
 
+from cascade.engines.supervisor import free_port
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 # --- the server ---------------------------------------------------------------------------------
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
 
 class Instrumented:
     """The fake engine, unchanged, wrapped to record what it actually did: per streamed request, the

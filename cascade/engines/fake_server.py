@@ -280,6 +280,10 @@ class FakeEngine:
                         await asyncio.wait_for(disconnected.wait(), delay)
                 elif delay > 0:
                     await asyncio.sleep(delay)
+                elif not i % 256:
+                    # Unpaced tokens never suspend this loop (uvicorn's send returns at once, even after the
+                    # client left): yield now and then, as a real engine does per step, so the watcher runs.
+                    await asyncio.sleep(0)
                 if disconnected.is_set():
                     self.stats.streams_cancelled += 1
                     return

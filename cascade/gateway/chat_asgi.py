@@ -47,6 +47,7 @@ ASGIApp = Callable[..., Awaitable[None]]  # Litestar's own ASGI types are narrow
 log = logging.getLogger("cascade.gateway")
 _encode = msgspec.json.Encoder().encode
 PATH = "/v1/chat/completions"
+YIELD_EVERY = 256  # frames sent between explicit yields to the event loop (see _stream)
 
 
 class ClientGone(Exception):
@@ -186,8 +187,14 @@ async def _stream(service: ChatService, req: ChatCompletionRequest, decision: De
             headers.append((b"x-cascade-mode", b"cascade"))
         await send({"type": "http.response.start", "status": 200, "headers": headers})
         await send({"type": "http.response.body", "body": first, "more_body": True})
+        sent = 0
         async for frame in frames:
             await send({"type": "http.response.body", "body": frame, "more_body": True})
+            sent += 1
+            if not sent % YIELD_EVERY:
+                # After a disconnect uvicorn's send returns at once, and an upstream that always has data
+                # buffered never suspends this loop: yield now and then so the disconnect watcher can stop it.
+                await asyncio.sleep(0)
         await send({"type": "http.response.body", "body": b"", "more_body": False})
     finally:
         await frames.aclose()
