@@ -105,6 +105,7 @@ class ChatService:
         # Per-tier admission and the upstream stream budget (see `_enter`).
         self.tier_caps = [t.config.max_in_flight or limits.max_in_flight_per_tier for t in self.tiers]
         self.tier_load = [0] * len(self.tiers)
+        self._tier_gauges = [metrics.tier_in_flight.labels(t.name) for t in self.tiers]  # no lookup per request
         self.streams_open = 0
 
     # --- models and validation -------------------------------------------------------------
@@ -213,23 +214,23 @@ class ChatService:
                              f"({self.streams_open} open; this request needs {streams})")
         self.tier_load[tier.index] += 1
         self.streams_open += streams
-        self.metrics.tier_in_flight.labels(tier.name).inc()
+        self._tier_gauges[tier.index].inc()
 
     def _leave(self, tier: Tier, streams: int) -> None:
         self.tier_load[tier.index] -= 1
         self.streams_open -= streams
-        self.metrics.tier_in_flight.labels(tier.name).dec()
+        self._tier_gauges[tier.index].dec()
 
     def _fallback(self, decision: Decision, req: ChatCompletionRequest) -> Tier | None:
         """Route mode: the nearest other tier that can take a request now (higher first at equal
         distance, so quality is kept where it can be), or None when the client named the tier."""
         if decision.router == "bypass" or decision.accept is not None or not self.failover.tier_fallback:
             return None
-        here = decision.tier.index
+        here, used = decision.tier.index, _forwarded(req)
         for distance in range(1, len(self.tiers)):
             for index in (here + distance, here - distance):
                 if 0 <= index < len(self.tiers) and self.tiers[index].backend.available() \
-                        and not _forwarded(req) & self.tiers[index].unsupported:
+                        and not used & self.tiers[index].unsupported:
                     return self.tiers[index]
         return None
 
