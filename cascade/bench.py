@@ -31,11 +31,12 @@ from pathlib import Path
 import msgspec
 import numpy as np
 
-from cascade.branches.runner import BranchRun, BranchRunner, BranchSettings
+from cascade.answer import Sampling, answer
+from cascade.branches.runner import BranchRun, BranchSettings
 from cascade.branches.slots import BranchSlots
 from cascade.errors import CascadeError
 from cascade.schemas import ChatMessage
-from cascade.tiers import Tier, branch_requests, tier_request
+from cascade.tiers import Tier
 from loadgen.arrivals import schedule
 from loadgen.grading import grade
 from loadgen.records import Prompt
@@ -91,43 +92,39 @@ async def run_method(
     on_done: Callable[[RequestRecord], None] | None = None, branches_out: list[dict] | None = None,
 ) -> list[RequestRecord]:
     branch_settings = method_settings(method, settings)
-    runner = BranchRunner(tier.backend, branch_settings, tier.scorer)
     slots = BranchSlots(tier.name, settings.slots or 4 * settings.n)
+    # The gateway's answer on a tier (cascade/answer.py), with this method's branch settings and slots.
     temperature = 0.0 if method == "vanilla" else settings.temperature
+    sampling = Sampling(max_tokens=settings.max_tokens, temperature=temperature, seed=settings.seed * 1000)
     start = time.perf_counter() + 0.05
 
     async def one(i: int, prompt: Prompt) -> RequestRecord:
         arrival = start + float(offsets[i])
         await asyncio.sleep(max(0.0, arrival - time.perf_counter()))
-        template = tier_request(tier, [ChatMessage(role="user", content=prompt.prompt)], settings.max_tokens,
-                                temperature=temperature)
-        requests = branch_requests(template, settings.seed * 1000, branch_settings.n)
-        await slots.acquire(branch_settings.n, timeout_s=None)
-        queued = time.perf_counter() - arrival
-        released = 0
+        admitted = arrival
 
-        def ended() -> None:
-            nonlocal released
-            released += 1
-            slots.release(1)
+        def on_admitted() -> None:
+            nonlocal admitted
+            admitted = time.perf_counter()
 
         try:
-            run: BranchRun = await runner.run(prompt.prompt, requests, ended)
+            whole = await answer(tier, [ChatMessage(role="user", content=prompt.prompt)], sampling, branch_settings,
+                                 slots=slots, on_admitted=on_admitted)
         except CascadeError as exc:
             record = RequestRecord(id=prompt.id, correct=False, latency_s=time.perf_counter() - arrival,
-                                   queue_s=queued, decode_tokens=0, error=exc.message)
+                                   queue_s=admitted - arrival, decode_tokens=0, error=exc.message)
         else:
-            r = run.report
-            record = RequestRecord(
-                id=prompt.id, correct=grade(run.text, prompt.reference or ""), latency_s=time.perf_counter() - arrival,
-                queue_s=queued, decode_tokens=r.decode_tokens, launched=r.launched, finished=r.finished,
-                pruned=r.pruned_phase1 + r.pruned_phase2, early_stopped=r.early_stopped,
-            )
+            text = whole.results[0].text
+            record = RequestRecord(id=prompt.id, correct=grade(text, prompt.reference or ""),
+                                   latency_s=time.perf_counter() - arrival, queue_s=admitted - arrival,
+                                   decode_tokens=whole.decode_tokens, launched=1, finished=1)
+            if whole.reports:
+                r = whole.reports[0]
+                record = msgspec.structs.replace(record, launched=r.launched, finished=r.finished,
+                                                 pruned=r.pruned_phase1 + r.pruned_phase2,
+                                                 early_stopped=r.early_stopped)
             if branches_out is not None and method == "self_consistency":
-                branches_out.extend(_branch_rows(prompt, run))
-        finally:
-            if released < branch_settings.n:
-                slots.release(branch_settings.n - released)
+                branches_out.extend(_branch_rows(prompt, whole.runs[0]))
         if on_done is not None:
             on_done(record)
         return record

@@ -2,10 +2,11 @@
 
 The tiers are reached exactly as the gateway reaches them (cascade.tiers), so outcomes describe
 what serving will do. Rows are appended as soon as all tiers answered a prompt, so an interrupted
-run resumes where it stopped (ids already in the output are skipped). Single-branch tiers decode
-greedily (temperature 0) so that a row is reproducible; tiers with reasoning branches run their
-branch runner with seeded sampled branches, as the gateway serves them. The sample of prompts is
-drawn with `seed`.
+run resumes where it stopped (ids already in the output are skipped). Each answer is the gateway's
+own (cascade/answer.py) to the prompt sent with `seed`: single-branch tiers decode greedily
+(temperature 0) so that a row is reproducible; tiers with reasoning branches sample them seeded at
+their branch temperature and run SART, as the gateway serves them. The sample of prompts is drawn
+with `seed`.
 
 Row format (one JSON object per line), keyed by dataset row id so that committed outcomes carry no
 dataset text (`--with-text` adds prompts for local use):
@@ -24,11 +25,11 @@ from pathlib import Path
 import msgspec
 import numpy as np
 
-from cascade.branches.runner import BranchRunner
+from cascade.answer import Sampling, answer
 from cascade.branches.slots import BranchSlots
 from cascade.errors import CascadeError, ConfigError
 from cascade.schemas import ChatMessage
-from cascade.tiers import Tier, branch_requests, branch_settings, tier_request
+from cascade.tiers import Tier, branch_settings
 from loadgen.datasets import DatasetError, load, sample
 from loadgen.grading import extract, grade
 from loadgen.records import Prompt
@@ -79,34 +80,26 @@ def select_prompts(dataset: str, n: int | None, seed: int) -> list[Prompt]:
 
 
 async def answer_on_tier(tier: Tier, prompt: Prompt, max_tokens: int | None, seed: int) -> TierOutcome:
-    """One tier's graded answer, as the gateway would produce it: greedy for a single-branch tier; for a
-    tier with reasoning branches, its branch runner (sampled branches, early stop, pruning, vote)."""
-    messages = [ChatMessage(role="user", content=prompt.prompt)]
+    """One tier's graded answer: exactly what the gateway serves (cascade/answer.py) for the prompt sent
+    with `seed`, and `temperature: 0` on a single-branch tier so that its row is reproducible (a tier with
+    reasoning branches samples them at its branch temperature, seeded, and runs SART as served)."""
     settings = branch_settings(tier)
     branched = settings.n > 1
-    request = tier_request(tier, messages, max_tokens, temperature=tier.config.branch_temperature if branched else 0.0,
-                           seed=seed)
+    sampling = Sampling(max_tokens=max_tokens, temperature=None if branched else 0.0, seed=seed)
     start = time.perf_counter()
-    decode_tokens = None
     try:
-        if branched:
-            requests = branch_requests(request, seed * 1000, settings.n)
-            run = await BranchRunner(tier.backend, settings, tier.scorer).run(prompt.prompt, requests)
-            text, finish_reason, tokens = run.text, run.finish_reason, run.completion_tokens
-            decode_tokens = run.report.decode_tokens
-        else:
-            # The pool streams (the read timeout bounds silence between tokens, not the whole answer) and
-            # retries a failed answer on another replica, as the gateway does.
-            result = await tier.backend.generate(request)
-            text, finish_reason, tokens = result.text, result.finish_reason, result.completion_tokens
+        whole = await answer(tier, [ChatMessage(role="user", content=prompt.prompt)], sampling,
+                             settings if branched else None)
     except CascadeError as exc:
         # A failed answer is an outcome too (the tier did not answer); it is marked so it can be re-run.
         return TierOutcome(correct=False, answer=None, output_tokens=0, latency_s=time.perf_counter() - start,
                            finish_reason="error", error=exc.message)
+    result = whole.results[0]
     reference = prompt.reference or ""
     return TierOutcome(
-        correct=grade(text, reference), answer=extract(text, reference), output_tokens=tokens,
-        latency_s=round(time.perf_counter() - start, 3), finish_reason=finish_reason, decode_tokens=decode_tokens,
+        correct=grade(result.text, reference), answer=extract(result.text, reference),
+        output_tokens=result.completion_tokens, latency_s=round(time.perf_counter() - start, 3),
+        finish_reason=result.finish_reason, decode_tokens=whole.decode_tokens if whole.reports else None,
     )
 
 

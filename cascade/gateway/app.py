@@ -15,7 +15,7 @@ from cascade.errors import CascadeError, InvalidRequest, PayloadTooLarge, Unauth
 from cascade.gateway.chat_asgi import ChatCompletionsASGI
 from cascade.gateway.errors import error_response, openai_error, status_for
 from cascade.gateway.openapi import openapi_json
-from cascade.gateway.service import ChatService, Decision
+from cascade.gateway.service import ChatService
 from cascade.schemas import ChatCompletionRequest
 
 log = logging.getLogger("cascade.gateway")
@@ -62,9 +62,7 @@ def create_app(
         """The routing decision for a chat request, without generating (same body as chat completions)."""
         check_auth(request)
         req = decode_chat_request(await read_body(request))
-        service.validate(req)
-        decision = service.decide(req, request.headers.get("x-cascade-quality"))
-        service.preflight(req, decision)
+        decision, _ = service.prepare(req, request.headers.get("x-cascade-quality"))
         return Response(_encode(service.route_decision(decision)), media_type=_JSON,
                         headers={"X-Cascade-Tier": decision.tier.name})
 
@@ -202,4 +200,4 @@ def _error(exc: CascadeError, status: int) -> Response[bytes]:
     return Response(openai_error(exc, status), status_code=status, media_type=_JSON)
 
 
-__all__ = ["Decision", "create_app", "decode_chat_request"]
+__all__ = ["create_app", "decode_chat_request"]

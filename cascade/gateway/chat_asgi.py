@@ -25,6 +25,7 @@ from typing import Any
 import msgspec
 
 from cascade.errors import CascadeError, PayloadTooLarge, Unauthorized
+from cascade.gateway.decision import Decision
 from cascade.gateway.drain import (
     DRAIN_KEY,
     LIMITS_KEY,
@@ -36,7 +37,7 @@ from cascade.gateway.drain import (
     shutdown_stream_end,
 )
 from cascade.gateway.errors import error_response, openai_error, retry_after, status_for
-from cascade.gateway.service import ChatService, Decision
+from cascade.gateway.service import ChatService
 from cascade.schemas import ChatCompletionRequest
 
 Scope = MutableMapping[str, Any]
@@ -128,9 +129,7 @@ class ChatCompletionsASGI:
         raw = await self._read_body(headers, receive)
         service = self.service
         req = self.decode(raw)
-        max_tokens = service.validate(req)
-        decision = service.decide(req, headers.get("x-cascade-quality"))
-        service.preflight(req, decision)
+        decision, max_tokens = service.prepare(req, headers.get("x-cascade-quality"))
         service.admit()
         guard = _DisconnectGuard(receive, self.drain)
         try:
@@ -182,7 +181,7 @@ async def _stream(service: ChatService, req: ChatCompletionRequest, decision: De
         first = await anext(frames)
         headers = [(b"content-type", b"text/event-stream"), (b"cache-control", b"no-cache"),
                    (b"x-accel-buffering", b"no"), (b"x-cascade-tier", decision.tier.name.encode())]
-        if decision.accept is not None:
+        if decision.itinerary.judges_answers:
             # The answering tier is known only at the end: the chunks' `model` and `cascade` name it.
             headers.append((b"x-cascade-mode", b"cascade"))
         await send({"type": "http.response.start", "status": 200, "headers": headers})

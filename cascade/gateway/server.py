@@ -19,6 +19,7 @@ from cascade.gateway.metrics import GatewayMetrics
 from cascade.gateway.service import ChatService
 from cascade.gateway.traffic import TrafficLog
 from cascade.plan import load_plan
+from cascade.router.escalation import serving_mode
 from cascade.router.policy import HeuristicSignal, RoutingPolicy, RoutingSignal
 from cascade.tiers import build_tiers, make_workers
 
@@ -48,11 +49,12 @@ class Gateway:
             (accept if mode == "cascade" else points).update(plan.thresholds_by_hint(len(tiers)))
         self.metrics = GatewayMetrics()
         self.service = ChatService(
-            tiers, RoutingPolicy(len(tiers), points, routing_signal(config, [t.name for t in tiers]), mode, accept),
+            tiers, RoutingPolicy(len(tiers), points, routing_signal(config, [t.name for t in tiers])),
             config.gateway.limits, self.metrics,
             config.gateway.default_quality, config.gateway.keepalive_s,
             TrafficLog(config.gateway.traffic_log) if config.gateway.traffic_log else None,
             config.gateway.failover,
+            serving_mode(mode, len(tiers), accept, config.gateway.failover.tier_fallback),
         )
         self.metrics.watch_pools(lambda: [t.backend for t in self.service.tiers])
         self.app = create_app(

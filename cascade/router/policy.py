@@ -23,7 +23,6 @@ from typing import Protocol
 import msgspec
 
 from cascade.errors import ConfigError, InvalidRequest
-from cascade.router.acceptance import accept_for_target, default_accept_points
 
 NAMED_HINTS = ("fast", "balanced", "best")
 
@@ -145,11 +144,8 @@ class RoutingPolicy:
     a score plus thresholds to a tier."""
 
     def __init__(self, n_tiers: int, operating_points: dict[str, list[float]] | None = None,
-                 signal: RoutingSignal | None = None, mode: str = "route",
-                 accept_points: dict[str, list[float]] | None = None) -> None:
+                 signal: RoutingSignal | None = None) -> None:
         self.n_tiers = n_tiers
-        self.mode = mode
-        self.accept_points = default_accept_points(n_tiers) | (accept_points or {})
         self.signal: RoutingSignal = signal or HeuristicSignal()
         self.operating_points = (default_operating_points(n_tiers) | self.signal.operating_points()
                                  | (operating_points or {}))
@@ -164,16 +160,6 @@ class RoutingPolicy:
         assert hint.target is not None
         return (self.operating_points.get(hint.label) or self.signal.thresholds_for_target(hint.target)
                 or thresholds_for_target(hint.target, self.n_tiers))
-
-    def accept(self, hint: QualityHint) -> list[float]:
-        """Cascade mode: acceptance thresholds of every tier but the last."""
-        if hint.name is not None:
-            return self.accept_points[hint.name]
-        assert hint.target is not None
-        return self.accept_points.get(hint.label) or accept_for_target(hint.target, self.n_tiers)
-
-    def choose(self, score: float, hint: QualityHint) -> int:
-        return tier_for(score, self.thresholds(hint))
 
     def route(self, text: str, hint: QualityHint) -> Route:
         assessment = self.signal.assess(text)

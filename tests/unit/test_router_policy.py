@@ -45,24 +45,24 @@ def test_low_difficulty_routes_to_cheapest_tier() -> None:
 def test_named_operating_points_span_the_ladder() -> None:
     policy = RoutingPolicy(3)
     for difficulty in (0.0, 0.5, 0.99):
-        assert policy.choose(difficulty, QualityHint(name="fast")) == 0
-        assert policy.choose(difficulty, QualityHint(name="best")) == 2
-    assert policy.choose(0.1, QualityHint(name="balanced")) == 0
-    assert policy.choose(0.9, QualityHint(name="balanced")) == 2
+        assert tier_for(difficulty, policy.thresholds(QualityHint(name="fast"))) == 0
+        assert tier_for(difficulty, policy.thresholds(QualityHint(name="best"))) == 2
+    assert tier_for(0.1, policy.thresholds(QualityHint(name="balanced"))) == 0
+    assert tier_for(0.9, policy.thresholds(QualityHint(name="balanced"))) == 2
 
 
 def test_higher_accuracy_target_never_routes_cheaper() -> None:
     policy = RoutingPolicy(3)
     for difficulty in (0.1, 0.4, 0.7, 0.95):
-        tiers = [policy.choose(difficulty, QualityHint(target=q)) for q in (0.1, 0.5, 0.8, 0.95, 1.0)]
+        tiers = [tier_for(difficulty, policy.thresholds(QualityHint(target=q))) for q in (0.1, 0.5, 0.8, 0.95, 1.0)]
         assert tiers == sorted(tiers)
         assert tiers[-1] == 2
 
 
 def test_configured_operating_points_override_defaults() -> None:
     policy = RoutingPolicy(2, {"balanced": [0.9], "0.8": [0.2]})
-    assert policy.choose(0.5, QualityHint(name="balanced")) == 0
-    assert policy.choose(0.5, QualityHint(target=0.8)) == 1
+    assert tier_for(0.5, policy.thresholds(QualityHint(name="balanced"))) == 0
+    assert tier_for(0.5, policy.thresholds(QualityHint(target=0.8))) == 1
     assert policy.thresholds(QualityHint(name="fast")) == [math.inf]
 
 

@@ -1,0 +1,173 @@
+"""A tier's answer to one conversation: the one function the gateway, `cascade label` and `cascade bench` call.
+
+One branch: each choice is one upstream request, streamed and collected by the tier's replica pool (which
+retries a failed answer on another replica). Reasoning branches (SART): per choice, `settings.n` sampled
+branches through the branch runner, which stops early, prunes and votes.
+
+Sampling is the same wherever the answer is asked for, so `cascade label` labels exactly what the gateway
+serves for the same request:
+
+* choice `c` of a single-branch answer sends seed `seed + c` (distinct, reproducible samples for n > 1);
+* branch `b` of choice `c` sends seed `seed + c * n + b` (a random base when the request has no seed) at
+  the request's temperature, or the tier's `branch_temperature` when it set none (branches must differ).
+
+Slots: every upstream stream holds one of `slots` (the tier's branch slots in the gateway, the benchmark's
+own in `cascade bench`) from before it starts until it ends; a branch gives its slot back the moment it
+finishes, is pruned or early-stopped, so the freed slot admits a waiting request.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import secrets
+from collections.abc import Awaitable, Callable, Iterable
+from typing import TypeVar
+
+import msgspec
+
+from cascade.branches.backend import GenerationRequest, GenerationResult
+from cascade.branches.runner import BranchReport, BranchRun, BranchRunner, BranchSettings
+from cascade.branches.slots import BranchSlots
+from cascade.schemas import ChatMessage
+from cascade.tiers import Tier, branch_requests, tier_request
+
+_T = TypeVar("_T")
+
+
+class Sampling(msgspec.Struct, frozen=True, kw_only=True):
+    """How to sample: the request's own fields (None leaves the choice to the engine or the tier)."""
+
+    max_tokens: int | None = None  # None: the tier's default_max_tokens
+    temperature: float | None = None
+    top_p: float | None = None
+    stop: list[str] = msgspec.field(default_factory=list)
+    seed: int | None = None
+    # Forwarded request fields (tools, logprobs, response_format, ...): cascade.schemas.PASSTHROUGH.
+    extra: dict[str, object] = msgspec.field(default_factory=dict)
+
+
+class Answer(msgspec.Struct, kw_only=True):
+    """A tier's answer: one result per choice and, for reasoning branches, what the branches did."""
+
+    results: list[GenerationResult]
+    reports: list[BranchReport] = msgspec.field(default_factory=list)
+    branches_configured: int = 1
+    # Every branch's text and how it ended, per choice (offline analysis only: never sent to clients).
+    runs: list[BranchRun] = msgspec.field(default_factory=list)
+
+    @property
+    def decode_tokens(self) -> int:
+        """Tokens the tier generated for this answer: all branches', pruned and stopped ones included."""
+        if self.reports:
+            return sum(r.decode_tokens for r in self.reports)
+        return sum(r.completion_tokens for r in self.results)
+
+
+def question_of(messages: list[ChatMessage]) -> str:
+    """The text the scorer and the vote read: the last user message (the last message without one)."""
+    for message in reversed(messages):
+        if message.role == "user":
+            return message.text()
+    return messages[-1].text()
+
+
+async def answer(
+    tier: Tier, messages: list[ChatMessage], sampling: Sampling, settings: BranchSettings | None = None,
+    choices: int = 1, slots: BranchSlots | None = None, slot_wait_s: float | None = None,
+    on_admitted: Callable[[], None] | None = None,
+) -> Answer:
+    """`choices` answers of `tier` to `messages`: one branch each when `settings` is None (or has n = 1),
+    else SART branches. Raises BackendError when the tier fails, Overloaded when no slots come in time.
+    `on_admitted` is called once the slots are held, just before the first upstream request."""
+    template = _template(tier, messages, sampling)
+    branches = settings.n if settings is not None and settings.n > 1 else 1
+    held = _Held(slots, branches * choices)
+    await held.acquire(slot_wait_s)
+    if on_admitted is not None:
+        on_admitted()
+    try:
+        if branches == 1:
+            return Answer(results=await _all_or_none(_one(tier, _choice(template, c), held) for c in range(choices)))
+        assert settings is not None
+        return await _branched(tier, template, question_of(messages), settings, sampling, choices, held)
+    finally:
+        held.release_rest()
+
+
+async def _one(tier: Tier, request: GenerationRequest, held: _Held) -> GenerationResult:
+    try:
+        return await tier.backend.generate(request)
+    finally:
+        held.release_one()
+
+
+def choice_requests(tier: Tier, messages: list[ChatMessage], sampling: Sampling, choices: int
+                    ) -> list[GenerationRequest]:
+    """What a single-branch answer sends upstream: one request per choice (for a caller that streams them)."""
+    template = _template(tier, messages, sampling)
+    return [_choice(template, c) for c in range(choices)]
+
+
+def _template(tier: Tier, messages: list[ChatMessage], sampling: Sampling) -> GenerationRequest:
+    template = tier_request(tier, messages, sampling.max_tokens, sampling.temperature, sampling.top_p,
+                            list(sampling.stop), sampling.seed)
+    return msgspec.structs.replace(template, extra=dict(sampling.extra)) if sampling.extra else template
+
+
+def _choice(template: GenerationRequest, choice: int) -> GenerationRequest:
+    if choice == 0:
+        return template
+    seed = None if template.seed is None else template.seed + choice
+    return msgspec.structs.replace(template, seed=seed, request_id=f"{template.request_id}-{choice}")
+
+
+async def _branched(tier: Tier, template: GenerationRequest, question: str, settings: BranchSettings,
+                    sampling: Sampling, choices: int, held: _Held) -> Answer:
+    runner = BranchRunner(tier.backend, settings, tier.scorer)
+    base_seed = sampling.seed if sampling.seed is not None else secrets.randbelow(1 << 31)
+    temperature = sampling.temperature if sampling.temperature is not None else tier.config.branch_temperature
+    runs = await _all_or_none(
+        runner.run(question, branch_requests(template, base_seed + c * settings.n, settings.n, temperature),
+                   held.release_one)
+        for c in range(choices)
+    )
+    results = [GenerationResult(text=r.text, reasoning=r.reasoning, finish_reason=r.finish_reason,
+                                prompt_tokens=r.prompt_tokens, completion_tokens=r.completion_tokens) for r in runs]
+    return Answer(results=results, reports=[r.report for r in runs], branches_configured=settings.n, runs=runs)
+
+
+class _Held:
+    """The slots one answer holds: taken all at once before any stream starts, given back one per stream
+    as it ends, and the rest (streams that never started, e.g. after a cancel) at the end."""
+
+    def __init__(self, slots: BranchSlots | None, count: int) -> None:
+        self.slots = slots
+        self.count = count
+        self.held = 0
+
+    async def acquire(self, wait_s: float | None) -> None:
+        if self.slots is not None:
+            await self.slots.acquire(self.count, wait_s)
+            self.held = self.count
+
+    def release_one(self) -> None:
+        if self.slots is not None and self.held:
+            self.held -= 1
+            self.slots.release(1)
+
+    def release_rest(self) -> None:
+        if self.slots is not None and self.held:
+            self.slots.release(self.held)
+            self.held = 0
+
+
+async def _all_or_none(work: Iterable[Awaitable[_T]]) -> list[_T]:
+    """Await all; on the first failure (or cancellation) cancel the rest and wait for them, so no
+    upstream request outlives the one it was made for (asyncio.gather leaves them running)."""
+    tasks = [asyncio.ensure_future(w) for w in work]
+    try:
+        return list(await asyncio.gather(*tasks))
+    finally:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)

@@ -1,0 +1,52 @@
+"""Admission: the gateway's request limit, each tier's request places, and the upstream stream budget.
+
+A stalled tier fills only its own places (a 429 for that tier), so the other tiers keep answering.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from cascade.config import Limits
+from cascade.errors import Overloaded
+from cascade.gateway.metrics import GatewayMetrics
+from cascade.tiers import Tier
+
+
+class Admission:
+    def __init__(self, tiers: Sequence[Tier], limits: Limits, metrics: GatewayMetrics) -> None:
+        self.limits = limits
+        self.metrics = metrics
+        self.in_flight = 0
+        self.tier_caps = [t.config.max_in_flight or limits.max_in_flight_per_tier for t in tiers]
+        self.tier_load = [0] * len(tiers)
+        self._tier_gauges = [metrics.tier_in_flight.labels(t.name) for t in tiers]  # no label lookup per request
+        self.streams_open = 0
+
+    def admit(self) -> None:
+        """Take one of the gateway's request places, or raise Overloaded (a 429)."""
+        if self.in_flight >= self.limits.max_in_flight:
+            raise Overloaded(f"the gateway is at its limit of {self.limits.max_in_flight} requests in flight")
+        self.in_flight += 1
+        self.metrics.in_flight.inc()
+
+    def release(self) -> None:
+        self.in_flight -= 1
+        self.metrics.in_flight.dec()
+
+    def enter(self, tier: Tier, streams: int) -> None:
+        """Occupy one of the tier's request places and `streams` upstream streams, or raise Overloaded."""
+        cap = self.tier_caps[tier.index]
+        if self.tier_load[tier.index] >= cap:
+            raise Overloaded(f"tier `{tier.name}` is at its limit of {cap} requests in flight")
+        if self.streams_open + streams > self.limits.max_backend_streams:
+            raise Overloaded(f"the gateway is at its limit of {self.limits.max_backend_streams} backend streams "
+                             f"({self.streams_open} open; this request needs {streams})")
+        self.tier_load[tier.index] += 1
+        self.streams_open += streams
+        self._tier_gauges[tier.index].inc()
+
+    def leave(self, tier: Tier, streams: int) -> None:
+        self.tier_load[tier.index] -= 1
+        self.streams_open -= streams
+        self._tier_gauges[tier.index].dec()

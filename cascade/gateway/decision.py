@@ -1,0 +1,39 @@
+"""A request's decision: its way along the ladder (router/escalation.py) and, once served, what answered it."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+
+from cascade.router.escalation import Itinerary, Served
+from cascade.router.policy import Assessment, QualityHint
+from cascade.tiers import Tier
+
+
+class Decision(msgspec.Struct, kw_only=True):
+    itinerary: Itinerary
+    tier: Tier  # the tier asked first; once served, the tier that answered
+    hint: str  # the quality hint's label, or "bypass" when the client named a tier
+    quality: QualityHint | None = None  # None when the client named a tier
+    escalations: int = 0
+    confidence: float | None = None  # cascade mode: the accepted answer's confidence
+    fallback_from: str | None = None  # route mode: the tier that failed before this one answered
+    note: str | None = None  # shown as cascade.note
+
+    @property
+    def router(self) -> str:
+        """The routing signal's name, or "bypass" when the client named a tier."""
+        route = self.itinerary.route
+        return "bypass" if route is None else route.router
+
+    @property
+    def assessment(self) -> Assessment | None:
+        route = self.itinerary.route
+        return None if route is None else route.assessment
+
+    def served(self, served: Served[Any], tiers: list[Tier]) -> Decision:
+        """This decision once `served` answered it."""
+        return msgspec.structs.replace(
+            self, tier=tiers[served.tier], escalations=served.escalations, confidence=served.confidence,
+            fallback_from=None if served.fallback_from is None else tiers[served.fallback_from].name)

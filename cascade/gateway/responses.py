@@ -1,0 +1,130 @@
+"""What the client gets back: the completion, the `cascade` object, the route decision, in-band errors.
+
+Pure functions of a decision and an answer; the streamed frames of a live answer are cascade/gateway/streaming.py.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+import uuid
+
+import msgspec
+
+from cascade.answer import Answer
+from cascade.errors import CascadeError, Overloaded
+from cascade.gateway.decision import Decision
+from cascade.gateway.frames import DONE, ChunkFrames, sse
+from cascade.schemas import (
+    AssistantMessage,
+    BranchStats,
+    CascadeInfo,
+    ChatCompletion,
+    Choice,
+    ChoiceLogprobs,
+    FunctionCallDelta,
+    RouteDecision,
+    ToolCall,
+    ToolCallDelta,
+    Usage,
+)
+from cascade.tiers import Tier
+
+_encode = msgspec.json.Encoder().encode
+
+
+def completion(decision: Decision, answer: Answer) -> ChatCompletion:
+    results = answer.results
+    usage = usage_of(answer)
+    return ChatCompletion(
+        id=f"chatcmpl-{uuid.uuid4().hex}", created=int(time.time()), model=decision.tier.name,
+        choices=[
+            Choice(index=i, finish_reason=r.finish_reason,
+                   message=AssistantMessage(content=None if r.tool_calls and not r.text else r.text,
+                                            reasoning_content=r.reasoning or None, tool_calls=r.tool_calls),
+                   logprobs=None if r.logprobs is None else ChoiceLogprobs(content=r.logprobs))
+            for i, r in enumerate(results)
+        ],
+        usage=usage, cascade=cascade_info(decision, answer),
+    )
+
+
+def whole_answer_frames(decision: Decision, answer: Answer, include_usage: bool) -> bytes:
+    """A whole answer as one stream body (cascade mode, reasoning branches: known only at the end)."""
+    results = answer.results
+    frames = ChunkFrames(f"chatcmpl-{uuid.uuid4().hex}", int(time.time()), decision.tier.name)
+    body = [frames.role(len(results), cascade_info(decision, answer))]
+    for i, r in enumerate(results):
+        if r.tool_calls or r.logprobs:
+            body.append(frames.delta(i, r.text, r.reasoning, call_pieces(r.tool_calls), r.logprobs))
+        else:
+            body.append(frames.content(i, r.text, r.reasoning))
+        body.append(frames.finish(i, r.finish_reason))
+    body.append(frames.tail(cascade_info(decision, answer), usage_of(answer) if include_usage else None))
+    return b"".join(body)
+
+
+def usage_of(answer: Answer) -> Usage:
+    prompt = answer.results[0].prompt_tokens
+    completion_tokens = sum(r.completion_tokens for r in answer.results)
+    return Usage(prompt_tokens=prompt, completion_tokens=completion_tokens, total_tokens=prompt + completion_tokens)
+
+
+def cascade_info(decision: Decision, answer: Answer | None = None) -> CascadeInfo:
+    assessment = decision.assessment
+    branches = BranchStats(configured=answer.branches_configured if answer else decision.tier.config.branches,
+                           launched=0 if answer is None else len(answer.results),
+                           finished=0 if answer is None else len(answer.results))
+    if answer is not None and answer.reports:
+        reports = answer.reports
+        branches = BranchStats(
+            configured=answer.branches_configured, launched=sum(r.launched for r in reports),
+            finished=sum(r.finished for r in reports),
+            pruned=sum(r.pruned_phase1 + r.pruned_phase2 for r in reports),
+            early_stopped=sum(r.early_stopped for r in reports),
+            pruned_phase1=sum(r.pruned_phase1 for r in reports),
+            pruned_phase2=sum(r.pruned_phase2 for r in reports),
+            failed=sum(r.failed for r in reports), decode_tokens=answer.decode_tokens,
+            votes=reports[0].votes if len(reports) == 1 else None,
+        )
+    return CascadeInfo(
+        tier=decision.tier.index, tier_name=decision.tier.name, quality=decision.hint,
+        difficulty=None if assessment is None else round(assessment.difficulty, 4),
+        route_score=None if assessment is None else round(assessment.score, 4), router=decision.router,
+        out_of_domain=assessment is not None and assessment.out_of_domain, escalations=decision.escalations,
+        confidence=None if decision.confidence is None else round(decision.confidence, 4),
+        branches=branches, retries=0 if answer is None else sum(r.retries for r in answer.results),
+        fallback_from=decision.fallback_from, note=decision.note,
+    )
+
+
+def route_decision(decision: Decision, tiers: list[Tier]) -> RouteDecision:
+    assessment = decision.assessment
+    p_fail = None
+    if assessment is not None and assessment.p_fail is not None:
+        p_fail = {t.name: round(p, 4) for t, p in zip(tiers, assessment.p_fail, strict=True)}
+    thresholds = decision.itinerary.thresholds
+    return RouteDecision(
+        tier=decision.tier.index, tier_name=decision.tier.name, quality=decision.hint, router=decision.router,
+        difficulty=None if assessment is None else round(assessment.difficulty, 4),
+        route_score=None if assessment is None else round(assessment.score, 4),
+        p_fail=p_fail,
+        thresholds=None if thresholds is None else [t if math.isfinite(t) else None for t in thresholds],
+        out_of_domain=assessment is not None and assessment.out_of_domain,
+    )
+
+
+def in_band_error(exc: CascadeError) -> bytes:
+    """A fault after the headers went out is reported in-band, as OpenAI does, and ends the stream."""
+    kind = "rate_limit_error" if isinstance(exc, Overloaded) else "server_error"
+    error = {"error": {"message": exc.message, "type": kind, "param": None, "code": None}}
+    return sse(_encode(error)) + DONE
+
+
+def call_pieces(calls: list[ToolCall] | None) -> list[ToolCallDelta] | None:
+    """Whole tool calls as the stream pieces that carry them (one piece per call)."""
+    if not calls:
+        return None
+    return [ToolCallDelta(index=i, id=c.id, type=c.type, function=FunctionCallDelta(name=c.function.name,
+                                                                                   arguments=c.function.arguments))
+            for i, c in enumerate(calls)]

@@ -1,0 +1,195 @@
+"""Streamed answers as SSE frames: a live relay of upstream deltas, or a whole answer sent when known.
+
+* `relay`: one tier's upstream streams, already opened (their first deltas read, so a fault before any token
+  became an HTTP error or a fallback), relayed frame by frame; the hot path of the gateway.
+* `deferred`: an answer known only at the end (cascade mode judges it, reasoning branches vote): SSE comments
+  keep the connection alive meanwhile, then the answer goes out at once, so TTFT honestly includes the wait.
+
+Headers are gone once a frame is out: a later fault ends the stream with an in-band error event.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from collections.abc import AsyncGenerator, Awaitable, Callable
+from dataclasses import dataclass
+
+from cascade.answer import Answer
+from cascade.branches.backend import GenerationResult, StreamDelta
+from cascade.errors import BackendError, CascadeError, Overloaded
+from cascade.gateway.decision import Decision
+from cascade.gateway.frames import ChunkFrames
+from cascade.gateway.responses import cascade_info, in_band_error, whole_answer_frames
+from cascade.gateway.telemetry import Telemetry
+from cascade.schemas import Usage
+from cascade.tiers import Tier
+
+# SSE comment sent while a cascade (or branches) works before the first token: proxies and clients
+# with idle timeouts keep the connection, and OpenAI SDKs ignore comments.
+KEEPALIVE = b": keep-alive\n\n"
+Streams = list[AsyncGenerator[StreamDelta, None]]
+
+
+@dataclass
+class Opened:
+    """A tier's upstream streams (one per choice) with their first deltas read (None: the stream was empty)."""
+
+    tier: Tier
+    streams: Streams
+    firsts: list[StreamDelta | None]
+    start: float
+
+
+async def open_streams(tier: Tier, streams: Streams) -> Opened:
+    """Read every stream's first delta, so a fault before any token raises here; on a fault all are closed."""
+    start = time.perf_counter()
+    firsts: list[StreamDelta | None] = []
+    try:
+        for stream in streams:
+            firsts.append(await anext(stream, None))
+    except BaseException:
+        await close_all(streams)
+        raise
+    return Opened(tier, streams, firsts, start)
+
+
+async def relay(opened: Opened, decision: Decision, include_usage: bool, telemetry: Telemetry,
+                release: Callable[[], None]) -> AsyncGenerator[bytes, None]:
+    """The frames of `opened`'s streams; `release` is called once every upstream stream is closed."""
+    tier, streams, firsts, start = opened.tier, opened.streams, opened.firsts, opened.start
+    frames = ChunkFrames(f"chatcmpl-{uuid.uuid4().hex}", int(time.time()), tier.name)
+    prompt_tokens = 0
+    completion_tokens = [0] * len(streams)
+    finished = 0
+    first_token = True
+    retries = sum(f.retries for f in firsts if f is not None)
+
+    def frame_for(index: int, delta: StreamDelta) -> bytes:
+        nonlocal prompt_tokens, finished, first_token
+        if delta.prompt_tokens is not None:
+            prompt_tokens = delta.prompt_tokens
+        if delta.completion_tokens is not None:
+            completion_tokens[index] = delta.completion_tokens
+        frame = b""
+        if delta.text or delta.reasoning or delta.tool_calls or delta.logprobs:
+            if first_token:
+                telemetry.first_token(tier, time.perf_counter() - start)
+                first_token = False
+            if delta.completion_tokens is None:
+                completion_tokens[index] += delta.chunks
+            if delta.tool_calls or delta.logprobs:  # rare: the fast path below carries text only
+                frame = frames.delta(index, delta.text, delta.reasoning, delta.tool_calls, delta.logprobs)
+            else:
+                frame = frames.content(index, delta.text, delta.reasoning)
+        if delta.finish_reason is not None:
+            finished += 1
+            frame += frames.finish(index, delta.finish_reason)
+        return frame
+
+    # n = 1 (the common case) reads its stream directly: no interleaving generator in between,
+    # one async-generator hop fewer per token.
+    merged = merge(streams, firsts) if len(streams) > 1 else None
+    try:
+        yield frames.role(len(streams), cascade_info(decision))
+        if merged is None:
+            if firsts[0] is not None:
+                if frame := frame_for(0, firsts[0]):
+                    yield frame
+                async for delta in streams[0]:
+                    # One send per upstream read, whatever it held.
+                    if frame := frame_for(0, delta):
+                        yield frame
+        else:
+            async for index, delta in merged:
+                if frame := frame_for(index, delta):
+                    yield frame
+    except BackendError as exc:
+        telemetry.backend_error(tier, exc)
+        yield in_band_error(exc)
+        return
+    finally:
+        try:
+            if merged is not None:
+                await merged.aclose()
+            await close_all(streams)
+        finally:
+            release()
+    total_completion = sum(completion_tokens)
+    usage = None
+    if include_usage:
+        usage = Usage(prompt_tokens=prompt_tokens, completion_tokens=total_completion,
+                      total_tokens=prompt_tokens + total_completion)
+    done = [GenerationResult(text="", retries=retries) for _ in range(finished)]
+    yield frames.tail(cascade_info(decision, Answer(results=done)), usage)
+    telemetry.success(decision, time.perf_counter() - start, prompt_tokens, total_completion, stream=True)
+
+
+async def deferred(work: Callable[[], Awaitable[tuple[Decision, Answer]]], keepalive_s: float, include_usage: bool,
+                   telemetry: Telemetry) -> AsyncGenerator[bytes, None]:
+    start = time.perf_counter()
+    task = asyncio.ensure_future(work())  # made here: a stream never started leaves no coroutine behind
+    try:
+        while True:
+            done, _ = await asyncio.wait({task}, timeout=keepalive_s)
+            if done:
+                break
+            yield KEEPALIVE
+        decision, answer = task.result()
+    except CascadeError as exc:
+        # Headers are gone: a backend fault, or no branch slots in time (Overloaded), ends the
+        # stream with an in-band error rather than a dropped connection.
+        if isinstance(exc, Overloaded):
+            telemetry.metrics.client_errors.labels("429").inc()
+        yield in_band_error(exc)
+        return
+    finally:
+        if not task.done():
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+    telemetry.first_token(decision.tier, time.perf_counter() - start)
+    body = whole_answer_frames(decision, answer, include_usage)
+    yield body
+    results = answer.results
+    telemetry.success(decision, time.perf_counter() - start, results[0].prompt_tokens,
+                      sum(r.completion_tokens for r in results), answer, stream=True)
+
+
+async def close_all(streams: Streams) -> None:
+    for stream in streams:
+        aclose = getattr(stream, "aclose", None)
+        if aclose is not None:
+            await aclose()
+
+
+async def merge(streams: Streams, firsts: list[StreamDelta | None]) -> AsyncGenerator[tuple[int, StreamDelta], None]:
+    """Interleave several delta streams as (choice index, delta), in arrival order."""
+    for index, first in enumerate(firsts):
+        if first is not None:
+            yield index, first
+    queue: asyncio.Queue[tuple[int, StreamDelta | BaseException | None]] = asyncio.Queue()
+
+    async def pump(index: int, stream: AsyncGenerator[StreamDelta, None]) -> None:
+        try:
+            async for delta in stream:
+                await queue.put((index, delta))
+            await queue.put((index, None))
+        except Exception as exc:  # handed to the consumer, which re-raises it
+            await queue.put((index, exc))
+
+    pumps = [asyncio.create_task(pump(i, s)) for i, s in enumerate(streams) if firsts[i] is not None]
+    try:
+        remaining = len(pumps)
+        while remaining:
+            index, item = await queue.get()
+            if item is None:
+                remaining -= 1
+            elif isinstance(item, BaseException):
+                raise item
+            else:
+                yield index, item
+    finally:
+        for task in pumps:
+            task.cancel()
+        await asyncio.gather(*pumps, return_exceptions=True)

@@ -1,0 +1,63 @@
+"""What the gateway counts about a request (Prometheus metrics) and logs (the traffic log)."""
+
+from __future__ import annotations
+
+import time
+
+from cascade.answer import Answer
+from cascade.branches.runner import BranchReport
+from cascade.errors import BackendError
+from cascade.gateway.decision import Decision
+from cascade.gateway.metrics import GatewayMetrics
+from cascade.gateway.traffic import TrafficLog, TrafficRecord
+from cascade.tiers import Tier
+
+_BRANCH_EVENTS = ("launched", "finished", "pruned_phase1", "pruned_phase2", "early_stopped", "failed")
+
+
+class Telemetry:
+    def __init__(self, metrics: GatewayMetrics, traffic: TrafficLog | None = None) -> None:
+        self.metrics = metrics
+        self.traffic = traffic
+
+    def success(self, decision: Decision, latency_s: float, prompt_tokens: int, completion_tokens: int,
+                answer: Answer | None = None, stream: bool = False) -> None:
+        tier = decision.tier
+        self.metrics.requests.labels(tier.name, "ok").inc()
+        self.metrics.latency.labels(tier.name).observe(latency_s)
+        self.metrics.output_tokens.labels(tier.name).inc(completion_tokens)
+        if self.traffic is None:
+            return
+        assessment = decision.assessment
+        self.traffic.write(TrafficRecord(
+            ts=round(time.time(), 3), hint=decision.hint, router=decision.router, tier=tier.index,
+            tier_name=tier.name, latency_s=round(latency_s, 4), prompt_tokens=prompt_tokens,
+            completion_tokens=completion_tokens, stream=stream,
+            difficulty=None if assessment is None else round(assessment.difficulty, 4),
+            route_score=None if assessment is None else round(assessment.score, 4),
+            p_fail=None if assessment is None or assessment.p_fail is None
+            else [round(p, 4) for p in assessment.p_fail],
+            out_of_domain=assessment is not None and assessment.out_of_domain,
+            escalations=decision.escalations, branches=answer.branches_configured if answer else 1,
+            decode_tokens=answer.decode_tokens if answer is not None and answer.reports else None,
+        ))
+
+    def backend_error(self, tier: Tier, exc: BackendError) -> None:
+        self.metrics.requests.labels(tier.name, "backend_error").inc()
+        self.metrics.backend_errors.labels(tier.name, type(exc).__name__).inc()
+
+    def branches(self, tier: Tier, reports: list[BranchReport]) -> None:
+        for report in reports:
+            for event in _BRANCH_EVENTS:
+                if count := getattr(report, event):
+                    self.metrics.branches.labels(tier.name, event).inc(count)
+            self.metrics.decode_tokens.labels(tier.name).inc(report.decode_tokens)
+
+    def first_token(self, tier: Tier, seconds: float) -> None:
+        self.metrics.ttft.labels(tier.name).observe(seconds)
+
+    def moved(self, from_tier: Tier, to_tier: Tier, why: str) -> None:
+        if why == "escalated":
+            self.metrics.escalations.labels(from_tier.name).inc()
+        else:
+            self.metrics.fallbacks.labels(from_tier.name, to_tier.name).inc()

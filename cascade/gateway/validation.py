@@ -1,0 +1,109 @@
+"""What a chat request may ask for: the limits its types cannot express, and its branch overrides per tier.
+
+Everything here is checked before a tier is asked, so that a bad request is a 400 with the parameter named,
+never an error event inside a 200 stream.
+"""
+
+from __future__ import annotations
+
+import math
+
+import msgspec
+
+from cascade.branches.runner import BranchSettings
+from cascade.config import Limits
+from cascade.errors import InvalidRequest
+from cascade.schemas import ONE_ANSWER, PASSTHROUGH, ChatCompletionRequest
+from cascade.tiers import Tier, branch_settings
+
+
+def validate(req: ChatCompletionRequest, lim: Limits) -> int:
+    """Check limits the types cannot express; return the max_tokens to use (0: the tier's default)."""
+    if not req.messages:
+        raise InvalidRequest("`messages` must contain at least one message", "messages", "empty_messages")
+    if len(req.messages) > lim.max_messages:
+        raise InvalidRequest(f"`messages` has {len(req.messages)} entries; the limit is {lim.max_messages}",
+                             "messages")
+    if not 1 <= req.n <= lim.max_n:
+        raise InvalidRequest(f"`n` must be between 1 and {lim.max_n}, got {req.n}", "n")
+    if req.temperature is not None and not (0.0 <= req.temperature <= 2.0 and math.isfinite(req.temperature)):
+        raise InvalidRequest(f"`temperature` must be in [0, 2], got {req.temperature}", "temperature")
+    if req.top_p is not None and not (0.0 < req.top_p <= 1.0):
+        raise InvalidRequest(f"`top_p` must be in (0, 1], got {req.top_p}", "top_p")
+    if len(stops(req)) > lim.max_stop_sequences:
+        raise InvalidRequest(f"`stop` may have at most {lim.max_stop_sequences} sequences", "stop")
+    if req.stream_options is not None and not req.stream:
+        raise InvalidRequest("`stream_options` is only allowed when `stream` is true", "stream_options")
+    for name in ("max_completion_tokens", "max_tokens"):
+        value = getattr(req, name)
+        if value is not None and not 1 <= value <= lim.max_tokens:
+            raise InvalidRequest(f"`{name}` must be between 1 and {lim.max_tokens}, got {value}", name)
+    return req.max_completion_tokens or req.max_tokens or 0
+
+
+def check_tier(req: ChatCompletionRequest, tier: Tier, lim: Limits) -> None:
+    """What `tier` cannot do for this request: a forwarded field its engine would ignore, bad branch settings."""
+    if refused := sorted(forwarded(req) & tier.unsupported):
+        raise InvalidRequest(f"tier `{tier.name}`'s engine does not support `{refused[0]}` (it would ignore "
+                             "it): name a tier whose engine does, or leave the field out", refused[0])
+    branches_for(req, tier, lim)
+
+
+def branches_for(req: ChatCompletionRequest, tier: Tier, lim: Limits) -> BranchSettings | None:
+    """The tier's SART settings with the request's overrides (validated), or None for one branch."""
+    override = req.branches
+    one_answer = one_answer_field(req)
+    if one_answer is not None:
+        if override is not None and (override.n or 1) > 1:
+            raise InvalidRequest(f"`branches.n` > 1 cannot be combined with `{one_answer}`: branches vote on "
+                                 "answer text, and that field asks for the engine's one answer as it is",
+                                 "branches.n")
+        return None  # one branch, the engine's answer as it gave it (cascade.note says so)
+    settings = branch_settings(tier)
+    if override is not None:
+        n = override.n if override.n is not None else settings.n
+        settings = msgspec.structs.replace(
+            settings, n=n, m=override.m if override.m is not None else min(settings.m, n),
+            alpha=settings.alpha if override.alpha is None else override.alpha,
+            beta=settings.beta if override.beta is None else override.beta,
+            score_every_steps=settings.score_every_steps if override.k is None else override.k,
+            aggregation=override.aggregation or settings.aggregation,
+        )
+        _check_override(settings, lim.max_branches)
+    streams, limit = settings.n * req.n, lim.max_streams_per_request
+    if streams > limit:
+        raise InvalidRequest(f"{settings.n} branches x n={req.n} would open {streams} backend streams on tier "
+                             f"`{tier.name}`; the limit per request is {limit}",
+                             "branches.n" if override is not None else "n")
+    if tier.slots is not None and streams > tier.slots.capacity:
+        raise InvalidRequest(f"{settings.n} branches x n={req.n} exceed tier `{tier.name}`'s "
+                             f"{tier.slots.capacity} branch slots", "branches.n")
+    return settings if settings.n > 1 else None
+
+
+def _check_override(settings: BranchSettings, max_branches: int) -> None:
+    checks = [
+        (1 <= settings.n <= max_branches, "branches.n", f"must be between 1 and {max_branches}"),
+        (1 <= settings.m <= settings.n, "branches.m", f"must be between 1 and branches.n ({settings.n})"),
+        (0.0 <= settings.alpha <= 1.0, "branches.alpha", "must be in [0, 1]"),
+        (0 <= settings.beta <= settings.n, "branches.beta", f"must be between 0 and branches.n ({settings.n})"),
+        (1 <= settings.score_every_steps <= 1000, "branches.k", "must be between 1 and 1000"),
+    ]
+    for ok, param, rule in checks:
+        if not ok:
+            raise InvalidRequest(f"`{param}` {rule}", param)
+
+
+def forwarded(req: ChatCompletionRequest) -> set[str]:
+    """The PASSTHROUGH fields the request sets to something an engine could act on (`logprobs: false`
+    asks for nothing)."""
+    return {name for name in PASSTHROUGH if getattr(req, name) not in (None, False)}
+
+
+def one_answer_field(req: ChatCompletionRequest) -> str | None:
+    """The first field the request sets that asks for the engine's one answer (tools, logprobs, a format)."""
+    return next((name for name in ONE_ANSWER if getattr(req, name) not in (None, False)), None)
+
+
+def stops(req: ChatCompletionRequest) -> list[str]:
+    return [req.stop] if isinstance(req.stop, str) else list(req.stop or [])

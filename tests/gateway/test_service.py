@@ -1,0 +1,118 @@
+"""The chat service without the gateway's HTTP: ChatService called directly, in front of a real fake engine.
+
+The same request path the HTTP tests cover, one pass each: prepare (validate, decide, check every reachable
+tier), complete, open_stream. The upstream is the fake engine over real HTTP on 127.0.0.1.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from typing import TypeVar
+
+import msgspec
+import pytest
+
+from cascade.config import decode_config
+from cascade.engines.fake_server import FakeEngine, FakeScript
+from cascade.errors import BackendError, InvalidRequest
+from cascade.gateway.metrics import GatewayMetrics
+from cascade.gateway.service import ChatService
+from cascade.router.escalation import serving_mode
+from cascade.router.policy import RoutingPolicy
+from cascade.schemas import ChatCompletionRequest
+from cascade.tiers import build_tiers
+from tests.servers import serve_asgi
+from tests.unit.gateway_setup import TIERS, ladder_toml, user
+
+T = TypeVar("T")
+
+
+def request(**fields: object) -> ChatCompletionRequest:
+    body = {"model": "cascade", "messages": user(), **fields}
+    return msgspec.json.decode(msgspec.json.encode(body), type=ChatCompletionRequest)
+
+
+SLOTTED_TOP = "branch_slots = 4\n"  # appended to the last tier of the ladder
+
+
+def with_service(mode: str, work: Callable[[ChatService], Awaitable[T]], extra: str = "") -> tuple[T, FakeEngine]:
+    engine = FakeEngine(FakeScript(tokens=8))
+    with serve_asgi(engine) as url:
+        config = decode_config(ladder_toml(url) + extra)
+
+        async def run() -> T:
+            tiers = build_tiers(config, {})
+            service = ChatService(tiers, RoutingPolicy(len(tiers)), config.gateway.limits, GatewayMetrics(),
+                                  mode=serving_mode(mode, len(tiers)))
+            try:
+                return await work(service)
+            finally:
+                for tier in tiers:
+                    await tier.backend.aclose()
+
+        return asyncio.run(run()), engine
+
+
+def test_route_mode_answers_on_the_routed_tier_in_one_pass() -> None:
+    async def work(service: ChatService):
+        req = request(model="cascade:fast")
+        decision, max_tokens = service.prepare(req, None)
+        return await service.complete(req, decision, max_tokens)
+
+    completion, engine = with_service("route", work)
+    assert completion.model == TIERS[0] and completion.cascade.router == "heuristic"
+    assert completion.choices[0].finish_reason == "stop" and engine.stats.requests == 1
+
+
+def test_cascade_mode_climbs_past_a_cut_off_answer() -> None:
+    async def work(service: ChatService):
+        req = request(model="cascade:balanced", messages=user("[fake@fake-0 tokens=100] What is 2 + 2?"))
+        decision, max_tokens = service.prepare(req, None)
+        return await service.complete(req, decision, max_tokens)
+
+    completion, engine = with_service("cascade", work)
+    assert completion.model == TIERS[1] and completion.cascade.escalations == 1
+    assert engine.stats.requests == 2
+
+
+def test_a_bad_branch_override_for_any_reachable_tier_fails_before_anything_is_sent() -> None:
+    async def work(service: ChatService) -> InvalidRequest:
+        # A streamed cascade request may reach every tier: 8 branches are fine on the first tiers, but the
+        # top tier has 4 branch slots, so the request is refused before any tier is asked.
+        req = request(model="cascade:balanced", stream=True, branches={"n": 8})
+        with pytest.raises(InvalidRequest) as info:
+            service.prepare(req, None)
+        return info.value
+
+    error, engine = with_service("cascade", work, SLOTTED_TOP)
+    assert error.param == "branches.n" and "tier-large" in error.message and engine.stats.requests == 0
+
+
+def test_a_named_tier_that_fails_is_not_answered_elsewhere() -> None:
+    async def work(service: ChatService) -> BackendError:
+        req = request(model=TIERS[1], messages=user("[fake@fake-1 status=500] hi"))
+        decision, max_tokens = service.prepare(req, None)
+        with pytest.raises(BackendError) as info:
+            await service.complete(req, decision, max_tokens)
+        return info.value
+
+    _, engine = with_service("route", work)
+    assert engine.stats.requests == 1
+
+
+def test_a_stream_is_opened_before_its_frames_and_closes_its_upstream() -> None:
+    async def work(service: ChatService) -> tuple[str, list[bytes], int]:
+        req = request(model="cascade:fast", stream=True)
+        decision, max_tokens = service.prepare(req, None)
+        service.admit()
+        try:
+            decision, frames = await service.open_stream(req, decision, max_tokens)
+            body = [frame async for frame in frames]
+        finally:
+            service.release()
+        return decision.tier.name, body, service.admission.streams_open
+
+    (tier, body, streams_open), engine = with_service("route", work)
+    assert tier == TIERS[0] and body[-1].endswith(b"data: [DONE]\n\n") and streams_open == 0
+    assert engine.stats.streams_finished == 1
