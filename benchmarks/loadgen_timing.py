@@ -64,7 +64,7 @@ class Instrumented:
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         if scope["type"] == "http" and scope["path"] == "/bench/stats":
-            from cascade.engines.fake_server import send_json
+            from cascade.engines.fake_asgi import send_json
 
             stats = {"ttft_ms": self.ttft, "itl_ms": self.itl}
             self.ttft, self.itl = [], []

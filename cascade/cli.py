@@ -117,7 +117,8 @@ def _models_list(args: argparse.Namespace) -> int:
 
 
 def _fake_server(args: argparse.Namespace) -> int:
-    from cascade.engines.fake_server import FakeScript, serve, serve_garbage
+    from cascade.engines.fake_garbage import serve_garbage
+    from cascade.engines.fake_server import FakeScript, serve
 
     if args.fault == "garbage":
         serve_garbage(args.host, args.port)
@@ -187,7 +188,7 @@ def build_parser() -> argparse.ArgumentParser:
     fake.add_argument("--itl-ms", type=float, default=0.0, help="time between tokens")
     fake.add_argument("--tokens", type=int, default=16, help="output tokens per request")
     fake.add_argument("--model", default="fake-model")
-    # Kept in step with cascade.engines.fake_server.FAULTS (not imported: --help stays instant).
+    # Kept in step with cascade.engines.fake_script.FAULTS (not imported: --help stays instant).
     fake.add_argument("--fault", default="", metavar="MODE",
                       choices=["", "html", "malformed_sse", "truncated", "stall_first_byte", "stall_mid", "kill_mid",
                                "garbage"],

@@ -1,32 +1,14 @@
 """A deterministic fake OpenAI-compatible engine, for tests, fault injection and load tests.
 
-It is a plain ASGI app (no framework, so that it costs little CPU next to what it measures).
-Behaviour comes from its `FakeScript` and can be overridden per request by a directive in the
-last user message, e.g. ``[fake status=500]`` or ``[fake ttft_ms=50 itl_ms=5 tokens=20 stall_after=3]``,
-so that tests can inject faults through the gateway without any side channel. ``[fake@MODEL ...]``
-applies only to requests for that model (one engine can play every tier of a ladder), and
-``[fake@seed=N ...]`` only to requests with that seed (one engine can play distinct branches).
-In ``answer=``, ``_`` is a space and ``|`` a paragraph break (a reasoning step).
+It is a plain ASGI app (cascade/engines/fake_asgi.py: no framework, so that it costs little CPU next
+to what it measures). Behaviour comes from its `FakeScript` (cascade/engines/fake_script.py: the
+per-request ``[fake ...]`` directives and the `fault` modes that make it misbehave on the wire the
+way real upstreams do); this module serves it: the routes, the token stream and the faults' bytes.
 
-`fault` makes the engine misbehave on the wire the way real upstreams do (one line each; a stream is
-a request with ``"stream": true``):
-
-- ``html``: 200 ``text/html``, an HTML error page (a misconfigured proxy), streamed or not.
-- ``malformed_sse``: stream: 200 SSE whose events are not JSON (``data: {oops``), then ``data: [DONE]``;
-  otherwise 200 ``application/json`` whose body is not JSON.
-- ``truncated``: stream: 200 SSE, some tokens, then a clean end of body with no finish_reason and no
-  ``[DONE]``; otherwise a 200 completion cut short with ``finish_reason: null``.
-- ``stall_first_byte``: reads the request, then sends nothing (not even headers) until the client leaves.
-- ``stall_mid``: stream: some tokens, then silence until the client leaves; otherwise as
-  ``stall_first_byte``. ("Some tokens": ``stall_after`` if set, else half; also for truncated, kill_mid.)
-- ``kill_mid``: stream: some tokens, then the connection is closed without the chunked terminator;
-  otherwise headers announcing more bytes than are sent, then the close. (The app raises after
-  `http.response.start`; uvicorn then closes the transport. httpx reports `RemoteProtocolError`.)
-
-Bytes that are not HTTP cannot come from an ASGI app: `serve_garbage` is a raw TCP server for that
-(``cascade fake-server --fault garbage``). A benchmark changes the default script at run time with
-``POST /fake/script`` (a JSON object of FakeScript fields; ``GET`` returns the script), e.g.
-``{"fault": "kill_mid"}`` then ``{"fault": ""}``.
+Bytes that are not HTTP cannot come from an ASGI app: cascade/engines/fake_garbage.py is a raw TCP
+server for that (``cascade fake-server --fault garbage``). A benchmark changes the default script at
+run time with ``POST /fake/script`` (a JSON object of FakeScript fields; ``GET`` returns the script),
+e.g. ``{"fault": "kill_mid"}`` then ``{"fault": ""}``.
 
 `GET /fake/stats` reports how many streams started, finished and were cancelled by the client,
 which is how tests prove that a client disconnect stops generation upstream, and how many requests
@@ -39,40 +21,19 @@ import asyncio
 import contextlib
 import itertools
 import logging
-import re
 import time
-from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 
 import msgspec
 
-Scope = MutableMapping[str, Any]
-Message = MutableMapping[str, Any]
-Receive = Callable[[], Awaitable[Message]]
-Send = Callable[[Message], Awaitable[None]]
+from cascade.engines.fake_asgi import Receive, Scope, Send, disconnected_within, read_body, send_bytes, send_json
+from cascade.engines.fake_script import FakeScript, script_for, token_pieces, tokens_before_break
 
-_DIRECTIVE = re.compile(r"\[fake(?:@([^\s\]]+))? ([^\]]*)\]")
-FAULTS = ("", "html", "malformed_sse", "truncated", "stall_first_byte", "stall_mid", "kill_mid")
-GARBAGE = b"\x00\x01garbage not http\r\n\r\n"
+# FakeScript is part of this module's API: tests build an engine from one.
+__all__ = ["FakeEngine", "FakeScript", "FakeStats", "serve"]
+
 _HTML = (b"<html><head><title>502 Bad Gateway</title></head><body><center><h1>502 Bad Gateway</h1></center>"
          b"<hr><center>nginx</center></body></html>\n")
-
-
-class FakeScript(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
-    ttft_ms: float = 0.0
-    itl_ms: float = 0.0
-    tokens: int = 16
-    status: int = 200  # non-200: reply with an OpenAI error object and this status
-    stall_after: int = -1  # >= 0: send this many tokens, then hang (slow/stuck stream)
-    answer: str = ""  # text to produce instead of numbered tokens
-    model: str = "fake-model"
-    fault: str = ""  # one of FAULTS (see the module docstring)
-
-    def __post_init__(self) -> None:
-        if self.fault not in FAULTS:
-            raise ValueError(f"fault must be one of {', '.join(repr(f) for f in FAULTS)}, got {self.fault!r}")
-        if not 100 <= self.status <= 599 or self.tokens < 0:
-            raise ValueError("status must be in [100, 599] and tokens >= 0")
 
 
 class FakeStats(msgspec.Struct):
@@ -102,37 +63,6 @@ _QUIET_KILLS = _QuietKills()
 
 
 _chunk_encoder = msgspec.json.Encoder()
-
-
-def script_for(base: FakeScript, body: dict[str, Any]) -> FakeScript:
-    messages = body.get("messages") or []
-    text = ""
-    if messages and isinstance(messages[-1], dict):
-        content = messages[-1].get("content")
-        text = content if isinstance(content, str) else ""
-    overrides: dict[str, Any] = {}
-    # Unscoped directives first, so that a model-scoped one overrides them for its model.
-    for model, items in sorted(_DIRECTIVE.findall(text), key=lambda d: bool(d[0])):
-        if model and model != body.get("model") and model != f"seed={body.get('seed')}":
-            continue
-        for item in items.split():
-            key, _, value = item.partition("=")
-            if key in ("ttft_ms", "itl_ms"):
-                overrides[key] = float(value)
-            elif key in ("tokens", "status", "stall_after"):
-                overrides[key] = int(value)
-            elif key == "answer":
-                overrides[key] = value.replace("_", " ").replace("|", "\n\n")
-            elif key == "fault":
-                overrides[key] = value
-    return msgspec.structs.replace(base, **overrides)  # ValueError: a bad value (e.g. an unknown fault)
-
-
-def token_pieces(script: FakeScript, max_tokens: int) -> list[str]:
-    if script.answer:
-        words = script.answer.split(" ")
-        return [w if i == 0 else " " + w for i, w in enumerate(words)][:max_tokens]
-    return [f"t{i} " for i in range(min(script.tokens, max_tokens))]
 
 
 class FakeEngine:
@@ -216,18 +146,18 @@ class FakeEngine:
             elif fault == "malformed_sse":
                 await send_bytes(send, 200, b"application/json", b'{"id": "' + rid.encode() + b'", "choices": [{oops')
             elif fault == "stall_first_byte" or (fault == "stall_mid" and not stream):
-                await _disconnected_within(receive, 3600.0)
+                await disconnected_within(receive, 3600.0)
             elif stream:
                 await self._stream(receive, send, script, pieces, finish, rid, body)
             else:
                 delay_s = (script.ttft_ms + script.itl_ms * max(0, len(pieces) - 1)) / 1000
                 if script.stall_after >= 0:
                     delay_s = 3600.0
-                if delay_s > 0 and await _disconnected_within(receive, delay_s):
+                if delay_s > 0 and await disconnected_within(receive, delay_s):
                     self.stats.requests_cancelled += 1
                     return
                 if fault == "truncated":
-                    pieces = pieces[:_cut(script, pieces)]
+                    pieces = pieces[:tokens_before_break(script, pieces)]
                 self.stats.tokens_sent += len(pieces)
                 payload = msgspec.json.encode({
                     "id": rid, "object": "chat.completion", "created": int(time.time()), "model": script.model,
@@ -268,7 +198,7 @@ class FakeEngine:
         start = time.perf_counter()
         ending = script.fault if script.fault in ("truncated", "stall_mid", "kill_mid") else ""
         try:
-            for i, piece in enumerate(pieces[:_cut(script, pieces)] if ending else pieces):
+            for i, piece in enumerate(pieces[:tokens_before_break(script, pieces)] if ending else pieces):
                 if i == script.stall_after:
                     await disconnected.wait()
                 # Sleep to an absolute schedule so that scripted TTFT/ITL do not drift with load.
@@ -312,88 +242,8 @@ class FakeEngine:
             watcher.cancel()
 
 
-def _cut(script: FakeScript, pieces: list[str]) -> int:
-    """How many tokens a truncated, stalled or killed response sends before it breaks."""
-    return min(len(pieces), script.stall_after if script.stall_after >= 0 else len(pieces) // 2)
-
-
-async def read_body(receive: Receive) -> bytes:
-    raw = b""
-    while True:
-        message = await receive()
-        raw += message.get("body", b"")
-        if not message.get("more_body"):
-            return raw
-
-
-async def _disconnected_within(receive: Receive, seconds: float) -> bool:
-    """Wait `seconds` (simulated generation); True if the client disconnected meanwhile."""
-
-    async def wait_disconnect() -> None:
-        while (await receive())["type"] != "http.disconnect":
-            pass
-
-    try:
-        await asyncio.wait_for(wait_disconnect(), timeout=seconds)
-    except TimeoutError:
-        return False
-    return True
-
-
-async def send_json(send: Send, status: int, payload: Any) -> None:
-    await send_bytes(send, status, b"application/json", msgspec.json.encode(payload))
-
-
-async def send_bytes(send: Send, status: int, content_type: bytes, body: bytes, chunked: bool = False) -> None:
-    headers = [(b"content-type", content_type)]
-    if not chunked:
-        headers.append((b"content-length", str(len(body)).encode()))
-    await send({"type": "http.response.start", "status": status, "headers": headers})
-    await send({"type": "http.response.body", "body": body, "more_body": chunked})
-    if chunked:
-        await send({"type": "http.response.body", "body": b""})
-
-
 def serve(host: str, port: int, script: FakeScript) -> None:
     """Run the fake engine until interrupted (used by `cascade fake-server` and benchmarks)."""
     import uvicorn
 
     uvicorn.run(FakeEngine(script), host=host, port=port, log_level="warning", access_log=False)
-
-
-async def _answer_garbage(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-    """Wait for the request's head, answer bytes that are not HTTP, and close once the client has gone
-    (closing with its bytes unread would turn the answer into a connection reset)."""
-    try:
-        with contextlib.suppress(TimeoutError, asyncio.IncompleteReadError, asyncio.LimitOverrunError):
-            await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 2.0)
-        writer.write(GARBAGE)
-        writer.write_eof()  # half-close: the client reads the garbage, then end of stream
-        await writer.drain()
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(_drain_until_eof(reader), 2.0)
-    except OSError:
-        pass
-    finally:
-        writer.close()
-
-
-async def _drain_until_eof(reader: asyncio.StreamReader) -> None:
-    while await reader.read(65536):
-        pass
-
-
-async def start_garbage_server(host: str = "127.0.0.1", port: int = 0) -> asyncio.Server:
-    """A raw TCP server that answers every connection with `GARBAGE`; port 0 picks a free one
-    (`server.sockets[0].getsockname()[1]`). The caller closes it."""
-    return await asyncio.start_server(_answer_garbage, host, port)
-
-
-def serve_garbage(host: str, port: int) -> None:
-    """Run the garbage server until interrupted (`cascade fake-server --fault garbage`)."""
-
-    async def run() -> None:
-        async with await start_garbage_server(host, port) as server:
-            await server.serve_forever()
-
-    asyncio.run(run())

@@ -19,18 +19,9 @@ from typing import Any
 
 import msgspec
 
-from cascade.engines.fake_server import (
-    FakeEngine,
-    FakeScript,
-    FakeStats,
-    Receive,
-    Scope,
-    Send,
-    read_body,
-    script_for,
-    send_json,
-    token_pieces,
-)
+from cascade.engines.fake_asgi import Receive, Scope, Send, read_body, send_json
+from cascade.engines.fake_script import FakeScript, script_for, token_pieces
+from cascade.engines.fake_server import FakeEngine, FakeStats
 
 EOS_TOKEN_ID = 151645  # reported as `matched_stop` when a generation ends on its own
 _encode = msgspec.json.Encoder().encode

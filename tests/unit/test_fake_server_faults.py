@@ -14,7 +14,9 @@ import msgspec
 import pytest
 
 from cascade.cli import build_parser
-from cascade.engines.fake_server import FAULTS, GARBAGE, FakeEngine, FakeScript, start_garbage_server
+from cascade.engines.fake_garbage import GARBAGE, start_garbage_server
+from cascade.engines.fake_script import FAULTS
+from cascade.engines.fake_server import FakeEngine, FakeScript
 from tests.servers import eventually, serve_asgi
 
 ROOT = Path(__file__).resolve().parents[2]
