@@ -26,12 +26,12 @@ import numpy as np
 
 from cascade.branches.runner import BranchRunner
 from cascade.branches.slots import BranchSlots
+from cascade.data.datasets import DatasetError, load, sample
+from cascade.data.grading import extract, grade
+from cascade.data.records import Prompt
 from cascade.errors import CascadeError, ConfigError
 from cascade.schemas import ChatMessage
 from cascade.tiers import Tier, branch_requests, branch_settings, tier_request
-from loadgen.datasets import DatasetError, load, sample
-from loadgen.grading import extract, grade
-from loadgen.records import Prompt
 
 
 class TierOutcome(msgspec.Struct, kw_only=True, omit_defaults=True):

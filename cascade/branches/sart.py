@@ -11,7 +11,7 @@ from collections import defaultdict
 from collections.abc import Sequence
 from typing import NamedTuple
 
-from loadgen.grading import answer_key
+from cascade.data.grading import answer_key
 
 
 class Scored(NamedTuple):

@@ -175,7 +175,7 @@ def _prompt_by_id(row: _Row, file: Path, line: int, texts: dict[str, dict[str, s
     if row.dataset is None or row.id is None:
         raise ConfigError(f"{file}:{line}: a row needs `prompt`, or `dataset` and `id` to look it up")
     if row.dataset not in texts:
-        from loadgen.datasets import DatasetError, load
+        from cascade.data.datasets import DatasetError, load
 
         try:
             texts[row.dataset] = {p.id: p.prompt for p in load(row.dataset, data_dir=shared_data_dir())}
