@@ -33,7 +33,7 @@ from sklearn.metrics import roc_auc_score
 
 from cascade.branches.cpu_scorer import FEATURE_NAMES, ScorerWeights, features, score_features
 from cascade.branches.scoring import split_steps
-from loadgen.datasets import prompts_by_id
+from cascade.data.datasets import prompts_by_id
 
 
 def partial_steps(text: str, fraction: float) -> list[str]:

@@ -36,10 +36,10 @@ from sklearn.base import clone
 from sklearn.covariance import LedoitWolf
 from sklearn.model_selection import KFold
 
+from cascade.data.datasets import load, load_sharegpt, sample, shared_data_dir
 from cascade.router.artifact import load_router
 from cascade.router.classifier import DifficultyClassifier
-from cascade.router.outcomes import load_outcomes, shared_data_dir, split_indices
-from loadgen.datasets import load, load_sharegpt, sample
+from cascade.router.outcomes import load_outcomes, split_indices
 
 ROUTERS = Path(__file__).resolve().parents[1] / "models" / "routers"
 ROUTELLM_TIERS = ["mistralai/Mixtral-8x7B-Instruct-v0.1", "gpt-4-1106-preview"]

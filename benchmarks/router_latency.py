@@ -30,12 +30,13 @@ from pathlib import Path
 import msgspec
 import numpy as np
 
+from cascade.data.datasets import shared_data_dir
 from cascade.router import features
 from cascade.router.artifact import RouterCard, load_router
 from cascade.router.classifier import DifficultyClassifier
 from cascade.router.features import embedding_available
 from cascade.router.learned import LearnedSignal
-from cascade.router.outcomes import load_outcomes, shared_data_dir
+from cascade.router.outcomes import load_outcomes
 from cascade.router.policy import QualityHint, RoutingPolicy
 
 ROUTER = Path(__file__).resolve().parents[1] / "models" / "routers" / "routellm-gsm8k"

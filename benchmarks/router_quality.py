@@ -96,10 +96,11 @@ from sklearn.linear_model import LogisticRegression
 from sklearn.model_selection import GroupKFold
 from threadpoolctl import threadpool_limits
 
+from cascade.data.datasets import shared_data_dir
 from cascade.router import evaluate as ev
 from cascade.router.classifier import DifficultyClassifier
 from cascade.router.features import FeatureSpec, Featurizer, embedding_available, fit_steps_model, fit_topic_model
-from cascade.router.outcomes import Outcomes, load_outcomes, shared_data_dir, split_indices
+from cascade.router.outcomes import Outcomes, load_outcomes, split_indices
 
 TIERS = ["mistralai/Mixtral-8x7B-Instruct-v0.1", "gpt-4-1106-preview"]
 LINEAR = {"estimator": "linear"}

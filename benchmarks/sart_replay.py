@@ -42,8 +42,8 @@ from pathlib import Path
 from cascade.branches.cpu_scorer import CPUScorer
 from cascade.branches.sart import Finished, Scored, to_prune, vote
 from cascade.branches.scoring import split_steps
+from cascade.data.datasets import prompts_by_id
 from cascade.engines.models import load_card, model_dir
-from loadgen.datasets import prompts_by_id
 
 
 @dataclass

@@ -87,14 +87,14 @@ import msgspec
 import numpy as np
 
 from cascade.config import WorkerConfig
+from cascade.data.datasets import estimate_tokens
+from cascade.data.records import RequestRecord
 from cascade.engines.supervisor import Worker, free_port, wait_healthy, worker_command
 from cascade.errors import CascadeError
 from cascade.optimizer.parallelism import SimSettings
 from cascade.optimizer.profile import UNBOUNDED_KV_TOKENS, Profile, ProfileCost, load_profile, write_profile
 from cascade.optimizer.simulator import SimResult, replica_percentile, saturation_rps, simulate, workload_sample
 from cascade.profiler import profile_from_records, read_loadgen_records
-from loadgen.datasets import estimate_tokens
-from loadgen.records import RequestRecord
 from loadgen.run import LoadConfig, build_workload
 
 TRANSFORMERS_PAGE_SIZE = 256  # tokens per KV block of `transformers serve --continuous-batching`

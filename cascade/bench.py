@@ -34,12 +34,12 @@ import numpy as np
 from cascade.answer import Sampling, answer
 from cascade.branches.runner import BranchRun, BranchSettings
 from cascade.branches.slots import BranchSlots
+from cascade.data.grading import grade
+from cascade.data.records import Prompt
 from cascade.errors import CascadeError
 from cascade.schemas import ChatMessage
 from cascade.tiers import Tier
 from loadgen.arrivals import schedule
-from loadgen.grading import grade
-from loadgen.records import Prompt
 
 METHODS = ("vanilla", "self_consistency", "sart", "early_stop_only", "prune_only")
 

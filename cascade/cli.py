@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 from cascade.errors import CascadeError, ConfigError
 
 if TYPE_CHECKING:
-    from cascade.label import OutcomeRow
+    from cascade.data.outcomes import OutcomeRow
 
 EXIT_USAGE = 2
 

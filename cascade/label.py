@@ -13,6 +13,7 @@ dataset text (`--with-text` adds prompts for local use):
     {"id": "gsm8k-train:17", "dataset": "gsm8k-train",
      "tiers": {"<tier>": {"correct": bool, "answer": str|null, "output_tokens": int, "latency_s": float,
                           "finish_reason": str, "error": str|null}}}
+(the schema, its reader and its writer: cascade.data.outcomes).
 """
 
 from __future__ import annotations
@@ -22,47 +23,32 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-import msgspec
 import numpy as np
 
 from cascade.answer import Sampling, answer
 from cascade.branches.slots import BranchSlots
+from cascade.data.datasets import DatasetError, load, sample
+from cascade.data.grading import extract, grade
+from cascade.data.outcomes import OutcomeRow, TierOutcome, read_rows, write_row
+from cascade.data.records import Prompt
 from cascade.errors import CascadeError, ConfigError
 from cascade.schemas import ChatMessage
 from cascade.tiers import Tier, branch_settings
-from loadgen.datasets import DatasetError, load, sample
-from loadgen.grading import extract, grade
-from loadgen.records import Prompt
-
-
-class TierOutcome(msgspec.Struct, kw_only=True, omit_defaults=True):
-    correct: bool
-    answer: str | None
-    output_tokens: int
-    latency_s: float
-    finish_reason: str
-    error: str | None = None
-    # Tiers with reasoning branches: the tokens all branches generated (the tier's real cost).
-    decode_tokens: int | None = None
-
-
-class OutcomeRow(msgspec.Struct, kw_only=True, omit_defaults=True):
-    id: str
-    dataset: str
-    tiers: dict[str, TierOutcome]
-    prompt: str | None = None
 
 
 def read_done_ids(path: Path) -> set[str]:
+    """The ids of the rows already in `path`: those prompts are not labelled again."""
     if not path.is_file():
         return set()
+    try:
+        rows = read_rows(path)
+    except DatasetError as exc:
+        raise ConfigError(f"{exc}; move it away") from None
     done = set()
-    for line_no, line in enumerate(path.read_bytes().splitlines(), 1):
-        if line.strip():
-            try:
-                done.add(msgspec.json.decode(line, type=OutcomeRow).id)
-            except msgspec.MsgspecError as exc:
-                raise ConfigError(f"{path} line {line_no} is not an outcome row ({exc}); move it away") from None
+    for line_no, row in rows:
+        if row.id is None:
+            raise ConfigError(f"{path}:{line_no}: an outcome row without `id`; move it away")
+        done.add(row.id)
     return done
 
 
@@ -113,7 +99,6 @@ async def label(
     todo = [p for p in prompts if p.id not in done]
     # Weighted: a tier with N reasoning branches holds N of the `concurrency` requests in flight.
     slots = BranchSlots("label", concurrency)
-    encoder = msgspec.json.Encoder()
 
     async def one(tier: Tier, prompt: Prompt) -> TierOutcome:
         weight = min(concurrency, tier.config.branches)
@@ -142,8 +127,7 @@ async def label(
             if on_failed:
                 on_failed(result)
             return
-        sink.write(encoder.encode(result) + b"\n")
-        sink.flush()
+        write_row(sink, result)
         written += 1
         if on_row:
             on_row(result)

@@ -60,7 +60,7 @@ async def measure(settings: Settings, tick: Callable[[], None] = lambda: None) -
 def read_loadgen_records(run: str | Path) -> list[Any]:
     """The rows of a finished `cascade loadgen --out RUN` (its requests.jsonl; RUN may also name that
     file), as loadgen's RequestRecord."""
-    from loadgen.records import RequestRecord
+    from cascade.data.records import RequestRecord
 
     path = Path(run)
     path = path / "requests.jsonl" if path.is_dir() else path

@@ -14,10 +14,10 @@ import time
 
 import msgspec
 
+from cascade.data.records import Prompt, RequestRecord
 from cascade.schemas import ChatCompletionRequest, ChatMessage, StreamOptions
 from loadgen.http import Endpoint, HttpError
 from loadgen.pool import Collect, Pool, Started, exchange, request_bytes, start_now
-from loadgen.records import Prompt, RequestRecord
 
 
 class _Delta(msgspec.Struct):

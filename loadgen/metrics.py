@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from loadgen.records import RequestRecord
+from cascade.data.records import RequestRecord
 
 SLO_KEYS = ("ttft_ms", "tpot_ms", "e2el_ms")
 PERCENTILES = (50, 90, 99)

@@ -13,8 +13,8 @@ from typing import Any
 import msgspec
 import numpy as np
 
+from cascade.data.records import RequestRecord
 from loadgen.metrics import attainment_curve
-from loadgen.records import RequestRecord
 
 _encode = msgspec.json.Encoder().encode
 

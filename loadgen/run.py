@@ -12,10 +12,11 @@ from typing import Any
 import msgspec
 import numpy as np
 
-from loadgen import arrivals, datasets, grading
+from cascade.data import datasets, grading
+from cascade.data.records import Prompt, RequestRecord
+from loadgen import arrivals
 from loadgen.client import Client, build_body
 from loadgen.metrics import summarize
-from loadgen.records import Prompt, RequestRecord
 from loadgen.runner import Planned, RunResult, no_gc_pauses, run_closed_loop, run_open_loop
 
 DEFAULT_N = 100

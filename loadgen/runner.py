@@ -18,9 +18,9 @@ from collections.abc import Iterable, Iterator, Sequence, Sized
 
 import msgspec
 
+from cascade.data.records import RequestRecord
 from loadgen.client import Client, ResponseSink
 from loadgen.pool import Started
-from loadgen.records import RequestRecord
 
 START_LEAD_S = 0.05  # the schedule starts this long after setup, so the first sends are not late
 

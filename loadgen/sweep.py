@@ -16,7 +16,7 @@ from typing import Any
 
 import msgspec
 
-from loadgen.records import RequestRecord
+from cascade.data.records import RequestRecord
 from loadgen.run import LoadConfig, LoadgenError, run_load
 
 RunFn = Callable[[LoadConfig], tuple[dict[str, Any], list[RequestRecord]]]

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from cascade.router.outcomes import shared_data_dir
+from cascade.data.datasets import shared_data_dir
 
 
 def shared_file(*parts: str) -> Path:

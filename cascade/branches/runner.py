@@ -14,7 +14,7 @@ SART (../shared/PAPERS.md §2), as implemented here:
 * Pruned and early-stopped branches are cancelled upstream at once: the stream is closed, which
   closes the HTTP response (the engine stops generating), and the SGLang client also sends
   `/abort_request` for the branch's rid.
-* **Aggregate** the finished branches: majority vote over their answers (`loadgen.grading.answer_key`,
+* **Aggregate** the finished branches: majority vote over their answers (`cascade.data.grading.answer_key`,
   the grader's own reading of an answer), ties broken by the best score and then by the shorter
   branch (short-m@k's rule); or a score-weighted vote (`aggregation = "weighted"`). If every branch
   was cut off by max_tokens, the vote runs over those.

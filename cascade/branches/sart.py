@@ -11,7 +11,7 @@ from collections import defaultdict
 from collections.abc import Sequence
 from typing import NamedTuple
 
-from loadgen.grading import answer_key
+from cascade.data.grading import answer_key
 
 
 class Scored(NamedTuple):
@@ -32,7 +32,7 @@ class Finished(NamedTuple):
 
 
 class Vote(NamedTuple):
-    answer: str | None  # the winning answer key (loadgen.grading.answer_key)
+    answer: str | None  # the winning answer key (cascade.data.grading.answer_key)
     chosen: int  # index of the branch whose text is returned
     votes: dict[str, int]  # answer key -> branches giving it
 

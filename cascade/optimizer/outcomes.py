@@ -9,7 +9,8 @@ JSONL, one object per line:
 is 0/1 correctness; `difficulty` is the router's p_fail of tier 0 (the gateway's routing signal).
 `input_tokens` and `output_tokens` may be missing: the planner then draws them from the workload's
 length distributions. Rows written by `cascade label` read as they are (their extra fields, such
-as `answer` or `finish_reason`, are ignored). Held as numpy columns, tiers in ladder order.
+as `answer` or `finish_reason`, are ignored). Held as numpy columns, tiers in ladder order: a view of
+the rows of `cascade.data.outcomes`, the one outcomes schema.
 """
 
 from __future__ import annotations
@@ -17,27 +18,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-import msgspec
 import numpy as np
 
+from cascade.data.datasets import DatasetError
+from cascade.data.outcomes import OutcomeRow, TierOutcome, read_rows, write_row
 from cascade.errors import ConfigError
-
-
-class TierOutcome(msgspec.Struct, frozen=True, omit_defaults=True):
-    correct: bool | None = None
-    score: float | None = None
-    output_tokens: int | None = None
-    latency_s: float | None = None
-
-
-class OutcomeRow(msgspec.Struct, frozen=True, omit_defaults=True):
-    tiers: dict[str, TierOutcome]
-    id: str = ""
-    dataset: str = ""
-    prompt: str | None = None
-    input_tokens: int | None = None
-    difficulty: float | None = None
-    p_fail: dict[str, float] = msgspec.field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -83,30 +68,19 @@ def from_rows(rows: list[OutcomeRow], tiers: list[str], source: str = "outcomes"
             if result.score is not None:
                 score[r, i] = result.score
     return Outcomes(tiers=list(tiers), input_tokens=inputs, output_tokens=output, correct=correct,
-                    score=score, difficulty=difficulty, ids=tuple(row.id for row in rows))
+                    score=score, difficulty=difficulty, ids=tuple(row.id or "" for row in rows))
 
 
 def load_outcomes(path: str | Path, tiers: list[str]) -> Outcomes:
-    p = Path(path)
-    decoder = msgspec.json.Decoder(OutcomeRow)
-    rows = []
     try:
-        lines = p.read_bytes().splitlines()
-    except OSError as exc:
-        raise ConfigError(f"cannot read outcomes {p}: {exc.strerror}") from None
-    for number, line in enumerate(lines, 1):
-        if not line.strip():
-            continue
-        try:
-            rows.append(decoder.decode(line))
-        except msgspec.MsgspecError as exc:
-            raise ConfigError(f"{p}:{number}: invalid outcome row: {exc}") from None
-    return from_rows(rows, tiers, str(p))
+        rows = [row for _, row in read_rows(path)]
+    except DatasetError as exc:
+        raise ConfigError(str(exc)) from None
+    return from_rows(rows, tiers, str(path))
 
 
 def write_outcomes(path: str | Path, outcomes: Outcomes) -> None:
     """JSONL in the format above (used to export the synthetic outcomes)."""
-    encoder = msgspec.json.Encoder()
     with Path(path).open("wb") as f:
         for r in range(outcomes.n):
             tiers = {}
@@ -121,4 +95,4 @@ def write_outcomes(path: str | Path, outcomes: Outcomes) -> None:
                 input_tokens=None if np.isnan(outcomes.input_tokens[r]) else int(outcomes.input_tokens[r]),
                 difficulty=None if np.isnan(outcomes.difficulty[r]) else round(float(outcomes.difficulty[r]), 4),
             )
-            f.write(encoder.encode(row) + b"\n")
+            write_row(f, row)

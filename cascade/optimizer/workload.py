@@ -117,7 +117,7 @@ def trace_lengths(path: Path) -> Lengths:
 
 
 def dataset_lengths(spec: str, base_dir: Path) -> Lengths:
-    from loadgen import datasets
+    from cascade.data import datasets
 
     name = spec.partition(":")[0]
     if name not in datasets.NAMES:  # a file: relative to the problem, like every path in it

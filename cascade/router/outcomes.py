@@ -2,7 +2,7 @@
 
 Formats (``tiers`` always names the tiers cheapest first):
 
-* JSONL, as written by ``cascade label``: one object per line,
+* JSONL, as written by ``cascade label`` (the rows of `cascade.data.outcomes`): one object per line,
   ``{"id": "gsm8k-train:17", "prompt": "...", "tiers": {"<tier>": {"correct": bool, ...}, ...}}``.
   The group of a row (used for grouped cross-validation) is the part of ``id`` before the last ``:``.
   A tier's optional ``decode_tokens`` (all branches of a branched tier), else ``output_tokens``, and
@@ -18,15 +18,17 @@ from __future__ import annotations
 
 import csv
 import hashlib
-import os
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-import msgspec
 import numpy as np
 
+from cascade.data.datasets import DatasetError, load, shared_data_dir
+from cascade.data.outcomes import OutcomeRow, decode_rows
 from cascade.errors import ConfigError
+
+__all__ = ["Outcomes", "load_outcomes", "parse_tiers", "shared_data_dir", "split_indices"]
 
 _TRUE = {"true", "1", "yes"}
 _FALSE = {"false", "0", "no"}
@@ -57,34 +59,6 @@ class Outcomes:
             sha256=self.sha256, tokens=None if self.tokens is None else self.tokens[rows],
             latency=None if self.latency is None else self.latency[rows],
         )
-
-
-class _TierResult(msgspec.Struct):
-    correct: bool
-    output_tokens: int | None = None
-    decode_tokens: int | None = None  # all branches of a branched tier
-    latency_s: float | None = None
-
-    @property
-    def tokens(self) -> float:
-        spent = self.decode_tokens if self.decode_tokens is not None else self.output_tokens
-        return float("nan") if spent is None else float(spent)
-
-
-class _Row(msgspec.Struct):
-    tiers: dict[str, _TierResult]
-    id: str | None = None
-    # `cascade label` rows carry no dataset text: the prompt is looked up by `id` in `dataset`.
-    prompt: str | None = None
-    dataset: str | None = None
-
-
-def shared_data_dir() -> Path:
-    """The shared data folder: ``$CASCADE_SHARED_DATA``, else ``../shared/data`` beside the repo."""
-    env = os.environ.get("CASCADE_SHARED_DATA")
-    if env:
-        return Path(env)
-    return Path(__file__).resolve().parents[2].parent / "shared" / "data"
 
 
 def parse_tiers(spec: str) -> list[str]:
@@ -144,39 +118,36 @@ def _read_csv(file: Path, raw: bytes, tiers: list[str]) -> _Part:
 
 
 def _read_jsonl(file: Path, raw: bytes, tiers: list[str]) -> _Part:
-    decoder = msgspec.json.Decoder(_Row)
     ids, prompts, rows, groups, tokens, latency = [], [], [], [], [], []
     texts: dict[str, dict[str, str]] = {}  # dataset -> id -> prompt, loaded once per dataset
-    for line, text in enumerate(raw.splitlines(), start=1):
-        if not text.strip():
-            continue
-        try:
-            row = decoder.decode(text)
-        except msgspec.ValidationError as exc:
-            raise ConfigError(f"{file}:{line}: {exc}") from None
-        except msgspec.DecodeError as exc:
-            raise ConfigError(f"{file}:{line}: not valid JSON ({exc})") from None
-        missing = [t for t in tiers if t not in row.tiers]
-        if missing:
-            raise ConfigError(f"{file}:{line}: no outcome for tier(s) {', '.join(missing)}; has {', '.join(row.tiers)}")
-        row_id = row.id if row.id is not None else f"{file.stem}:{line}"
-        ids.append(row_id)
-        prompts.append(row.prompt if row.prompt is not None else _prompt_by_id(row, file, line, texts))
-        rows.append([row.tiers[t].correct for t in tiers])
-        tokens.append([row.tiers[t].tokens for t in tiers])
-        latency.append([np.nan if row.tiers[t].latency_s is None else row.tiers[t].latency_s for t in tiers])
-        groups.append(row_id.rsplit(":", 1)[0] if ":" in row_id else file.stem)
+    try:
+        for line, row in decode_rows(raw, file):
+            missing = [t for t in tiers if t not in row.tiers]
+            if missing:
+                raise ConfigError(
+                    f"{file}:{line}: no outcome for tier(s) {', '.join(missing)}; has {', '.join(row.tiers)}")
+            results = [row.tiers[t] for t in tiers]
+            ungraded = [t for t, r in zip(tiers, results, strict=True) if r.correct is None]
+            if ungraded:
+                raise ConfigError(f"{file}:{line}: tier(s) {', '.join(ungraded)} have no `correct`")
+            row_id = row.id if row.id is not None else f"{file.stem}:{line}"
+            ids.append(row_id)
+            prompts.append(row.prompt if row.prompt is not None else _prompt_by_id(row, file, line, texts))
+            rows.append([r.correct for r in results])
+            tokens.append([np.nan if r.tokens_spent is None else float(r.tokens_spent) for r in results])
+            latency.append([np.nan if r.latency_s is None else r.latency_s for r in results])
+            groups.append(row_id.rsplit(":", 1)[0] if ":" in row_id else file.stem)
+    except DatasetError as exc:
+        raise ConfigError(str(exc)) from None
     shape = (-1, len(tiers))
     return (ids, prompts, np.array(rows, dtype=bool).reshape(shape), groups,
             np.array(tokens, dtype=float).reshape(shape), np.array(latency, dtype=float).reshape(shape))
 
 
-def _prompt_by_id(row: _Row, file: Path, line: int, texts: dict[str, dict[str, str]]) -> str:
+def _prompt_by_id(row: OutcomeRow, file: Path, line: int, texts: dict[str, dict[str, str]]) -> str:
     if row.dataset is None or row.id is None:
         raise ConfigError(f"{file}:{line}: a row needs `prompt`, or `dataset` and `id` to look it up")
     if row.dataset not in texts:
-        from loadgen.datasets import DatasetError, load
-
         try:
             texts[row.dataset] = {p.id: p.prompt for p in load(row.dataset, data_dir=shared_data_dir())}
         except DatasetError as exc:

@@ -12,11 +12,11 @@ from contextlib import ExitStack
 import httpx
 
 from cascade.config import decode_config
+from cascade.data.records import Prompt
 from cascade.engines.fake_server import FakeEngine, FakeScript
 from cascade.gateway.server import Gateway
 from cascade.label import answer_on_tier
 from cascade.tiers import build_tiers
-from loadgen.records import Prompt
 from tests.servers import serve_asgi
 
 SEED = 5

@@ -6,8 +6,8 @@ import math
 
 import pytest
 
+from cascade.data.records import RequestRecord
 from loadgen.metrics import min_slo_scale, parse_slo, percentiles, slo_scale_needed, summarize
-from loadgen.records import RequestRecord
 
 
 def rec(i: int, ttft: float | None = 100.0, e2el: float | None = 1000.0, tokens: int = 10, error: str | None = None,

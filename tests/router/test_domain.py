@@ -7,6 +7,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from cascade.data.datasets import load, load_sharegpt, sample, shared_data_dir
 from cascade.router.artifact import DataRef, load_router, save_router
 from cascade.router.classifier import DifficultyClassifier
 from cascade.router.domain import (
@@ -21,8 +22,7 @@ from cascade.router.domain import (
     word_tokens,
 )
 from cascade.router.learned import LearnedSignal
-from cascade.router.outcomes import Outcomes, load_outcomes, shared_data_dir, split_indices
-from loadgen.datasets import load, load_sharegpt, sample
+from cascade.router.outcomes import Outcomes, load_outcomes, split_indices
 
 REPO = Path(__file__).resolve().parents[2]
 EMBEDDED_OUTCOMES = REPO / "models" / "outcomes" / "gsm8k-train-embedded-v4.jsonl"

@@ -6,7 +6,7 @@ import itertools
 
 import pytest
 
-from loadgen.grading import answer_key, extract, final_number, grade, reference_answer
+from cascade.data.grading import answer_key, extract, final_number, grade, reference_answer
 from tests.shared_data import shared_file
 
 GSM8K_REFERENCE = ("Janet sells 16 - 3 - 4 = <<16-3-4=9>>9 duck eggs a day.\n"
@@ -69,7 +69,7 @@ def test_extract_reports_what_was_read_in_the_reference_kind() -> None:
 
 
 def test_real_gsm8k_references_grade_their_own_solutions_correct() -> None:
-    from loadgen.datasets import load_gsm8k
+    from cascade.data.datasets import load_gsm8k
 
     prompts = load_gsm8k(shared_file("gsm8k", "test.jsonl"))[:200]
     assert all(p.reference and grade(p.reference, p.reference) for p in prompts)

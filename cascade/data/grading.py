@@ -1,4 +1,4 @@
-"""The answer grader, shared by `cascade loadgen` and `cascade label` (stdlib only, no cascade imports).
+"""The answer grader, shared by `cascade loadgen`, `cascade label`, `cascade bench` and the branch vote (stdlib only).
 
 `grade(response, reference)` decides by the reference's kind:
 

@@ -1,4 +1,8 @@
-"""What one request produced: the per-request row of `requests.jsonl`, and the prompts sent."""
+"""What one request produced: the per-request row of `requests.jsonl`, and the prompts sent.
+
+`cascade loadgen` writes `requests.jsonl`; the profiler and benchmarks read it back, so its row is
+a data record here rather than load-generator internals.
+"""
 
 from __future__ import annotations
 

@@ -7,8 +7,8 @@ import importlib.util
 import numpy as np
 import pytest
 
-from loadgen import datasets
-from loadgen.grading import grade
+from cascade.data import datasets
+from cascade.data.grading import grade
 from tests.shared_data import shared_file
 
 

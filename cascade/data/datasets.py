@@ -11,7 +11,7 @@ Files: `.jsonl` with `prompt` (or `question`) and optional `reference` (or `answ
 with a `prompt` column (and optionally `reference`).
 
 Shared data is read in place from ``$CASCADE_SHARED_DATA``, else ``../shared/data`` beside the repo.
-Tokens are estimated as characters / 4: loadgen is black-box and carries no tokenizer.
+Tokens are estimated as characters / 4: the load generator is black-box and carries no tokenizer.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from pathlib import Path
 import msgspec
 import numpy as np
 
-from loadgen.records import Prompt
+from cascade.data.records import Prompt
 
 NAMES = ("sharegpt", "gsm8k", "gsm8k-train", "routellm-gsm8k", "routellm-mmlu", "random")
 SHAREGPT_FILE = "ShareGPT_V3_unfiltered_cleaned_split.json"
@@ -33,14 +33,15 @@ CHARS_PER_TOKEN = 4
 
 
 class DatasetError(ValueError):
-    """The dataset cannot be loaded; the message says why and what to do."""
+    """A dataset (or an outcomes file) cannot be read; the message says why and what to do."""
 
 
 def shared_data_dir() -> Path:
+    """The shared data folder: ``$CASCADE_SHARED_DATA``, else ``../shared/data`` beside the repo."""
     env = os.environ.get("CASCADE_SHARED_DATA")
     if env:
         return Path(env)
-    return Path(__file__).resolve().parents[1].parent / "shared" / "data"
+    return Path(__file__).resolve().parents[2].parent / "shared" / "data"
 
 
 def estimate_tokens(text: str) -> int:
