@@ -20,14 +20,14 @@ from cascade.answer import Answer, Sampling, answer, choice_requests, question_o
 from cascade.branches.backend import GenerationRequest
 from cascade.branches.runner import BranchReport
 from cascade.config import Failover, Limits
-from cascade.errors import BackendError, UnknownModel
+from cascade.errors import BackendError, InvalidRequest, UnknownModel
 from cascade.gateway import responses, streaming
 from cascade.gateway.admission import Admission
 from cascade.gateway.decision import Decision
 from cascade.gateway.metrics import GatewayMetrics
 from cascade.gateway.telemetry import Telemetry
 from cascade.gateway.traffic import TrafficLog
-from cascade.gateway.validation import branches_for, check_tier, forwarded, one_answer_field, stops, validate
+from cascade.gateway.validation import branches_for, check_tier, one_answer_field, stops, validate
 from cascade.router.escalation import Evidence, Move, Pinned, RouteMode, ServingMode
 from cascade.router.policy import NAMED_HINTS, RoutingPolicy, parse_hint
 from cascade.schemas import PASSTHROUGH, ChatCompletion, ChatCompletionRequest, ModelCard, ModelList, RouteDecision
@@ -143,7 +143,15 @@ class ChatService:
         return decision.served(served, self.tiers), served.answer
 
     def _ladder(self, req: ChatCompletionRequest, answer_on: Callable[[Tier], Awaitable[_T]]) -> TierLadder[_T]:
-        return TierLadder(self.tiers, answer_on, forwarded(req), self.telemetry)
+        return TierLadder(self.tiers, answer_on, lambda tier: self._fits(req, tier), self.telemetry)
+
+    def _fits(self, req: ChatCompletionRequest, tier: Tier) -> bool:
+        """Whether `tier` can serve the request as asked (a fallback tier is checked only when needed)."""
+        try:
+            check_tier(req, tier, self.limits)
+        except InvalidRequest:
+            return False
+        return True
 
     async def _answer(self, req: ChatCompletionRequest, tier: Tier, max_tokens: int) -> Answer:
         """All `n` choices of one tier, inside the tier's admission (backend errors are counted)."""
@@ -179,11 +187,11 @@ class TierLadder(Generic[_T]):
     """The gateway's side of the router's `Ladder`: answers on a tier with `answer_on`, tells which tiers can
     take the request, reads an Answer's evidence, and counts every move."""
 
-    def __init__(self, tiers: list[Tier], answer_on: Callable[[Tier], Awaitable[_T]], used: set[str],
+    def __init__(self, tiers: list[Tier], answer_on: Callable[[Tier], Awaitable[_T]], fits: Callable[[Tier], bool],
                  telemetry: Telemetry) -> None:
         self.tiers = tiers
         self.answer_on = answer_on
-        self.used = used
+        self.fits = fits
         self.telemetry = telemetry
 
     async def answer(self, tier: int) -> _T:
@@ -197,7 +205,7 @@ class TierLadder(Generic[_T]):
 
     def can_take(self, tier: int) -> bool:
         candidate = self.tiers[tier]
-        return candidate.backend.available() and not self.used & candidate.unsupported
+        return candidate.backend.available() and self.fits(candidate)
 
     def moved(self, from_tier: int, to_tier: int, why: Move) -> None:
         self.telemetry.moved(self.tiers[from_tier], self.tiers[to_tier], why)

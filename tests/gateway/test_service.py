@@ -36,10 +36,11 @@ def request(**fields: object) -> ChatCompletionRequest:
 SLOTTED_TOP = "branch_slots = 4\n"  # appended to the last tier of the ladder
 
 
-def with_service(mode: str, work: Callable[[ChatService], Awaitable[T]], extra: str = "") -> tuple[T, FakeEngine]:
+def with_service(mode: str, work: Callable[[ChatService], Awaitable[T]], extra: str = "",
+                 edit: Callable[[str], str] = lambda toml: toml) -> tuple[T, FakeEngine]:
     engine = FakeEngine(FakeScript(tokens=8))
     with serve_asgi(engine) as url:
-        config = decode_config(ladder_toml(url) + extra)
+        config = decode_config(edit(ladder_toml(url) + extra))
 
         async def run() -> T:
             tiers = build_tiers(config, {})
@@ -116,3 +117,17 @@ def test_a_stream_is_opened_before_its_frames_and_closes_its_upstream() -> None:
     (tier, body, streams_open), engine = with_service("route", work)
     assert tier == TIERS[0] and body[-1].endswith(b"data: [DONE]\n\n") and streams_open == 0
     assert engine.stats.streams_finished == 1
+
+
+def test_route_mode_falls_back_only_to_a_tier_that_can_serve_the_request_as_asked() -> None:
+    # The middle tier has 4 branch slots: a request for 8 branches that falls back from the cheapest tier
+    # skips it for the top tier instead of failing there with a 400 after the first tier's 502.
+    slotted_middle = f'name = "{TIERS[1]}"\nbranch_slots = 4\n'
+
+    async def work(service: ChatService):
+        req = request(model="cascade:fast", messages=user("[fake@fake-0 status=500] hi"), branches={"n": 8})
+        decision, max_tokens = service.prepare(req, None)
+        return await service.complete(req, decision, max_tokens)
+
+    completion, _ = with_service("route", work, edit=lambda toml: toml.replace(f'name = "{TIERS[1]}"\n', slotted_middle))
+    assert completion.model == TIERS[2] and completion.cascade.fallback_from == TIERS[0]
