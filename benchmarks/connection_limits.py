@@ -23,9 +23,9 @@ from pathlib import Path
 
 import httpx
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repo root: tests.unit.gateway_setup
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repo root: tests.gateway.gateway_setup
 from cascade.engines.supervisor import free_port
-from tests.unit.gateway_setup import ladder_toml
+from tests.gateway.gateway_setup import ladder_toml
 
 CASCADE = [sys.executable, "-m", "cascade.cli"]
 

@@ -2,7 +2,7 @@
 
 Method
   * `cascade fake-server` (16 tokens, 5 ms apart) and `cascade serve` with the three-tier ladder of
-    tests/unit/gateway_setup.py (every tier on that engine; read timeout 5 s), both on free 127.0.0.1 ports
+    tests/gateway/gateway_setup.py (every tier on that engine; read timeout 5 s), both on free 127.0.0.1 ports
     in their own process groups, killed at the end.
   * Phase 1, `--seconds`: closed-loop chat requests to the cheapest tier at `--concurrency` (the baseline).
   * Phase 2, `--seconds`: the same, while `--stall-concurrency` clients keep sending requests to the top
@@ -32,8 +32,8 @@ from typing import Any
 import httpx
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repo root: tests.unit.gateway_process
-from tests.unit.gateway_process import cascade_serve, fake_engine
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repo root: tests.gateway.gateway_process
+from tests.gateway.gateway_process import cascade_serve, fake_engine
 
 
 class Tally:

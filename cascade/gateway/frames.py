@@ -3,7 +3,7 @@
 Content frames are the hot path of the gateway (one per upstream read, tens of thousands per second
 at 200 streams), so they are spliced from byte templates around the JSON-encoded text instead of
 building and encoding a `ChatCompletionChunk` each time. The templates are made by encoding real
-chunks, so the bytes are exactly what the Structs would give; tests/unit/test_gateway_frames.py checks
+chunks, so the bytes are exactly what the Structs would give; tests/gateway/test_frames.py checks
 that for every kind of frame.
 """
 

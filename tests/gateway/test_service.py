@@ -22,8 +22,8 @@ from cascade.router.escalation import serving_mode
 from cascade.router.policy import RoutingPolicy
 from cascade.schemas import ChatCompletionRequest
 from cascade.tiers import build_tiers
+from tests.gateway.gateway_setup import TIERS, ladder_toml, user
 from tests.servers import serve_asgi
-from tests.unit.gateway_setup import TIERS, ladder_toml, user
 
 T = TypeVar("T")
 

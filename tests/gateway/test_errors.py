@@ -14,11 +14,11 @@ import pytest
 
 from cascade.engines.fake_server import FakeScript
 from cascade.engines.supervisor import free_port
-from tests.unit.gateway_setup import TIERS, post_chat, running_gateway, user
+from tests.gateway.gateway_setup import TIERS, post_chat, running_gateway, user
 
 LIMITS = "[gateway.limits]\nmax_body_bytes = 20000\nmax_n = 4\nmax_tokens = 1000\nmax_messages = 50\n"
 # The module's gateway is shared by tests that each inject a fault: a breaker that benched the one replica
-# after three of them would turn the next test's fault into a 503 (tests/unit/test_failover.py tests it).
+# after three of them would turn the next test's fault into a 503 (tests/gateway/test_failover.py tests it).
 LIMITS += "[gateway.failover]\nbreaker_failures = 1000\n"
 
 

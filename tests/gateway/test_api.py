@@ -7,7 +7,7 @@ import openai
 import pytest
 
 from cascade.engines.fake_server import FakeScript
-from tests.unit.gateway_setup import TIERS, post_chat, running_gateway, user
+from tests.gateway.gateway_setup import TIERS, post_chat, running_gateway, user
 
 
 @pytest.fixture(scope="module")

@@ -18,8 +18,8 @@ from pathlib import Path
 import httpx
 
 from cascade.engines.supervisor import free_port
+from tests.gateway.gateway_setup import ladder_toml
 from tests.servers import eventually
-from tests.unit.gateway_setup import ladder_toml
 
 CASCADE = [sys.executable, "-m", "cascade.cli"]
 

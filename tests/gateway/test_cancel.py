@@ -8,7 +8,7 @@ import time
 import httpx
 
 from cascade.engines.fake_server import FakeEngine, FakeScript
-from tests.unit.gateway_setup import running_gateway, user
+from tests.gateway.gateway_setup import running_gateway, user
 
 
 def _wait_for(predicate, timeout_s: float = 5.0) -> bool:

@@ -19,9 +19,9 @@ import uvicorn
 from cascade.config import decode_config
 from cascade.gateway import server
 from cascade.gateway.connections import GatewayProtocol, connection_cap
+from tests.gateway.gateway_process import Served, cascade_serve, fake_engine
+from tests.gateway.gateway_setup import ladder_toml, user
 from tests.servers import eventually
-from tests.unit.gateway_process import Served, cascade_serve, fake_engine
-from tests.unit.gateway_setup import ladder_toml, user
 
 TIMEOUT_S = 1.0
 LIMITED = f"""

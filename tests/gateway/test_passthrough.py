@@ -18,8 +18,8 @@ import pytest
 from cascade.config import decode_config, load_config
 from cascade.engines.fake_server import FakeEngine, FakeScript
 from cascade.gateway.server import Gateway
+from tests.gateway.gateway_setup import post_chat, user
 from tests.servers import Replay, Reply, serve_asgi
-from tests.unit.gateway_setup import post_chat, user
 
 
 def sse(*chunks: dict) -> bytes:
