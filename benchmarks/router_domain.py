@@ -57,7 +57,7 @@ CHAT = [
 
 
 def _dense(model: DifficultyClassifier, prompts: list[str]) -> np.ndarray:
-    return model._standardize(model.featurizer().transform(prompts))[:, : model.spec.dense_columns]
+    return model.standardize(model.featurizer().transform(prompts))[:, : model.spec.dense_columns]
 
 
 def _variants(train: np.ndarray, sets: dict[str, np.ndarray]) -> dict[str, dict[str, float]]:

@@ -31,10 +31,10 @@ import msgspec
 import numpy as np
 
 from cascade.data.datasets import shared_data_dir
-from cascade.router import features
+from cascade.router import embeddings
 from cascade.router.artifact import RouterCard, load_router
 from cascade.router.classifier import DifficultyClassifier
-from cascade.router.features import embedding_available
+from cascade.router.embeddings import embedding_available
 from cascade.router.learned import LearnedSignal
 from cascade.router.outcomes import load_outcomes
 from cascade.router.policy import QualityHint, RoutingPolicy
@@ -69,7 +69,7 @@ def measure(model: DifficultyClassifier, card: RouterCard, prompts: list[str], n
         t0 = time.perf_counter_ns()
         policy.route(prompt, hint)
         # The featurize part is timed from scratch: the decision left its prompt's embedding in the memo.
-        features.forget_embeddings()
+        embeddings.forget_embeddings()
         t1 = time.perf_counter_ns()
         X = featurizer.transform([prompt])
         t2 = time.perf_counter_ns()

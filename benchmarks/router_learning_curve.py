@@ -4,9 +4,9 @@ For each repeat r (seeds 0..R-1) the outcomes are split as `cascade router train
 splits them (`split_indices`: repeat 0 with F = 0.5 on RouteLLM's GSM8K is the fixed split of the issue's
 target); the test part stays fixed while the router is trained on the first n rows of a seeded shuffle of the
 training part, for each n of --sizes (default: 1/8, 1/4, 1/2 and all of it, so the largest size is the router
-`cascade router train` would fit on that split). Features are computed once and sliced, the classifier is the
-router's own (`classifier_for_blocks`, C chosen by inner CV as in training; the domain check is skipped, it
-does not change p_fail).
+`cascade router train` would fit on that split). Features are computed once and sliced; each point is
+`cascade.router.train.train_router` on those rows (the command's pipeline: C chosen by inner CV as in training;
+without its cross-validated metrics and domain check, which do not change p_fail).
 
 Reported per size: APGR mean and sd over repeats, and the tier prior's APGR on the same test parts. The
 summary `gain_per_doubling` is the least-squares slope of APGR against log2(n) within each repeat, mean and
@@ -31,12 +31,12 @@ import sys
 import time
 
 import numpy as np
-from sklearn.base import clone
 
 from cascade.errors import ConfigError
 from cascade.router import evaluate as ev
-from cascade.router.classifier import classifier_for_blocks
 from cascade.router.outcomes import load_outcomes, parse_tiers, split_indices
+from cascade.router.train import TrainOptions, train_router
+from cascade.router.train.pipeline import classifier_for
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -103,7 +103,8 @@ def main(argv: list[str] | None = None) -> int:
     n_train = len(split_indices(len(outcomes), args.train_fraction, 0)[0])
     try:  # bad input is refused before the features are computed
         sizes = sizes_for(n_train, args.sizes)
-        model = classifier_for_blocks(blocks, domain_quantile=0.0)
+        options = TrainOptions(features=tuple(blocks), domain_quantile=0.0, cv_folds=0).validate()
+        model = classifier_for(options)
     except (ValueError, ConfigError) as e:
         print(f"router_learning_curve: {e}", file=sys.stderr)
         return 2
@@ -117,7 +118,7 @@ def main(argv: list[str] | None = None) -> int:
         prior[r] = ev.apgr(ev.routing_curve(ev.prior_scores(correct), correct))
         for k, n in enumerate(sizes):
             rows = np.sort(order[:n])
-            fitted = clone(model).fit_features(X[rows], outcomes.correct[rows])
+            fitted = train_router(outcomes.subset(rows), options, X=X[rows]).model
             apgrs[r, k] = ev.apgr(ev.routing_curve(fitted.predict_p_fail_features(X[test]), correct))
         points = "  ".join(f"{n}: {a:.3f}" for n, a in zip(sizes, apgrs[r], strict=True))
         print(f"split {r}: {points}", file=sys.stderr)

@@ -73,7 +73,10 @@ predictions (`pooled_apgr`, the number the target refers to) and the mean of the
 (`fold_mean_apgr`). Variants: lexical with default C selection, the one-standard-error rule, a fixed
 C=0.0003, the linear estimator (the steps block is for math word problems: not run here); with
 --mmlu-embeddings MiniLM alone (default and 1-SE) and lexical+MiniLM (1-SE).
-Feature blocks are computed once per dataset and sliced per fold (`fit_features`).
+Feature blocks are computed once per dataset and sliced per fold. Every router here is
+`cascade.router.train.train_router` (the pipeline of `cascade router train`) on the training rows, without its
+cross-validated metrics and domain check, which do not change p_fail; the train-half CV is its
+`cross_validated_p_fail`.
 
 Each router's held-out entry carries `apgr_ci95`, a seeded percentile bootstrap over the 660 test prompts (the
 router fixed): for the committed router 0.611-0.760 around 0.680, i.e. one split cannot tell 0.68 from 0.70.
@@ -90,6 +93,7 @@ import sys
 import time
 from pathlib import Path
 
+import msgspec
 import numpy as np
 from sklearn.feature_extraction.text import TfidfVectorizer
 from sklearn.linear_model import LogisticRegression
@@ -99,15 +103,24 @@ from threadpoolctl import threadpool_limits
 from cascade.data.datasets import shared_data_dir
 from cascade.router import evaluate as ev
 from cascade.router.classifier import DifficultyClassifier
-from cascade.router.features import FeatureSpec, Featurizer, embedding_available, fit_steps_model, fit_topic_model
+from cascade.router.embeddings import embedding_available
+from cascade.router.features import FeatureSpec, Featurizer
 from cascade.router.outcomes import Outcomes, load_outcomes, split_indices
+from cascade.router.train import TrainOptions, train_router
+from cascade.router.train.aux_models import fit_steps_model, fit_topic_model
+from cascade.router.train.estimator import cross_validated_p_fail
+from cascade.router.train.pipeline import classifier_for
 
 TIERS = ["mistralai/Mixtral-8x7B-Instruct-v0.1", "gpt-4-1106-preview"]
-LINEAR = {"estimator": "linear"}
-STEPS = {"steps": True}
-STEPS_LINEAR = {"steps": True, "estimator": "linear"}
-STEPS_RESTATED = {"steps": True, "restated_number": True}
-STEPS_RESTATED_TOPIC = {**STEPS_RESTATED, "topic_components": 4}
+# No cross-validated metrics or domain check: neither changes a router's p_fail, and both cost time.
+LEXICAL = TrainOptions(features=("lexical",), cv_folds=0, domain_quantile=0.0)
+LINEAR = msgspec.structs.replace(LEXICAL, estimator="linear")
+STEPS = msgspec.structs.replace(LEXICAL, features=("lexical", "steps"))
+STEPS_LINEAR = msgspec.structs.replace(STEPS, estimator="linear")
+STEPS_RESTATED = msgspec.structs.replace(LEXICAL, features=("lexical", "steps", "restated"))
+STEPS_RESTATED_TOPIC = msgspec.structs.replace(LEXICAL, features=("lexical", "steps", "restated", "topic"),
+                                               topic_components=4)
+MINILM = msgspec.structs.replace(LEXICAL, features=("minilm",))
 ROUTER = "cascade_lexical_steps_restated"  # the committed models/routers/routellm-gsm8k
 
 
@@ -154,11 +167,10 @@ class Features:
         return np.hstack([self.blocks[part] for part in parts])
 
 
-def _router(features: Features, train_rows: np.ndarray, test_rows: np.ndarray, **params: object) -> dict:
+def _router(features: Features, train_rows: np.ndarray, test_rows: np.ndarray, options: TrainOptions) -> dict:
     start = time.perf_counter()
-    model = DifficultyClassifier(**params)  # type: ignore[arg-type]
-    X, correct = features.matrix(model), features.outcomes.correct
-    model.fit_features(X[train_rows], correct[train_rows])
+    X, correct = features.matrix(classifier_for(options)), features.outcomes.correct
+    model = train_router(features.outcomes.subset(train_rows), options, X=X[train_rows]).model
     p_fail = model.predict_p_fail_features(X[test_rows])
     report = ev.report(p_fail, correct[test_rows])
     report["apgr_ci95"] = [round(v, 4) for v in ev.apgr_interval(p_fail, correct[test_rows])]
@@ -166,20 +178,18 @@ def _router(features: Features, train_rows: np.ndarray, test_rows: np.ndarray, *
     return {**report, "C_chosen": C_chosen, "fit_s": round(time.perf_counter() - start, 1)}
 
 
-def _train_half_cv(features: Features, train_rows: np.ndarray, params: dict, repeats: int = 6) -> float:
+def _train_half_cv(features: Features, train_rows: np.ndarray, options: TrainOptions, repeats: int = 6) -> float:
     """Mean over `repeats` of the pooled out-of-fold APGR of 5-fold stratified CV on the training half only:
-    the criterion that chooses features here (the test half is scored after the choice)."""
-    from sklearn.model_selection import StratifiedKFold
-
-    correct = features.outcomes.correct[train_rows]
-    X = features.matrix(DifficultyClassifier(**params))[train_rows]  # type: ignore[arg-type]
+    the criterion that chooses features here (the test half is scored after the choice). The folds of repeat r
+    are `cascade router train --seed r`'s (stratified on the weak tier's failures); the classifier's own inner
+    folds keep the options' seed."""
+    train = features.outcomes.subset(train_rows)
+    model = classifier_for(options)
+    X = features.matrix(model)[train_rows]
     values = []
     for repeat in range(repeats):
-        p_fail = np.zeros(correct.shape)
-        for fit_rows, score_rows in StratifiedKFold(5, shuffle=True, random_state=repeat).split(X, correct[:, 0]):
-            fold_model = DifficultyClassifier(**params).fit_features(X[fit_rows], correct[fit_rows])  # type: ignore[arg-type]
-            p_fail[score_rows] = fold_model.predict_p_fail_features(X[score_rows])
-        values.append(ev.apgr(ev.routing_curve(p_fail, correct)))
+        p_fail = cross_validated_p_fail(model, train.prompts, train.correct, folds=5, seed=repeat, X=X)
+        values.append(ev.apgr(ev.routing_curve(p_fail, train.correct)))
     return round(float(np.mean(values)), 4)
 
 
@@ -189,13 +199,15 @@ def gsm8k(embeddings: bool) -> dict:
     train_rows, test_rows = split_indices(len(outcomes), 0.5, 0)
     train, test = outcomes.subset(train_rows), outcomes.subset(test_rows)
     random = [_apgr(np.random.default_rng(s).random(len(test)), test.correct) for s in range(10)]
-    variants: dict[str, dict] = {"lexical": {}, "lexical_1se": {"selection": "log_loss_1se"},
-                                 "lexical_hash1024": {"hash_features": 1024}, "lexical_linear": LINEAR,
+    variants: dict[str, TrainOptions] = {
+        "lexical": LEXICAL, "lexical_1se": msgspec.structs.replace(LEXICAL, selection="log_loss_1se"),
+        "lexical_hash1024": msgspec.structs.replace(LEXICAL, features=("lexical", "hash"), hash_features=1024),
+        "lexical_linear": LINEAR,
                                  "lexical_steps": STEPS, "lexical_steps_linear": STEPS_LINEAR,
                                  "lexical_steps_restated": STEPS_RESTATED}
     if embeddings:
-        variants["minilm"] = {"lexical": False, "embeddings": "all-minilm-l6-v2"}
-        variants["lexical_minilm"] = {"embeddings": "all-minilm-l6-v2"}
+        variants["minilm"] = MINILM
+        variants["lexical_minilm"] = msgspec.structs.replace(LEXICAL, features=("lexical", "minilm"))
         variants["lexical_steps_restated_topic"] = STEPS_RESTATED_TOPIC
     result: dict = {
         "split": {"seed": 0, "train_rows": len(train), "test_rows": len(test)},
@@ -204,12 +216,12 @@ def gsm8k(embeddings: bool) -> dict:
         "tfidf_lr": _apgr(_tfidf_lr(train, test), test.correct),
         "oracle": _apgr(ev.oracle_scores(test.correct), test.correct),
     }
-    for name, params in variants.items():
-        result[f"cascade_{name}"] = _router(features, train_rows, test_rows, **params)
+    for name, options in variants.items():
+        result[f"cascade_{name}"] = _router(features, train_rows, test_rows, options)
     chosen_by_cv = [("cascade_lexical_steps", STEPS), ("cascade_lexical_steps_restated", STEPS_RESTATED)]
     chosen_by_cv += [("cascade_lexical_steps_restated_topic", STEPS_RESTATED_TOPIC)] if embeddings else []
-    result["train_half_cv"] = {name: _train_half_cv(features, train_rows, params) for name, params in chosen_by_cv}
-    over_variants = {"cascade_lexical": {}, "cascade_lexical_linear": LINEAR, "cascade_lexical_steps": STEPS,
+    result["train_half_cv"] = {name: _train_half_cv(features, train_rows, options) for name, options in chosen_by_cv}
+    over_variants = {"cascade_lexical": LEXICAL, "cascade_lexical_linear": LINEAR, "cascade_lexical_steps": STEPS,
                      "cascade_lexical_steps_linear": STEPS_LINEAR, "cascade_lexical_steps_restated": STEPS_RESTATED}
     if embeddings:
         over_variants["cascade_lexical_steps_restated_topic"] = STEPS_RESTATED_TOPIC
@@ -218,14 +230,14 @@ def gsm8k(embeddings: bool) -> dict:
         tr, te = split_indices(len(outcomes), 0.5, seed)
         over["length"].append(_apgr(_length(outcomes.subset(te)), outcomes.correct[te]))
         over["tfidf_lr"].append(_apgr(_tfidf_lr(outcomes.subset(tr), outcomes.subset(te)), outcomes.correct[te]))
-        for name, params in over_variants.items():
-            over[name].append(_router(features, tr, te, **params)["apgr"])
+        for name, options in over_variants.items():
+            over[name].append(_router(features, tr, te, options)["apgr"])
     result["over_splits"] = {k: {"mean": round(float(np.mean(v)), 4), "sd": round(float(np.std(v)), 4), "values": v}
                              for k, v in over.items()}
     return result
 
 
-def mmlu(variants: dict[str, dict]) -> dict:
+def mmlu(variants: dict[str, TrainOptions]) -> dict:
     outcomes = load_outcomes(shared_data_dir() / "routellm" / "mmlu", TIERS)
     features = Features(outcomes)
     folds = list(GroupKFold(5).split(outcomes.prompts, groups=outcomes.groups))
@@ -235,12 +247,11 @@ def mmlu(variants: dict[str, dict]) -> dict:
     for train_rows, test_rows in folds:
         train, test = outcomes.subset(train_rows), outcomes.subset(test_rows)
         scores["tfidf_lr"][test_rows, 0] = _tfidf_lr(train, test)
-        for name, params in variants.items():
-            # Internal C selection is stratified, not grouped: grouped selection measured worse here
-            # (it picks C=1; pooled APGR 0.531 against 0.555).
-            model = DifficultyClassifier(**params)
-            X = features.matrix(model)
-            model.fit_features(X[train_rows], outcomes.correct[train_rows])
+        for name, options in variants.items():
+            # Internal C selection is stratified, not grouped (train_router passes no groups): grouped
+            # selection measured worse here (it picks C=1; pooled APGR 0.531 against 0.555).
+            X = features.matrix(classifier_for(options))
+            model = train_router(train, options, X=X[train_rows]).model
             scores[name][test_rows] = model.predict_p_fail_features(X[test_rows])
     scores["tfidf_lr"] = scores["tfidf_lr"][:, 0]
     scores["oracle"] = ev.oracle_scores(outcomes.correct)
@@ -273,13 +284,15 @@ def main() -> int:
     with threadpool_limits(limits=1, user_api="blas"):
         result: dict = {"gsm8k": gsm8k(args.embeddings)}
         if not args.skip_mmlu:
-            variants: dict[str, dict] = {"cascade_lexical": {}, "cascade_lexical_1se": {"selection": "log_loss_1se"},
-                                         "cascade_lexical_C0.0003": {"C": 0.0003}, "cascade_lexical_linear": LINEAR}
+            variants: dict[str, TrainOptions] = {
+                "cascade_lexical": LEXICAL,
+                "cascade_lexical_1se": msgspec.structs.replace(LEXICAL, selection="log_loss_1se"),
+                "cascade_lexical_C0.0003": msgspec.structs.replace(LEXICAL, C=0.0003), "cascade_lexical_linear": LINEAR}
             if args.mmlu_embeddings:
-                minilm = {"lexical": False, "embeddings": "all-minilm-l6-v2"}
-                variants["cascade_minilm"] = minilm
-                variants["cascade_minilm_1se"] = {**minilm, "selection": "log_loss_1se"}
-                variants["cascade_lexical_minilm_1se"] = {"embeddings": "all-minilm-l6-v2", "selection": "log_loss_1se"}
+                variants["cascade_minilm"] = MINILM
+                variants["cascade_minilm_1se"] = msgspec.structs.replace(MINILM, selection="log_loss_1se")
+                variants["cascade_lexical_minilm_1se"] = msgspec.structs.replace(
+                    LEXICAL, features=("lexical", "minilm"), selection="log_loss_1se")
             result["mmlu"] = mmlu(variants)
     gsm = result["gsm8k"][ROUTER]["apgr"]
     targets: dict = {"gsm8k_target": 0.70, "gsm8k_router": ROUTER, "gsm8k_router_apgr": gsm,

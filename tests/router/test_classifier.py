@@ -11,7 +11,8 @@ from sklearn.base import clone
 from cascade.errors import ConfigError
 from cascade.router import evaluate as ev
 from cascade.router.classifier import DifficultyClassifier, tier_for_price
-from cascade.router.features import LEXICAL_NAMES, FeatureSpec, Featurizer, lexical_features
+from cascade.router.features import FeatureSpec, Featurizer
+from cascade.router.lexical import LEXICAL_NAMES, lexical_features
 from cascade.router.outcomes import load_outcomes, split_indices
 from tests.router.conftest import GSM8K_TIERS
 
@@ -32,7 +33,7 @@ def test_p_fail_is_a_probability_per_tier_and_harder_prompts_score_higher(synthe
     assert p_fail.shape == (len(prompts), 2) and np.all((p_fail > 0) & (p_fail < 1))
     easy = "Sam buys 3 apples for $2 each. How much does he pay in total?"
     hard = ". ".join([f"Sam buys {k} apples for $4 each" for k in range(11, 17)]) + ". How much does he pay in total?"
-    assert model.difficulty(hard) > model.difficulty(easy)
+    assert model.predict_p_fail([hard])[0, 0] > model.predict_p_fail([easy])[0, 0]
     assert ev.report(p_fail, correct)["apgr"] > 0.6
 
 

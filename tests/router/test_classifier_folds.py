@@ -28,7 +28,7 @@ def test_cross_validated_p_fail_stratifies_on_a_tier_that_fills_every_fold() -> 
 
     from sklearn.model_selection import StratifiedKFold
 
-    from cascade.router.classifier import cross_validated_p_fail
+    from cascade.router.train.estimator import cross_validated_p_fail
 
     prompts, correct = synthetic_outcomes(n=120, seed=4)
     ladder = np.c_[np.zeros(len(prompts), dtype=bool), correct]

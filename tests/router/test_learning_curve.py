@@ -14,8 +14,8 @@ import numpy as np
 import pytest
 
 from cascade.errors import ConfigError
-from cascade.router.classifier import FEATURE_BLOCKS, classifier_for_blocks
 from cascade.router.cli import FEATURE_BLOCKS as CLI_FEATURE_BLOCKS
+from cascade.router.train.pipeline import FEATURE_BLOCKS, TrainOptions, classifier_for
 from tests.router.conftest import GSM8K_TIERS, synthetic_outcomes
 
 REPO = Path(__file__).resolve().parents[2]
@@ -82,7 +82,7 @@ def test_gain_per_doubling_is_the_slope_against_log2_rows() -> None:
 
 def test_feature_blocks_are_named_alike_on_the_cli_and_in_the_classifier() -> None:
     assert CLI_FEATURE_BLOCKS == FEATURE_BLOCKS
-    model = classifier_for_blocks(["steps", "restated"], aux_data="x.jsonl")
+    model = classifier_for(TrainOptions(features=("steps", "restated"), aux_data="x.jsonl"))
     assert (model.lexical, model.steps, model.restated_number, model.steps_data) == (False, True, True, "x.jsonl")
     with pytest.raises(ConfigError, match="feature blocks are"):
-        classifier_for_blocks(["lexical", "ngrams"])
+        classifier_for(TrainOptions(features=("lexical", "ngrams")))

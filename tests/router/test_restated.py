@@ -12,7 +12,8 @@ from cascade.cli import main
 from cascade.router import evaluate as ev
 from cascade.router.artifact import load_router
 from cascade.router.classifier import DifficultyClassifier
-from cascade.router.features import LEXICAL_NAMES, FeatureSpec, Featurizer, restated_number
+from cascade.router.features import FeatureSpec, Featurizer
+from cascade.router.lexical import LEXICAL_NAMES, restated_number
 
 
 @pytest.mark.parametrize(("prompt", "expected"), [

@@ -18,14 +18,9 @@ from cascade.errors import ConfigError
 from cascade.router import evaluate as ev
 from cascade.router.artifact import CARD_FILE, MODEL_FILE, DataRef, load_router, save_router
 from cascade.router.classifier import P_MIN, DifficultyClassifier
-from cascade.router.features import (
-    LEXICAL_NAMES,
-    FeatureSpec,
-    Featurizer,
-    fit_steps_model,
-    lexical_features,
-    solution_steps,
-)
+from cascade.router.features import FeatureSpec, Featurizer
+from cascade.router.lexical import LEXICAL_NAMES, lexical_features
+from cascade.router.train.aux_models import fit_steps_model, solution_steps
 from tests.router.conftest import synthetic_outcomes, synthetic_solutions
 from tests.shared_data import shared_file
 
@@ -51,7 +46,8 @@ def test_steps_model_predicts_more_steps_for_questions_with_more_clauses(steps_j
 def test_steps_model_is_deterministic_and_identical_in_another_process(steps_jsonl) -> None:
     prompt = synthetic_solutions(n=1, seed=5)[0]["question"]
     ours = float(_predict_steps(fit_steps_model(steps_jsonl), [prompt])[0])
-    code = ("import sys, numpy as np; from cascade.router.features import fit_steps_model, lexical_features; "
+    code = ("import sys, numpy as np; from cascade.router.train.aux_models import fit_steps_model; "
+            "from cascade.router.lexical import lexical_features; "
             "m = fit_steps_model(sys.argv[1]); p = sys.argv[2]; "
             "print(repr(float(m.predict([p], np.array([lexical_features(p)]))[0])))")
     env = {**os.environ, "PYTHONHASHSEED": "12345"}  # str hashes differ; the crc32 buckets must not
@@ -165,7 +161,7 @@ def test_linear_estimator_gain_is_a_ridge_regression_of_the_gain(synthetic) -> N
     model = DifficultyClassifier(estimator="linear", alpha=50.0).fit(prompts, correct)
     p_fail = model.predict_p_fail(prompts)
     assert np.all((p_fail >= P_MIN) & (p_fail <= 1 - P_MIN))
-    Z = model._standardize(model.featurizer().transform(prompts))
+    Z = model.standardize(model.featurizer().transform(prompts))
     gain = Ridge(alpha=50.0).fit(Z, correct[:, 1].astype(float) - correct[:, 0]).predict(Z)
     inside = np.all((p_fail > P_MIN) & (p_fail < 1 - P_MIN), axis=1)
     assert inside.mean() > 0.9

