@@ -11,6 +11,7 @@ from typing import Annotated, TypeVar
 
 import msgspec
 
+from cascade import files
 from cascade.errors import ConfigError
 
 MODELS_ROOT = Path(__file__).resolve().parents[2] / "models"
@@ -103,10 +104,7 @@ def _load(directory: Path, name: str, kind: type[T], what: str) -> T:
     if not path.is_file():
         known = ", ".join(sorted(p.stem for p in directory.glob("*.toml")))
         raise ConfigError(f"unknown {what} `{name}`; known: {known} (in {directory})")
-    try:
-        return msgspec.toml.decode(path.read_bytes(), type=kind)
-    except (msgspec.ValidationError, msgspec.DecodeError) as exc:
-        raise ConfigError(f"{path}: {exc}") from None
+    return files.load(path, kind, f"{what} card")
 
 
 def load_gpu(name: str) -> GpuSpec:

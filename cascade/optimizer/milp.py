@@ -26,6 +26,7 @@ from typing import Any, Literal
 import msgspec
 import numpy as np
 
+from cascade import files
 from cascade.errors import CascadeError, ConfigError
 
 Status = Literal["optimal", "infeasible"]
@@ -232,12 +233,7 @@ def _gpu_count(key: str, tier: str, total: int) -> int:
 
 def load_table(path: str | Path) -> LatencyTable:
     p = Path(path)
-    try:
-        table = msgspec.json.decode(p.read_bytes(), type=LatencyTable)
-    except OSError as exc:
-        raise ConfigError(f"cannot read latency table {p}: {exc.strerror}") from None
-    except msgspec.MsgspecError as exc:
-        raise ConfigError(f"{p}: invalid latency table: {exc}") from None
+    table = files.load(p, LatencyTable, "latency table")
     if table.gpus < 1 or not table.tiers:
         raise ConfigError(f"{p}: `gpus` must be >= 1 and `tiers` non-empty")
     names = [t.name for t in table.tiers]
