@@ -6,8 +6,7 @@ benchmarks/gateway_overhead.py), more than the engine spent producing the tokens
 asyncio Protocol around httptools (uvicorn's parser, already installed): one prebuilt request write,
 body bytes handed to the reader as they arrive, and one stall timer per request instead of one per
 read. It does only what the stream path needs: POST, a JSON body, status, de-chunked body bytes,
-keep-alive, TLS for https engines. Everything else (control-plane calls, non-streamed completions)
-stays on aiohttp.
+keep-alive, TLS for https engines. Everything else (control-plane calls) stays on aiohttp.
 
 Limits: `max_connections` open connections per origin (more requests wait), `max_idle` kept alive,
 `read_s` of silence mid-response is a timeout, reading pauses while more than `HIGH_WATER` bytes wait

@@ -4,9 +4,11 @@ Responses are decoded leniently: engines add fields (`reasoning_content`, `match
 `prompt_tokens_details`) that we tolerate and, where useful, read. Both `max_tokens` and
 `max_completion_tokens` are sent because some servers honour only one of them.
 
+Completions are always streamed (a whole answer is its collected stream, `backend.collect`), so that
+the read timeout bounds the silence between tokens rather than the whole answer.
 Transport: streamed completions (the gateway's hot path) go through cascade/branches/http_stream.py, a
-lean keep-alive HTTP/1.1 client; everything else through aiohttp, one session per backend, created
-lazily inside the running event loop.
+lean keep-alive HTTP/1.1 client; control-plane calls (health, abort, model info) through aiohttp, one
+session per backend, created lazily inside the running event loop.
 Measured against httpx 0.28 in benchmarks/gateway_overhead.py: httpx cost ~14x the client CPU per
 streamed request, and httpcore's pool bookkeeping grows with the number of kept-alive connections,
 which at 200 concurrent streams made keep-alive slower than reconnecting. Streams are read to the
@@ -15,7 +17,6 @@ end of the body even after `[DONE]`, so that their connection goes back to the p
 
 from __future__ import annotations
 
-import asyncio
 import time
 from base64 import b64encode
 from collections.abc import AsyncGenerator
@@ -25,7 +26,7 @@ from urllib.parse import unquote, urlsplit, urlunsplit
 import aiohttp
 import msgspec
 
-from cascade.branches.backend import GenerationRequest, GenerationResult, StreamDelta, join_tool_calls
+from cascade.branches.backend import GenerationRequest, StreamDelta
 from cascade.branches.http_stream import ConnectFailed, ConnectionClosed, StreamError, StreamPool, StreamTimeout
 from cascade.config import Timeouts
 from cascade.errors import (
@@ -42,7 +43,7 @@ from cascade.schemas import ToolCallDelta
 class _Message(msgspec.Struct):
     content: str | None = None
     reasoning_content: str | None = None
-    tool_calls: list[ToolCallDelta] | None = None  # whole calls in a message, pieces in a delta
+    tool_calls: list[ToolCallDelta] | None = None  # pieces of calls (concatenated by index)
 
 
 class _Logprobs(msgspec.Struct):
@@ -143,16 +144,15 @@ class OpenAIBackend:
         except (aiohttp.ClientError, TimeoutError) as exc:
             raise self._translate(exc) from None
 
-    def _body(self, request: GenerationRequest, stream: bool) -> bytes:
+    def _body(self, request: GenerationRequest) -> bytes:
         body: dict[str, Any] = {
             "model": self.model,
             "messages": request.messages,
             "max_tokens": request.max_tokens,
             "max_completion_tokens": request.max_tokens,
-            "stream": stream,
+            "stream": True,
+            "stream_options": {"include_usage": True},
         }
-        if stream:
-            body["stream_options"] = {"include_usage": True}
         if request.temperature is not None:
             body["temperature"] = request.temperature
         if request.top_p is not None:
@@ -164,41 +164,8 @@ class OpenAIBackend:
         body.update(request.extra)  # only schemas.PASSTHROUGH fields: never one of the keys set above
         return _encode(body)
 
-    async def generate(self, request: GenerationRequest) -> GenerationResult:
-        try:
-            async with asyncio.timeout(self.timeouts.total_s):
-                async with self.session.post(f"{self.url}/v1/chat/completions", data=self._body(request, False),
-                                             headers=self._headers) as response:
-                    status, content = response.status, await response.read()
-        except (aiohttp.ClientError, TimeoutError) as exc:
-            raise self._translate(exc) from None
-        if status != 200:
-            raise self._status_error(status, content)
-        try:
-            completion = _decode_completion(content)
-            choice = completion.choices[0]
-        except (msgspec.DecodeError, IndexError):
-            raise BackendFailed(f"backend `{self.name}` sent an unreadable completion: {_excerpt(content)}",
-                                self.name) from None
-        if choice.finish_reason is None:
-            raise BackendFailed(f"backend `{self.name}` sent a completion without a finish reason "
-                                "(the answer is incomplete)", self.name)
-        message = choice.message or _Message()
-        usage = completion.usage or _Usage()
-        # A message's calls are whole and in order: number them so that joining keeps them apart.
-        calls = [msgspec.structs.replace(c, index=i) for i, c in enumerate(message.tool_calls or ())]
-        return GenerationResult(
-            text=message.content or "",
-            reasoning=message.reasoning_content or "",
-            finish_reason=choice.finish_reason,
-            prompt_tokens=usage.prompt_tokens,
-            completion_tokens=usage.completion_tokens,
-            tool_calls=join_tool_calls(calls) or None,
-            logprobs=choice.logprobs.content if choice.logprobs is not None else None,
-        )
-
     async def stream(self, request: GenerationRequest) -> AsyncGenerator[StreamDelta, None]:
-        body = self._body(request, True)
+        body = self._body(request)
         # A deadline, not asyncio.timeout: the stream may be iterated from several tasks (fan-out),
         # and asyncio.timeout would cancel whichever task entered it. Stalls are caught by sock_read.
         deadline = time.monotonic() + self.timeouts.total_s
