@@ -15,7 +15,6 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import functools
-import itertools
 import math
 import os
 import sys
@@ -174,20 +173,6 @@ def _dp_indices(size: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     n_idx, f_idx = np.meshgrid(np.arange(size), np.arange(size), indexing="ij")
     valid = f_idx <= n_idx
     return valid, np.where(valid, n_idx - f_idx, 0), f_idx
-
-
-def brute_force(table: np.ndarray, total_gpus: int, exact: bool = True) -> Allocation:
-    """Every allocation, for checking the solvers on small instances."""
-    _check(table, total_gpus)
-    best: Allocation = INFEASIBLE
-    for gpus in itertools.product(range(1, total_gpus + 1), repeat=table.shape[0]):
-        used = sum(gpus)
-        if used > total_gpus or (exact and used != total_gpus):
-            continue
-        worst = _worst(table, list(gpus))
-        if math.isfinite(worst) and worst < best.latency_s:
-            best = Allocation(status="optimal", latency_s=worst, gpus=list(gpus))
-    return best
 
 
 def _worst(table: np.ndarray, gpus: list[int]) -> float:
