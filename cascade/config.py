@@ -132,7 +132,7 @@ class OpenAIBackend(_Strict, frozen=True, tag="openai", tag_field="kind"):
 
 
 class SGLangBackend(_Strict, frozen=True, tag="sglang", tag_field="kind"):
-    """An SGLang server: OpenAI routes for chat plus native `/abort_request`, `/get_model_info`."""
+    """An SGLang server: OpenAI routes for chat plus its native `/abort_request`."""
 
     url: str
     model: str = ""

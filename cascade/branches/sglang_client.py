@@ -27,15 +27,7 @@ import msgspec
 from cascade.branches.backend import GenerationRequest, StreamDelta
 from cascade.branches.openai_client import OpenAIBackend
 from cascade.config import Timeouts
-from cascade.errors import BackendFailed, CascadeError
-
-
-class SGLangModelInfo(msgspec.Struct):
-    model_path: str = ""
-    tokenizer_path: str | None = None
-    is_generation: bool = True
-    weight_version: str | None = None
-
+from cascade.errors import CascadeError
 
 _TIMEOUTS = Timeouts()
 
@@ -79,15 +71,6 @@ class SGLangBackend(OpenAIBackend):
             return
         with suppress(CascadeError):
             await self.request("POST", "/abort_request", msgspec.json.encode({"rid": rid}), self.timeouts.connect_s)
-
-    async def model_info(self) -> SGLangModelInfo:
-        status, content = await self.request("GET", "/get_model_info")
-        if status != 200:
-            raise self._status_error(status, content)
-        try:
-            return msgspec.json.decode(content, type=SGLangModelInfo)
-        except msgspec.DecodeError:
-            raise BackendFailed(f"backend `{self.name}` sent unreadable model info", self.name) from None
 
     async def health(self) -> bool:
         """SGLang's /health runs a one-token probe (up to ~20 s), so it gets the read timeout."""

@@ -272,7 +272,7 @@ def test_pool_sends_requests_to_the_replica_with_fewest_outstanding(
                 for _ in range(4):  # round robin would put two of these on the busy replica
                     await pool.generate(request("[fake tokens=2]"))
                 assert isinstance(pool, ReplicaPool)
-                return pool.outstanding_by_replica()
+                return {replica.name: replica.outstanding for replica in pool.states()}
         finally:
             await pool.aclose()
 
