@@ -26,7 +26,8 @@ import aiohttp
 import msgspec
 
 from cascade.branches.backend import GenerationRequest, StreamDelta
-from cascade.branches.http_stream import ConnectFailed, ConnectionClosed, StreamError, StreamPool, StreamTimeout
+from cascade.branches.http_connection import ConnectFailed, ConnectionClosed, StreamError, StreamTimeout
+from cascade.branches.http_stream import StreamPool
 from cascade.branches.openai_wire import EventData, excerpt, parse_chunk, status_error
 from cascade.config import Timeouts
 from cascade.errors import BackendFailed, BackendTimeout, BackendUnavailable, CascadeError
