@@ -113,6 +113,10 @@ def _aborted(all_stats: list[dict[str, Any]], rid: str) -> bool:
     return s["in_flight"] == 0 and 0 < s["aborted"].get(rid, 1 << 30) < 1000
 
 
+def make_pool(urls: list[str]) -> ReplicaPool:
+    return ReplicaPool("pool", [OpenAIBackend(f"replica-{i}", url, "fake-model", TIMEOUTS) for i, url in enumerate(urls)])
+
+
 FLAVORS = {
     "openai": Flavor(
         served(FakeEngine), 1, lambda urls: OpenAIBackend("openai", urls[0], "fake-model", TIMEOUTS), _cancelled
@@ -121,13 +125,7 @@ FLAVORS = {
         served(lambda: FakeSGLang(disconnect_abort_s=30)), 1,
         lambda urls: SGLangBackend("sglang", urls[0], "fake-model", TIMEOUTS), _aborted,
     ),
-    "pool": Flavor(
-        served(FakeEngine), 2,
-        lambda urls: ReplicaPool(
-            "pool", [OpenAIBackend(f"replica-{i}", url, "fake-model", TIMEOUTS) for i, url in enumerate(urls)]
-        ),
-        _cancelled,
-    ),
+    "pool": Flavor(served(FakeEngine), 2, make_pool, _cancelled),
     "fake": Flavor(serve_fake, 1, fake_backend, _cancelled, fake_stats),
 }
 HTTP_FLAVORS = sorted(name for name in FLAVORS if name != "fake")
@@ -265,13 +263,12 @@ def test_pool_sends_requests_to_the_replica_with_fewest_outstanding(
     urls, engines = two_engines
 
     async def main() -> dict[str, int]:
-        pool = FLAVORS["pool"].backend(urls)
+        pool = make_pool(urls)
         try:
             async with aclosing(pool.stream(request("[fake itl_ms=10 tokens=1000]"))) as busy:
                 await anext(busy)  # one request in flight on one replica
                 for _ in range(4):  # round robin would put two of these on the busy replica
                     await pool.generate(request("[fake tokens=2]"))
-                assert isinstance(pool, ReplicaPool)
                 return {replica.name: replica.outstanding for replica in pool.states()}
         finally:
             await pool.aclose()
@@ -287,8 +284,7 @@ def test_the_pools_whole_answer_is_its_collected_stream(two_engines: Engines) ->
     urls, _ = two_engines
 
     async def main() -> tuple[Any, Any]:
-        pool = FLAVORS["pool"].backend(urls)
-        assert isinstance(pool, ReplicaPool)
+        pool = make_pool(urls)
         try:
             return await pool.generate(request()), await collect(pool.stream(request()))
         finally:
@@ -303,8 +299,7 @@ def test_the_pools_whole_answer_raises_the_backend_error(two_engines: Engines, r
     urls, _ = two_engines
 
     async def main() -> None:
-        pool = FLAVORS["pool"].backend([dead_url(), dead_url()] if replicas == "dead" else urls)
-        assert isinstance(pool, ReplicaPool)
+        pool = make_pool([dead_url(), dead_url()] if replicas == "dead" else urls)
         try:
             await pool.generate(request("[fake status=500]"))
         finally:
@@ -318,7 +313,7 @@ def test_pool_fails_over_from_a_dead_replica_to_a_live_one(two_engines: Engines)
     urls, engines = two_engines
 
     async def main() -> list[Any]:
-        pool = FLAVORS["pool"].backend([dead_url(), urls[0]])
+        pool = make_pool([dead_url(), urls[0]])
         try:
             results = [await pool.generate(request("[fake tokens=3]")) for _ in range(3)]
             results += [await collect(pool.stream(request("[fake tokens=3]"))) for _ in range(3)]
@@ -395,8 +390,7 @@ def test_a_whole_answer_from_the_pool_that_did_not_end_properly_raises_backend_f
     with serve_asgi(replay) as url:
 
         async def main() -> None:
-            pool = _broken_backend("pool", url)
-            assert isinstance(pool, ReplicaPool)
+            pool = make_pool([url] * 2)
             try:
                 await pool.generate(request())
             finally:
