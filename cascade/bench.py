@@ -23,10 +23,8 @@ over (N, M) and a PNG of accuracy vs mean latency.
 from __future__ import annotations
 
 import asyncio
-import json
 import time
 from collections.abc import Callable
-from pathlib import Path
 
 import msgspec
 import numpy as np
@@ -155,7 +153,3 @@ def summarize(records: list[RequestRecord]) -> dict:
 
 def arrival_offsets(n: int, rate: float, seed: int) -> np.ndarray:
     return schedule("poisson", rate, np.random.default_rng(seed), n=n)
-
-
-def write_json(path: str | Path, payload: dict) -> None:
-    Path(path).write_text(json.dumps(payload, indent=2) + "\n")

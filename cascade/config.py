@@ -13,6 +13,7 @@ from typing import Annotated, Literal, TypeVar
 
 import msgspec
 
+from cascade import files
 from cascade.errors import ConfigError
 from cascade.schemas import PASSTHROUGH
 
@@ -131,7 +132,7 @@ class OpenAIBackend(_Strict, frozen=True, tag="openai", tag_field="kind"):
 
 
 class SGLangBackend(_Strict, frozen=True, tag="sglang", tag_field="kind"):
-    """An SGLang server: OpenAI routes for chat plus native `/abort_request`, `/get_model_info`."""
+    """An SGLang server: OpenAI routes for chat plus its native `/abort_request`."""
 
     url: str
     model: str = ""
@@ -294,14 +295,7 @@ def decode_config(data: bytes | str, source: str = "cascade.toml") -> CascadeCon
 
 def decode_toml(data: bytes | str, kind: type[T], source: str) -> T:
     """Decode a TOML file into `kind`; any mistake is a ConfigError naming `source` and the key."""
-    try:
-        return msgspec.toml.decode(data, type=kind)
-    except msgspec.ValidationError as exc:
-        raise ConfigError(f"{source}: {_readable(str(exc))}") from None
-    except msgspec.DecodeError as exc:
-        raise ConfigError(f"{source}: not valid TOML: {exc}") from None
-    except ConfigError as exc:
-        raise ConfigError(f"{source}: {exc.message}") from None
+    return files.decode(data, kind, source, "toml")
 
 
 def load_config(path: str | Path) -> CascadeConfig:
@@ -320,12 +314,3 @@ def resolve_paths(config: CascadeConfig, base: Path) -> CascadeConfig:
         routing = msgspec.structs.replace(config.routing, router=str((base / router).resolve()))
         return msgspec.structs.replace(config, routing=routing)
     return config
-
-
-def _readable(msgspec_message: str) -> str:
-    """'Object contains unknown field `x` - at `$.tiers[0]`' -> 'unknown key `x` in `tiers[0]`'."""
-    message, _, where = msgspec_message.partition(" - at `$")
-    where = where.rstrip("`").lstrip(".")
-    message = message.replace("Object contains unknown field", "unknown key")
-    message = message.replace("Object missing required field", "missing required key")
-    return f"{message} in `{where}`" if where else message

@@ -13,6 +13,7 @@ from typing import Literal
 
 import msgspec
 
+from cascade import files
 from cascade.errors import ConfigError
 
 
@@ -121,10 +122,4 @@ class Plan(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True
 
 
 def load_plan(path: str | Path) -> Plan:
-    p = Path(path)
-    try:
-        return msgspec.json.decode(p.read_bytes(), type=Plan)
-    except OSError as exc:
-        raise ConfigError(f"cannot read plan {p}: {exc.strerror}") from None
-    except msgspec.MsgspecError as exc:
-        raise ConfigError(f"{p}: invalid plan: {exc}") from None
+    return files.load(path, Plan, "plan")

@@ -7,7 +7,6 @@ Every server has a bounded lifetime: `serve_asgi` stops it when its block exits,
 
 from __future__ import annotations
 
-import socket
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -16,6 +15,8 @@ from typing import Any, Literal
 
 import msgspec
 import uvicorn
+
+from cascade.engines.supervisor import free_port
 
 Scope = dict[str, Any]
 
@@ -58,10 +59,7 @@ def eventually(condition: Callable[[], bool], within_s: float = 2.0) -> bool:
 
 def dead_url() -> str:
     """A loopback URL where nothing listens (connections are refused)."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    return f"http://127.0.0.1:{port}"
+    return f"http://127.0.0.1:{free_port()}"
 
 
 class Reply(msgspec.Struct, kw_only=True):

@@ -81,11 +81,6 @@ class Backend(Protocol):
 
     name: str
 
-    async def generate(self, request: GenerationRequest) -> GenerationResult:
-        """Run to completion. Raises a BackendError subclass on any upstream fault, including an
-        answer that did not end properly (no finish reason)."""
-        ...
-
     def stream(self, request: GenerationRequest) -> AsyncGenerator[StreamDelta, None]:
         """Yield deltas as the engine produces them; a stream that ends without raising has yielded a
         finish reason (one that did not is a BackendFailed). Closing the iterator early (client went
@@ -100,7 +95,8 @@ class Backend(Protocol):
 
 
 async def collect(deltas: AsyncGenerator[StreamDelta, None]) -> GenerationResult:
-    """Fold a delta stream into a result (used by backends whose engines only stream)."""
+    """Fold a delta stream into a result. Backends only stream; a whole answer is its collected stream
+    (the replica pool's `generate`, which the gateway and `cascade label` use, retries it as a whole)."""
     text: list[str] = []
     reasoning: list[str] = []
     finish_reason: str | None = None

@@ -145,12 +145,6 @@ def _check_claims(plain: str) -> tuple[int, int, set[float]]:
     return right, wrong, results
 
 
-def claims(text: str) -> tuple[int, int]:
-    """(right, wrong) arithmetic claims in `text` (plain or LaTeX)."""
-    right, wrong, _ = _check_claims(plain_arithmetic(text))
-    return right, wrong
-
-
 def _repeated_fraction(items: list[str]) -> float:
     if len(items) < 2:
         return 0.0

@@ -1,12 +1,13 @@
 """Backend client for any OpenAI-compatible chat-completions server.
 
-Responses are decoded leniently: engines add fields (`reasoning_content`, `matched_stop`,
-`prompt_tokens_details`) that we tolerate and, where useful, read. Both `max_tokens` and
-`max_completion_tokens` are sent because some servers honour only one of them.
+What arrives is read by cascade/branches/openai_wire.py (leniently: engines add fields). Both
+`max_tokens` and `max_completion_tokens` are sent because some servers honour only one of them.
 
+Completions are always streamed (a whole answer is its collected stream, `backend.collect`), so that
+the read timeout bounds the silence between tokens rather than the whole answer.
 Transport: streamed completions (the gateway's hot path) go through cascade/branches/http_stream.py, a
-lean keep-alive HTTP/1.1 client; everything else through aiohttp, one session per backend, created
-lazily inside the running event loop.
+lean keep-alive HTTP/1.1 client; control-plane calls (health, abort) through aiohttp, one
+session per backend, created lazily inside the running event loop.
 Measured against httpx 0.28 in benchmarks/gateway_overhead.py: httpx cost ~14x the client CPU per
 streamed request, and httpcore's pool bookkeeping grows with the number of kept-alive connections,
 which at 200 concurrent streams made keep-alive slower than reconnecting. Streams are read to the
@@ -15,7 +16,6 @@ end of the body even after `[DONE]`, so that their connection goes back to the p
 
 from __future__ import annotations
 
-import asyncio
 import time
 from base64 import b64encode
 from collections.abc import AsyncGenerator
@@ -25,63 +25,14 @@ from urllib.parse import unquote, urlsplit, urlunsplit
 import aiohttp
 import msgspec
 
-from cascade.branches.backend import GenerationRequest, GenerationResult, StreamDelta, join_tool_calls
-from cascade.branches.http_stream import ConnectFailed, ConnectionClosed, StreamError, StreamPool, StreamTimeout
+from cascade.branches.backend import GenerationRequest, StreamDelta
+from cascade.branches.http_connection import ConnectFailed, ConnectionClosed, StreamError, StreamTimeout
+from cascade.branches.http_stream import StreamPool
+from cascade.branches.openai_wire import EventData, excerpt, parse_chunk, status_error
 from cascade.config import Timeouts
-from cascade.errors import (
-    BackendFailed,
-    BackendTimeout,
-    BackendUnavailable,
-    CascadeError,
-    InvalidRequest,
-    Overloaded,
-)
-from cascade.schemas import ToolCallDelta
-
-
-class _Message(msgspec.Struct):
-    content: str | None = None
-    reasoning_content: str | None = None
-    tool_calls: list[ToolCallDelta] | None = None  # whole calls in a message, pieces in a delta
-
-
-class _Logprobs(msgspec.Struct):
-    content: list[msgspec.Raw] | None = None
-
-
-class _Choice(msgspec.Struct):
-    message: _Message | None = None
-    delta: _Message | None = None
-    finish_reason: str | None = None
-    logprobs: _Logprobs | None = None
-
-
-class _Usage(msgspec.Struct):
-    prompt_tokens: int = 0
-    completion_tokens: int = 0
-
-
-class _Completion(msgspec.Struct):
-    choices: list[_Choice] = []
-    usage: _Usage | None = None
-
-
-class _ErrorDetail(msgspec.Struct):
-    message: str = ""
-
-
-class _StreamError(msgspec.Struct):
-    error: Any = None
-
-
-class _ErrorEnvelope(msgspec.Struct):
-    error: _ErrorDetail | str | None = None
-    message: str | None = None
-    detail: Any = None
-
+from cascade.errors import BackendFailed, BackendTimeout, BackendUnavailable, CascadeError
 
 DEFAULT_TIMEOUTS = Timeouts()
-_decode_completion = msgspec.json.Decoder(_Completion).decode
 _encode = msgspec.json.Encoder().encode
 
 
@@ -143,16 +94,15 @@ class OpenAIBackend:
         except (aiohttp.ClientError, TimeoutError) as exc:
             raise self._translate(exc) from None
 
-    def _body(self, request: GenerationRequest, stream: bool) -> bytes:
+    def _body(self, request: GenerationRequest) -> bytes:
         body: dict[str, Any] = {
             "model": self.model,
             "messages": request.messages,
             "max_tokens": request.max_tokens,
             "max_completion_tokens": request.max_tokens,
-            "stream": stream,
+            "stream": True,
+            "stream_options": {"include_usage": True},
         }
-        if stream:
-            body["stream_options"] = {"include_usage": True}
         if request.temperature is not None:
             body["temperature"] = request.temperature
         if request.top_p is not None:
@@ -164,41 +114,8 @@ class OpenAIBackend:
         body.update(request.extra)  # only schemas.PASSTHROUGH fields: never one of the keys set above
         return _encode(body)
 
-    async def generate(self, request: GenerationRequest) -> GenerationResult:
-        try:
-            async with asyncio.timeout(self.timeouts.total_s):
-                async with self.session.post(f"{self.url}/v1/chat/completions", data=self._body(request, False),
-                                             headers=self._headers) as response:
-                    status, content = response.status, await response.read()
-        except (aiohttp.ClientError, TimeoutError) as exc:
-            raise self._translate(exc) from None
-        if status != 200:
-            raise self._status_error(status, content)
-        try:
-            completion = _decode_completion(content)
-            choice = completion.choices[0]
-        except (msgspec.DecodeError, IndexError):
-            raise BackendFailed(f"backend `{self.name}` sent an unreadable completion: {_excerpt(content)}",
-                                self.name) from None
-        if choice.finish_reason is None:
-            raise BackendFailed(f"backend `{self.name}` sent a completion without a finish reason "
-                                "(the answer is incomplete)", self.name)
-        message = choice.message or _Message()
-        usage = completion.usage or _Usage()
-        # A message's calls are whole and in order: number them so that joining keeps them apart.
-        calls = [msgspec.structs.replace(c, index=i) for i, c in enumerate(message.tool_calls or ())]
-        return GenerationResult(
-            text=message.content or "",
-            reasoning=message.reasoning_content or "",
-            finish_reason=choice.finish_reason,
-            prompt_tokens=usage.prompt_tokens,
-            completion_tokens=usage.completion_tokens,
-            tool_calls=join_tool_calls(calls) or None,
-            logprobs=choice.logprobs.content if choice.logprobs is not None else None,
-        )
-
     async def stream(self, request: GenerationRequest) -> AsyncGenerator[StreamDelta, None]:
-        body = self._body(request, True)
+        body = self._body(request)
         # A deadline, not asyncio.timeout: the stream may be iterated from several tasks (fan-out),
         # and asyncio.timeout would cancel whichever task entered it. Stalls are caught by sock_read.
         deadline = time.monotonic() + self.timeouts.total_s
@@ -206,32 +123,19 @@ class OpenAIBackend:
             response = await self.streams.post(self._path + "/v1/chat/completions", body, self._stream_headers)
             try:
                 if response.status != 200:
-                    raise self._status_error(response.status, await response.read_all())
+                    raise status_error(self.name, response.status, await response.read_all())
                 if not response.content_type.startswith("text/event-stream"):
                     # A 200 that is not an event stream (a proxy's HTML page, a JSON error) holds no answer.
                     raise BackendFailed(
                         f"backend `{self.name}` answered a stream with content type "
                         f"{response.content_type or '(none)'}, not text/event-stream: "
-                        f"{_excerpt(await response.read())}", self.name)
-                done = False
+                        f"{excerpt(await response.read())}", self.name)
                 finished = False
-                buffer = b""
-                # SSE lines are split here rather than in a helper generator: one async-generator
-                # hop fewer per token is measurable at hundreds of concurrent streams.
+                events = EventData()
                 while chunk := await response.read():
-                    buffer += chunk
-                    *lines, buffer = buffer.split(b"\n")
                     merged: StreamDelta | None = None
-                    for line in lines:
-                        if not line.startswith(b"data:"):
-                            continue
-                        data = line[5:].strip()
-                        # Keep reading after [DONE] to the end of the body: a response released early
-                        # closes its connection instead of returning it to the pool.
-                        if done or data == b"[DONE]":
-                            done = True
-                            continue
-                        delta = self._parse_chunk(data)
+                    for data in events.feed(chunk):
+                        delta = parse_chunk(data, self.name)
                         if delta is None:
                             continue
                         if merged is None:
@@ -246,13 +150,9 @@ class OpenAIBackend:
                             f"backend `{self.name}` exceeded the total time limit of {self.timeouts.total_s:g} s",
                             self.name,
                         )
-                # A last event without its trailing newline (some servers end the body that way).
-                tail = buffer[5:].strip() if buffer.startswith(b"data:") else b""
-                if tail and not done and tail != b"[DONE]":
-                    last = self._parse_chunk(tail)
-                    if last is not None:
-                        finished = finished or last.finish_reason is not None
-                        yield last
+                if (tail := events.tail()) and (last := parse_chunk(tail, self.name)) is not None:
+                    finished = finished or last.finish_reason is not None
+                    yield last
                 if not finished:
                     # The body ended cleanly but the answer did not: what was sent may be cut anywhere.
                     # ([DONE] is not required: transformers serve never sends it.)
@@ -262,37 +162,6 @@ class OpenAIBackend:
                 response.release()
         except StreamError as exc:
             raise self._translate(exc) from None
-
-    def _parse_chunk(self, data: bytes) -> StreamDelta | None:
-        try:
-            chunk = _decode_completion(data)
-        except msgspec.DecodeError:
-            raise BackendFailed(f"backend `{self.name}` sent an unreadable stream chunk", self.name) from None
-        delta = StreamDelta()
-        if chunk.choices:
-            choice = chunk.choices[0]
-            part = choice.delta or choice.message or _Message()
-            delta.text = part.content or ""
-            delta.reasoning = part.reasoning_content or ""
-            delta.finish_reason = choice.finish_reason
-            delta.tool_calls = part.tool_calls or None
-            if choice.logprobs is not None and choice.logprobs.content:
-                delta.logprobs = choice.logprobs.content
-        if chunk.usage is not None:
-            delta.prompt_tokens = chunk.usage.prompt_tokens
-            delta.completion_tokens = chunk.usage.completion_tokens
-        delta.chunks = 1 if (delta.text or delta.reasoning or delta.tool_calls) else 0
-        if not (delta.text or delta.reasoning or delta.finish_reason or chunk.usage or delta.tool_calls
-                or delta.logprobs):
-            # No choices and no usage: a role-only chunk, or an in-band error sent after the 200
-            # (`data: {"error": {...}}`, as vLLM and SGLang do), which must not end as a success.
-            error = msgspec.json.decode(data, type=_StreamError).error
-            if error is not None:
-                code = error.get("code") if isinstance(error, dict) else None
-                status = code if isinstance(code, int) and 400 <= code < 600 else 500
-                raise self._status_error(status, _encode({"error": error}))
-            return None
-        return delta
 
     async def health(self) -> bool:
         for path in ("/health", "/v1/models"):
@@ -328,18 +197,6 @@ class OpenAIBackend:
             return BackendFailed(f"backend `{self.name}` closed the connection mid-response", self.name)
         return BackendFailed(f"backend `{self.name}` failed: {kind}: {exc}", self.name)
 
-    def _status_error(self, status: int, content: bytes) -> CascadeError:
-        detail = _error_message(content)
-        if status in (400, 413, 422):
-            # The engine refused the request itself (e.g. prompt longer than its context window).
-            return InvalidRequest(f"backend `{self.name}` rejected the request: {detail}")
-        if status == 429:
-            return Overloaded(f"backend `{self.name}` is overloaded: {detail}")
-        if status == 503:
-            return BackendUnavailable(f"backend `{self.name}` is unavailable (503): {detail}", self.name)
-        return BackendFailed(f"backend `{self.name}` returned HTTP {status}: {detail}", self.name)
-
-
 def split_credentials(url: str) -> tuple[str, str]:
     """(the URL without `user:pass@`, base64 of `user:pass` or "")."""
     parts = urlsplit(url)
@@ -349,26 +206,3 @@ def split_credentials(url: str) -> tuple[str, str]:
     user, _, password = userinfo.partition(":")
     basic = b64encode(f"{unquote(user)}:{unquote(password)}".encode()).decode()
     return urlunsplit(parts._replace(netloc=host)), basic
-
-
-def _excerpt(content: bytes, limit: int = 120) -> str:
-    """The start of an unexpected body, for an error message (bounded, one line)."""
-    text = " ".join(content[:limit].decode("utf-8", "replace").split())
-    return repr(text + ("..." if len(content) > limit else "")) if text else "(empty body)"
-
-
-def _error_message(content: bytes) -> str:
-    try:
-        envelope = msgspec.json.decode(content, type=_ErrorEnvelope)
-    except msgspec.MsgspecError:
-        text = content.decode("utf-8", "replace").strip()
-        return text[:300] or "(empty body)"
-    if isinstance(envelope.error, _ErrorDetail) and envelope.error.message:
-        return envelope.error.message[:300]
-    if isinstance(envelope.error, str):
-        return envelope.error[:300]
-    if envelope.message:
-        return envelope.message[:300]
-    if envelope.detail is not None:
-        return str(envelope.detail)[:300]
-    return content.decode("utf-8", "replace")[:300]

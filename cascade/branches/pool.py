@@ -91,9 +91,6 @@ class ReplicaPool:
     def outstanding(self) -> int:
         return sum(r.outstanding for r in self._replicas)
 
-    def outstanding_by_replica(self) -> dict[str, int]:
-        return {r.backend.name: r.outstanding for r in self._replicas}
-
     def available(self) -> bool:
         """Whether a request could be sent now (some replica is not benched)."""
         now = time.monotonic()

@@ -45,7 +45,8 @@ from typing import Literal
 import aiohttp
 import msgspec
 
-from cascade.branches.openai_client import _error_message, make_session, split_credentials
+from cascade.branches.openai_client import make_session, split_credentials
+from cascade.branches.openai_wire import error_message
 from cascade.config import PRM_TIMEOUTS, PRMScorerConfig, Timeouts
 from cascade.errors import BackendError, BackendFailed, BackendTimeout, BackendUnavailable, ConfigError
 
@@ -190,7 +191,7 @@ class SGLangPRMScorer:
             raise self._translate(exc) from None
         if status == 200:
             return content
-        detail = _error_message(content)
+        detail = error_message(content)
         if status in (429, 503):
             raise BackendUnavailable(f"PRM `{self.name}` at {self.endpoint} is unavailable ({status}): {detail}",
                                      self.name)

@@ -4,9 +4,9 @@
   echoes it as the completion id). It is the branch's `request_id`, or a fresh uuid when that is empty.
   SGLang aborts every request whose rid *starts with* the rid it is given, so rids must be
   prefix-free: uuids are.
-- A stream closed before its finish chunk, or a non-streaming call cancelled or failed mid-way, is
-  aborted upstream at once with `POST /abort_request {"rid": ...}`, instead of SGLang noticing the
-  closed connection later (~2 s for streams) and generating for nobody until then.
+- A stream closed (or failed) before its finish chunk is aborted upstream at once with
+  `POST /abort_request {"rid": ...}`, instead of SGLang noticing the closed connection later
+  (~2 s) and generating for nobody until then.
 - `finish_reason: "abort"` (SGLang's answer to an abort) is passed through as is.
 - SGLang extras (`reasoning_content`, `matched_stop`, `usage.reasoning_tokens`, `prompt_tokens_details`,
   ids without `chatcmpl-`) are tolerated by the lenient decoding of the OpenAI client;
@@ -24,18 +24,10 @@ from contextlib import aclosing, suppress
 
 import msgspec
 
-from cascade.branches.backend import GenerationRequest, GenerationResult, StreamDelta
+from cascade.branches.backend import GenerationRequest, StreamDelta
 from cascade.branches.openai_client import OpenAIBackend
 from cascade.config import Timeouts
-from cascade.errors import BackendFailed, BackendUnavailable, CascadeError, InvalidRequest
-
-
-class SGLangModelInfo(msgspec.Struct):
-    model_path: str = ""
-    tokenizer_path: str | None = None
-    is_generation: bool = True
-    weight_version: str | None = None
-
+from cascade.errors import CascadeError
 
 _TIMEOUTS = Timeouts()
 
@@ -49,21 +41,10 @@ class SGLangBackend(OpenAIBackend):
         # (anyio cancel scopes re-cancel every await inside them), and the abort must still go out.
         self._pending_aborts: set[asyncio.Task[None]] = set()
 
-    def _body(self, request: GenerationRequest, stream: bool) -> bytes:
-        body = super()._body(request, stream)
+    def _body(self, request: GenerationRequest) -> bytes:
+        body = super()._body(request)
         # The OpenAI body is one compact JSON object: append `rid` as its last field.
         return body[:-1] + b',"rid":' + msgspec.json.encode(request.request_id) + b"}"
-
-    async def generate(self, request: GenerationRequest) -> GenerationResult:
-        request = _with_rid(request)
-        try:
-            return await super().generate(request)
-        except (BackendUnavailable, InvalidRequest):
-            raise  # refused before it started: nothing runs upstream
-        except BaseException:
-            # Cancelled (client gone), timed out or failed mid-way: make sure the engine stops too.
-            self._abort_soon(request.request_id)
-            raise
 
     async def stream(self, request: GenerationRequest) -> AsyncGenerator[StreamDelta, None]:
         request = _with_rid(request)
@@ -90,15 +71,6 @@ class SGLangBackend(OpenAIBackend):
             return
         with suppress(CascadeError):
             await self.request("POST", "/abort_request", msgspec.json.encode({"rid": rid}), self.timeouts.connect_s)
-
-    async def model_info(self) -> SGLangModelInfo:
-        status, content = await self.request("GET", "/get_model_info")
-        if status != 200:
-            raise self._status_error(status, content)
-        try:
-            return msgspec.json.decode(content, type=SGLangModelInfo)
-        except msgspec.DecodeError:
-            raise BackendFailed(f"backend `{self.name}` sent unreadable model info", self.name) from None
 
     async def health(self) -> bool:
         """SGLang's /health runs a one-token probe (up to ~20 s), so it gets the read timeout."""

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import msgspec
 
+from cascade import files
 from cascade.errors import ConfigError
 
 MODELS_DIR = Path(__file__).resolve().parents[2] / "models" / "embedded"
@@ -55,10 +56,7 @@ def load_card(name: str) -> EmbeddedModelCard:
     if not path.is_file():
         known = ", ".join(sorted(p.stem for p in MODELS_DIR.glob("*.toml")))
         raise ConfigError(f"unknown embedded model `{name}`; known: {known}")
-    try:
-        return msgspec.toml.decode(path.read_bytes(), type=EmbeddedModelCard)
-    except msgspec.ValidationError as exc:
-        raise ConfigError(f"{path}: {exc}") from None
+    return files.load(path, EmbeddedModelCard, "embedded model card")
 
 
 def all_cards() -> list[EmbeddedModelCard]:

@@ -11,6 +11,7 @@ from typing import Annotated, TypeVar
 
 import msgspec
 
+from cascade import files
 from cascade.errors import ConfigError
 
 MODELS_ROOT = Path(__file__).resolve().parents[2] / "models"
@@ -93,33 +94,18 @@ class ModelCard(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields
         matrices = 1 if self.tie_word_embeddings else 2
         return matrices * self.vocab_size * self.hidden_size + self.hidden_size
 
-    @property
-    def architecture_params(self) -> int:
-        return self.num_hidden_layers * self.layer_params + self.embedding_params
-
 
 def _load(directory: Path, name: str, kind: type[T], what: str) -> T:
     path = directory / f"{name}.toml"
     if not path.is_file():
         known = ", ".join(sorted(p.stem for p in directory.glob("*.toml")))
         raise ConfigError(f"unknown {what} `{name}`; known: {known} (in {directory})")
-    try:
-        return msgspec.toml.decode(path.read_bytes(), type=kind)
-    except (msgspec.ValidationError, msgspec.DecodeError) as exc:
-        raise ConfigError(f"{path}: {exc}") from None
+    return files.load(path, kind, what)
 
 
 def load_gpu(name: str) -> GpuSpec:
-    return _load(GPU_DIR, name, GpuSpec, "GPU")
+    return _load(GPU_DIR, name, GpuSpec, "GPU spec")
 
 
 def load_model(name: str) -> ModelCard:
     return _load(GPU_MODEL_DIR, name, ModelCard, "GPU model card")
-
-
-def all_gpus() -> list[GpuSpec]:
-    return [load_gpu(p.stem) for p in sorted(GPU_DIR.glob("*.toml"))]
-
-
-def all_models() -> list[ModelCard]:
-    return [load_model(p.stem) for p in sorted(GPU_MODEL_DIR.glob("*.toml"))]

@@ -15,7 +15,6 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import functools
-import itertools
 import math
 import os
 import sys
@@ -26,6 +25,7 @@ from typing import Any, Literal
 import msgspec
 import numpy as np
 
+from cascade import files
 from cascade.errors import CascadeError, ConfigError
 
 Status = Literal["optimal", "infeasible"]
@@ -175,20 +175,6 @@ def _dp_indices(size: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return valid, np.where(valid, n_idx - f_idx, 0), f_idx
 
 
-def brute_force(table: np.ndarray, total_gpus: int, exact: bool = True) -> Allocation:
-    """Every allocation, for checking the solvers on small instances."""
-    _check(table, total_gpus)
-    best: Allocation = INFEASIBLE
-    for gpus in itertools.product(range(1, total_gpus + 1), repeat=table.shape[0]):
-        used = sum(gpus)
-        if used > total_gpus or (exact and used != total_gpus):
-            continue
-        worst = _worst(table, list(gpus))
-        if math.isfinite(worst) and worst < best.latency_s:
-            best = Allocation(status="optimal", latency_s=worst, gpus=list(gpus))
-    return best
-
-
 def _worst(table: np.ndarray, gpus: list[int]) -> float:
     return float(max(table[i, f] for i, f in enumerate(gpus)))
 
@@ -232,12 +218,7 @@ def _gpu_count(key: str, tier: str, total: int) -> int:
 
 def load_table(path: str | Path) -> LatencyTable:
     p = Path(path)
-    try:
-        table = msgspec.json.decode(p.read_bytes(), type=LatencyTable)
-    except OSError as exc:
-        raise ConfigError(f"cannot read latency table {p}: {exc.strerror}") from None
-    except msgspec.MsgspecError as exc:
-        raise ConfigError(f"{p}: invalid latency table: {exc}") from None
+    table = files.load(p, LatencyTable, "latency table")
     if table.gpus < 1 or not table.tiers:
         raise ConfigError(f"{p}: `gpus` must be >= 1 and `tiers` non-empty")
     names = [t.name for t in table.tiers]

@@ -33,6 +33,7 @@ from typing import Annotated, Literal
 import msgspec
 import numpy as np
 
+from cascade import files
 from cascade.errors import ConfigError
 from cascade.optimizer.roofline import ReplicaCost, Shape
 
@@ -96,13 +97,7 @@ class Profile(_Strict, frozen=True, kw_only=True):
 
 
 def load_profile(path: str | Path) -> Profile:
-    p = Path(path)
-    try:
-        return msgspec.json.decode(p.read_bytes(), type=Profile)
-    except OSError as exc:
-        raise ConfigError(f"cannot read profile {p}: {exc.strerror}") from None
-    except msgspec.MsgspecError as exc:
-        raise ConfigError(f"{p}: invalid profile: {exc}") from None
+    return files.load(path, Profile, "profile")
 
 
 def write_profile(path: str | Path, profile: Profile) -> None:

@@ -23,6 +23,7 @@ from typing import Any
 import msgspec
 
 from cascade import __version__ as cascade_version
+from cascade import files
 from cascade.errors import ConfigError
 from cascade.router.features import LEXICAL_NAMES, FeatureSpec
 from cascade.router.operating import Calibration
@@ -132,12 +133,9 @@ def _aux_data(model: Any) -> list[AuxDataRef]:
 
 def read_card(router_dir: str | Path) -> RouterCard:
     path = Path(router_dir) / CARD_FILE
-    try:
-        return msgspec.json.decode(path.read_bytes(), type=RouterCard)
-    except FileNotFoundError:
-        raise ConfigError(f"{path} not found: is {router_dir} a directory from `cascade router train`?") from None
-    except (msgspec.ValidationError, msgspec.DecodeError) as exc:
-        raise ConfigError(f"router card {path} is invalid: {exc}") from None
+    if not path.is_file():
+        raise ConfigError(f"{path} not found: is {router_dir} a directory from `cascade router train`?")
+    return files.load(path, RouterCard, "router card")
 
 
 def check_compatible(card: RouterCard, current: dict[str, str] | None = None) -> None:

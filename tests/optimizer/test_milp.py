@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 import subprocess
@@ -12,9 +13,10 @@ import pytest
 
 from cascade.errors import ConfigError
 from cascade.optimizer.milp import (
+    INFEASIBLE,
+    Allocation,
     LatencyTable,
     TierLatency,
-    brute_force,
     load_table,
     solve_dp,
     solve_highs,
@@ -30,6 +32,19 @@ def random_table(rng: np.random.Generator) -> tuple[np.ndarray, int]:
     if rng.uniform() < 0.3:
         table = np.round(table)
     return table, gpus
+
+
+def brute_force(table: np.ndarray, total_gpus: int, exact: bool = True) -> Allocation:
+    """Every allocation: the truth the solvers are checked against on small instances."""
+    best: Allocation = INFEASIBLE
+    for gpus in itertools.product(range(1, total_gpus + 1), repeat=table.shape[0]):
+        used = sum(gpus)
+        if used > total_gpus or (exact and used != total_gpus):
+            continue
+        worst = float(max(table[i, f] for i, f in enumerate(gpus)))
+        if math.isfinite(worst) and worst < best.latency_s:
+            best = Allocation(status="optimal", latency_s=worst, gpus=list(gpus))
+    return best
 
 
 def same(a: float, b: float) -> bool:

@@ -1,10 +1,12 @@
 """One contract for every Backend: each implementation runs the same tests against fake engines
-served over real HTTP on 127.0.0.1.
+served over real HTTP on 127.0.0.1 (or, for the in-process fake, against its own script).
 
 - openai: OpenAIBackend -> FakeEngine
 - sglang: SGLangBackend -> FakeSGLang (which, unlike FakeEngine, ignores a client that went away
   for 30 s, so that only `/abort_request` can stop a generation within the tests' bounds)
 - pool:   ReplicaPool over two OpenAIBackends -> two FakeEngines
+- fake:   cascade.branches.fakes.FakeBackend, no HTTP, scripted by the fake engine's own `[fake ...]`
+  directives (cascade.engines.fake_server.script_for), so that the same requests expect the same answers
 """
 
 from __future__ import annotations
@@ -17,14 +19,16 @@ from dataclasses import dataclass
 from typing import Any
 
 import httpx
+import msgspec
 import pytest
 
 from cascade.branches.backend import Backend, GenerationRequest, StreamDelta, collect
+from cascade.branches.fakes import FakeBackend
 from cascade.branches.openai_client import OpenAIBackend
 from cascade.branches.pool import ReplicaPool
 from cascade.branches.sglang_client import SGLangBackend
 from cascade.config import Timeouts
-from cascade.engines.fake_server import FakeEngine
+from cascade.engines.fake_server import FakeEngine, FakeScript, script_for, token_pieces
 from cascade.engines.fake_sglang import FakeSGLang
 from cascade.errors import BackendFailed, BackendUnavailable
 from cascade.schemas import ChatMessage
@@ -53,11 +57,51 @@ def stats(url: str) -> dict[str, Any]:
 
 @dataclass(frozen=True)
 class Flavor:
-    engine: Callable[[], FakeEngine]
+    # Starts one engine for the duration of the stack and gives its address.
+    serve: Callable[[ExitStack], str]
     replicas: int
     backend: Callable[[list[str]], Backend]
     # Did the generation `rid` stop before its end, given the engines' /fake/stats?
     stopped_early: Callable[[list[dict[str, Any]], str], bool]
+    stats: Callable[[str], dict[str, Any]] = stats
+
+
+def served(engine: Callable[[], FakeEngine]) -> Callable[[ExitStack], str]:
+    return lambda stack: stack.enter_context(serve_asgi(engine()))
+
+
+# The in-process fakes by address: an address plays an engine's URL (one that is not here is "dead").
+FAKES: dict[str, FakeBackend] = {}
+
+
+def directed(request: GenerationRequest) -> Iterator[StreamDelta]:
+    """What the fake engine would stream for `request` (its `[fake tokens= status=]` directives)."""
+    script = script_for(FakeScript(), {"messages": msgspec.to_builtins(request.messages)})
+    if script.status != 200:
+        raise BackendFailed(f"backend `fake` returned HTTP {script.status}: scripted failure {script.status}", "fake")
+    pieces = token_pieces(script, request.max_tokens)
+    yield from (StreamDelta(text=piece) for piece in pieces)
+    yield StreamDelta(finish_reason="length" if len(pieces) < script.tokens else "stop", chunks=0,
+                      prompt_tokens=8, completion_tokens=len(pieces))
+
+
+def serve_fake(stack: ExitStack) -> str:
+    address = f"fake://{uuid.uuid4().hex}"
+    FAKES[address] = FakeBackend("fake", directed)
+
+    def stop() -> None:  # as an engine that went away: refused, and unhealthy
+        FAKES.pop(address).up = False
+
+    stack.callback(stop)
+    return address
+
+
+def fake_backend(urls: list[str]) -> Backend:
+    return FAKES.get(urls[0]) or FakeBackend("fake", directed, up=False)
+
+
+def fake_stats(address: str) -> dict[str, Any]:
+    return msgspec.structs.asdict(FAKES[address].stats)
 
 
 def _cancelled(all_stats: list[dict[str, Any]], rid: str) -> bool:
@@ -69,22 +113,22 @@ def _aborted(all_stats: list[dict[str, Any]], rid: str) -> bool:
     return s["in_flight"] == 0 and 0 < s["aborted"].get(rid, 1 << 30) < 1000
 
 
+def make_pool(urls: list[str]) -> ReplicaPool:
+    return ReplicaPool("pool", [OpenAIBackend(f"replica-{i}", url, "fake-model", TIMEOUTS) for i, url in enumerate(urls)])
+
+
 FLAVORS = {
     "openai": Flavor(
-        FakeEngine, 1, lambda urls: OpenAIBackend("openai", urls[0], "fake-model", TIMEOUTS), _cancelled
+        served(FakeEngine), 1, lambda urls: OpenAIBackend("openai", urls[0], "fake-model", TIMEOUTS), _cancelled
     ),
     "sglang": Flavor(
-        lambda: FakeSGLang(disconnect_abort_s=30), 1,
+        served(lambda: FakeSGLang(disconnect_abort_s=30)), 1,
         lambda urls: SGLangBackend("sglang", urls[0], "fake-model", TIMEOUTS), _aborted,
     ),
-    "pool": Flavor(
-        FakeEngine, 2,
-        lambda urls: ReplicaPool(
-            "pool", [OpenAIBackend(f"replica-{i}", url, "fake-model", TIMEOUTS) for i, url in enumerate(urls)]
-        ),
-        _cancelled,
-    ),
+    "pool": Flavor(served(FakeEngine), 2, make_pool, _cancelled),
+    "fake": Flavor(serve_fake, 1, fake_backend, _cancelled, fake_stats),
 }
+HTTP_FLAVORS = sorted(name for name in FLAVORS if name != "fake")
 
 
 @dataclass
@@ -104,7 +148,7 @@ class Subject:
             await backend.aclose()
 
     def stats(self) -> list[dict[str, Any]]:
-        return [stats(url) for url in self.urls]
+        return [self.flavor.stats(url) for url in self.urls]
 
 
 @pytest.fixture(params=sorted(FLAVORS))
@@ -115,56 +159,46 @@ def flavor(request: pytest.FixtureRequest) -> Flavor:
 @pytest.fixture
 def subject(flavor: Flavor) -> Iterator[Subject]:
     with ExitStack() as servers:
-        urls = [servers.enter_context(serve_asgi(flavor.engine())) for _ in range(flavor.replicas)]
+        urls = [flavor.serve(servers) for _ in range(flavor.replicas)]
         yield Subject(flavor, urls, servers.close)
 
 
 # --- the contract ----------------------------------------------------------------------------
 
 
-def test_generate_returns_text_and_usage(subject: Subject) -> None:
+def test_a_collected_stream_has_text_and_usage(subject: Subject) -> None:
     async def main() -> Any:
         async with subject.connect() as backend:
             assert isinstance(backend, Backend)
-            return await backend.generate(request("[fake tokens=5]"))
+            return await collect(backend.stream(request("[fake tokens=5]")))
 
     result = asyncio.run(main())
     assert (result.text, result.finish_reason) == ("t0 t1 t2 t3 t4 ", "stop")
     assert (result.prompt_tokens, result.completion_tokens) == (8, 5)
 
 
-def test_generate_stops_at_max_tokens_with_finish_reason_length(subject: Subject) -> None:
+def test_a_stream_stops_at_max_tokens_with_finish_reason_length(subject: Subject) -> None:
     async def main() -> Any:
         async with subject.connect() as backend:
-            return await backend.generate(request("[fake tokens=5]", max_tokens=3))
+            return await collect(backend.stream(request("[fake tokens=5]", max_tokens=3)))
 
     result = asyncio.run(main())
     assert (result.text, result.finish_reason, result.completion_tokens) == ("t0 t1 t2 ", "length", 3)
 
 
-def test_stream_deltas_concatenate_to_generated_text_and_end_with_a_finish_reason(subject: Subject) -> None:
-    async def main() -> tuple[str, list[StreamDelta]]:
+def test_stream_deltas_concatenate_to_the_text_and_end_with_a_finish_reason(subject: Subject) -> None:
+    async def main() -> list[StreamDelta]:
         async with subject.connect() as backend:
-            generated = await backend.generate(request("[fake tokens=7]"))
-            return generated.text, [d async for d in backend.stream(request("[fake tokens=7]"))]
+            return [d async for d in backend.stream(request("[fake tokens=7]"))]
 
-    text, deltas = asyncio.run(main())
-    assert "".join(d.text for d in deltas) == text == "".join(f"t{i} " for i in range(7))
+    deltas = asyncio.run(main())
+    assert "".join(d.text for d in deltas) == "".join(f"t{i} " for i in range(7))
     finishes = [i for i, d in enumerate(deltas) if d.finish_reason is not None]
     assert len(finishes) == 1 and deltas[finishes[0]].finish_reason == "stop"
     # The finishing delta may carry the last text (deltas that arrive together are merged);
     # after it comes nothing but usage.
     assert all(not d.text for d in deltas[finishes[0] + 1 :])
     assert (deltas[-1].prompt_tokens, deltas[-1].completion_tokens) == (8, 7)
-
-
-def test_stream_folds_into_the_same_result_as_generate(subject: Subject) -> None:
-    async def main() -> tuple[Any, Any]:
-        async with subject.connect() as backend:
-            return await backend.generate(request()), await collect(backend.stream(request()))
-
-    generated, streamed = asyncio.run(main())
-    assert streamed == generated
 
 
 def test_closing_a_stream_early_stops_the_generation_upstream(subject: Subject) -> None:
@@ -189,12 +223,11 @@ def test_health_is_true_when_up_and_false_when_the_server_is_down(subject: Subje
     assert asyncio.run(healthy()) is False
 
 
-@pytest.mark.parametrize("stream", [False, True], ids=["generate", "stream"])
-def test_unreachable_url_raises_backend_unavailable(flavor: Flavor, stream: bool) -> None:
+def test_unreachable_url_raises_backend_unavailable(flavor: Flavor) -> None:
     async def main() -> None:
         backend = flavor.backend([dead_url() for _ in range(flavor.replicas)])
         try:
-            await (collect(backend.stream(request())) if stream else backend.generate(request()))
+            await collect(backend.stream(request()))
         finally:
             await backend.aclose()
 
@@ -202,12 +235,10 @@ def test_unreachable_url_raises_backend_unavailable(flavor: Flavor, stream: bool
         asyncio.run(main())
 
 
-@pytest.mark.parametrize("stream", [False, True], ids=["generate", "stream"])
-def test_scripted_500_raises_backend_failed(subject: Subject, stream: bool) -> None:
+def test_scripted_500_raises_backend_failed(subject: Subject) -> None:
     async def main() -> None:
         async with subject.connect() as backend:
-            scripted = request("[fake status=500]")
-            await (collect(backend.stream(scripted)) if stream else backend.generate(scripted))
+            await collect(backend.stream(request("[fake status=500]")))
 
     with pytest.raises(BackendFailed, match="500"):
         asyncio.run(main())
@@ -232,14 +263,13 @@ def test_pool_sends_requests_to_the_replica_with_fewest_outstanding(
     urls, engines = two_engines
 
     async def main() -> dict[str, int]:
-        pool = FLAVORS["pool"].backend(urls)
+        pool = make_pool(urls)
         try:
             async with aclosing(pool.stream(request("[fake itl_ms=10 tokens=1000]"))) as busy:
                 await anext(busy)  # one request in flight on one replica
                 for _ in range(4):  # round robin would put two of these on the busy replica
                     await pool.generate(request("[fake tokens=2]"))
-                assert isinstance(pool, ReplicaPool)
-                return pool.outstanding_by_replica()
+                return {replica.name: replica.outstanding for replica in pool.states()}
         finally:
             await pool.aclose()
 
@@ -250,11 +280,40 @@ def test_pool_sends_requests_to_the_replica_with_fewest_outstanding(
     assert busy.stats.requests == 1
 
 
+def test_the_pools_whole_answer_is_its_collected_stream(two_engines: Engines) -> None:
+    urls, _ = two_engines
+
+    async def main() -> tuple[Any, Any]:
+        pool = make_pool(urls)
+        try:
+            return await pool.generate(request()), await collect(pool.stream(request()))
+        finally:
+            await pool.aclose()
+
+    generated, streamed = asyncio.run(main())
+    assert streamed == generated and generated.text == "".join(f"t{i} " for i in range(16))
+
+
+@pytest.mark.parametrize(("replicas", "error"), [("dead", BackendUnavailable), ("500", BackendFailed)])
+def test_the_pools_whole_answer_raises_the_backend_error(two_engines: Engines, replicas: str, error: type) -> None:
+    urls, _ = two_engines
+
+    async def main() -> None:
+        pool = make_pool([dead_url(), dead_url()] if replicas == "dead" else urls)
+        try:
+            await pool.generate(request("[fake status=500]"))
+        finally:
+            await pool.aclose()
+
+    with pytest.raises(error):
+        asyncio.run(main())
+
+
 def test_pool_fails_over_from_a_dead_replica_to_a_live_one(two_engines: Engines) -> None:
     urls, engines = two_engines
 
     async def main() -> list[Any]:
-        pool = FLAVORS["pool"].backend([dead_url(), urls[0]])
+        pool = make_pool([dead_url(), urls[0]])
         try:
             results = [await pool.generate(request("[fake tokens=3]")) for _ in range(3)]
             results += [await collect(pool.stream(request("[fake tokens=3]"))) for _ in range(3)]
@@ -302,19 +361,13 @@ BROKEN_STREAMS = {
     "events_not_json": Reply(body=b"data: {oops\n\n", content_type="text/event-stream"),
     "no_events_at_all": Reply(body=b": keep-alive\n\n", content_type="text/event-stream"),
 }
-BROKEN_COMPLETIONS = {
-    "html_page": Reply(body=b"<html><body><h1>502 Bad Gateway</h1></body></html>", content_type="text/html"),
-    "completion_without_finish_reason": Reply(
-        body=b'{"choices":[{"index":0,"message":{"role":"assistant","content":"t0 t1"},"finish_reason":null}]}'),
-    "completion_cut_short": Reply(body=b'{"choices":[{"index":0,"message":{"role":"assis'),
-}
 
 
 def _broken_backend(flavor: str, url: str) -> Backend:
     return FLAVORS[flavor].backend([url] * FLAVORS[flavor].replicas)
 
 
-@pytest.mark.parametrize("flavor_name", sorted(FLAVORS))
+@pytest.mark.parametrize("flavor_name", HTTP_FLAVORS)
 @pytest.mark.parametrize("case", sorted(BROKEN_STREAMS))
 def test_a_stream_that_did_not_end_properly_raises_backend_failed(flavor_name: str, case: str) -> None:
     replay = Replay({("POST", "/v1/chat/completions"): BROKEN_STREAMS[case]})
@@ -331,18 +384,17 @@ def test_a_stream_that_did_not_end_properly_raises_backend_failed(flavor_name: s
             asyncio.run(main())
 
 
-@pytest.mark.parametrize("flavor_name", sorted(FLAVORS))
-@pytest.mark.parametrize("case", sorted(BROKEN_COMPLETIONS))
-def test_a_completion_that_did_not_end_properly_raises_backend_failed(flavor_name: str, case: str) -> None:
-    replay = Replay({("POST", "/v1/chat/completions"): BROKEN_COMPLETIONS[case]})
+@pytest.mark.parametrize("case", sorted(BROKEN_STREAMS))
+def test_a_whole_answer_from_the_pool_that_did_not_end_properly_raises_backend_failed(case: str) -> None:
+    replay = Replay({("POST", "/v1/chat/completions"): BROKEN_STREAMS[case]})
     with serve_asgi(replay) as url:
 
         async def main() -> None:
-            backend = _broken_backend(flavor_name, url)
+            pool = make_pool([url] * 2)
             try:
-                await backend.generate(request())
+                await pool.generate(request())
             finally:
-                await backend.aclose()
+                await pool.aclose()
 
         with pytest.raises(BackendFailed):
             asyncio.run(main())

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from cascade.branches.cpu_scorer import CPUScorer, claims, features
+from cascade.branches.cpu_scorer import CPUScorer, features
 from cascade.branches.scoring import split_steps
 
 
@@ -21,7 +21,8 @@ from cascade.branches.scoring import split_steps
     (r"\( 12 \times 3 = 38 \) and \( 10 \cdot 2 = 20 \) and \( 9 \div 3 = 3 \)", 2, 1),
 ])
 def test_arithmetic_claims_are_recomputed(text: str, right: int, wrong: int) -> None:
-    assert claims(text) == (right, wrong)
+    found = features([text])
+    assert (found.right_claims, found.wrong_claims) == (right, wrong)
 
 
 def test_wrong_arithmetic_and_loops_score_below_a_clean_derivation() -> None:

@@ -11,7 +11,8 @@ from collections.abc import Awaitable, Callable
 
 import pytest
 
-from cascade.branches.http_stream import HIGH_WATER, ConnectFailed, ConnectionClosed, StreamPool, StreamTimeout
+from cascade.branches.http_connection import HIGH_WATER, ConnectFailed, ConnectionClosed, StreamTimeout
+from cascade.branches.http_stream import StreamPool
 from cascade.engines.fake_server import FakeEngine, FakeScript
 from cascade.engines.supervisor import free_port
 from tests.servers import eventually, serve_asgi

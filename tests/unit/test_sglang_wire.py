@@ -76,7 +76,6 @@ def replay() -> Iterator[Replayed]:
     app = Replay({
         CHAT: Reply(body=fixture("chat_completion_response.json")),
         ABORT: Reply(body=b"", content_type="text/plain"),
-        ("GET", "/get_model_info"): Reply(body=fixture("get_model_info.json")),
         ("GET", "/health"): Reply(body=b"", content_type="text/plain"),
     })
     with serve_asgi(app) as url:
@@ -92,14 +91,15 @@ def serve_stream(app: Replay, name: str, stall: bool = False) -> None:
 
 def test_request_body_has_the_recorded_fields_plus_rid_and_both_token_limits(replay: Replayed) -> None:
     url, app = replay
-    with_backend(url, lambda b: b.generate(recorded_request("chat_completion_request.json")))
+    serve_stream(app, "chat_completion_stream.txt")
+    with_backend(url, lambda b: all_deltas(b, recorded_request("chat_completion_request.json")))
     sent = msgspec.json.decode(app.requests[0].body)
-    expected = msgspec.json.decode(fixture("chat_completion_request.json"))
+    # Recorded from a non-streamed call; the client always streams (a whole answer is a collected stream).
+    expected = {**msgspec.json.decode(fixture("chat_completion_request.json")), "stream": True}
     assert {k: sent[k] for k in expected} == expected
     assert sent["max_tokens"] == sent["max_completion_tokens"] == 256
     assert sent["rid"] == "cascade-chat-0001"
     assert set(sent) <= SGLANG_CHAT_FIELDS
-    assert "stream_options" not in sent
 
 
 def test_streaming_request_body_asks_for_usage_and_carries_the_branch_rid(replay: Replayed) -> None:
@@ -115,25 +115,16 @@ def test_streaming_request_body_asks_for_usage_and_carries_the_branch_rid(replay
 
 def test_request_without_a_request_id_gets_a_fresh_uuid_rid(replay: Replayed) -> None:
     url, app = replay
+    serve_stream(app, "chat_completion_stream.txt")
     request = msgspec.structs.replace(recorded_request("chat_completion_request.json"), request_id="")
-    with_backend(url, lambda b: b.generate(request))
-    with_backend(url, lambda b: b.generate(request))
+    with_backend(url, lambda b: all_deltas(b, request))
+    with_backend(url, lambda b: all_deltas(b, request))
     rids = [msgspec.json.decode(r.body)["rid"] for r in app.requests]
     assert len(rids[0]) == 32 and int(rids[0], 16) >= 0
     assert rids[0] != rids[1]
 
 
 # --- what the client reads -------------------------------------------------------------------
-
-
-def test_recorded_completion_is_read_with_reasoning_and_usage(replay: Replayed) -> None:
-    url, _ = replay
-    result = with_backend(url, lambda b: b.generate(recorded_request("chat_completion_request.json")))
-    assert result == GenerationResult(
-        text="The capital of France is Paris.",
-        reasoning="The user asks for the capital of France. That is Paris.",
-        finish_reason="stop", prompt_tokens=14, completion_tokens=27,
-    )
 
 
 def test_recorded_stream_is_read_as_deltas_ending_with_finish_and_usage(replay: Replayed) -> None:
@@ -171,28 +162,20 @@ def test_a_last_event_without_its_newline_or_done_is_still_read(replay: Replayed
     assert (result.text, result.prompt_tokens, result.completion_tokens) == ("The capital of France is Paris.", 14, 19)
 
 
-def test_model_info_and_health_are_read(replay: Replayed) -> None:
+def test_health_is_read(replay: Replayed) -> None:
     url, _ = replay
-
-    async def use(backend: SGLangBackend) -> tuple[Any, bool]:
-        return await backend.model_info(), await backend.health()
-
-    info, healthy = with_backend(url, use)
-    assert (info.model_path, info.tokenizer_path, info.is_generation) == (
-        "Qwen/Qwen2.5-7B-Instruct", "Qwen/Qwen2.5-7B-Instruct", True)
-    assert info.weight_version == "default"
-    assert healthy is True
+    assert with_backend(url, lambda b: b.health()) is True
 
 
 # --- errors ----------------------------------------------------------------------------------
 
 
-def raised(url: str, stream: bool, timeouts: Timeouts = TIMEOUTS) -> CascadeError:
+def raised(url: str, timeouts: Timeouts = TIMEOUTS) -> CascadeError:
     request = recorded_request("chat_completion_request.json")
 
     async def use(backend: SGLangBackend) -> CascadeError:
         try:
-            await (all_deltas(backend, request) if stream else backend.generate(request))
+            await all_deltas(backend, request)
         except CascadeError as exc:
             return exc
         raise AssertionError("no error raised")
@@ -200,49 +183,44 @@ def raised(url: str, stream: bool, timeouts: Timeouts = TIMEOUTS) -> CascadeErro
     return with_backend(url, use, timeouts)
 
 
-@pytest.mark.parametrize("stream", [False, True], ids=["generate", "stream"])
-def test_recorded_400_is_an_invalid_request_with_sglang_message(replay: Replayed, stream: bool) -> None:
+def test_recorded_400_is_an_invalid_request_with_sglang_message(replay: Replayed) -> None:
     url, app = replay
     app.routes[CHAT] = Reply(status=400, body=fixture("chat_completion_error_400.json"))
-    error = raised(url, stream)
+    error = raised(url)
     assert isinstance(error, InvalidRequest)
     assert "Messages cannot be empty." in error.message
 
 
-@pytest.mark.parametrize("stream", [False, True], ids=["generate", "stream"])
-def test_500_in_sglang_error_shape_is_a_backend_failure(replay: Replayed, stream: bool) -> None:
+def test_500_in_sglang_error_shape_is_a_backend_failure(replay: Replayed) -> None:
     url, app = replay
     body = {**msgspec.json.decode(fixture("chat_completion_error_400.json")),
             "message": "boom", "type": "InternalServerError", "code": 500}
     app.routes[CHAT] = Reply(status=500, body=msgspec.json.encode(body))
-    error = raised(url, stream)
+    error = raised(url)
     assert isinstance(error, BackendFailed) and "boom" in error.message
 
 
 def test_in_band_stream_error_is_raised_with_its_status(replay: Replayed) -> None:
     url, app = replay
     serve_stream(app, "chat_completion_stream_error.txt")
-    error = raised(url, stream=True)
+    error = raised(url)
     # code 503 ("Request waiting timeout reached."): the engine is saturated, another replica may serve.
     assert isinstance(error, BackendUnavailable)
     assert "Request waiting timeout reached." in error.message
 
 
-@pytest.mark.parametrize("stream", [False, True], ids=["generate", "stream"])
-def test_connection_refused_is_backend_unavailable(stream: bool) -> None:
-    assert isinstance(raised(dead_url(), stream), BackendUnavailable)
+def test_connection_refused_is_backend_unavailable() -> None:
+    assert isinstance(raised(dead_url()), BackendUnavailable)
 
 
-@pytest.mark.parametrize("stream", [False, True], ids=["generate", "stream"])
-def test_stalled_response_is_a_timeout_and_is_aborted_upstream(replay: Replayed, stream: bool) -> None:
+@pytest.mark.parametrize("stall", ["before_any_event", "after_one_event"])
+def test_stalled_response_is_a_timeout_and_is_aborted_upstream(replay: Replayed, stall: str) -> None:
     url, app = replay
-    if stream:
-        first_chunk = fixture("chat_completion_stream.txt").split(b"\n\n")[0] + b"\n\n"
-        app.routes[CHAT] = Reply(body=first_chunk, content_type="text/event-stream", stall=True)
-    else:
-        app.routes[CHAT] = Reply(body=b"", stall=True)
+    first_chunk = fixture("chat_completion_stream.txt").split(b"\n\n")[0] + b"\n\n"
+    body = first_chunk if stall == "after_one_event" else b""
+    app.routes[CHAT] = Reply(body=body, content_type="text/event-stream", stall=True)
     start = time.monotonic()
-    error = raised(url, stream, Timeouts(connect_s=1.0, read_s=0.2, total_s=10.0))
+    error = raised(url, Timeouts(connect_s=1.0, read_s=0.2, total_s=10.0))
     assert isinstance(error, BackendTimeout)
     assert time.monotonic() - start < 2
     assert [msgspec.json.decode(r.body) for r in app.requests if r.path == "/abort_request"] == [
@@ -351,12 +329,12 @@ def test_abort_by_someone_else_ends_the_stream_with_finish_reason_abort(
     assert app.stats.abort_requests == ["cascade-operator-abort"]
 
 
-def test_cancelled_generate_aborts_its_rid_upstream(slow_fake_sglang: Served) -> None:
+def test_a_cancelled_task_reading_a_stream_aborts_its_rid_upstream(slow_fake_sglang: Served) -> None:
     url, app = slow_fake_sglang
     request = GenerationRequest(messages=SLOW, max_tokens=2000, request_id="cascade-cancelled")
 
     async def use(backend: SGLangBackend) -> None:
-        task = asyncio.create_task(backend.generate(request))
+        task = asyncio.create_task(collect(backend.stream(request)))
         await asyncio.sleep(0.1)
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
