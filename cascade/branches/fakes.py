@@ -2,7 +2,7 @@
 
 They keep each protocol's promises (a stream that ends has yielded a finish reason; a score is in
 [0, 1]) so that code built on a seam can be tested against them, and they are in the contract suites
-next to the real implementations (tests/unit/test_backend_contract.py, tests/branches/test_scorer_contract.py),
+next to the real implementations (tests/branches/test_backend_contract.py, tests/branches/test_scorer_contract.py),
 which is what makes them trustworthy stand-ins. Faults are scripted, not random.
 """
 
