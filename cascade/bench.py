@@ -32,12 +32,12 @@ import numpy as np
 from cascade.answer import Sampling, answer
 from cascade.branches.runner import BranchRun, BranchSettings
 from cascade.branches.slots import BranchSlots
+from cascade.data.arrivals import schedule
 from cascade.data.grading import grade
 from cascade.data.records import Prompt
 from cascade.errors import CascadeError
 from cascade.schemas import ChatMessage
 from cascade.tiers import Tier
-from loadgen.arrivals import schedule
 
 METHODS = ("vanilla", "self_consistency", "sart", "early_stop_only", "prune_only")
 

@@ -12,9 +12,8 @@ from typing import Any
 import msgspec
 import numpy as np
 
-from cascade.data import datasets, grading
+from cascade.data import arrivals, datasets, grading
 from cascade.data.records import Prompt, RequestRecord
-from loadgen import arrivals
 from loadgen.client import Client, build_body
 from loadgen.metrics import summarize
 from loadgen.runner import Planned, RunResult, no_gc_pauses, run_closed_loop, run_open_loop

@@ -104,7 +104,7 @@ def _resolve_path(path: str, base_dir: Path) -> Path:
 
 
 def trace_lengths(path: Path) -> Lengths:
-    from loadgen.arrivals import load_trace
+    from cascade.data.arrivals import load_trace
 
     try:
         trace = load_trace(path)

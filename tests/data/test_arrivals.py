@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from loadgen import arrivals
+from cascade.data import arrivals
 
 
 def _rng(seed: int = 0) -> np.random.Generator:
