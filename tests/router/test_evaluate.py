@@ -166,9 +166,7 @@ def test_a_prompt_weighted_k_times_counts_like_k_copies_of_it(n_tiers: int) -> N
     p = rng.random((40, n_tiers))
     counts = rng.integers(0, 4, 40)
     copies = np.repeat(np.arange(40), counts)
-    costs = ev.linear_costs(n_tiers)
-    events, _, _ = ev._sorted_events(p, c, costs)
-    weighted = ev._curve(events, c.astype(float), costs, counts.astype(float))
+    weighted = ev.routing_curve(p, c, ev.linear_costs(n_tiers), weights=counts)
     assert ev.apgr(weighted) == pytest.approx(ev.apgr(ev.routing_curve(p[copies], c[copies])), abs=1e-12)
 
 
