@@ -18,7 +18,7 @@ of each group of tied scores and is linear in between, so a constant score gives
 
 Any number of tiers (the cost-ordered curve). Tier t costs ``costs[t]`` (default its index: linear,
 ascending). For a price ``lam`` per unit of cost a prompt goes to the tier minimising
-``p_fail[t] + lam * cost[t]`` (maximum expected quality net of cost; `classifier.tier_for_price`).
+``p_fail[t] + lam * cost[t]`` (maximum expected quality net of cost; ties go to the cheaper tier).
 Sweeping lam from +inf (all on tier 0) to -inf (all on the top tier) moves each prompt up along the
 lower convex hull of its (cost, p_fail) points. The x axis is the normalised mean cost
 ``(mean cost - cost_0) / (cost_top - cost_0)``; PGR is measured between "all on tier 0" and "all on
