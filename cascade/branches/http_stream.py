@@ -80,6 +80,12 @@ class StreamPool:
         self._idle: list[Connection] = []
         self._ssl: ssl.SSLContext | None = ssl.create_default_context() if self.tls else None
 
+    @property
+    def idle_connections(self) -> int:
+        """Connections kept alive for the next request (at most `max_idle`; none after `close`). One the server
+        has closed since is counted until the next `post` drops it."""
+        return len(self._idle)
+
     def request_head(self, path: str, content_length: int, headers: dict[str, str]) -> bytes:
         lines = [f"POST {path} HTTP/1.1", f"Host: {self._host_header}", f"Content-Length: {content_length}",
                  *(f"{k}: {v}" for k, v in headers.items()), "", ""]

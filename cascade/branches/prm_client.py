@@ -130,6 +130,12 @@ class SGLangPRMScorer:
             self._session = make_session(self.timeouts, max_connections=256)
         return self._session
 
+    @property
+    def holds_session(self) -> bool:
+        """Whether the scorer holds its keep-alive session: made by the first call that posts, shared by every
+        call after it, dropped by `aclose`."""
+        return self._session is not None
+
     def texts(self, question: str, steps: list[str]) -> list[str]:
         """The inputs one `score` call sends: the whole branch, or one prefix per step for min/mean."""
         steps = [step.strip() for step in steps if step.strip()]

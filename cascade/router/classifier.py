@@ -35,9 +35,9 @@ cascade/router/train/, which `fit` and `fit_features` call (sklearn's convention
 the request path never calls it and never imports the train part: tests/router/test_train_router.py checks).
 A tier that never (or always) failed in training gets a constant, Laplace-smoothed p_fail.
 
-Routing (see `tier_for_price`): with calibrated p_fail per tier the expected quality of tier t is
-``1 - p_fail[t]``; for a price ``lam`` per unit of cost the best tier minimises ``p_fail[t] + lam * cost[t]``.
-For two tiers this routes up exactly when the expected gain ``p_fail[0] - p_fail[1]`` exceeds ``lam``.
+Routing: the gateway routes by the route score of p_fail and a hint's thresholds (cascade/router/operating.py);
+`cascade router eval` measures the price sweep over p_fail (cascade/router/evaluate.py), whose two-tier curve
+ranks prompts as the route score does.
 """
 
 from __future__ import annotations
@@ -194,13 +194,3 @@ _PARAMS_ADDED_LATER = {"steps": False, "steps_data": None, "estimator": "logisti
                        "restated_number": False, "topic_components": 0, "domain_quantile": 0.0,
                        "domain_embeddings": False, "domain_words": False}
 
-
-def tier_for_price(p_fail: np.ndarray, costs: Sequence[float], price: float) -> int:
-    """The tier maximising expected quality minus ``price`` times cost: argmin p_fail[t] + price * cost[t].
-    Ties go to the cheaper tier. ``price`` = +inf keeps tier 0; -inf picks the top tier."""
-    if price == np.inf:
-        return 0
-    if price == -np.inf:
-        return len(costs) - 1
-    objective = np.asarray(p_fail, dtype=float) + price * np.asarray(costs, dtype=float)
-    return int(np.flatnonzero(objective <= objective.min() + 1e-12)[0])

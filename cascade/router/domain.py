@@ -32,6 +32,10 @@ Ledoit-Wolf Mahalanobis distance flagged 10% of 20 chat prompts and 73% of MMLU 
 out on a few features only, and rare count features widen a covariance threshold); counting out-of-range
 features flagged 15% of the chat prompts; the summed excess flags all chat and all 12,106 MMLU prompts, and
 0.4% of the 1,319 unseen GSM8K test questions.
+
+This module is what a fitted router scores a prompt with (numpy only); fitting the three tests and their
+thresholds (``MIN_THRESHOLD``, ``EMBEDDING_AXES``, the held-out folds) is training, in
+cascade/router/train/domain_check.py.
 """
 
 from __future__ import annotations
@@ -43,77 +47,14 @@ from collections.abc import Sequence
 from itertools import pairwise
 
 import numpy as np
-from sklearn.model_selection import KFold
 
-DEFAULT_QUANTILE = 0.99
-FOLDS = 5
-MIN_THRESHOLD = 2.0
-# 4/16/32 axes flag 0.6/0.8/1.7% of unseen RouteLLM GSM8K prompts and 98% of ShareGPT alike. With both tests
-# (benchmarks/router_domain.py --embeddings) the committed routers' settings flag 0.8-1.1% of unseen GSM8K, all
-# MMLU and chat prompts, and 98.7-99.0% of ShareGPT (lexical test alone: 50-64%).
-EMBEDDING_AXES = 4
-
-
-class DomainRange:
-    """Per-column training range and the flag threshold of the summed excess (plain arrays, for skops)."""
-
-    def __init__(self, low: np.ndarray, high: np.ndarray, threshold: float) -> None:
-        self.low = low
-        self.high = high
-        self.threshold = threshold
-
-
-def fit_domain(Z: np.ndarray, quantile: float = DEFAULT_QUANTILE, seed: int = 0) -> DomainRange | None:
-    """Fit the check on standardised training features ``Z`` (n_prompts, n_columns). None when there is too
-    little data to hold any out (fewer than 2 rows per fold) or no columns."""
-    if not 0.0 < quantile < 1.0:
-        raise ValueError(f"domain quantile must be in (0, 1), got {quantile}")
-    Z = np.asarray(Z, dtype=float)
-    if Z.ndim != 2 or Z.shape[1] == 0 or len(Z) < 2 * FOLDS:
-        return None
-    held_out = np.empty(len(Z))
-    for train, test in KFold(FOLDS, shuffle=True, random_state=seed).split(Z):
-        held_out[test] = excess(Z[test], Z[train].min(axis=0), Z[train].max(axis=0))
-    threshold = max(MIN_THRESHOLD, float(np.quantile(held_out, quantile)))
-    return DomainRange(Z.min(axis=0), Z.max(axis=0), threshold)
+DEFAULT_QUANTILE = 0.99  # a classifier parameter's default, so it lives beside what serving reads
 
 
 def excess(Z: np.ndarray, low: np.ndarray, high: np.ndarray) -> np.ndarray:
     """Per row of ``Z``: the summed distance of its columns outside [low, high] (0 inside)."""
     Z = np.asarray(Z, dtype=float)
     return np.maximum(0.0, np.maximum(low - Z, Z - high)).sum(axis=1)
-
-
-class EmbeddingPlane:
-    """Mean and principal axes of the training prompts' embeddings, and the residual threshold."""
-
-    def __init__(self, mean: np.ndarray, axes: np.ndarray, threshold: float) -> None:
-        self.mean = mean
-        self.axes = axes
-        self.threshold = threshold
-
-
-def fit_embedding_plane(E: np.ndarray, quantile: float = DEFAULT_QUANTILE, seed: int = 0,
-                        n_axes: int = EMBEDDING_AXES) -> EmbeddingPlane | None:
-    """Fit the embedding test on the training prompts' embeddings ``E`` (n_prompts, dims); None with too
-    few rows (the axes need more rows per fold than there are axes)."""
-    if not 0.0 < quantile < 1.0:
-        raise ValueError(f"domain quantile must be in (0, 1), got {quantile}")
-    E = np.asarray(E, dtype=float)
-    if E.ndim != 2 or len(E) < FOLDS * (n_axes + 2):
-        return None
-    held_out = np.empty(len(E))
-    for train, test in KFold(FOLDS, shuffle=True, random_state=seed).split(E):
-        mean, axes = _plane(E[train], n_axes)
-        held_out[test] = residual(E[test], mean, axes)
-    mean, axes = _plane(E, n_axes)
-    return EmbeddingPlane(mean, axes, float(np.quantile(held_out, quantile)))
-
-
-def _plane(E: np.ndarray, n_axes: int) -> tuple[np.ndarray, np.ndarray]:
-    mean = E.mean(axis=0)
-    _, _, vt = np.linalg.svd(E - mean, full_matrices=False)
-    return mean, vt[:n_axes]
 
 
 def residual(E: np.ndarray, mean: np.ndarray, axes: np.ndarray) -> np.ndarray:
@@ -184,17 +125,3 @@ class WordModel:
             bigram = _lookup(self.pair_keys, self.pair_counts, pairs) / np.maximum(seen, 1)
             out[i] = float(-np.log(WORD_MIX * bigram + (1.0 - WORD_MIX) * unigram).mean())
         return out
-
-
-def fit_word_model(prompts: Sequence[str], quantile: float = DEFAULT_QUANTILE, seed: int = 0) -> WordModel | None:
-    """The word test on the training prompts; its threshold is the ``quantile`` of held-out prompts' surprise
-    (5-fold cross-fitting). None with fewer than 2 prompts per fold."""
-    if not 0.0 < quantile < 1.0:
-        raise ValueError(f"domain quantile must be in (0, 1), got {quantile}")
-    prompts = list(prompts)
-    if len(prompts) < 2 * FOLDS:
-        return None
-    held_out = np.empty(len(prompts))
-    for train, test in KFold(FOLDS, shuffle=True, random_state=seed).split(prompts):
-        held_out[test] = WordModel([prompts[i] for i in train]).surprise([prompts[i] for i in test])
-    return WordModel(prompts, float(np.quantile(held_out, quantile)))

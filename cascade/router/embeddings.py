@@ -53,6 +53,12 @@ def forget_embeddings() -> None:
     _last_embedding.clear()
 
 
+def unload_embedding_models() -> None:
+    """Drop the loaded embedding models, not `embed`'s memo: the next encode loads its model again from the
+    wheel installed then, and names the pip command if it is gone (how a server without the wheel starts)."""
+    _embedding_model.cache_clear()
+
+
 def embedding_available(name: str = "all-minilm-l6-v2") -> bool:
     from importlib.util import find_spec
 

@@ -18,7 +18,7 @@ of each group of tied scores and is linear in between, so a constant score gives
 
 Any number of tiers (the cost-ordered curve). Tier t costs ``costs[t]`` (default its index: linear,
 ascending). For a price ``lam`` per unit of cost a prompt goes to the tier minimising
-``p_fail[t] + lam * cost[t]`` (maximum expected quality net of cost; `classifier.tier_for_price`).
+``p_fail[t] + lam * cost[t]`` (maximum expected quality net of cost; ties go to the cheaper tier).
 Sweeping lam from +inf (all on tier 0) to -inf (all on the top tier) moves each prompt up along the
 lower convex hull of its (cost, p_fail) points. The x axis is the normalised mean cost
 ``(mean cost - cost_0) / (cost_top - cost_0)``; PGR is measured between "all on tier 0" and "all on
@@ -65,11 +65,14 @@ def linear_costs(n_tiers: int) -> np.ndarray:
     return np.arange(n_tiers, dtype=float)
 
 
-def routing_curve(p_fail: np.ndarray, correct: np.ndarray, costs: np.ndarray | None = None) -> Curve:
+def routing_curve(p_fail: np.ndarray, correct: np.ndarray, costs: np.ndarray | None = None,
+                  weights: np.ndarray | None = None) -> Curve:
     """The price-sweep curve (see the module docstring). ``p_fail`` and ``correct`` are (n, n_tiers);
-    a 1-d ``p_fail`` is a difficulty score that chooses only between the cheapest and the top tier."""
+    a 1-d ``p_fail`` is a difficulty score that chooses only between the cheapest and the top tier.
+    ``weights``: how many times each prompt counts (default once; a bootstrap resample's counts, as
+    `apgr_interval` draws them, give that resample's curve)."""
     events, correct, costs = _sorted_events(p_fail, correct, costs)
-    return _curve(events, correct, costs, np.ones(len(correct)))
+    return _curve(events, correct, costs, np.ones(len(correct)) if weights is None else np.asarray(weights, float))
 
 
 def _sorted_events(p_fail: np.ndarray, correct: np.ndarray, costs: np.ndarray | None

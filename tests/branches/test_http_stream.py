@@ -43,7 +43,7 @@ def test_streams_sse_and_reuses_the_connection() -> None:
                 assert status == 200
                 events = [line for line in body.split(b"\n") if line.startswith(b"data:")]
                 assert events[-1] == b"data: [DONE]" and sum(b'"content":"t' in e for e in events) == 5
-            assert len(pool._idle) == 1  # one connection served all three
+            assert pool.idle_connections == 1  # one connection served all three
             pool.close()
         asyncio.run(run())
 
@@ -74,7 +74,7 @@ def test_a_stalled_stream_times_out_after_read_s() -> None:
             with pytest.raises(StreamTimeout, match=r"no data for 0\.3 s"):
                 await response.read_all()
             response.release()
-            assert not pool._idle
+            assert pool.idle_connections == 0
         asyncio.run(run())
 
 
@@ -86,7 +86,7 @@ def test_releasing_mid_stream_disconnects_so_the_engine_stops() -> None:
             response = await pool.post("/v1/chat/completions", chat(max_tokens=1000), HEADERS)
             assert await response.read()
             response.release()
-            assert not pool._idle
+            assert pool.idle_connections == 0
         asyncio.run(run())
         assert eventually(lambda: engine.stats.streams_cancelled == 1, within_s=5)
 

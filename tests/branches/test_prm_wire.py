@@ -179,15 +179,15 @@ def test_keep_alive_session_is_lazy_shared_and_closed_by_aclose(replay: Replayed
     async def main() -> None:
         scorer = SGLangPRMScorer(url, MODEL, TIMEOUTS)
         assert isinstance(scorer, Scorer) and scorer.name == "prm"
-        assert scorer._session is None  # nothing made before the first call
-        assert await scorer.score(QUESTION, []) == 0.5 and scorer._session is None
+        assert not scorer.holds_session  # nothing made before the first call
+        assert await scorer.score(QUESTION, []) == 0.5 and not scorer.holds_session
         values = await asyncio.gather(*(scorer.score(QUESTION, STEPS) for _ in range(8)))
-        session = scorer._session
-        assert values == [0.9716796875] * 8 and session is not None
+        assert values == [0.9716796875] * 8 and scorer.holds_session
+        session = scorer.session  # the one it holds: `session` makes one only when none is open
         await scorer.score(QUESTION, STEPS)
-        assert scorer._session is session
+        assert scorer.session is session
         await scorer.aclose()
-        assert session.closed and scorer._session is None
+        assert session.closed and not scorer.holds_session
         await scorer.aclose()  # idempotent
 
     asyncio.run(main())

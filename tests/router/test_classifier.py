@@ -10,9 +10,10 @@ from sklearn.base import clone
 
 from cascade.errors import ConfigError
 from cascade.router import evaluate as ev
-from cascade.router.classifier import DifficultyClassifier, tier_for_price
+from cascade.router.classifier import DifficultyClassifier
 from cascade.router.features import FeatureSpec, Featurizer
 from cascade.router.lexical import LEXICAL_NAMES, lexical_features
+from cascade.router.operating import NEVER, chosen_tiers, route_score
 from cascade.router.outcomes import load_outcomes, split_indices
 from tests.router.conftest import GSM8K_TIERS
 
@@ -73,11 +74,11 @@ def test_fit_is_deterministic_for_a_seed(synthetic) -> None:
 
 
 def test_low_expected_gain_stays_on_the_cheapest_tier() -> None:
-    costs = [0.0, 1.0, 4.0]
-    assert tier_for_price(np.array([0.05, 0.04, 0.01]), costs, price=0.02) == 0
-    assert tier_for_price(np.array([0.9, 0.2, 0.1]), costs, price=0.05) == 1
-    assert tier_for_price(np.array([0.9, 0.8, 0.1]), costs, price=0.02) == 2
-    assert tier_for_price(np.array([0.9, 0.8, 0.1]), costs, price=np.inf) == 0
+    # As the gateway routes p_fail: by its route score, one band of it per tier.
+    thresholds = np.array([0.6, 0.8])
+    p_fail = np.array([[0.05, 0.04, 0.01], [0.6, 0.3, 0.2], [0.9, 0.8, 0.1]])  # expected gain 0.04, 0.4, 0.8
+    assert chosen_tiers(route_score(p_fail), thresholds).tolist() == [0, 1, 2]
+    assert chosen_tiers(route_score(p_fail), np.array([NEVER, NEVER])).tolist() == [0, 0, 0]
 
 
 def test_lexical_features_are_deterministic_and_fast() -> None:

@@ -10,19 +10,16 @@ import pytest
 from cascade.data.datasets import load, load_sharegpt, sample, shared_data_dir
 from cascade.router.artifact import DataRef, load_router, save_router
 from cascade.router.classifier import DifficultyClassifier
-from cascade.router.domain import (
+from cascade.router.domain import WordModel, excess, residual, word_tokens
+from cascade.router.learned import LearnedSignal
+from cascade.router.outcomes import Outcomes, load_outcomes, split_indices
+from cascade.router.train.domain_check import (
     EMBEDDING_AXES,
     MIN_THRESHOLD,
-    WordModel,
-    excess,
     fit_domain,
     fit_embedding_plane,
     fit_word_model,
-    residual,
-    word_tokens,
 )
-from cascade.router.learned import LearnedSignal
-from cascade.router.outcomes import Outcomes, load_outcomes, split_indices
 
 REPO = Path(__file__).resolve().parents[2]
 EMBEDDED_OUTCOMES = REPO / "models" / "outcomes" / "gsm8k-train-embedded-v4.jsonl"

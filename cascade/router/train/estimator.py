@@ -13,8 +13,8 @@ from sklearn.linear_model import LogisticRegression, Ridge
 from sklearn.model_selection import StratifiedKFold, cross_val_predict
 
 from cascade.router.classifier import ESTIMATORS, SELECTIONS, DifficultyClassifier
-from cascade.router.domain import fit_domain, fit_embedding_plane, fit_word_model
 from cascade.router.embeddings import TOPIC_EMBEDDINGS, embed
+from cascade.router.train.domain_check import fit_domain, fit_embedding_plane, fit_word_model
 
 
 def fit_classifier(model: DifficultyClassifier, prompts: Sequence[str], correct: np.ndarray,

@@ -20,8 +20,9 @@ from cascade.errors import ConfigError
 from cascade.router.artifact import DataRef, save_router
 from cascade.router.classifier import DEFAULT_ALPHA, ESTIMATORS, SELECTIONS, DifficultyClassifier
 from cascade.router.domain import DEFAULT_QUANTILE
-from cascade.router.operating import Calibration, calibrate
+from cascade.router.operating import Calibration
 from cascade.router.outcomes import Outcomes, split_indices
+from cascade.router.train.calibration import calibrate
 from cascade.router.train.estimator import cross_validated_p_fail, fit_classifier
 from cascade.router.train.report import metrics_report, operating_points
 
