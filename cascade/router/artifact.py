@@ -69,7 +69,7 @@ class RouterCard(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_field
     metrics: dict[str, Any]
     model_sha256: str
     created_with: str = "cascade router train"
-    # Operating points calibrated on out-of-fold p_fail (cascade/router/operating.py); the gateway
+    # Operating points calibrated on out-of-fold p_fail (cascade/router/train/calibration.py); the gateway
     # uses them unless a plan or the config gives thresholds.
     calibration: Calibration | None = None
     # Auxiliary feature models inside the router (the steps block), with the data they were fitted on.
