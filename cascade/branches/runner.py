@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import time
 from collections.abc import AsyncGenerator, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
@@ -63,8 +62,6 @@ class Branch:
     state: str = "running"  # running | finished | pruned | stopped | failed
     finish_reason: str | None = None
     prompt_tokens: int = 0
-    started_s: float = 0.0
-    ended_s: float | None = None
     scoring: bool = False
 
     @property
@@ -141,7 +138,6 @@ class _Run:
     async def go(self) -> BranchRun:
         try:
             for branch, request in zip(self.branches, self.requests, strict=True):
-                branch.started_s = time.perf_counter()
                 self.tasks[branch.index] = asyncio.create_task(self._pump(branch.index, request))
             while self._live():
                 kind, index, payload = await self.events.get()
@@ -243,7 +239,6 @@ class _Run:
 
     def _leave(self, branch: Branch, state: str) -> None:
         branch.state = state
-        branch.ended_s = time.perf_counter()
 
     def _cancel(self, branch: Branch, state: str) -> None:
         self._leave(branch, state)

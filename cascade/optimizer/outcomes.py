@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 
 from cascade.data.datasets import DatasetError
-from cascade.data.outcomes import OutcomeRow, TierOutcome, read_rows, write_row
+from cascade.data.outcomes import OutcomeRow, read_rows
 from cascade.errors import ConfigError
 
 
@@ -77,22 +77,3 @@ def load_outcomes(path: str | Path, tiers: list[str]) -> Outcomes:
     except DatasetError as exc:
         raise ConfigError(str(exc)) from None
     return from_rows(rows, tiers, str(path))
-
-
-def write_outcomes(path: str | Path, outcomes: Outcomes) -> None:
-    """JSONL in the format above (used to export the synthetic outcomes)."""
-    with Path(path).open("wb") as f:
-        for r in range(outcomes.n):
-            tiers = {}
-            for i, tier in enumerate(outcomes.tiers):
-                tiers[tier] = TierOutcome(
-                    correct=None if np.isnan(outcomes.correct[r, i]) else bool(outcomes.correct[r, i]),
-                    score=None if np.isnan(outcomes.score[r, i]) else round(float(outcomes.score[r, i]), 4),
-                    output_tokens=None if np.isnan(outcomes.output_tokens[r, i]) else int(outcomes.output_tokens[r, i]),
-                )
-            row = OutcomeRow(
-                id=str(r), tiers=tiers,
-                input_tokens=None if np.isnan(outcomes.input_tokens[r]) else int(outcomes.input_tokens[r]),
-                difficulty=None if np.isnan(outcomes.difficulty[r]) else round(float(outcomes.difficulty[r]), 4),
-            )
-            write_row(f, row)
