@@ -9,6 +9,9 @@ Definitions (vLLM's benchmark where it has one):
   e2el_ms) holds; goodput_rps = such requests / duration; slo_attainment = such requests / all requests.
 * accuracy = correct / requests with a reference (a failed request is not correct);
   correct_within_slo = correct and meeting the SLO / requests with a reference.
+* correct_goodput_rps: requests both graded correct and meeting the SLO / duration (the headline for a
+  quality-aware gateway: a fast wrong answer and a right late one both count 0), with a 95% bootstrap
+  interval (`correct_goodput_ci95`: the count resampled over the run's requests, seeded, duration fixed).
 * min_slo_scale: the smallest factor s such that `attainment_level` of all requests meet the SLO with
   every bound multiplied by s (Cascadia's metric); null when failures exceed 1 - attainment_level.
 """
@@ -25,6 +28,8 @@ import numpy as np
 from cascade.data.records import RequestRecord
 
 SLO_KEYS = ("ttft_ms", "tpot_ms", "e2el_ms")
+BOOTSTRAP_SAMPLES = 2000
+BOOTSTRAP_SEED = 0
 PERCENTILES = (50, 90, 99)
 
 
@@ -96,12 +101,28 @@ def _rate(count: int, seconds: float) -> float:
     return round(count / seconds, 4) if seconds > 0 else 0.0
 
 
+def correct_goodput(records: Sequence[RequestRecord], slo: dict[str, float], duration_s: float,
+                    seed: int = BOOTSTRAP_SEED) -> tuple[float | None, list[float] | None]:
+    """Correct-within-SLO requests per second and its 95% bootstrap interval (None without graded requests).
+
+    Resampling n requests with replacement and counting those correct within the SLO is a Binomial(n, k/n)
+    draw, so the bootstrap is drawn as that directly (exact, and cheap for 100,000 requests)."""
+    if duration_s <= 0 or not any(r.reference is not None for r in records):
+        return None, None
+    k = sum(1 for r in records if r.reference is not None and r.correct and meets_slo(r, slo))
+    n = len(records)
+    counts = np.random.default_rng(seed).binomial(n, k / n, BOOTSTRAP_SAMPLES)
+    low, high = np.percentile(counts, [2.5, 97.5]) / duration_s
+    return round(k / duration_s, 4), [round(float(low), 4), round(float(high), 4)]
+
+
 def group_stats(records: Sequence[RequestRecord], slo: dict[str, float], duration_s: float) -> dict[str, Any]:
     """Counts, latency percentiles, goodput, attainment and accuracy for a set of requests."""
     done = [r for r in records if r.ok]
     good = [r for r in records if meets_slo(r, slo)]
     graded = [r for r in records if r.reference is not None]
     correct = [r for r in graded if r.correct]
+    correct_rps, correct_ci = correct_goodput(records, slo, duration_s)
     return {
         "requests": len(records),
         "completed": len(done),
@@ -118,6 +139,8 @@ def group_stats(records: Sequence[RequestRecord], slo: dict[str, float], duratio
         "graded": len(graded),
         "accuracy": round(len(correct) / len(graded), 4) if graded else None,
         "correct_within_slo": round(sum(1 for r in correct if meets_slo(r, slo)) / len(graded), 4) if graded else None,
+        "correct_goodput_rps": correct_rps,
+        "correct_goodput_ci95": correct_ci,
     }
 
 
@@ -144,6 +167,8 @@ def summarize(records: Sequence[RequestRecord], slo: dict[str, float], duration_
         "slo_attainment": stats["slo_attainment"],
         "accuracy": stats["accuracy"],
         # extras
+        "correct_goodput_rps": stats["correct_goodput_rps"],
+        "correct_goodput_ci95": stats["correct_goodput_ci95"],
         "correct_within_slo": stats["correct_within_slo"],
         "graded": stats["graded"],
         "duration_s": round(duration_s, 4),

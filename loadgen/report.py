@@ -56,16 +56,23 @@ def _latency_table(stats: dict[str, Any]) -> list[str]:
 def _group_table(title: str, groups: dict[str, Any]) -> list[str]:
     lines = [f"### By {title}", "",
              f"| {title} | requests | failed | TTFT p50/p99 ms | TPOT p50 ms | E2EL p50/p99 ms | tokens | "
-             "SLO attainment | goodput rps | accuracy | correct within SLO |",
-             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+             "SLO attainment | goodput rps | accuracy | correct within SLO | correct goodput rps (95% CI) |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for name, g in groups.items():
         lines.append(
             f"| {name} | {g['requests']} | {g['failed']} | "
             f"{_fmt(g['ttft_ms']['p50'])} / {_fmt(g['ttft_ms']['p99'])} | "
             f"{_fmt(g['tpot_ms']['p50'])} | {_fmt(g['e2el_ms']['p50'])} / {_fmt(g['e2el_ms']['p99'])} | "
             f"{_fmt(g['output_tokens_mean'])} | {_pct(g['slo_attainment'])} | {_fmt(g['goodput_rps'], 3)} | "
-            f"{_pct(g['accuracy'])} | {_pct(g['correct_within_slo'])} |")
+            f"{_pct(g['accuracy'])} | {_pct(g['correct_within_slo'])} | {_with_ci(g)} |")
     return [*lines, ""]
+
+
+def _with_ci(stats: dict[str, Any]) -> str:
+    """Correct goodput with its bootstrap interval, e.g. `1.234 (1.101-1.367)`; `-` without graded requests."""
+    ci = stats.get("correct_goodput_ci95")
+    value = _fmt(stats.get("correct_goodput_rps"), 3)
+    return value if ci is None else f"{value} ({_fmt(ci[0], 3)}-{_fmt(ci[1], 3)})"
 
 
 def markdown(summary: dict[str, Any], plots: Sequence[Path], sweep: dict[str, Any] | None = None,
@@ -86,6 +93,7 @@ def markdown(summary: dict[str, Any], plots: Sequence[Path], sweep: dict[str, An
         f"| achieved send rate | {_fmt(summary['achieved_rate_rps'], 2)} rps |",
         f"| request throughput | {_fmt(summary['request_throughput_rps'], 2)} rps |",
         f"| output token throughput | {_fmt(summary['output_throughput_tps'], 1)} tok/s |",
+        f"| **correct goodput** (graded correct and within the SLO) | {_with_ci(summary)} rps |",
         f"| goodput | {_fmt(summary['goodput_rps'], 3)} rps |",
         f"| SLO attainment | {_pct(summary['slo_attainment'])} |",
         f"| min SLO scale for {_pct(summary['min_slo_scale_level'])} attainment | "
@@ -106,13 +114,13 @@ def markdown(summary: dict[str, Any], plots: Sequence[Path], sweep: dict[str, An
         lines += ["## Rate sweep", "",
                   f"Target attainment {_pct(sweep['attainment_target'])}: maximum sustainable rate "
                   f"**{_fmt(sweep['max_sustainable_rate_rps'], 3)} rps**.", "",
-                  "| rate rps | achieved rps | SLO attainment | goodput rps | min SLO scale | TTFT p99 ms "
-                  "| E2EL p99 ms |",
-                  "|---:|---:|---:|---:|---:|---:|---:|"]
+                  "| rate rps | achieved rps | SLO attainment | goodput rps | correct goodput rps (95% CI) "
+                  "| min SLO scale | TTFT p99 ms | E2EL p99 ms |",
+                  "|---:|---:|---:|---:|---:|---:|---:|---:|"]
         for p in sweep["points"]:
             lines.append(f"| {p['rate_rps']:g} | {_fmt(p['achieved_rate_rps'], 2)} | {_pct(p['slo_attainment'])} | "
-                         f"{_fmt(p['goodput_rps'], 3)} | {_fmt(p['min_slo_scale'], 3)} | {_fmt(p['ttft_p99_ms'])} | "
-                         f"{_fmt(p['e2el_p99_ms'])} |")
+                         f"{_fmt(p['goodput_rps'], 3)} | {_with_ci(p)} | {_fmt(p['min_slo_scale'], 3)} | "
+                         f"{_fmt(p['ttft_p99_ms'])} | {_fmt(p['e2el_p99_ms'])} |")
         lines.append("")
     lines += ["## Plots", ""]
     if not plotted:

@@ -46,6 +46,8 @@ def _point(rate: float, summary: dict[str, Any]) -> dict[str, Any]:
         "achieved_rate_rps": summary["achieved_rate_rps"],
         "slo_attainment": summary["slo_attainment"],
         "goodput_rps": summary["goodput_rps"],
+        "correct_goodput_rps": summary["correct_goodput_rps"],
+        "correct_goodput_ci95": summary["correct_goodput_ci95"],
         "min_slo_scale": summary["min_slo_scale"],
         "accuracy": summary["accuracy"],
         "failed": summary["failed"],

@@ -48,6 +48,7 @@ def test_goodput_attainment_and_accuracy_on_a_hand_computed_run() -> None:
     assert s["slo_attainment"] == pytest.approx(0.5)       # 2 of 4
     assert s["accuracy"] == pytest.approx(0.5)             # 2 correct of 4 graded
     assert s["correct_within_slo"] == pytest.approx(0.25)  # only request 0 is both
+    assert s["correct_goodput_rps"] == pytest.approx(0.1)  # 1 correct-and-on-time / 10 s
     assert s["request_throughput_rps"] == pytest.approx(0.3)
     assert s["output_throughput_tps"] == pytest.approx(3.0)
     assert s["achieved_rate_rps"] == pytest.approx(1.0)    # sends 1 s apart
@@ -58,6 +59,22 @@ def test_goodput_attainment_and_accuracy_on_a_hand_computed_run() -> None:
     assert s["by_tier"]["big"]["slo_attainment"] == pytest.approx(0.5)
     assert s["by_quality"]["best"]["accuracy"] == pytest.approx(0.5)
     assert s["by_quality"]["fast"]["failed"] == 1
+
+
+def test_correct_goodput_counts_only_right_answers_in_time_with_a_seeded_bootstrap_interval() -> None:
+    # 1,000 requests over 100 s: 300 right and on time, 200 right but late, 500 wrong and on time.
+    records = ([rec(i, reference="1", correct=True) for i in range(300)]
+               + [rec(i, e2el=5000, reference="1", correct=True) for i in range(300, 500)]
+               + [rec(i, reference="1", correct=False) for i in range(500, 1000)])
+    s = summarize(records, {"e2el_ms": 2000}, duration_s=100.0)
+    assert s["goodput_rps"] == pytest.approx(8.0) and s["correct_goodput_rps"] == pytest.approx(3.0)
+    low, high = s["correct_goodput_ci95"]
+    # Binomial(1000, 0.3) / 100 s: sd 0.145 rps, so the 95% interval is about 3.0 -/+ 0.28.
+    assert 2.65 < low < 2.8 < 3.2 < high < 3.35
+    assert summarize(records, {"e2el_ms": 2000}, duration_s=100.0)["correct_goodput_ci95"] == [low, high]
+    assert s["by_quality"]["fast"]["correct_goodput_rps"] == pytest.approx(3.0)
+    ungraded = summarize([rec(0), rec(1)], {}, duration_s=1.0)
+    assert ungraded["correct_goodput_rps"] is None and ungraded["correct_goodput_ci95"] is None
 
 
 def test_tpot_is_per_request_and_itl_pools_chunk_gaps() -> None:
