@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from typing import Any
 
@@ -16,10 +17,13 @@ def add_loadgen_command(subparsers: Any) -> argparse.ArgumentParser:
         "loadgen", help="open-loop load test of any OpenAI-compatible endpoint, with an SLO report",
         description="Send chat requests to URL on a seeded arrival schedule (or with fixed concurrency), "
         "measure TTFT/ITL/TPOT/E2E latency per request, grade answers against references, and write "
-        "requests.jsonl, summary.json, report.md and PNG plots to --out.",
+        "requests.jsonl, summary.json, report.md and PNG plots to --out. `cascade loadgen compare RUN_A RUN_B` "
+        "puts two such runs side by side.",
     )
-    p.add_argument("--url", required=True, help="base URL of the server, e.g. http://127.0.0.1:8000")
-    p.add_argument("--dataset", required=True,
+    # --url, --dataset and --out are required for a load test; argparse cannot require them only when no
+    # sub-action is given, so run_command checks them (same message, exit 2).
+    p.add_argument("--url", help="base URL of the server, e.g. http://127.0.0.1:8000 (required)")
+    p.add_argument("--dataset",
                    help="sharegpt | gsm8k | gsm8k-train | routellm-gsm8k | routellm-mmlu[:SUBJECT] | "
                    "random[:WORDS] | FILE.jsonl (prompt, optional reference) | FILE.csv (prompt column)")
     p.add_argument("--rate", type=float, help="offered requests per second (open loop); with --arrival trace: "
@@ -58,11 +62,40 @@ def add_loadgen_command(subparsers: Any) -> argparse.ArgumentParser:
     p.add_argument("--event-loop", default="auto", choices=["auto", "uvloop", "asyncio"],
                    help="auto: uvloop when installed")
     p.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
-    p.add_argument("--out", required=True,
-                   help="run directory (created): requests.jsonl, summary.json, report.md, PNGs")
+    p.add_argument("--out",
+                   help="run directory (created): requests.jsonl, summary.json, report.md, PNGs (required)")
     p.add_argument("--json", action="store_true", help="print the summary as JSON on stdout")
     p.set_defaults(func=run_command)
+    actions = p.add_subparsers(dest="loadgen_action", metavar="{compare}")
+    compare = actions.add_parser(
+        "compare", help="two run directories side by side: table with ratios, overlaid latency CDFs",
+        description="Read two `cascade loadgen --out` directories and write compare.md, compare.json and "
+        "compare_cdfs.png to --out: correct goodput (with its 95%% bootstrap interval), goodput, SLO attainment, "
+        "accuracy, throughput and latency percentiles of A and B, and B's ratio to A.")
+    compare.add_argument("run_a", help="run directory A (the baseline)")
+    compare.add_argument("run_b", help="run directory B")
+    compare.add_argument("--out", default="compare", help="folder for the comparison (default ./compare)")
+    compare.add_argument("--json", action="store_true", help="print the comparison as JSON on stdout")
+    compare.set_defaults(func=compare_command)
     return p
+
+
+def compare_command(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from loadgen.compare import CompareError, run_compare
+
+    try:
+        table = run_compare(Path(args.run_a), Path(args.run_b), Path(args.out))
+    except CompareError as exc:
+        return _error(str(exc))
+    except OSError as exc:
+        return _error(f"cannot write {args.out}: {exc.strerror or exc}")
+    if args.json:
+        sys.stdout.write(json.dumps(table) + "\n")
+    else:
+        sys.stdout.write((Path(args.out) / "compare.md").read_text())
+    return 0
 
 
 def _error(message: str) -> int:
@@ -76,6 +109,9 @@ def run_command(args: argparse.Namespace) -> int:
     from loadgen.metrics import parse_slo
     from loadgen.run import LoadConfig, LoadgenError, parse_quality_mix, run_load
 
+    missing = [f"--{name}" for name in ("url", "dataset", "out") if getattr(args, name) is None]
+    if missing:
+        return _error(f"the following arguments are required: {', '.join(missing)}")
     try:
         arrival = args.arrival
         if args.burstiness != 1.0 and arrival == "poisson":
