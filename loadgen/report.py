@@ -141,6 +141,8 @@ def write_plots(out: Path, records: Sequence[RequestRecord], summary: dict[str, 
         paths.append(_attainment_vs_scale(Figure, out, records, summary))
     if sweep is not None:
         paths.append(_attainment_vs_rate(Figure, out, sweep))
+        if (pareto := _accuracy_vs_goodput(Figure, out, sweep)) is not None:
+            paths.append(pareto)
     return paths
 
 
@@ -225,3 +227,32 @@ def _attainment_vs_rate(figure: Any, out: Path, sweep: dict[str, Any]) -> Path:
     ax.grid(alpha=0.3)
     ax.legend()
     return _save(fig, out / "attainment_vs_rate.png")
+
+
+def _accuracy_vs_goodput(figure: Any, out: Path, sweep: dict[str, Any]) -> Path | None:
+    """Per sweep rate: accuracy against goodput, plain and correct (with its bootstrap interval), each point
+    labelled with its rate; the points no other beats on both axes (the Pareto front) are joined."""
+    points = [p for p in sorted(sweep["points"], key=lambda p: p["rate_rps"]) if p.get("accuracy") is not None]
+    if not points:
+        return None  # nothing graded: no accuracy axis
+    fig = figure(figsize=(6.5, 4.2))
+    ax = fig.subplots()
+    accuracy = [p["accuracy"] for p in points]
+    ax.scatter([p["goodput_rps"] for p in points], accuracy, marker="o", facecolors="none", edgecolors="grey",
+               label="goodput (within SLO)")
+    correct = [p["correct_goodput_rps"] or 0.0 for p in points]
+    errors = np.array([[c - (p["correct_goodput_ci95"] or [c, c])[0] for c, p in zip(correct, points, strict=True)],
+                       [(p["correct_goodput_ci95"] or [c, c])[1] - c for c, p in zip(correct, points, strict=True)]])
+    ax.errorbar(correct, accuracy, xerr=errors, fmt="o", capsize=3, label="correct goodput (95% CI)")
+    front = sorted((c, a) for c, a in zip(correct, accuracy, strict=True)
+                   if not any(c2 >= c and a2 >= a and (c2, a2) != (c, a)
+                              for c2, a2 in zip(correct, accuracy, strict=True)))
+    if len(front) > 1:
+        ax.plot(*zip(*front, strict=True), ls="--", lw=1, color="C1", label="Pareto front")
+    for c, a, p in zip(correct, accuracy, points, strict=True):
+        ax.annotate(f"{p['rate_rps']:g} rps", (c, a), textcoords="offset points", xytext=(4, 4), fontsize=8)
+    ax.set_xlabel("requests per second")
+    ax.set_ylabel("accuracy")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    return _save(fig, out / "accuracy_vs_goodput.png")
