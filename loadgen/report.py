@@ -1,4 +1,4 @@
-"""The run directory: `requests.jsonl`, `summary.json`, `report.md` and PNG plots.
+"""The run directory: `requests.jsonl`, `summary.json`, `report.md`, `report.html` (self-contained) and PNGs.
 
 matplotlib is imported only here, lazily, with the Agg backend; without it the plots are skipped
 (and the report says so) but every other file is written.
@@ -14,6 +14,7 @@ import msgspec
 import numpy as np
 
 from cascade.data.records import RequestRecord
+from loadgen.html_report import to_html
 from loadgen.metrics import attainment_curve
 
 _encode = msgspec.json.Encoder().encode
@@ -29,8 +30,10 @@ def write_run(out: Path, records: Sequence[RequestRecord], summary: dict[str, An
         summary = {**summary, "sweep": sweep}
     (out / "summary.json").write_bytes(msgspec.json.format(_encode(summary), indent=2) + b"\n")
     images = write_plots(out, records, summary, sweep) if plots else []
-    (out / "report.md").write_text(markdown(summary, images, sweep, plots))
-    return [out / "requests.jsonl", out / "summary.json", out / "report.md", *images]
+    text = markdown(summary, images, sweep, plots)
+    (out / "report.md").write_text(text)
+    (out / "report.html").write_text(to_html(text, out))  # the same report, plots embedded: one file to share
+    return [out / "requests.jsonl", out / "summary.json", out / "report.md", out / "report.html", *images]
 
 
 def _fmt(value: Any, digits: int = 1) -> str:

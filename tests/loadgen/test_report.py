@@ -24,6 +24,10 @@ def test_a_graded_sweep_gets_an_accuracy_vs_goodput_plot_and_its_table_shows_cor
     report = (tmp_path / "report.md").read_text()
     assert "| **correct goodput** (graded correct and within the SLO) | 1.000 (" in report
     assert "| 2 | 2.00 | 90.0% | 2.000 | 0.900 (0.810-0.990) |" in report
+    page = (tmp_path / "report.html").read_text()
+    # Self-contained: every plot the Markdown links is inside the page, and no file is referenced.
+    assert page.count('src="data:image/png;base64,') == report.count("![") and ".png)" not in page
+    assert "<td class=\"num\">0.900 (0.810-0.990)</td>" in page and "<strong>correct goodput</strong>" in page
 
 
 def test_an_ungraded_sweep_has_no_accuracy_axis_to_plot(tmp_path) -> None:
