@@ -19,7 +19,6 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-import msgspec
 
 from cascade.errors import CascadeError
 from cascade.optimizer.profile import Profile, TracedRequest, fit_decode, fit_prefill, fit_trace
@@ -58,20 +57,13 @@ async def measure(settings: Settings, tick: Callable[[], None] = lambda: None) -
 
 
 def read_loadgen_records(run: str | Path) -> list[Any]:
-    """The rows of a finished `cascade loadgen --out RUN` (its requests.jsonl; RUN may also name that
-    file), as loadgen's RequestRecord."""
-    from cascade.data.records import RequestRecord
+    """The rows of a finished `cascade loadgen --out RUN` (its requests.jsonl; RUN may also name that file)."""
+    from cascade.data.records import RecordsError, read_request_records
 
-    path = Path(run)
-    path = path / "requests.jsonl" if path.is_dir() else path
     try:
-        lines = path.read_bytes().splitlines()
-    except OSError as exc:
-        raise CascadeError(f"cannot read {path}: {exc.strerror}") from None
-    try:
-        return [msgspec.json.decode(line, type=RequestRecord) for line in lines if line.strip()]
-    except msgspec.MsgspecError as exc:
-        raise CascadeError(f"{path}: not a cascade loadgen requests file: {exc}") from None
+        return read_request_records(run)
+    except RecordsError as exc:
+        raise CascadeError(str(exc)) from None
 
 
 def profile_from_loadgen(run: str | Path, *, model: str = "", label: str = "", kv_capacity_tokens: int | None = None,

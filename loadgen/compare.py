@@ -12,10 +12,9 @@ import json
 from pathlib import Path
 from typing import Any
 
-import msgspec
 import numpy as np
 
-from cascade.data.records import RequestRecord
+from cascade.data.records import RecordsError, RequestRecord, read_request_records
 
 # (label, key path in summary.json, digits); the correct goodput row also shows its bootstrap interval.
 ROWS: tuple[tuple[str, tuple[str, ...], int], ...] = (
@@ -40,24 +39,17 @@ class CompareError(Exception):
 
 
 def load_run(folder: Path) -> tuple[dict[str, Any], list[RequestRecord]]:
-    summary_path, records_path = folder / "summary.json", folder / "requests.jsonl"
+    summary_path = folder / "summary.json"
     try:
         summary = json.loads(summary_path.read_text())
-        lines = records_path.read_bytes().splitlines()
+        return summary, read_request_records(folder / "requests.jsonl")
     except OSError as exc:
-        raise CompareError(f"{folder} is not a loadgen run directory: cannot read "
-                           f"{exc.filename or summary_path} ({exc.strerror or exc})") from None
+        raise CompareError(f"{folder} is not a loadgen run directory: cannot read {summary_path} "
+                           f"({exc.strerror or exc})") from None
     except json.JSONDecodeError as exc:
         raise CompareError(f"{summary_path} is not JSON: {exc}") from None
-    decoder = msgspec.json.Decoder(RequestRecord)
-    records = []
-    for number, line in enumerate(lines, 1):
-        if line.strip():
-            try:
-                records.append(decoder.decode(line))
-            except msgspec.MsgspecError as exc:
-                raise CompareError(f"{records_path}:{number}: not a request record ({exc})") from None
-    return summary, records
+    except RecordsError as exc:
+        raise CompareError(f"{folder} is not a loadgen run directory: {exc}") from None
 
 
 def _value(summary: dict[str, Any], path: tuple[str, ...]) -> float | None:

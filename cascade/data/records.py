@@ -6,6 +6,8 @@ a data record here rather than load-generator internals.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import msgspec
 
 
@@ -52,3 +54,26 @@ class RequestRecord(msgspec.Struct, kw_only=True):
     @property
     def ok(self) -> bool:
         return self.error is None
+
+
+class RecordsError(ValueError):
+    """A requests file that cannot be read or holds something else (one line, for the CLI)."""
+
+
+def read_request_records(run: str | Path) -> list[RequestRecord]:
+    """The rows of a finished `cascade loadgen --out RUN` (its requests.jsonl; RUN may also name that file)."""
+    path = Path(run)
+    path = path / "requests.jsonl" if path.is_dir() else path
+    try:
+        lines = path.read_bytes().splitlines()
+    except OSError as exc:
+        raise RecordsError(f"cannot read {path}: {exc.strerror or exc}") from None
+    decoder = msgspec.json.Decoder(RequestRecord)
+    records = []
+    for number, line in enumerate(lines, 1):
+        if line.strip():
+            try:
+                records.append(decoder.decode(line))
+            except msgspec.MsgspecError as exc:
+                raise RecordsError(f"{path}:{number}: not a cascade loadgen requests file: {exc}") from None
+    return records
