@@ -101,19 +101,16 @@ def _rate(count: int, seconds: float) -> float:
     return round(count / seconds, 4) if seconds > 0 else 0.0
 
 
-def correct_goodput(records: Sequence[RequestRecord], slo: dict[str, float], duration_s: float,
-                    seed: int = BOOTSTRAP_SEED) -> tuple[float | None, list[float] | None]:
-    """Correct-within-SLO requests per second and its 95% bootstrap interval (None without graded requests).
+def correct_goodput(on_time_correct: int, requests: int, duration_s: float,
+                    seed: int = BOOTSTRAP_SEED) -> tuple[float, list[float]]:
+    """Correct-within-SLO requests per second and its 95% bootstrap interval.
 
-    Resampling n requests with replacement and counting those correct within the SLO is a Binomial(n, k/n)
-    draw, so the bootstrap is drawn as that directly (exact, and cheap for 100,000 requests)."""
-    if duration_s <= 0 or not any(r.reference is not None for r in records):
-        return None, None
-    k = sum(1 for r in records if r.reference is not None and r.correct and meets_slo(r, slo))
-    n = len(records)
-    counts = np.random.default_rng(seed).binomial(n, k / n, BOOTSTRAP_SAMPLES)
+    Resampling the run's requests with replacement and counting those correct within the SLO is a
+    Binomial(requests, on_time_correct / requests) draw, so the bootstrap is drawn as that directly (exact,
+    and cheap for 100,000 requests)."""
+    counts = np.random.default_rng(seed).binomial(requests, on_time_correct / requests, BOOTSTRAP_SAMPLES)
     low, high = np.percentile(counts, [2.5, 97.5]) / duration_s
-    return round(k / duration_s, 4), [round(float(low), 4), round(float(high), 4)]
+    return round(on_time_correct / duration_s, 4), [round(float(low), 4), round(float(high), 4)]
 
 
 def group_stats(records: Sequence[RequestRecord], slo: dict[str, float], duration_s: float) -> dict[str, Any]:
@@ -122,7 +119,9 @@ def group_stats(records: Sequence[RequestRecord], slo: dict[str, float], duratio
     good = [r for r in records if meets_slo(r, slo)]
     graded = [r for r in records if r.reference is not None]
     correct = [r for r in graded if r.correct]
-    correct_rps, correct_ci = correct_goodput(records, slo, duration_s)
+    on_time_correct = sum(1 for r in correct if meets_slo(r, slo))
+    correct_rps, correct_ci = (correct_goodput(on_time_correct, len(records), duration_s)
+                               if graded and duration_s > 0 else (None, None))
     return {
         "requests": len(records),
         "completed": len(done),
@@ -138,7 +137,7 @@ def group_stats(records: Sequence[RequestRecord], slo: dict[str, float], duratio
         "slo_attainment": round(len(good) / len(records), 4) if records else 0.0,
         "graded": len(graded),
         "accuracy": round(len(correct) / len(graded), 4) if graded else None,
-        "correct_within_slo": round(sum(1 for r in correct if meets_slo(r, slo)) / len(graded), 4) if graded else None,
+        "correct_within_slo": round(on_time_correct / len(graded), 4) if graded else None,
         "correct_goodput_rps": correct_rps,
         "correct_goodput_ci95": correct_ci,
     }

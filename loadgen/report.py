@@ -244,8 +244,8 @@ def _accuracy_vs_goodput(figure: Any, out: Path, sweep: dict[str, Any]) -> Path 
     ax.scatter([p["goodput_rps"] for p in points], accuracy, marker="o", facecolors="none", edgecolors="grey",
                label="goodput (within SLO)")
     correct = [p["correct_goodput_rps"] or 0.0 for p in points]
-    errors = np.array([[c - (p["correct_goodput_ci95"] or [c, c])[0] for c, p in zip(correct, points, strict=True)],
-                       [(p["correct_goodput_ci95"] or [c, c])[1] - c for c, p in zip(correct, points, strict=True)]])
+    intervals = np.array([p["correct_goodput_ci95"] or [c, c] for c, p in zip(correct, points, strict=True)])
+    errors = np.abs(intervals.T - np.array(correct))  # rows: below, above
     ax.errorbar(correct, accuracy, xerr=errors, fmt="o", capsize=3, label="correct goodput (95% CI)")
     front = sorted((c, a) for c, a in zip(correct, accuracy, strict=True)
                    if not any(c2 >= c and a2 >= a and (c2, a2) != (c, a)
