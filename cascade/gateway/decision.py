@@ -6,6 +6,7 @@ from typing import Any
 
 import msgspec
 
+from cascade.branches.runner import BranchSettings
 from cascade.router.escalation import Itinerary, Served
 from cascade.router.policy import Assessment, QualityHint
 from cascade.tiers import Tier
@@ -20,6 +21,8 @@ class Decision(msgspec.Struct, kw_only=True):
     confidence: float | None = None  # cascade mode: the accepted answer's confidence
     fallback_from: str | None = None  # route mode: the tier that failed before this one answered
     note: str | None = None  # shown as cascade.note
+    # The request's branch settings per reachable tier index, checked once before anything is sent.
+    branches: dict[int, BranchSettings | None] = msgspec.field(default_factory=dict)
 
     @property
     def router(self) -> str:

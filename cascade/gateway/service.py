@@ -18,7 +18,7 @@ from typing import Generic, TypeVar
 
 from cascade.answer import Answer, Sampling, answer, choice_requests, question_of
 from cascade.branches.backend import GenerationRequest
-from cascade.branches.runner import BranchReport
+from cascade.branches.runner import BranchReport, BranchSettings
 from cascade.config import Failover, Limits
 from cascade.errors import BackendError, InvalidRequest, UnknownModel
 from cascade.gateway import responses, streaming
@@ -76,8 +76,7 @@ class ChatService:
         max_tokens = validate(req, self.limits)
         decision = self.decide(req, header_hint)
         reachable = [self.tiers[i] for i in decision.itinerary.reachable()]
-        for tier in reachable:
-            check_tier(req, tier, self.limits)
+        decision.branches = {tier.index: check_tier(req, tier, self.limits) for tier in reachable}
         one_answer = one_answer_field(req)
         if one_answer is not None and any(t.config.branches > 1 for t in reachable):
             decision.note = f"one branch: `{one_answer}` asks for the engine's answer as it is, not a vote"
@@ -129,7 +128,7 @@ class ChatService:
         decision that will answer and the SSE frame iterator. The caller must start the iterator
         (`anext`) before anything else can fail, and `aclose` it: that is what closes the upstreams."""
         include_usage = bool(req.stream_options and req.stream_options.include_usage)
-        if decision.itinerary.judges_answers or branches_for(req, decision.tier, self.limits) is not None:
+        if decision.itinerary.judges_answers or self._branches(req, decision, decision.tier) is not None:
             return decision, streaming.deferred(lambda: self._serve(req, decision, max_tokens), self.keepalive_s,
                                                 include_usage, self.telemetry)
         served = await decision.itinerary.serve(self._ladder(req, lambda tier: self._open(req, tier, max_tokens)))
@@ -139,7 +138,8 @@ class ChatService:
                                          lambda: self.admission.leave(opened.tier, len(opened.streams)))
 
     async def _serve(self, req: ChatCompletionRequest, decision: Decision, max_tokens: int) -> tuple[Decision, Answer]:
-        served = await decision.itinerary.serve(self._ladder(req, lambda tier: self._answer(req, tier, max_tokens)))
+        served = await decision.itinerary.serve(
+            self._ladder(req, lambda tier: self._answer(req, tier, max_tokens, self._branches(req, decision, tier))))
         return decision.served(served, self.tiers), served.answer
 
     def _ladder(self, req: ChatCompletionRequest, answer_on: Callable[[Tier], Awaitable[_T]]) -> TierLadder[_T]:
@@ -153,9 +153,16 @@ class ChatService:
             return False
         return True
 
-    async def _answer(self, req: ChatCompletionRequest, tier: Tier, max_tokens: int) -> Answer:
+    def _branches(self, req: ChatCompletionRequest, decision: Decision, tier: Tier) -> BranchSettings | None:
+        """The request's branch settings on `tier`: checked in `prepare` for every reachable tier, so only a
+        route-mode fallback tier (checked by `_fits`) computes them here."""
+        if tier.index in decision.branches:
+            return decision.branches[tier.index]
+        return branches_for(req, tier, self.limits)
+
+    async def _answer(self, req: ChatCompletionRequest, tier: Tier, max_tokens: int,
+                      settings: BranchSettings | None) -> Answer:
         """All `n` choices of one tier, inside the tier's admission (backend errors are counted)."""
-        settings = branches_for(req, tier, self.limits)
         streams = req.n * (settings.n if settings is not None else 1)
         self.admission.enter(tier, streams)
         try:
