@@ -77,8 +77,8 @@ class Gateway:
                 await tier.backend.aclose()
                 if tier.scorer is not None:
                     await tier.scorer.aclose()
-            if self.service.traffic is not None:
-                self.service.traffic.close()
+            if self.service.telemetry.traffic is not None:
+                self.service.telemetry.traffic.close()
         finally:
             self.supervisor.stop()  # whatever failed above, the embedded workers stop
 

@@ -60,7 +60,6 @@ class ChatService:
         assert default is not None
         self.default_hint = default
         self.keepalive_s = keepalive_s
-        self.traffic = traffic
         self.telemetry = Telemetry(metrics, traffic)
         self.admission = Admission(self.tiers, limits, metrics)
 
