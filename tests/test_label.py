@@ -10,6 +10,7 @@ import time
 
 from cascade.cli import main
 from cascade.engines.fake_server import FakeEngine, FakeScript
+from tests.gateway.gateway_setup import small_and_thinker_toml
 from tests.servers import eventually, serve_asgi
 
 RIGHT = "3_*_6_=_18.|####_18"
@@ -17,19 +18,7 @@ WRONG = "3_*_6_=_19.|####_19"
 
 
 def write_inputs(tmp_path, url: str) -> tuple[str, str]:
-    (tmp_path / "cascade.toml").write_text(f"""
-[[tiers]]
-name = "small"
-default_max_tokens = 64
-backends = [{{ kind = "openai", url = "{url}", model = "fake-small" }}]
-
-[[tiers]]
-name = "thinker"
-default_max_tokens = 64
-branches = 3
-branches_to_finish = 2
-backends = [{{ kind = "openai", url = "{url}", model = "fake-big" }}]
-""")
+    (tmp_path / "cascade.toml").write_text(small_and_thinker_toml(url))
     # The small tier answers wrongly on q1; the thinker's branches vote 18 everywhere.
     rows = [{"id": "q0", "prompt": f"Q0 [fake answer={RIGHT}]", "reference": "#### 18"},
             {"id": "q1", "prompt": f"Q1 [fake answer={RIGHT}] [fake@fake-small answer={WRONG}]", "reference": "#### 18"},

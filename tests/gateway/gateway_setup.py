@@ -50,3 +50,20 @@ def post_chat(base: str, body: dict | bytes, headers: dict | None = None, timeou
 
 def user(text: str = "hello") -> list[dict]:
     return [{"role": "user", "content": text}]
+
+
+def small_and_thinker_toml(url: str, branches_to_finish: int = 2) -> str:
+    """Two tiers on one fake engine: `small` (model fake-small, one branch) and `thinker` (fake-big, 3 branches)."""
+    return f"""
+[[tiers]]
+name = "small"
+default_max_tokens = 64
+backends = [{{ kind = "openai", url = "{url}", model = "fake-small" }}]
+
+[[tiers]]
+name = "thinker"
+default_max_tokens = 64
+branches = 3
+branches_to_finish = {branches_to_finish}
+backends = [{{ kind = "openai", url = "{url}", model = "fake-big" }}]
+"""

@@ -17,6 +17,7 @@ from cascade.engines.fake_server import FakeEngine, FakeScript
 from cascade.gateway.server import Gateway
 from cascade.label import answer_on_tier
 from cascade.tiers import build_tiers
+from tests.gateway.gateway_setup import small_and_thinker_toml
 from tests.servers import serve_asgi
 
 SEED = 5
@@ -26,19 +27,7 @@ PROMPT = ("Q [fake answer=####_20] [fake@seed=5 answer=####_18] [fake@seed=6 ans
 
 
 def ladder(url: str) -> str:
-    return f"""
-[[tiers]]
-name = "small"
-default_max_tokens = 32
-backends = [{{ kind = "openai", url = "{url}", model = "fake-small" }}]
-
-[[tiers]]
-name = "thinker"
-default_max_tokens = 32
-branches = 3
-branches_to_finish = 3
-backends = [{{ kind = "openai", url = "{url}", model = "fake-big" }}]
-"""
+    return small_and_thinker_toml(url, branches_to_finish=3)  # every branch votes
 
 
 def test_label_and_gateway_give_the_same_answer_for_the_same_seed() -> None:
