@@ -27,7 +27,7 @@ from cascade.gateway.decision import Decision
 from cascade.gateway.metrics import GatewayMetrics
 from cascade.gateway.telemetry import Telemetry
 from cascade.gateway.traffic import TrafficLog
-from cascade.gateway.validation import branches_for, check_tier, one_answer_field, stops, validate
+from cascade.gateway.validation import branches_for, check_tier, forwarded, one_answer_field, stops, validate
 from cascade.router.escalation import Evidence, Move, Pinned, RouteMode, ServingMode
 from cascade.router.policy import NAMED_HINTS, RoutingPolicy, parse_hint
 from cascade.schemas import PASSTHROUGH, ChatCompletion, ChatCompletionRequest, ModelCard, ModelList, RouteDecision
@@ -75,7 +75,8 @@ class ChatService:
         max_tokens = validate(req, self.limits)
         decision = self.decide(req, header_hint)
         reachable = [self.tiers[i] for i in decision.itinerary.reachable()]
-        decision.branches = {tier.index: check_tier(req, tier, self.limits) for tier in reachable}
+        used = forwarded(req)
+        decision.branches = {tier.index: check_tier(req, tier, self.limits, used) for tier in reachable}
         one_answer = one_answer_field(req)
         if one_answer is not None and any(t.config.branches > 1 for t in reachable):
             decision.note = f"one branch: `{one_answer}` asks for the engine's answer as it is, not a vote"

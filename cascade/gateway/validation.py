@@ -41,10 +41,12 @@ def validate(req: ChatCompletionRequest, lim: Limits) -> int:
     return req.max_completion_tokens or req.max_tokens or 0
 
 
-def check_tier(req: ChatCompletionRequest, tier: Tier, lim: Limits) -> BranchSettings | None:
+def check_tier(req: ChatCompletionRequest, tier: Tier, lim: Limits, used: set[str] | None = None
+               ) -> BranchSettings | None:
     """What `tier` cannot do for this request (a forwarded field its engine would ignore, bad branch settings),
-    raised as InvalidRequest; else the request's branch settings on that tier (None: one branch)."""
-    if refused := sorted(forwarded(req) & tier.unsupported):
+    raised as InvalidRequest; else the request's branch settings on that tier (None: one branch). `used`:
+    `forwarded(req)`, when the caller checks several tiers."""
+    if refused := sorted((forwarded(req) if used is None else used) & tier.unsupported):
         raise InvalidRequest(f"tier `{tier.name}`'s engine does not support `{refused[0]}` (it would ignore "
                              "it): name a tier whose engine does, or leave the field out", refused[0])
     return branches_for(req, tier, lim)
