@@ -22,6 +22,7 @@ Port = Annotated[int, msgspec.Meta(ge=0, le=65535)]
 PositiveFloat = Annotated[float, msgspec.Meta(gt=0)]
 PositiveInt = Annotated[int, msgspec.Meta(ge=1)]
 NonNegativeInt = Annotated[int, msgspec.Meta(ge=0)]
+NonNegativeFloat = Annotated[float, msgspec.Meta(ge=0)]
 UnitFloat = Annotated[float, msgspec.Meta(ge=0, le=1)]
 Name = Annotated[str, msgspec.Meta(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9][A-Za-z0-9._:/-]*$")]
 
@@ -212,6 +213,32 @@ class TierConfig(_Strict, frozen=True):
     max_in_flight: NonNegativeInt = 0
 
 
+class LoadReactive(_Strict, frozen=True):
+    """Load-reactive operating points (cascade/router/load.py): while a tier is near its SLO, requests with a
+    named hint that would load it are served at the next cheaper operating point, and its reasoning branches
+    shrink to the M that must finish. Off by default; numeric hints always keep their target."""
+
+    enabled: bool = False
+    # The SLO a tier's recent answers are held to, in ms (0: that latency is not watched); `percentile` of the
+    # answers in the last `window_s` (at least `min_samples` of them) is compared with it.
+    ttft_ms: NonNegativeFloat = 0.0
+    e2el_ms: NonNegativeFloat = 0.0
+    percentile: Annotated[float, msgspec.Meta(gt=0, le=100)] = 90.0
+    window_s: PositiveFloat = 10.0
+    min_samples: PositiveInt = 5
+    # Per tier name: requests in flight at which the tier is full. A tier not named here is full at
+    # branch_slots / branches requests when it has branch slots, else its load is not watched.
+    max_in_flight: dict[str, PositiveInt] = msgspec.field(default_factory=dict)
+    # Pressure is the largest of load / capacity and latency / SLO. A tier is pressed from `enter_at` on and
+    # free again once below `exit_at`, after at least `hold_s` pressed (hysteresis: no flapping).
+    enter_at: PositiveFloat = 0.9
+    exit_at: PositiveFloat = 0.7
+    hold_s: PositiveFloat = 5.0
+    # `best` keeps its operating point unless this is set; `fast` has none cheaper.
+    degrade_best: bool = False
+    shed_branches: bool = True
+
+
 class RoutingConfig(_Strict, frozen=True):
     # "learned": the difficulty classifier saved at `router` (from `cascade router train`);
     # "heuristic": cascade/router/heuristic.py, no model needed.
@@ -226,6 +253,7 @@ class RoutingConfig(_Strict, frozen=True):
     accept: dict[str, list[float]] = msgspec.field(default_factory=dict)
     # Thresholds per named operating point (ascending, n_tiers - 1 values); a plan file overrides them.
     operating_points: dict[str, list[float]] = msgspec.field(default_factory=dict)
+    load: LoadReactive = LoadReactive()
 
 
 class CascadeConfig(_Strict, frozen=True):
@@ -287,6 +315,22 @@ def _check(config: CascadeConfig) -> None:
         if any(not h >= 0.0 for h in thresholds):  # written so that NaN fails too
             raise ConfigError(f"`{key}` thresholds must be >= 0 (above 1 means the tier never accepts), "
                               f"got {thresholds}")
+    _check_load(config)
+
+
+def _check_load(config: CascadeConfig) -> None:
+    load = config.routing.load
+    if load.exit_at >= load.enter_at:
+        raise ConfigError(f"`routing.load.exit_at` ({load.exit_at:g}) must be below `enter_at` ({load.enter_at:g}): "
+                          "the gap is what keeps a tier from flapping")
+    names = [t.name for t in config.tiers]
+    unknown = sorted(set(load.max_in_flight) - set(names))
+    if unknown:
+        raise ConfigError(f"`routing.load.max_in_flight` names {unknown}, which are not tiers ({', '.join(names)})")
+    watched = load.ttft_ms or load.e2el_ms or load.max_in_flight or any(t.branch_slots for t in config.tiers)
+    if load.enabled and not watched:
+        raise ConfigError("`routing.load.enabled` watches nothing: set `ttft_ms`, `e2el_ms` or `max_in_flight` "
+                          "(or give a tier `branch_slots`)")
 
 
 def decode_config(data: bytes | str, source: str = "cascade.toml") -> CascadeConfig:

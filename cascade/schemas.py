@@ -131,6 +131,16 @@ class BranchStats(msgspec.Struct, kw_only=True):
     votes: dict[str, int] | None = None  # answer -> finished branches giving it
 
 
+class Degradation(msgspec.Struct, frozen=True, kw_only=True):
+    """Why a request was served below what it asked for: load-reactive routing (cascade/router/load.py)."""
+
+    requested: str  # the hint's operating point
+    served: str  # the operating point used
+    tier: str  # the pressed tier it kept the request off (or whose branches it cut)
+    reason: str  # what pressed it, e.g. "ttft p90 1.20 s against the 1.00 s SLO"
+    branches: int | None = None  # the reasoning branches run instead of the tier's own (None: unchanged)
+
+
 class CascadeInfo(msgspec.Struct, kw_only=True):
     """What cascade decided for this request; returned in every response."""
 
@@ -151,6 +161,8 @@ class CascadeInfo(msgspec.Struct, kw_only=True):
     # failed when route mode answered on the nearest healthy tier instead (`tier` is the one that answered).
     retries: int = 0
     fallback_from: str | None = None
+    # Load-reactive routing served it at a cheaper operating point or with fewer branches (None: as asked).
+    degraded: Degradation | None = None
 
 
 class AssistantMessage(msgspec.Struct, kw_only=True):

@@ -9,6 +9,7 @@ import msgspec
 from cascade.branches.runner import BranchSettings
 from cascade.router.escalation import Itinerary, Served
 from cascade.router.policy import Assessment, QualityHint
+from cascade.schemas import Degradation
 from cascade.tiers import Tier
 
 
@@ -21,6 +22,7 @@ class Decision(msgspec.Struct, kw_only=True):
     confidence: float | None = None  # cascade mode: the accepted answer's confidence
     fallback_from: str | None = None  # route mode: the tier that failed before this one answered
     note: str | None = None  # shown as cascade.note
+    degraded: Degradation | None = None  # load-reactive routing served it below what it asked for
     # The request's branch settings per reachable tier index, checked once before anything is sent.
     branches: dict[int, BranchSettings | None] = msgspec.field(default_factory=dict)
 

@@ -10,6 +10,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 
 from cascade.branches.pool import ReplicaPool
+from cascade.router.load import Headroom
 
 # Seconds; spans CPU-engine answers (tens of seconds) down to fake-backend round trips.
 _LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 20, 40, 80, 160, 320)
@@ -59,10 +60,19 @@ class GatewayMetrics:
             "cascade_router_out_of_domain", "Prompts the learned router flagged as unlike its training prompts "
             "(routed by the heuristic)", registry=r,
         )
+        self.degraded = Counter(
+            "cascade_degraded_requests", "Requests load-reactive routing served at a cheaper operating point than "
+            "their hint's, or with fewer branches, because a tier was near its SLO",
+            ["requested", "served", "branches_cut"], registry=r,
+        )
         self.disconnects = Counter(
             "cascade_client_disconnects", "Requests abandoned by the client and cancelled upstream", ["tier"],
             registry=r,
         )
+
+    def watch_headroom(self, headroom: Headroom) -> None:
+        """Export load-reactive routing's view of each tier (pressure, pressed), read at scrape time."""
+        self.registry.register(_HeadroomCollector(headroom))
 
     def watch_pools(self, pools: Callable[[], Sequence[ReplicaPool]]) -> None:
         """Export the tiers' replica pools (circuit breakers, failovers), read at scrape time."""
@@ -93,3 +103,18 @@ class _PoolCollector(Collector):
                 outstanding.add_metric([pool.name, replica.name], replica.outstanding)
             retries.add_metric([pool.name], pool.retried)
         yield from (state, opened, outstanding, retries)
+
+
+class _HeadroomCollector(Collector):
+    def __init__(self, headroom: Headroom) -> None:
+        self.headroom = headroom
+
+    def collect(self) -> Iterator[Metric]:
+        pressure = GaugeMetricFamily("cascade_tier_pressure", "Load-reactive routing: a tier's pressure, the largest "
+                                     "of load / capacity and recent latency / SLO (1 = at its SLO)", labels=["tier"])
+        pressed = GaugeMetricFamily("cascade_tier_pressed", "Load-reactive routing: 1 while a tier is pressed (named "
+                                    "hints move off it)", labels=["tier"])
+        for state in self.headroom.all():
+            pressure.add_metric([state.tier], state.pressure)
+            pressed.add_metric([state.tier], float(state.pressed))
+        yield from (pressure, pressed)

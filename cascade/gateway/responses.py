@@ -94,7 +94,7 @@ def cascade_info(decision: Decision, answer: Answer | None = None) -> CascadeInf
         out_of_domain=assessment is not None and assessment.out_of_domain, escalations=decision.escalations,
         confidence=None if decision.confidence is None else round(decision.confidence, 4),
         branches=branches, retries=0 if answer is None else sum(r.retries for r in answer.results),
-        fallback_from=decision.fallback_from, note=decision.note,
+        fallback_from=decision.fallback_from, note=decision.note, degraded=decision.degraded,
     )
 
 

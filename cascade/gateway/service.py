@@ -16,10 +16,13 @@ import time
 from collections.abc import AsyncGenerator, Awaitable, Callable, Sequence
 from typing import Generic, TypeVar
 
+import msgspec
+
 from cascade.answer import Answer, Sampling, answer, choice_requests, question_of
 from cascade.branches.backend import GenerationRequest
 from cascade.branches.runner import BranchReport, BranchSettings
 from cascade.config import Failover, Limits
+from cascade.config import LoadReactive as LoadConfig
 from cascade.errors import BackendError, InvalidRequest, UnknownModel
 from cascade.gateway import responses, streaming
 from cascade.gateway.admission import Admission
@@ -28,7 +31,8 @@ from cascade.gateway.metrics import GatewayMetrics
 from cascade.gateway.telemetry import Telemetry
 from cascade.gateway.traffic import TrafficLog
 from cascade.gateway.validation import branches_for, check_tier, forwarded, one_answer_field, stops, validate
-from cascade.router.escalation import Evidence, Move, Pinned, RouteMode, ServingMode
+from cascade.router.escalation import Evidence, Itinerary, Move, Pinned, RouteMode, ServingMode
+from cascade.router.load import Headroom, LoadReactive, capacities
 from cascade.router.policy import NAMED_HINTS, RoutingPolicy, parse_hint
 from cascade.schemas import PASSTHROUGH, ChatCompletion, ChatCompletionRequest, ModelCard, ModelList, RouteDecision
 from cascade.tiers import Tier
@@ -49,6 +53,7 @@ class ChatService:
         traffic: TrafficLog | None = None,
         failover: Failover | None = None,
         mode: ServingMode | None = None,
+        load: LoadConfig | None = None,
     ) -> None:
         self.tiers = list(tiers)
         self.by_name = {t.name: t for t in self.tiers}
@@ -60,8 +65,16 @@ class ChatService:
         assert default is not None
         self.default_hint = default
         self.keepalive_s = keepalive_s
-        self.telemetry = Telemetry(metrics, traffic)
         self.admission = Admission(self.tiers, limits, metrics)
+        self.load = self._load_reactive(load) if load is not None and load.enabled else None
+        self.telemetry = Telemetry(metrics, traffic, None if self.load is None else self.load.headroom)
+
+    def _load_reactive(self, config: LoadConfig) -> LoadReactive:
+        tiers = [(t.name, t.config.branch_slots, t.config.branches) for t in self.tiers]
+        headroom = Headroom([t.name for t in self.tiers], config, capacities(config, tiers),
+                            lambda tier: self.admission.tier_load[tier])
+        self.metrics.watch_headroom(headroom)
+        return LoadReactive(config, headroom)
 
     # --- before anything is sent ----------------------------------------------------------------
 
@@ -77,6 +90,9 @@ class ChatService:
         reachable = [self.tiers[i] for i in decision.itinerary.reachable()]
         used = forwarded(req)
         decision.branches = {tier.index: check_tier(req, tier, self.limits, used) for tier in reachable}
+        if self.load is not None and req.branches is None:
+            self._shed_branches(decision)
+        self.telemetry.degraded(decision)
         one_answer = one_answer_field(req)
         if one_answer is not None and any(t.config.branches > 1 for t in reachable):
             decision.note = f"one branch: `{one_answer}` asks for the engine's answer as it is, not a vote"
@@ -94,12 +110,29 @@ class ChatService:
             raise UnknownModel(model, [m.id for m in self.model_list().data])
         hint = body_hint or header or parse_hint(alias or None, "model") or self.default_hint
         start = time.perf_counter()
-        itinerary = self.mode.itinerary(self.policy.route(question_of(req.messages), hint), hint)
+        route = self.policy.route(question_of(req.messages), hint)
+        itinerary: Itinerary = self.mode.itinerary(route, hint)
+        degraded = None
+        if self.load is not None:
+            itinerary, degraded = self.load.adjust(
+                hint, itinerary, lambda other: self.mode.itinerary(self.policy.reroute(route, other), other))
         self.metrics.decision_latency.observe(time.perf_counter() - start)
-        route = itinerary.route
-        if route is not None and route.assessment.out_of_domain:
+        if route.assessment.out_of_domain:
             self.metrics.out_of_domain.inc()
-        return Decision(itinerary=itinerary, tier=self.tiers[itinerary.first], hint=hint.label, quality=hint)
+        return Decision(itinerary=itinerary, tier=self.tiers[itinerary.first], hint=hint.label, quality=hint,
+                        degraded=degraded)
+
+    def _shed_branches(self, decision: Decision) -> None:
+        """Load-reactive: a movable request runs only the branches that must finish on a pressed tier."""
+        assert self.load is not None
+        if decision.quality is None:
+            return
+        for index, settings in decision.branches.items():
+            if settings is None or (cut := self.load.branches(decision.quality, index, settings.n, settings.m)) is None:
+                continue
+            decision.branches[index] = msgspec.structs.replace(settings, n=settings.m)
+            earlier = decision.degraded
+            decision.degraded = cut if earlier is None else msgspec.structs.replace(earlier, branches=cut.branches)
 
     def route_decision(self, decision: Decision) -> RouteDecision:
         return responses.route_decision(decision, self.tiers)

@@ -10,21 +10,26 @@ from cascade.errors import BackendError
 from cascade.gateway.decision import Decision
 from cascade.gateway.metrics import GatewayMetrics
 from cascade.gateway.traffic import TrafficLog, TrafficRecord
+from cascade.router.load import Headroom
 from cascade.tiers import Tier
 
 _BRANCH_EVENTS = ("launched", "finished", "pruned_phase1", "pruned_phase2", "early_stopped", "failed")
 
 
 class Telemetry:
-    def __init__(self, metrics: GatewayMetrics, traffic: TrafficLog | None = None) -> None:
+    def __init__(self, metrics: GatewayMetrics, traffic: TrafficLog | None = None,
+                 headroom: Headroom | None = None) -> None:
         self.metrics = metrics
         self.traffic = traffic
+        self.headroom = headroom  # load-reactive routing reads each tier's recent latencies from it
 
     def success(self, decision: Decision, latency_s: float, prompt_tokens: int, completion_tokens: int,
                 answer: Answer | None = None, stream: bool = False) -> None:
         tier = decision.tier
         self.metrics.requests.labels(tier.name, "ok").inc()
         self.metrics.latency.labels(tier.name).observe(latency_s)
+        if self.headroom is not None:
+            self.headroom.observe_e2el(tier.index, latency_s)
         self.metrics.output_tokens.labels(tier.name).inc(completion_tokens)
         if self.traffic is None:
             return
@@ -55,6 +60,13 @@ class Telemetry:
 
     def first_token(self, tier: Tier, seconds: float) -> None:
         self.metrics.ttft.labels(tier.name).observe(seconds)
+        if self.headroom is not None:
+            self.headroom.observe_ttft(tier.index, seconds)
+
+    def degraded(self, decision: Decision) -> None:
+        if decision.degraded is not None:
+            d = decision.degraded
+            self.metrics.degraded.labels(d.requested, d.served, "no" if d.branches is None else "yes").inc()
 
     def moved(self, from_tier: Tier, to_tier: Tier, why: str) -> None:
         if why == "escalated":

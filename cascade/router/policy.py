@@ -164,16 +164,23 @@ class RoutingPolicy:
     def route(self, text: str, hint: QualityHint) -> Route:
         assessment = self.signal.assess(text)
         if not assessment.out_of_domain:
-            thresholds = self.thresholds(hint)
-            return Route(tier=tier_for(assessment.score, thresholds), assessment=assessment, thresholds=thresholds,
-                         router=self.signal.name)
+            return self._place(assessment, hint, self.signal.name)
         fallback = HeuristicSignal().assess(text)
-        if hint.name is not None:
+        # The learned p_fail stays in the answer (what the router said), marked as out of domain.
+        return self._place(msgspec.structs.replace(fallback, p_fail=assessment.p_fail, out_of_domain=True), hint,
+                           HeuristicSignal.name)
+
+    def reroute(self, route: Route, hint: QualityHint) -> Route:
+        """`route`'s prompt under another hint's operating point (the assessment is kept: no second featurizing)."""
+        return self._place(route.assessment, hint, route.router)
+
+    def _place(self, assessment: Assessment, hint: QualityHint, router: str) -> Route:
+        if not assessment.out_of_domain:
+            thresholds = self.thresholds(hint)
+        elif hint.name is not None:  # the heuristic's score: the default thresholds, in its units
             thresholds = default_operating_points(self.n_tiers)[hint.name]
         else:
             assert hint.target is not None
             thresholds = thresholds_for_target(hint.target, self.n_tiers)
-        # The learned p_fail stays in the answer (what the router said), marked as out of domain.
-        assessment = msgspec.structs.replace(fallback, p_fail=assessment.p_fail, out_of_domain=True)
         return Route(tier=tier_for(assessment.score, thresholds), assessment=assessment, thresholds=thresholds,
-                     router=HeuristicSignal.name)
+                     router=router)

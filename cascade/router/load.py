@@ -1,0 +1,172 @@
+"""Load-reactive operating points: quality that gives way to live load before requests queue or get a 429.
+
+`Headroom` tracks each tier's pressure, the largest of
+
+* load: requests in flight on the tier / the requests it holds when full (`[routing.load] max_in_flight`, or
+  its branch slots / branches);
+* TTFT and E2E: the `percentile` of the tier's answers in the last `window_s` / the SLO (`ttft_ms`, `e2el_ms`),
+
+and keeps a pressed flag with hysteresis: a tier is pressed from `enter_at` on, and free again only once its
+pressure is below `exit_at` after at least `hold_s` pressed, so a tier near the line does not flap.
+
+`LoadReactive.adjust` moves a request with a named hint (`balanced`, and `best` when `degrade_best`) whose
+itinerary would load a pressed tier to the next cheaper operating point (`best` -> `balanced` -> `fast`) whose
+first tier is free, and says why; when no cheaper point helps, the request keeps its own. Numeric hints are
+never moved: they keep their accuracy target, and admission answers 429 when the tier is full. Plain data, a
+clock passed in: every rule is tested without a server.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from collections.abc import Callable, Sequence
+
+import msgspec
+import numpy as np
+
+from cascade.config import LoadReactive as LoadConfig
+from cascade.router.escalation import Itinerary
+from cascade.router.policy import QualityHint
+from cascade.schemas import Degradation
+
+CHEAPER = {"best": "balanced", "balanced": "fast"}
+_REFRESH_S = 0.1  # pressure is recomputed at most this often (a percentile per tier is not free per request)
+
+
+class TierPressure(msgspec.Struct, frozen=True, kw_only=True):
+    tier: str
+    pressure: float
+    pressed: bool
+    why: str  # the signal that sets the pressure
+
+
+class _Window:
+    """Observations (seconds) of the last `span_s`."""
+
+    def __init__(self) -> None:
+        self.samples: deque[tuple[float, float]] = deque()
+
+    def add(self, now: float, value: float) -> None:
+        self.samples.append((now, value))
+
+    def percentile(self, now: float, span_s: float, q: float, min_samples: int) -> float | None:
+        while self.samples and self.samples[0][0] < now - span_s:
+            self.samples.popleft()
+        if len(self.samples) < min_samples:
+            return None
+        return float(np.percentile([v for _, v in self.samples], q))
+
+
+class Headroom:
+    """Each tier's live pressure and pressed flag. `load(i)` is tier i's requests in flight now; `capacity[i]`
+    the requests it holds when full (None: load not watched)."""
+
+    def __init__(self, names: Sequence[str], config: LoadConfig, capacity: Sequence[int | None],
+                 load: Callable[[int], int], clock: Callable[[], float] = time.monotonic) -> None:
+        self.names = list(names)
+        self.config = config
+        self.capacity = list(capacity)
+        self.load = load
+        self.clock = clock
+        self.ttft = [_Window() for _ in names]
+        self.e2el = [_Window() for _ in names]
+        self.hot_at: list[float | None] = [None] * len(names)  # last time each pressed tier was at enter_at or above
+        self.states = [TierPressure(tier=n, pressure=0.0, pressed=False, why="") for n in names]
+        self.refreshed = -_REFRESH_S
+
+    def observe_ttft(self, tier: int, seconds: float) -> None:
+        self.ttft[tier].add(self.clock(), seconds)
+
+    def observe_e2el(self, tier: int, seconds: float) -> None:
+        self.e2el[tier].add(self.clock(), seconds)
+
+    def state(self, tier: int) -> TierPressure:
+        now = self.clock()
+        if now - self.refreshed >= _REFRESH_S:
+            self.refreshed = now
+            self.states = [self._update(i, now) for i in range(len(self.names))]
+        return self.states[tier]
+
+    def pressed(self, tier: int) -> bool:
+        return self.state(tier).pressed
+
+    def all(self) -> list[TierPressure]:
+        self.state(0)
+        return list(self.states)
+
+    def _update(self, tier: int, now: float) -> TierPressure:
+        pressure, why = self._pressure(tier, now)
+        c = self.config
+        hot_at = self.hot_at[tier]
+        if pressure >= c.enter_at:
+            self.hot_at[tier] = now  # pressed, and the hold counts from now
+        elif hot_at is not None and pressure < c.exit_at and now - hot_at >= c.hold_s:
+            self.hot_at[tier] = None
+        return TierPressure(tier=self.names[tier], pressure=round(pressure, 3), pressed=self.hot_at[tier] is not None,
+                            why=why)
+
+    def _pressure(self, tier: int, now: float) -> tuple[float, str]:
+        c = self.config
+        signals: list[tuple[float, str]] = [(0.0, "")]
+        cap = self.capacity[tier]
+        if cap:
+            load = self.load(tier)
+            signals.append((load / cap, f"{load} in flight of {cap}"))
+        for window, slo_ms, name in ((self.ttft[tier], c.ttft_ms, "ttft"), (self.e2el[tier], c.e2el_ms, "e2el")):
+            if slo_ms:
+                value = window.percentile(now, c.window_s, c.percentile, c.min_samples)
+                if value is not None:
+                    signals.append((value * 1000 / slo_ms,
+                                    f"{name} p{c.percentile:g} {value:.2f} s against the {slo_ms / 1000:.2f} s SLO"))
+        return max(signals, key=lambda s: s[0])
+
+
+class LoadReactive:
+    """Moves named hints to a cheaper operating point while the tier they would load is pressed."""
+
+    def __init__(self, config: LoadConfig, headroom: Headroom) -> None:
+        self.config = config
+        self.headroom = headroom
+
+    def movable(self, hint: QualityHint) -> bool:
+        """Named hints give way to load; `best` only when configured; numeric targets never."""
+        if not self.config.enabled or hint.name is None:
+            return False
+        return hint.name != "best" or self.config.degrade_best
+
+    def adjust(self, hint: QualityHint, itinerary: Itinerary, itinerary_for: Callable[[QualityHint], Itinerary]
+               ) -> tuple[Itinerary, Degradation | None]:
+        """`itinerary`, or the first cheaper operating point's whose first tier is free (and that changes
+        something) when `itinerary` would load a pressed tier."""
+        if not self.movable(hint):
+            return itinerary, None
+        hot = next((i for i in itinerary.reachable() if self.headroom.pressed(i)), None)
+        if hot is None:
+            return itinerary, None
+        assert hint.name is not None
+        name = hint.name
+        while name in CHEAPER:
+            name = CHEAPER[name]
+            candidate = itinerary_for(QualityHint(name=name))
+            if self.headroom.pressed(candidate.first):
+                continue
+            if candidate.first == itinerary.first and candidate.thresholds == itinerary.thresholds:
+                continue  # the same way along the ladder: nothing gained, nothing to report
+            state = self.headroom.state(hot)
+            return candidate, Degradation(requested=hint.name, served=name, tier=state.tier, reason=state.why)
+        return itinerary, None
+
+    def branches(self, hint: QualityHint, tier: int, n: int, m: int) -> Degradation | None:
+        """Fewer branches on a pressed tier: a movable request runs the M that must finish instead of N."""
+        if not (self.config.shed_branches and n > m and self.movable(hint) and self.headroom.pressed(tier)):
+            return None
+        state = self.headroom.state(tier)
+        assert hint.name is not None
+        return Degradation(requested=hint.name, served=hint.name, tier=state.tier, reason=state.why, branches=m)
+
+
+def capacities(config: LoadConfig, tiers: Sequence[tuple[str, int, int]]) -> list[int | None]:
+    """Per tier (name, branch_slots, branches): the requests it holds when full, or None (load not watched)."""
+    return [config.max_in_flight.get(name) or (slots // branches if slots else None)
+            for name, slots, branches in tiers]
