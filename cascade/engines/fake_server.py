@@ -22,6 +22,7 @@ import contextlib
 import itertools
 import logging
 import time
+from collections.abc import Callable
 from typing import Any
 
 import msgspec
@@ -65,12 +66,24 @@ _QUIET_KILLS = _QuietKills()
 _chunk_encoder = msgspec.json.Encoder()
 
 
-class FakeEngine:
-    """The ASGI app. `script` is the default behaviour; `stats` is read by tests."""
+ScriptHook = Callable[[FakeScript, dict[str, Any]], FakeScript]
 
-    def __init__(self, script: FakeScript | None = None) -> None:
+
+class FakeEngine:
+    """The ASGI app. `script` is the default behaviour; `stats` is read by tests.
+
+    `max_running` > 0 makes it an engine of that many batch slots (SGLang's --max-running-requests): a request
+    beyond them waits for a free one before its first token, so its TTFT grows with the queue, as on a real
+    engine at capacity. `hook` (benchmarks) may change each request's script from its body, e.g. answer a
+    dataset question as a labelled outcome says that model did."""
+
+    def __init__(self, script: FakeScript | None = None, max_running: int = 0, hook: ScriptHook | None = None
+                 ) -> None:
         self.script = script or FakeScript()
         self.stats = FakeStats()
+        self.max_running = max_running
+        self.hook = hook
+        self._slots: asyncio.Semaphore | None = None
         self._ids = itertools.count()
         logging.getLogger("uvicorn.error").addFilter(_QUIET_KILLS)  # idempotent
 
@@ -117,6 +130,8 @@ class FakeEngine:
             body = msgspec.json.decode(raw)
             assert isinstance(body, dict)
             script = script_for(self.script, body)
+            if self.hook is not None:
+                script = self.hook(script, body)
         except (msgspec.DecodeError, AssertionError, ValueError) as exc:
             reason = f"bad directive: {exc}" if isinstance(exc, ValueError) else "body is not a JSON object"
             await send_json(send, 400, {"error": {"message": reason, "type": "invalid_request_error"}})
@@ -132,9 +147,21 @@ class FakeEngine:
         planned = len(script.answer.split(" ")) if script.answer else script.tokens
         finish = "length" if len(pieces) < planned else "stop"
         rid = f"chatcmpl-fake-{next(self._ids)}"
+        if script.fault:
+            self._count(script.fault)
+        async with self._batch_slot():
+            await self._answer(receive, send, script, body, pieces, finish, rid)
+
+    def _batch_slot(self) -> contextlib.AbstractAsyncContextManager[Any]:
+        if not self.max_running:
+            return contextlib.nullcontext()
+        if self._slots is None:
+            self._slots = asyncio.Semaphore(self.max_running)
+        return self._slots
+
+    async def _answer(self, receive: Receive, send: Send, script: FakeScript, body: dict[str, Any],
+                      pieces: list[str], finish: str, rid: str) -> None:
         fault, stream = script.fault, bool(body.get("stream"))
-        if fault:
-            self._count(fault)
         self.stats.in_flight += 1
         self.stats.peak_in_flight = max(self.stats.peak_in_flight, self.stats.in_flight)
         try:
