@@ -226,11 +226,12 @@ class LoadReactive(_Strict, frozen=True):
     percentile: Annotated[float, msgspec.Meta(gt=0, le=100)] = 90.0
     window_s: PositiveFloat = 10.0
     min_samples: PositiveInt = 5
-    # Per tier name: requests in flight at which the tier is full. A tier not named here is full at
-    # branch_slots / branches requests when it has branch slots, else its load is not watched.
+    # Per tier name: requests in flight at which the tier is full (read live: only the excess moves; set it to
+    # the engine's batch size). A tier not named here is full at branch_slots / branches requests when it has
+    # branch slots, else its load is not watched.
     max_in_flight: dict[str, PositiveInt] = msgspec.field(default_factory=dict)
-    # Pressure is the largest of load / capacity and latency / SLO. A tier is pressed from `enter_at` on and
-    # free again once below `exit_at`, after at least `hold_s` pressed (hysteresis: no flapping).
+    # Pressure is latency / SLO. A tier is pressed from `enter_at` on and free again once below `exit_at`, after
+    # at least `hold_s` pressed (hysteresis: no flapping); while pressed, every movable request moves off it.
     enter_at: PositiveFloat = 0.9
     exit_at: PositiveFloat = 0.7
     hold_s: PositiveFloat = 5.0

@@ -1,19 +1,21 @@
 """Load-reactive operating points: quality that gives way to live load before requests queue or get a 429.
 
-`Headroom` tracks each tier's pressure, the largest of
+`Headroom` watches each tier two ways:
 
-* load: requests in flight on the tier / the requests it holds when full (`[routing.load] max_in_flight`, or
-  its branch slots / branches);
-* TTFT and E2E: the `percentile` of the tier's answers in the last `window_s` / the SLO (`ttft_ms`, `e2el_ms`),
-
-and keeps a pressed flag with hysteresis: a tier is pressed from `enter_at` on, and free again only once its
-pressure is below `exit_at` after at least `hold_s` pressed, so a tier near the line does not flap.
+* full, read live per request: its requests in flight have reached what it holds (`[routing.load]
+  max_in_flight`, or its branch slots / branches). Exact and instantaneous, so the tier is kept busy at its
+  capacity and only the excess moves: the signal to configure when the engine's batch size is known.
+* pressed, with hysteresis: the `percentile` of its TTFT or E2E over the last `window_s` is at `enter_at` x the
+  SLO (`ttft_ms`, `e2el_ms`) or above; it is free again once below `exit_at` x the SLO after at least `hold_s`
+  pressed. Latency lags load, so this is the backstop for a capacity nobody configured: while pressed, every
+  movable request moves off the tier.
 
 `LoadReactive.adjust` moves a request with a named hint (`balanced`, and `best` when `degrade_best`) whose
-itinerary would load a pressed tier to the next cheaper operating point (`best` -> `balanced` -> `fast`) whose
-first tier is free, and says why; when no cheaper point helps, the request keeps its own. Numeric hints are
-never moved: they keep their accuracy target, and admission answers 429 when the tier is full. Plain data, a
-clock passed in: every rule is tested without a server.
+itinerary would load a full or pressed tier to the next cheaper operating point (`best` -> `balanced` ->
+`fast`) whose first tier is neither, and says why; when no cheaper point helps, the request keeps its own (and a
+reasoning tier runs fewer branches). Numeric hints are never moved: they keep their accuracy target, and
+admission answers 429 when the tier is at its limit. Plain data, a clock passed in: every rule is tested
+without a server.
 """
 
 from __future__ import annotations
@@ -36,9 +38,9 @@ _REFRESH_S = 0.1  # pressure is recomputed at most this often (a percentile per 
 
 class TierPressure(msgspec.Struct, frozen=True, kw_only=True):
     tier: str
-    pressure: float
+    pressure: float  # latency / SLO (the larger of TTFT's and E2E's; 0 without enough answers)
     pressed: bool
-    why: str  # the signal that sets the pressure
+    why: str  # the latency that sets the pressure
 
 
 class _Window:
@@ -91,6 +93,19 @@ class Headroom:
     def pressed(self, tier: int) -> bool:
         return self.state(tier).pressed
 
+    def full(self, tier: int) -> str | None:
+        """Why the tier is full now (its requests in flight reached its capacity), or None."""
+        cap = self.capacity[tier]
+        load = self.load(tier) if cap else 0
+        return f"{load} in flight of {cap}" if cap and load >= cap else None
+
+    def hot(self, tier: int) -> str | None:
+        """Why a movable request should keep off the tier now (full, or pressed), or None."""
+        if (full := self.full(tier)) is not None:
+            return full
+        state = self.state(tier)
+        return state.why if state.pressed else None
+
     def all(self) -> list[TierPressure]:
         self.state(0)
         return list(self.states)
@@ -109,10 +124,6 @@ class Headroom:
     def _pressure(self, tier: int, now: float) -> tuple[float, str]:
         c = self.config
         signals: list[tuple[float, str]] = [(0.0, "")]
-        cap = self.capacity[tier]
-        if cap:
-            load = self.load(tier)
-            signals.append((load / cap, f"{load} in flight of {cap}"))
         for window, slo_ms, name in ((self.ttft[tier], c.ttft_ms, "ttft"), (self.e2el[tier], c.e2el_ms, "e2el")):
             if slo_ms:
                 value = window.percentile(now, c.window_s, c.percentile, c.min_samples)
@@ -123,7 +134,7 @@ class Headroom:
 
 
 class LoadReactive:
-    """Moves named hints to a cheaper operating point while the tier they would load is pressed."""
+    """Moves named hints to a cheaper operating point while the tier they would load is full or pressed."""
 
     def __init__(self, config: LoadConfig, headroom: Headroom) -> None:
         self.config = config
@@ -141,7 +152,7 @@ class LoadReactive:
         something) when `itinerary` would load a pressed tier."""
         if not self.movable(hint):
             return itinerary, None
-        hot = next((i for i in itinerary.reachable() if self.headroom.pressed(i)), None)
+        hot = next(((i, why) for i in itinerary.reachable() if (why := self.headroom.hot(i)) is not None), None)
         if hot is None:
             return itinerary, None
         assert hint.name is not None
@@ -149,21 +160,24 @@ class LoadReactive:
         while name in CHEAPER:
             name = CHEAPER[name]
             candidate = itinerary_for(QualityHint(name=name))
-            if self.headroom.pressed(candidate.first):
+            if self.headroom.hot(candidate.first) is not None:
                 continue
             if candidate.first == itinerary.first and candidate.thresholds == itinerary.thresholds:
                 continue  # the same way along the ladder: nothing gained, nothing to report
-            state = self.headroom.state(hot)
-            return candidate, Degradation(requested=hint.name, served=name, tier=state.tier, reason=state.why)
+            return candidate, Degradation(requested=hint.name, served=name, tier=self.headroom.names[hot[0]],
+                                          reason=hot[1])
         return itinerary, None
 
     def branches(self, hint: QualityHint, tier: int, n: int, m: int) -> Degradation | None:
-        """Fewer branches on a pressed tier: a movable request runs the M that must finish instead of N."""
-        if not (self.config.shed_branches and n > m and self.movable(hint) and self.headroom.pressed(tier)):
+        """Fewer branches on a full or pressed tier: a movable request runs the M that must finish instead of N."""
+        if not (self.config.shed_branches and n > m and self.movable(hint)):
             return None
-        state = self.headroom.state(tier)
+        why = self.headroom.hot(tier)
+        if why is None:
+            return None
         assert hint.name is not None
-        return Degradation(requested=hint.name, served=hint.name, tier=state.tier, reason=state.why, branches=m)
+        return Degradation(requested=hint.name, served=hint.name, tier=self.headroom.names[tier], reason=why,
+                           branches=m)
 
 
 def capacities(config: LoadConfig, tiers: Sequence[tuple[str, int, int]]) -> list[int | None]:

@@ -33,27 +33,41 @@ def headroom(config: LoadConfig, load: list[int] | None = None, capacity: list[i
     return Headroom(NAMES, config, capacity or [None, 4, None], lambda i: live[i], clock), clock, live
 
 
+def test_a_full_tier_is_read_live_and_only_while_its_requests_in_flight_reach_its_capacity() -> None:
+    room, _, load = headroom(LoadConfig(enabled=True))
+    load[1] = 3
+    assert room.hot(1) is None
+    load[1] = 4
+    assert room.hot(1) == "4 in flight of 4"  # no refresh interval, no hold: the next request sees it
+    load[1] = 3
+    assert room.hot(1) is None and room.hot(0) is None  # tier 0 has no capacity: its load is not watched
+
+
 def test_a_tier_is_pressed_from_enter_at_and_freed_only_below_exit_at_after_the_hold() -> None:
-    room, clock, load = headroom(LoadConfig(enabled=True, enter_at=0.9, exit_at=0.5, hold_s=5.0))
-    load[1] = 3  # 0.75 of 4: not yet
+    config = LoadConfig(enabled=True, e2el_ms=1000, percentile=50, window_s=1, min_samples=1, enter_at=0.9,
+                        exit_at=0.5, hold_s=5.0)
+    room, clock, _ = headroom(config)
+
+    def answered(seconds: float, after_s: float = 1.0) -> None:
+        clock.advance(after_s)
+        room.observe_e2el(1, seconds)
+        clock.advance(0.5)
+
+    answered(0.8)  # 0.8 of the SLO: not yet
     assert not room.pressed(1)
-    load[1] = 4
-    clock.advance(1)
-    assert room.pressed(1) and room.state(1).why == "4 in flight of 4"
-    load[1] = 3  # between exit_at and enter_at: stays pressed
-    clock.advance(10)
-    assert room.pressed(1)
-    load[1] = 1  # below exit_at, but the hold counts from the last time it was at enter_at (10 s ago): freed
-    clock.advance(1)
+    answered(0.95)
+    assert room.pressed(1) and room.hot(1) == "e2el p50 0.95 s against the 1.00 s SLO"
+    for _ in range(8):  # between exit_at and enter_at: stays pressed, however long
+        answered(0.7)
+        assert room.pressed(1)
+    answered(0.3, after_s=2.0)  # below exit_at, and the last hot moment was > hold_s ago: freed
     assert not room.pressed(1)
-    load[1] = 4
-    clock.advance(1)
+    answered(1.0, after_s=2.0)
     assert room.pressed(1)
-    load[1] = 0
-    clock.advance(1)  # below exit_at for 1 s only: the hold keeps it pressed (no flapping)
+    answered(0.2, after_s=2.0)  # below exit_at 2.5 s after the last hot moment: the hold keeps it (no flapping)
     assert room.pressed(1)
-    clock.advance(5)
-    assert not room.pressed(1) and room.state(1).pressure == 0.0
+    answered(0.2, after_s=3.0)
+    assert not room.pressed(1) and room.state(1).pressure == 0.2
 
 
 def test_latency_pressure_needs_min_samples_and_forgets_answers_older_than_the_window() -> None:
