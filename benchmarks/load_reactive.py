@@ -35,8 +35,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
-from contextlib import ExitStack, contextmanager
+from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
@@ -51,9 +50,8 @@ from cascade.data.datasets import load  # noqa: E402
 from cascade.data.outcomes import read_rows  # noqa: E402
 from cascade.data.records import RequestRecord, read_request_records  # noqa: E402
 from cascade.engines.fake_server import FakeEngine, FakeScript, ScriptHook  # noqa: E402
-from cascade.engines.supervisor import free_port  # noqa: E402
-from tests.gateway.gateway_process import CASCADE, answers, process  # noqa: E402
-from tests.servers import eventually, serve_asgi  # noqa: E402
+from tests.gateway.gateway_process import CASCADE, serve_config  # noqa: E402
+from tests.servers import serve_asgi  # noqa: E402
 
 OUTCOMES = REPO / "models/outcomes/gsm8k-train-embedded-v6.jsonl"
 EMBEDDED = REPO / "cascade/engines/embedded.toml"
@@ -130,20 +128,6 @@ def embedded_toml(slo: dict[str, float], arm: str) -> str:
                    f"ttft_ms = {slo.get('ttft_ms', 0)}\ne2el_ms = {slo.get('e2el_ms', 0)}\n")
 
 
-@contextmanager
-def gateway(tmp: Path, toml: str, name: str) -> Iterator[str]:
-    port = free_port()
-    config = tmp / f"{name}.toml"
-    config.write_text(toml)
-    url = f"http://127.0.0.1:{port}"
-    log = tmp / f"{name}.log"
-    with process([*CASCADE, "serve", "--config", str(config), "--host", "127.0.0.1", "--port", str(port)],
-                 log) as proc:
-        if not eventually(lambda: answers(url) or proc.poll() is not None, within_s=600) or proc.poll() is not None:
-            raise RuntimeError(f"the gateway did not start: {log.read_text()}")
-        yield url
-
-
 def metric_sum(url: str, name: str) -> float:
     text = httpx.get(f"{url}/metrics", timeout=10).text
     return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line.startswith(name + "{"))
@@ -172,7 +156,8 @@ def run_arm(tmp: Path, name: str, engines: list[str], dataset: str, trace: Path,
             slo: dict[str, float], tier_names: list[str]) -> dict[str, Any]:
     slots = {t: int(s.split("/")[2]) for t, s in zip(tier_names[:2], args.speeds.split(","), strict=False)}
     toml = embedded_toml(slo, name) if args.embedded else gateway_toml(engines, slo, name, slots)
-    with gateway(tmp, toml, name) as url:
+    with serve_config(tmp, toml, within_s=600) as served:
+        url = served.url
         if args.embedded:  # the workers report ready before their first batch: warm each tier once
             for tier in tier_names[:2]:
                 httpx.post(f"{url}/v1/chat/completions", timeout=300, json={

@@ -214,8 +214,8 @@ class TierConfig(_Strict, frozen=True):
 
 
 class LoadReactive(_Strict, frozen=True):
-    """Load-reactive operating points (cascade/router/load.py): while a tier is near its SLO, requests with a
-    named hint that would load it are served at the next cheaper operating point, and its reasoning branches
+    """Load-reactive operating points (cascade/router/load.py): while a tier is full or near its SLO, requests
+    with a named hint that would load it are served at the next cheaper operating point, and its reasoning branches
     shrink to the M that must finish. Off by default; numeric hints always keep their target."""
 
     enabled: bool = False

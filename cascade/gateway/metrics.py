@@ -110,10 +110,10 @@ class _HeadroomCollector(Collector):
         self.headroom = headroom
 
     def collect(self) -> Iterator[Metric]:
-        pressure = GaugeMetricFamily("cascade_tier_pressure", "Load-reactive routing: a tier's pressure, the largest "
-                                     "of load / capacity and recent latency / SLO (1 = at its SLO)", labels=["tier"])
-        pressed = GaugeMetricFamily("cascade_tier_pressed", "Load-reactive routing: 1 while a tier is pressed (named "
-                                    "hints move off it)", labels=["tier"])
+        pressure = GaugeMetricFamily("cascade_tier_pressure", "Load-reactive routing: a tier's recent latency / SLO, "
+                                     "the larger of TTFT's and E2E's (1 = at its SLO)", labels=["tier"])
+        pressed = GaugeMetricFamily("cascade_tier_pressed", "Load-reactive routing: 1 while a tier is pressed by its "
+                                    "latency (named hints move off it)", labels=["tier"])
         for state in self.headroom.all():
             pressure.add_metric([state.tier], state.pressure)
             pressed.add_metric([state.tier], float(state.pressed))

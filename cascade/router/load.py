@@ -83,17 +83,18 @@ class Headroom:
     def observe_e2el(self, tier: int, seconds: float) -> None:
         self.e2el[tier].add(self.clock(), seconds)
 
-    def state(self, tier: int) -> TierPressure:
+    def all(self) -> list[TierPressure]:
+        """Every tier's latency pressure and pressed flag (recomputed at most every _REFRESH_S)."""
         now = self.clock()
         if now - self.refreshed >= _REFRESH_S:
             self.refreshed = now
             self.states = [self._update(i, now) for i in range(len(self.names))]
-        return self.states[tier]
+        return self.states
 
-    def pressed(self, tier: int) -> bool:
-        return self.state(tier).pressed
+    def state(self, tier: int) -> TierPressure:
+        return self.all()[tier]
 
-    def full(self, tier: int) -> str | None:
+    def _full(self, tier: int) -> str | None:
         """Why the tier is full now (its requests in flight reached its capacity), or None."""
         cap = self.capacity[tier]
         load = self.load(tier) if cap else 0
@@ -101,14 +102,10 @@ class Headroom:
 
     def hot(self, tier: int) -> str | None:
         """Why a movable request should keep off the tier now (full, or pressed), or None."""
-        if (full := self.full(tier)) is not None:
+        if (full := self._full(tier)) is not None:
             return full
         state = self.state(tier)
         return state.why if state.pressed else None
-
-    def all(self) -> list[TierPressure]:
-        self.state(0)
-        return list(self.states)
 
     def _update(self, tier: int, now: float) -> TierPressure:
         pressure, why = self._pressure(tier, now)

@@ -81,13 +81,21 @@ def cascade_serve(tmp_path: Path, engine_url: str, gateway_toml: str = "",
                   preexec: Callable[[], None] | None = None) -> Iterator[Served]:
     """`cascade serve` over the three-tier ladder of gateway_setup (every tier on `engine_url`);
     `gateway_toml` is the config's head (e.g. a [gateway] table)."""
+    with serve_config(tmp_path, ladder_toml(engine_url, gateway_toml), preexec=preexec) as served:
+        yield served
+
+
+@contextmanager
+def serve_config(tmp_path: Path, config_toml: str, within_s: float = 60,
+                 preexec: Callable[[], None] | None = None) -> Iterator[Served]:
+    """`cascade serve --config` on a config of the caller's, once it answers /health (at most `within_s`)."""
     port = free_port()
     config = tmp_path / f"gateway-{port}.toml"
-    config.write_text(ladder_toml(engine_url, gateway_toml))
+    config.write_text(config_toml)
     log = tmp_path / f"gateway-{port}.log"
     url = f"http://127.0.0.1:{port}"
     with process([*CASCADE, "serve", "--config", str(config), "--host", "127.0.0.1", "--port", str(port)], log,
                  preexec) as proc:
-        if not eventually(lambda: answers(url) or proc.poll() is not None, within_s=60) or proc.poll() is not None:
+        if not eventually(lambda: answers(url) or proc.poll() is not None, within_s=within_s) or proc.poll() is not None:
             raise RuntimeError(f"the gateway did not start: {log.read_text()}")
         yield Served(proc, url, log)

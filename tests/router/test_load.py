@@ -54,20 +54,20 @@ def test_a_tier_is_pressed_from_enter_at_and_freed_only_below_exit_at_after_the_
         clock.advance(0.5)
 
     answered(0.8)  # 0.8 of the SLO: not yet
-    assert not room.pressed(1)
+    assert not room.state(1).pressed
     answered(0.95)
-    assert room.pressed(1) and room.hot(1) == "e2el p50 0.95 s against the 1.00 s SLO"
+    assert room.state(1).pressed and room.hot(1) == "e2el p50 0.95 s against the 1.00 s SLO"
     for _ in range(8):  # between exit_at and enter_at: stays pressed, however long
         answered(0.7)
-        assert room.pressed(1)
+        assert room.state(1).pressed
     answered(0.3, after_s=2.0)  # below exit_at, and the last hot moment was > hold_s ago: freed
-    assert not room.pressed(1)
+    assert not room.state(1).pressed
     answered(1.0, after_s=2.0)
-    assert room.pressed(1)
+    assert room.state(1).pressed
     answered(0.2, after_s=2.0)  # below exit_at 2.5 s after the last hot moment: the hold keeps it (no flapping)
-    assert room.pressed(1)
+    assert room.state(1).pressed
     answered(0.2, after_s=3.0)
-    assert not room.pressed(1) and room.state(1).pressure == 0.2
+    assert not room.state(1).pressed and room.state(1).pressure == 0.2
 
 
 def test_latency_pressure_needs_min_samples_and_forgets_answers_older_than_the_window() -> None:
@@ -76,13 +76,13 @@ def test_latency_pressure_needs_min_samples_and_forgets_answers_older_than_the_w
     room.observe_e2el(2, 1.5)
     room.observe_e2el(2, 1.5)
     clock.advance(1)
-    assert not room.pressed(2)  # two answers are not evidence yet
+    assert not room.state(2).pressed  # two answers are not evidence yet
     room.observe_e2el(2, 0.9)
     clock.advance(1)
     state = room.state(2)
     assert state.pressed and state.pressure == 1.5 and state.why.startswith("e2el p50 1.50 s against the 1.00 s SLO")
     clock.advance(11)  # the slow answers leave the window: no evidence, no pressure
-    assert not room.pressed(2)
+    assert not room.state(2).pressed
 
 
 def test_ttft_pressure_compares_the_percentile_with_the_ttft_slo() -> None:
@@ -91,7 +91,7 @@ def test_ttft_pressure_compares_the_percentile_with_the_ttft_slo() -> None:
         room.observe_ttft(0, seconds)
     clock.advance(1)
     assert room.state(0).pressure == pytest.approx(0.095 / 0.2, abs=1e-3)  # p90 of nine fast, one slow
-    assert not room.pressed(0)
+    assert not room.state(0).pressed
 
 
 def routing(mode: str = "route") -> tuple[RoutingPolicy, RouteMode | CascadeMode]:
