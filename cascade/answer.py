@@ -26,6 +26,7 @@ from typing import TypeVar
 import msgspec
 
 from cascade.branches.backend import GenerationRequest, GenerationResult
+from cascade.branches.confidence import TokenConfidence, confidence_of, token_logprobs
 from cascade.branches.runner import BranchReport, BranchRun, BranchRunner, BranchSettings
 from cascade.branches.slots import BranchSlots
 from cascade.schemas import ChatMessage
@@ -54,6 +55,16 @@ class Answer(msgspec.Struct, kw_only=True):
     branches_configured: int = 1
     # Every branch's text and how it ended, per choice (offline analysis only: never sent to clients).
     runs: list[BranchRun] = msgspec.field(default_factory=list)
+    # Per choice, the answer's token confidence as cascade mode reads it (set by the gateway when it asked the
+    # engine for token logprobs; None: no logprobs).
+    confidence: list[float | None] = msgspec.field(default_factory=list)
+
+    def token_confidence(self, group: int) -> list[TokenConfidence | None]:
+        """Per choice, the confidence statistics of the returned answer's tokens (None: the engine sent no
+        logprobs): the chosen branch's for reasoning branches."""
+        if self.runs:
+            return [confidence_of(run.logprobs, group) for run in self.runs]
+        return [confidence_of(token_logprobs(r.logprobs or []), group) for r in self.results]
 
     @property
     def decode_tokens(self) -> int:

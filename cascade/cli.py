@@ -66,7 +66,7 @@ def _label(args: argparse.Namespace) -> int:
                 bar.update(sum(1 for p in prompts if p.id in done))
                 return await label(tiers, prompts, out, args.concurrency, args.max_tokens, args.seed,
                                    args.with_text, on_row=lambda _: bar.update(1),
-                                   on_failed=lambda row: bar.write(_not_written(row)))
+                                   on_failed=lambda row: bar.write(_not_written(row)), logprobs=args.logprobs)
         finally:
             for tier in tiers:
                 await tier.backend.aclose()
@@ -166,6 +166,10 @@ def build_parser() -> argparse.ArgumentParser:
     lab.add_argument("--max-tokens", type=int, help="override each tier's default_max_tokens")
     lab.add_argument("--tiers", help="comma-separated subset of tiers (default: all)")
     lab.add_argument("--with-text", action="store_true", help="also store prompts (never commit such a file)")
+    lab.add_argument("--logprobs", action="store_true",
+                     help="ask each engine for token logprobs and record the answer's token confidence (mean, "
+                     "lowest group of 32 tokens, tail) per tier; engines that list `logprobs` in unsupported_params "
+                     "(the embedded one) are asked nothing and record none")
     lab.set_defaults(func=_label)
 
     models = sub.add_parser("models", help="manage the embedded CPU models").add_subparsers(

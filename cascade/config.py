@@ -7,30 +7,28 @@ with their defaults so that each has one number and one place.
 
 from __future__ import annotations
 
-import itertools
 from pathlib import Path
 from typing import Annotated, Literal, TypeVar
 
 import msgspec
 
 from cascade import files
+from cascade.config_routing import AnswerConfidence, LoadReactive, RoutingConfig, check_routing
+from cascade.config_types import (
+    Name,
+    NonNegativeInt,
+    Port,
+    PositiveFloat,
+    PositiveInt,
+    UnitFloat,
+    _Strict,
+)
 from cascade.errors import ConfigError
 from cascade.schemas import PASSTHROUGH
 
+# Re-exported: the routing tables are part of this module's API (`from cascade.config import LoadReactive`).
+__all__ = ["AnswerConfidence", "LoadReactive", "Name", "PositiveFloat", "PositiveInt", "RoutingConfig"]
 T = TypeVar("T")
-Port = Annotated[int, msgspec.Meta(ge=0, le=65535)]
-PositiveFloat = Annotated[float, msgspec.Meta(gt=0)]
-PositiveInt = Annotated[int, msgspec.Meta(ge=1)]
-NonNegativeInt = Annotated[int, msgspec.Meta(ge=0)]
-NonNegativeFloat = Annotated[float, msgspec.Meta(ge=0)]
-UnitFloat = Annotated[float, msgspec.Meta(ge=0, le=1)]
-Name = Annotated[str, msgspec.Meta(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9][A-Za-z0-9._:/-]*$")]
-
-
-class _Strict(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
-    pass
-
-
 class Limits(_Strict, frozen=True):
     """Hard limits on what one request may ask for; beyond them the request gets a 400/413."""
 
@@ -204,6 +202,11 @@ class TierConfig(_Strict, frozen=True):
     scorer: Literal["cpu", "none"] | PRMScorerConfig = "cpu"
     score_every_steps: PositiveInt = 2  # K: score a branch every K reasoning steps (paragraphs)
     aggregation: Literal["majority", "weighted"] = "majority"
+    # Confidence pruning without a scorer (DeepConf): stop a branch once its last `confidence_group` tokens'
+    # confidence, exp(mean token logprob), is below this (0: off). The gateway then asks the engine for token
+    # logprobs; an engine that lists `logprobs` in unsupported_params (the embedded one) cannot do it.
+    prune_confidence: UnitFloat = 0.0
+    confidence_group: PositiveInt = 32
     # Sampling temperature of branches when the request gives none (identical greedy branches vote alike).
     branch_temperature: Annotated[float, msgspec.Meta(ge=0, le=2)] = 0.7
     # Branch-aware admission: live branches on this tier at most (0: no limit). A request needs one
@@ -211,50 +214,6 @@ class TierConfig(_Strict, frozen=True):
     branch_slots: NonNegativeInt = 0
     # Requests in flight on this tier at most (0: gateway.limits.max_in_flight_per_tier); beyond it, 429.
     max_in_flight: NonNegativeInt = 0
-
-
-class LoadReactive(_Strict, frozen=True):
-    """Load-reactive operating points (cascade/router/load.py): while a tier is full or near its SLO, requests
-    with a named hint that would load it are served at the next cheaper operating point, and its reasoning branches
-    shrink to the M that must finish. Off by default; numeric hints always keep their target."""
-
-    enabled: bool = False
-    # The SLO a tier's recent answers are held to, in ms (0: that latency is not watched); `percentile` of the
-    # answers in the last `window_s` (at least `min_samples` of them) is compared with it.
-    ttft_ms: NonNegativeFloat = 0.0
-    e2el_ms: NonNegativeFloat = 0.0
-    percentile: Annotated[float, msgspec.Meta(gt=0, le=100)] = 90.0
-    window_s: PositiveFloat = 10.0
-    min_samples: PositiveInt = 5
-    # Per tier name: requests in flight at which the tier is full (read live: only the excess moves; set it to
-    # the engine's batch size). A tier not named here is full at branch_slots / branches requests when it has
-    # branch slots, else its load is not watched.
-    max_in_flight: dict[str, PositiveInt] = msgspec.field(default_factory=dict)
-    # Pressure is latency / SLO. A tier is pressed from `enter_at` on and free again once below `exit_at`, after
-    # at least `hold_s` pressed (hysteresis: no flapping); while pressed, every movable request moves off it.
-    enter_at: PositiveFloat = 0.9
-    exit_at: PositiveFloat = 0.7
-    hold_s: PositiveFloat = 5.0
-    # `best` keeps its operating point unless this is set; `fast` has none cheaper.
-    degrade_best: bool = False
-    shed_branches: bool = True
-
-
-class RoutingConfig(_Strict, frozen=True):
-    # "learned": the difficulty classifier saved at `router` (from `cascade router train`);
-    # "heuristic": cascade/router/heuristic.py, no model needed.
-    policy: Literal["heuristic", "learned"] = "heuristic"
-    # Router directory; a relative path is relative to the config file's folder.
-    router: str = ""
-    # "route": one tier per request, picked by `operating_points`; "cascade": start on the cheapest tier
-    # that can accept and escalate while the answer's confidence is below the tier's `accept` threshold
-    # (cascade/router/acceptance.py). A --plan's own mode wins.
-    mode: Literal["route", "cascade"] = "route"
-    # Cascade mode: acceptance thresholds per named operating point, one per tier but the last.
-    accept: dict[str, list[float]] = msgspec.field(default_factory=dict)
-    # Thresholds per named operating point (ascending, n_tiers - 1 values); a plan file overrides them.
-    operating_points: dict[str, list[float]] = msgspec.field(default_factory=dict)
-    load: LoadReactive = LoadReactive()
 
 
 class CascadeConfig(_Strict, frozen=True):
@@ -289,6 +248,9 @@ def _check(config: CascadeConfig) -> None:
         if tier.branch_slots and tier.branch_slots < tier.branches:
             raise ConfigError(f"`tiers[{i}].branch_slots` ({tier.branch_slots}) must be 0 (no limit) or at least "
                               f"`branches` ({tier.branches})")
+        if tier.prune_confidence and any("logprobs" in b.unsupported_params for b in tier.backends):
+            raise ConfigError(f"`tiers[{i}].prune_confidence` needs token logprobs, which a backend of tier "
+                              f"`{tier.name}` does not return (it lists `logprobs` in unsupported_params)")
         for j, backend in enumerate(tier.backends):
             where = f"tiers[{i}].backends[{j}]"
             unknown = sorted(set(backend.unsupported_params) - set(PASSTHROUGH))
@@ -300,38 +262,7 @@ def _check(config: CascadeConfig) -> None:
                     raise ConfigError(f"`{where}.worker` names `{backend.worker}`, which is not in [[workers]]")
             elif not backend.url.startswith(("http://", "https://")):
                 raise ConfigError(f"`{where}.url` must start with http:// or https://, got {backend.url!r}")
-    if config.routing.policy == "learned" and not config.routing.router:
-        raise ConfigError("`routing.router` must name a router directory when `routing.policy` is \"learned\"")
-    n_thresholds = len(config.tiers) - 1
-    for hint, thresholds in config.routing.operating_points.items():
-        key = f"routing.operating_points.{hint}"
-        if len(thresholds) != n_thresholds:
-            raise ConfigError(f"`{key}` needs {n_thresholds} thresholds (one fewer than tiers)")
-        if any(b < a for a, b in itertools.pairwise(thresholds)):
-            raise ConfigError(f"`{key}` must be ascending, got {thresholds}")
-    for hint, thresholds in config.routing.accept.items():
-        key = f"routing.accept.{hint}"
-        if len(thresholds) != n_thresholds:
-            raise ConfigError(f"`{key}` needs {n_thresholds} acceptance thresholds (one per tier but the last)")
-        if any(not h >= 0.0 for h in thresholds):  # written so that NaN fails too
-            raise ConfigError(f"`{key}` thresholds must be >= 0 (above 1 means the tier never accepts), "
-                              f"got {thresholds}")
-    _check_load(config)
-
-
-def _check_load(config: CascadeConfig) -> None:
-    load = config.routing.load
-    if load.exit_at >= load.enter_at:
-        raise ConfigError(f"`routing.load.exit_at` ({load.exit_at:g}) must be below `enter_at` ({load.enter_at:g}): "
-                          "the gap is what keeps a tier from flapping")
-    names = [t.name for t in config.tiers]
-    unknown = sorted(set(load.max_in_flight) - set(names))
-    if unknown:
-        raise ConfigError(f"`routing.load.max_in_flight` names {unknown}, which are not tiers ({', '.join(names)})")
-    watched = load.ttft_ms or load.e2el_ms or load.max_in_flight or any(t.branch_slots for t in config.tiers)
-    if load.enabled and not watched:
-        raise ConfigError("`routing.load.enabled` watches nothing: set `ttft_ms`, `e2el_ms` or `max_in_flight` "
-                          "(or give a tier `branch_slots`)")
+    check_routing(config.routing, [t.name for t in config.tiers], any(t.branch_slots for t in config.tiers))
 
 
 def decode_config(data: bytes | str, source: str = "cascade.toml") -> CascadeConfig:

@@ -26,6 +26,7 @@ from pathlib import Path
 import numpy as np
 
 from cascade.answer import Sampling, answer
+from cascade.branches.confidence import DEFAULT_GROUP
 from cascade.branches.slots import BranchSlots
 from cascade.data.datasets import DatasetError, load, sample
 from cascade.data.grading import extract, grade
@@ -65,13 +66,17 @@ def select_prompts(dataset: str, n: int | None, seed: int) -> list[Prompt]:
     return prompts
 
 
-async def answer_on_tier(tier: Tier, prompt: Prompt, max_tokens: int | None, seed: int) -> TierOutcome:
+async def answer_on_tier(tier: Tier, prompt: Prompt, max_tokens: int | None, seed: int, logprobs: bool = False
+                         ) -> TierOutcome:
     """One tier's graded answer: exactly what the gateway serves (cascade/answer.py) for the prompt sent
     with `seed`, and `temperature: 0` on a single-branch tier so that its row is reproducible (a tier with
-    reasoning branches samples them at its branch temperature, seeded, and runs SART as served)."""
+    reasoning branches samples them at its branch temperature, seeded, and runs SART as served). `logprobs`: ask
+    the engine for token logprobs (where it returns them) and record the answer's token confidence."""
     settings = branch_settings(tier)
     branched = settings.n > 1
-    sampling = Sampling(max_tokens=max_tokens, temperature=None if branched else 0.0, seed=seed)
+    logprobs = logprobs and "logprobs" not in tier.unsupported
+    sampling = Sampling(max_tokens=max_tokens, temperature=None if branched else 0.0, seed=seed,
+                        extra={"logprobs": True} if logprobs else {})
     start = time.perf_counter()
     try:
         whole = await answer(tier, [ChatMessage(role="user", content=prompt.prompt)], sampling,
@@ -86,13 +91,14 @@ async def answer_on_tier(tier: Tier, prompt: Prompt, max_tokens: int | None, see
         correct=grade(result.text, reference), answer=extract(result.text, reference),
         output_tokens=result.completion_tokens, latency_s=round(time.perf_counter() - start, 3),
         finish_reason=result.finish_reason, decode_tokens=whole.decode_tokens if whole.reports else None,
+        token_confidence=whole.token_confidence(DEFAULT_GROUP)[0] if logprobs else None,
     )
 
 
 async def label(
     tiers: list[Tier], prompts: list[Prompt], out: Path, concurrency: int, max_tokens: int | None, seed: int,
     with_text: bool = False, on_row: Callable[[OutcomeRow], None] | None = None,
-    on_failed: Callable[[OutcomeRow], None] | None = None,
+    on_failed: Callable[[OutcomeRow], None] | None = None, logprobs: bool = False,
 ) -> tuple[int, int]:
     """Label `prompts` not yet in `out`; returns (rows written, prompts that failed on some tier)."""
     done = read_done_ids(out)
@@ -104,7 +110,7 @@ async def label(
         weight = min(concurrency, tier.config.branches)
         await slots.acquire(weight, timeout_s=None)
         try:
-            return await answer_on_tier(tier, prompt, max_tokens, seed)
+            return await answer_on_tier(tier, prompt, max_tokens, seed, logprobs)
         finally:
             slots.release(weight)
 

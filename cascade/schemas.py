@@ -126,6 +126,7 @@ class BranchStats(msgspec.Struct, kw_only=True):
     early_stopped: int = 0
     pruned_phase1: int = 0
     pruned_phase2: int = 0
+    pruned_confidence: int = 0  # stopped by their token-logprob group confidence (prune_confidence)
     failed: int = 0
     decode_tokens: int | None = None  # all branches' generated tokens, pruned and stopped ones included
     votes: dict[str, int] | None = None  # answer -> finished branches giving it

@@ -100,7 +100,8 @@ def branch_settings(tier: Tier) -> BranchSettings:
     cfg = tier.config
     return BranchSettings(n=cfg.branches, m=cfg.branches_to_finish, alpha=cfg.prune_alpha, beta=cfg.prune_beta,
                           prune=tier.scorer is not None, score_every_steps=cfg.score_every_steps,
-                          aggregation=cfg.aggregation)
+                          aggregation=cfg.aggregation, prune_confidence=cfg.prune_confidence,
+                          confidence_group=cfg.confidence_group)
 
 
 def branch_requests(template: GenerationRequest, first_seed: int, n: int,

@@ -52,6 +52,12 @@ def test_example_sglang_config_loads() -> None:
         ("[[tiers]\n", "not valid TOML"),
         ('[gateway]\napi_keys = ["k1", ""]\n' + MINIMAL, "gateway.api_keys[1]` is empty"),
         ('[gateway]\napi_keys = ["two words"]\n' + MINIMAL, "gateway.api_keys[0]"),
+        (MINIMAL + '\n[routing.confidence]\nsource = "votes"\n', "routing.confidence.source"),
+        (MINIMAL + '\n[routing.confidence]\ncalibration = { big = [1.0, 0.0] }\n', "names ['big'], which are not"),
+        (MINIMAL + '\n[routing.confidence]\ncalibration = { small = [-1.0, 0.0] }\n', "slope must be > 0"),
+        (MINIMAL.replace('model = "m" }', 'model = "m", unsupported_params = ["logprobs"] }')
+         + "prune_confidence = 0.5\n", "tiers[0].prune_confidence` needs token logprobs"),
+        (MINIMAL + "prune_confidence = 1.5\n", "tiers[0].prune_confidence"),
     ],
 )
 def test_bad_config_fails_naming_the_key(toml: str, expected: str) -> None:

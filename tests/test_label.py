@@ -54,6 +54,23 @@ def test_label_grades_every_tier_runs_branches_and_resumes(tmp_path, capsys) -> 
     assert "prompt" not in rows["q0"]  # no dataset text unless --with-text
 
 
+def test_label_logprobs_records_each_answers_token_confidence_where_the_engine_returns_them(tmp_path) -> None:
+    out = tmp_path / "outcomes.jsonl"
+    with serve_asgi(FakeEngine(FakeScript(tokens=8))) as url:
+        config, dataset = write_inputs(tmp_path, url)
+        toml = (tmp_path / "cascade.toml").read_text()
+        # The thinker's engine says it returns no logprobs: it is asked nothing and records none.
+        (tmp_path / "cascade.toml").write_text(toml.replace('model = "fake-big" }',
+                                                            'model = "fake-big", unsupported_params = ["logprobs"] }'))
+        (tmp_path / "q.jsonl").write_text((tmp_path / "q.jsonl").read_text().replace("Q1 ", "Q1 [fake logprob=-1] "))
+        assert main(["label", "--config", config, "--dataset", dataset, "--out", str(out), "--logprobs"]) == 0
+    rows = {r["id"]: r for r in map(json.loads, out.read_text().splitlines())}
+    sure, unsure = rows["q0"]["tiers"]["small"]["token_confidence"], rows["q1"]["tiers"]["small"]["token_confidence"]
+    assert sure["group"] == 32 and sure["tokens"] == 6 and abs(sure["lowest_group"] - 0.9512) < 1e-3
+    assert abs(unsure["mean"] - 0.3679) < 1e-3  # exp(-1)
+    assert "token_confidence" not in rows["q0"]["tiers"]["thinker"]
+
+
 def test_a_prompt_that_fails_on_a_tier_is_not_written_and_is_retried(tmp_path, capsys) -> None:
     engine = FakeEngine(FakeScript(tokens=8))
     out = tmp_path / "outcomes.jsonl"

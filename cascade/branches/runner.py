@@ -11,6 +11,9 @@ SART (../shared/PAPERS.md §2), as implemented here:
 * **Phase 2** (from the first finished branch on): α' = that branch's final score; prune every live
   branch scoring below α'.
 * **Early stop**: once M branches finished, cancel the rest.
+* **Confidence pruning** (DeepConf's online rule, cascade/branches/confidence.py; where the engine returns
+  token logprobs): a branch whose last `confidence_group` tokens' group confidence falls below
+  `prune_confidence` is stopped, no scorer needed; never the last live branch.
 * Pruned and early-stopped branches are cancelled upstream at once: the stream is closed, which
   closes the HTTP response (the engine stops generating), and the SGLang client also sends
   `/abort_request` for the branch's rid.
@@ -34,6 +37,7 @@ from typing import Literal
 import msgspec
 
 from cascade.branches.backend import Backend, GenerationRequest, StreamDelta
+from cascade.branches.confidence import DEFAULT_GROUP, GroupWindow, token_logprobs
 from cascade.branches.sart import Finished, Scored, to_prune, vote
 from cascade.branches.scoring import STEP_SEPARATOR, Scorer, split_steps
 from cascade.errors import BackendError
@@ -49,6 +53,10 @@ class BranchSettings(msgspec.Struct, frozen=True, kw_only=True):
     prune: bool = True  # phase-2 pruning (and phase 1 when alpha > 0); needs a scorer
     score_every_steps: int = 2  # K
     aggregation: Aggregation = "majority"
+    # Confidence pruning (0: off): stop a branch once its last `confidence_group` tokens' group confidence is
+    # below this; it needs token logprobs, which the caller asks the engine for (`logprobs: true`).
+    prune_confidence: float = 0.0
+    confidence_group: int = DEFAULT_GROUP
 
 
 @dataclass
@@ -63,6 +71,8 @@ class Branch:
     finish_reason: str | None = None
     prompt_tokens: int = 0
     scoring: bool = False
+    logprobs: list[float] = field(default_factory=list)  # the sampled tokens' (when the engine sends them)
+    window: GroupWindow | None = None
 
     @property
     def full_text(self) -> str:
@@ -87,6 +97,7 @@ class BranchReport(msgspec.Struct, kw_only=True):
     answer: str | None  # the voted answer key
     votes: dict[str, int]
     chosen: int  # index of the branch whose text is returned
+    pruned_confidence: int = 0  # stopped by their group confidence (prune_confidence)
 
 
 class BranchRun(msgspec.Struct, kw_only=True):
@@ -99,6 +110,7 @@ class BranchRun(msgspec.Struct, kw_only=True):
     # Every branch's text so far and how it ended (finished/pruned/stopped/failed), by branch index:
     # for offline analysis (benchmarks, scorer training), never sent to clients.
     branch_texts: list[tuple[str, str]] = msgspec.field(default_factory=list)
+    logprobs: list[float] = msgspec.field(default_factory=list)  # the returned branch's token logprobs
 
 
 class BranchRunner:
@@ -132,6 +144,7 @@ class _Run:
         self.score_tasks: set[asyncio.Task[None]] = set()
         self.first_finished_score: float | None = None
         self.pruned = [0, 0]
+        self.pruned_confidence = 0
         self.scores_computed = 0
         self.error: BackendError | None = None
 
@@ -197,6 +210,10 @@ class _Run:
             branch.prompt_tokens = delta.prompt_tokens
         if delta.finish_reason is not None:
             branch.finish_reason = delta.finish_reason
+        if delta.logprobs:
+            self._on_logprobs(branch, token_logprobs(delta.logprobs))
+            if branch.state != "running":
+                return
         if self.scorer is not None and not branch.scoring:
             steps = len(branch.steps) - 1  # the last paragraph may still be growing
             if steps >= branch.steps_scored + self.settings.score_every_steps:
@@ -205,6 +222,20 @@ class _Run:
                 task = asyncio.create_task(self._score(branch.index, branch.steps[:steps]))
                 self.score_tasks.add(task)
                 task.add_done_callback(self.score_tasks.discard)
+
+    def _on_logprobs(self, branch: Branch, values: list[float]) -> None:
+        branch.logprobs.extend(values)
+        threshold = self.settings.prune_confidence
+        if threshold <= 0 or branch.finish_reason is not None:
+            return  # a branch whose last delta arrived has finished: it is voted on, not pruned
+        if branch.window is None:
+            branch.window = GroupWindow(self.settings.confidence_group)
+        for value in values:
+            branch.window.push(value)
+            if branch.window.full and branch.window.confidence < threshold and len(self._live()) > 1:
+                self._cancel(branch, "pruned")
+                self.pruned_confidence += 1
+                return
 
     async def _score(self, index: int, steps: list[str]) -> None:
         assert self.scorer is not None
@@ -264,9 +295,9 @@ class _Run:
             pruned_phase2=self.pruned[1], early_stopped=sum(b.state == "stopped" for b in self.branches),
             failed=sum(b.state == "failed" for b in self.branches),
             decode_tokens=sum(b.tokens for b in self.branches), scores_computed=self.scores_computed,
-            answer=result.answer, votes=result.votes, chosen=chosen.index,
+            answer=result.answer, votes=result.votes, chosen=chosen.index, pruned_confidence=self.pruned_confidence,
         )
         return BranchRun(text=chosen.full_text, reasoning="".join(chosen.reasoning),
                          finish_reason=chosen.finish_reason or "stop", prompt_tokens=chosen.prompt_tokens,
                          completion_tokens=chosen.tokens, report=report,
-                         branch_texts=[(b.full_text, b.state) for b in self.branches])
+                         branch_texts=[(b.full_text, b.state) for b in self.branches], logprobs=chosen.logprobs)

@@ -9,10 +9,10 @@ JSONL, one object per line, keyed by dataset name and row id so committed files 
 
 Every field but `tiers` may be missing: `cascade label` writes `correct`, `answer`, `output_tokens`,
 `latency_s` and `finish_reason` (plus `decode_tokens` for a tier with reasoning branches, `prompt` with
-`--with-text`); planner-style rows carry a judge `score` in [0, 1], `input_tokens`, and the router's
-`difficulty` or per-tier `p_fail`. Fields at their default are not written, so a row is written exactly
-as `cascade label` always wrote it. Views over the rows (the router's correctness matrix, the
-planner's numpy columns) live with their readers.
+`--with-text`, `token_confidence` with `--logprobs`); planner-style rows carry a judge `score` in [0, 1],
+`input_tokens`, and the router's `difficulty` or per-tier `p_fail`. Fields at their default are not
+written, so a row is written exactly as `cascade label` always wrote it. Views over the rows (the
+router's correctness matrix, the planner's numpy columns) live with their readers.
 """
 
 from __future__ import annotations
@@ -24,6 +24,23 @@ from typing import IO
 import msgspec
 
 from cascade.data.datasets import DatasetError
+
+
+class TokenConfidence(msgspec.Struct, frozen=True, kw_only=True):
+    """An answer's confidence read from its token logprobs (cascade/branches/confidence.py computes it), each
+    statistic exp(mean logprob) over: every token (`mean`), the weakest window of `group` tokens
+    (`lowest_group`), the last `group` tokens (`tail`)."""
+
+    tokens: int
+    group: int
+    mean: float
+    lowest_group: float
+    tail: float
+
+    def read(self, statistic: str) -> float:
+        """One statistic by name (`mean`, `lowest_group`, `tail`)."""
+        value: float = getattr(self, statistic)
+        return value
 
 
 class TierOutcome(msgspec.Struct, kw_only=True, frozen=True, omit_defaults=True):
@@ -38,6 +55,7 @@ class TierOutcome(msgspec.Struct, kw_only=True, frozen=True, omit_defaults=True)
     finish_reason: str | None = None
     error: str | None = None  # the tier did not answer (such rows are not written by `cascade label`)
     decode_tokens: int | None = None  # a tier with reasoning branches: the tokens all branches generated
+    token_confidence: TokenConfidence | None = None  # `cascade label --logprobs`, where the engine returns them
 
     @property
     def tokens_spent(self) -> int | None:

@@ -2,7 +2,7 @@
 `FakeScript`, its fault modes, and the ``[fake ...]`` directives that override it per request.
 
 The script can be overridden per request by a directive in the last user message, e.g.
-``[fake status=500]`` or ``[fake ttft_ms=50 itl_ms=5 tokens=20 stall_after=3]``, so that tests can
+``[fake status=500]`` or ``[fake ttft_ms=50 itl_ms=5 tokens=20 stall_after=3 logprob=-2]``, so that tests can
 inject faults through the gateway without any side channel. ``[fake@MODEL ...]`` applies only to
 requests for that model (one engine can play every tier of a ladder), and ``[fake@seed=N ...]`` only
 to requests with that seed (one engine can play distinct branches). In ``answer=``, ``_`` is a space
@@ -46,12 +46,15 @@ class FakeScript(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     answer: str = ""  # text to produce instead of numbered tokens
     model: str = "fake-model"
     fault: str = ""  # one of FAULTS (see the module docstring)
+    # Each token's log-probability, sent when the request asks for `logprobs` (a real engine's are per token;
+    # one value per script is enough to make an answer, or one branch with `[fake@seed=N logprob=-3]`, unsure).
+    logprob: float = -0.05
 
     def __post_init__(self) -> None:
         if self.fault not in FAULTS:
             raise ValueError(f"fault must be one of {', '.join(repr(f) for f in FAULTS)}, got {self.fault!r}")
-        if not 100 <= self.status <= 599 or self.tokens < 0:
-            raise ValueError("status must be in [100, 599] and tokens >= 0")
+        if not 100 <= self.status <= 599 or self.tokens < 0 or self.logprob > 0:
+            raise ValueError("status must be in [100, 599], tokens >= 0 and logprob <= 0")
 
 
 def script_for(base: FakeScript, body: dict[str, Any]) -> FakeScript:
@@ -67,7 +70,7 @@ def script_for(base: FakeScript, body: dict[str, Any]) -> FakeScript:
             continue
         for item in items.split():
             key, _, value = item.partition("=")
-            if key in ("ttft_ms", "itl_ms"):
+            if key in ("ttft_ms", "itl_ms", "logprob"):
                 overrides[key] = float(value)
             elif key in ("tokens", "status", "stall_after"):
                 overrides[key] = int(value)
@@ -83,6 +86,11 @@ def token_pieces(script: FakeScript, max_tokens: int) -> list[str]:
         words = script.answer.split(" ")
         return [w if i == 0 else " " + w for i, w in enumerate(words)][:max_tokens]
     return [f"t{i} " for i in range(min(script.tokens, max_tokens))]
+
+
+def logprob_entries(script: FakeScript, pieces: list[str]) -> list[dict[str, Any]]:
+    """The `logprobs.content` entries of `pieces`, as OpenAI-compatible engines send them."""
+    return [{"token": p, "logprob": script.logprob, "bytes": list(p.encode()), "top_logprobs": []} for p in pieces]
 
 
 def tokens_before_break(script: FakeScript, pieces: list[str]) -> int:

@@ -28,7 +28,7 @@ from typing import Any
 import msgspec
 
 from cascade.engines.fake_asgi import Receive, Scope, Send, disconnected_within, read_body, send_bytes, send_json
-from cascade.engines.fake_script import FakeScript, script_for, token_pieces, tokens_before_break
+from cascade.engines.fake_script import FakeScript, logprob_entries, script_for, token_pieces, tokens_before_break
 
 # FakeScript is part of this module's API: tests build an engine from one.
 __all__ = ["FakeEngine", "FakeScript", "FakeStats", "serve"]
@@ -189,7 +189,9 @@ class FakeEngine:
                 payload = msgspec.json.encode({
                     "id": rid, "object": "chat.completion", "created": int(time.time()), "model": script.model,
                     "choices": [{"index": 0, "finish_reason": None if fault == "truncated" else finish,
-                                 "message": {"role": "assistant", "content": "".join(pieces)}}],
+                                 "message": {"role": "assistant", "content": "".join(pieces)},
+                                 **({"logprobs": {"content": logprob_entries(script, pieces)}}
+                                    if body.get("logprobs") else {})}],
                     "usage": {"prompt_tokens": 8, "completion_tokens": len(pieces),
                               "total_tokens": 8 + len(pieces)},
                 })
@@ -224,6 +226,7 @@ class FakeEngine:
         head = {"id": rid, "object": "chat.completion.chunk", "created": created, "model": script.model}
         start = time.perf_counter()
         ending = script.fault if script.fault in ("truncated", "stall_mid", "kill_mid") else ""
+        with_logprobs = bool(body.get("logprobs"))
         try:
             for i, piece in enumerate(pieces[:tokens_before_break(script, pieces)] if ending else pieces):
                 if i == script.stall_after:
@@ -245,7 +248,10 @@ class FakeEngine:
                     self.stats.streams_cancelled += 1
                     return
                 delta = {"role": "assistant", "content": piece} if i == 0 else {"content": piece}
-                chunk = {**head, "choices": [{"index": 0, "delta": delta, "finish_reason": None}]}
+                choice = {"index": 0, "delta": delta, "finish_reason": None}
+                if with_logprobs:
+                    choice["logprobs"] = {"content": logprob_entries(script, [piece])}
+                chunk = {**head, "choices": [choice]}
                 await send({"type": "http.response.body", "body": b"data: " + _chunk_encoder.encode(chunk) + b"\n\n",
                             "more_body": True})
                 self.stats.tokens_sent += 1

@@ -80,10 +80,11 @@ def cascade_info(decision: Decision, answer: Answer | None = None) -> CascadeInf
         branches = BranchStats(
             configured=answer.branches_configured, launched=sum(r.launched for r in reports),
             finished=sum(r.finished for r in reports),
-            pruned=sum(r.pruned_phase1 + r.pruned_phase2 for r in reports),
+            pruned=sum(r.pruned_phase1 + r.pruned_phase2 + r.pruned_confidence for r in reports),
             early_stopped=sum(r.early_stopped for r in reports),
             pruned_phase1=sum(r.pruned_phase1 for r in reports),
             pruned_phase2=sum(r.pruned_phase2 for r in reports),
+            pruned_confidence=sum(r.pruned_confidence for r in reports),
             failed=sum(r.failed for r in reports), decode_tokens=answer.decode_tokens,
             votes=reports[0].votes if len(reports) == 1 else None,
         )

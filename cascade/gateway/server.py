@@ -55,7 +55,7 @@ class Gateway:
             TrafficLog(config.gateway.traffic_log) if config.gateway.traffic_log else None,
             config.gateway.failover,
             serving_mode(mode, len(tiers), accept, config.gateway.failover.tier_fallback),
-            config.routing.load,
+            config.routing.load, config.routing.confidence,
         )
         self.metrics.watch_pools(lambda: [t.backend for t in self.service.tiers])
         self.app = create_app(

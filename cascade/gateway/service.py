@@ -21,7 +21,7 @@ import msgspec
 from cascade.answer import Answer, Sampling, answer, choice_requests, question_of
 from cascade.branches.backend import GenerationRequest
 from cascade.branches.runner import BranchReport, BranchSettings
-from cascade.config import Failover, Limits
+from cascade.config import AnswerConfidence, Failover, Limits
 from cascade.config import LoadReactive as LoadConfig
 from cascade.errors import BackendError, InvalidRequest, UnknownModel
 from cascade.gateway import responses, streaming
@@ -31,6 +31,7 @@ from cascade.gateway.metrics import GatewayMetrics
 from cascade.gateway.telemetry import Telemetry
 from cascade.gateway.traffic import TrafficLog
 from cascade.gateway.validation import branches_for, check_tier, forwarded, one_answer_field, stops, validate
+from cascade.router.acceptance import calibrated
 from cascade.router.escalation import Evidence, Itinerary, Move, Pinned, RouteMode, ServingMode
 from cascade.router.load import Headroom, LoadReactive, capacities
 from cascade.router.policy import NAMED_HINTS, RoutingPolicy, parse_hint
@@ -54,6 +55,7 @@ class ChatService:
         failover: Failover | None = None,
         mode: ServingMode | None = None,
         load: LoadConfig | None = None,
+        confidence: AnswerConfidence | None = None,
     ) -> None:
         self.tiers = list(tiers)
         self.by_name = {t.name: t for t in self.tiers}
@@ -68,6 +70,7 @@ class ChatService:
         self.admission = Admission(self.tiers, limits, metrics)
         self.load = self._load_reactive(load) if load is not None and load.enabled else None
         self.telemetry = Telemetry(metrics, traffic, None if self.load is None else self.load.headroom)
+        self.confidence = confidence or AnswerConfidence()
 
     def _load_reactive(self, config: LoadConfig) -> LoadReactive:
         tiers = [(t.name, t.config.branch_slots, t.config.branches) for t in self.tiers]
@@ -172,7 +175,8 @@ class ChatService:
 
     async def _serve(self, req: ChatCompletionRequest, decision: Decision, max_tokens: int) -> tuple[Decision, Answer]:
         served = await decision.itinerary.serve(
-            self._ladder(req, lambda tier: self._answer(req, tier, max_tokens, self._branches(req, decision, tier))))
+            self._ladder(req, lambda tier: self._answer(req, tier, max_tokens, self._branches(req, decision, tier),
+                                                        decision.itinerary.judges_answers)))
         return decision.served(served, self.tiers), served.answer
 
     def _ladder(self, req: ChatCompletionRequest, answer_on: Callable[[Tier], Awaitable[_T]]) -> TierLadder[_T]:
@@ -194,12 +198,17 @@ class ChatService:
         return branches_for(req, tier, self.limits)
 
     async def _answer(self, req: ChatCompletionRequest, tier: Tier, max_tokens: int,
-                      settings: BranchSettings | None) -> Answer:
+                      settings: BranchSettings | None, judges: bool = False) -> Answer:
         """All `n` choices of one tier, inside the tier's admission (backend errors are counted)."""
         streams = req.n * (settings.n if settings is not None else 1)
+        sampling = sampling_of(req, max_tokens)
+        # Token logprobs the client did not ask for: read here (acceptance, pruning), never passed on.
+        ours = self._reads_logprobs(req, judges, tier, settings)
+        if ours:
+            sampling = msgspec.structs.replace(sampling, extra={**sampling.extra, "logprobs": True})
         self.admission.enter(tier, streams)
         try:
-            whole = await answer(tier, req.messages, sampling_of(req, max_tokens), settings, req.n, tier.slots,
+            whole = await answer(tier, req.messages, sampling, settings, req.n, tier.slots,
                                  self.limits.max_slot_wait_s)
         except BackendError as exc:
             self.telemetry.backend_error(tier, exc)
@@ -207,7 +216,23 @@ class ChatService:
         finally:
             self.admission.leave(tier, streams)
         self.telemetry.branches(tier, whole.reports)
+        if judges and self.confidence.source != "prior":
+            calibration = self.confidence.calibration.get(tier.name)
+            whole.confidence = [None if c is None else calibrated(c.read(self.confidence.source), calibration)
+                                for c in whole.token_confidence(self.confidence.group_tokens)]
+        if ours:
+            for result in whole.results:
+                result.logprobs = None
         return whole
+
+    def _reads_logprobs(self, req: ChatCompletionRequest, judges: bool, tier: Tier,
+                        settings: BranchSettings | None) -> bool:
+        """Whether to ask `tier`'s engine for token logprobs the client did not ask for: cascade mode reads the
+        answer's token confidence, or the tier prunes branches on it; only where the engine returns them."""
+        if req.logprobs or "logprobs" in tier.unsupported:
+            return False
+        pruning = settings is not None and settings.prune_confidence > 0
+        return pruning or (judges and self.confidence.source != "prior")
 
     async def _open(self, req: ChatCompletionRequest, tier: Tier, max_tokens: int) -> streaming.Opened:
         """One tier's upstream streams, one per choice, with their first deltas read (its admission is
@@ -240,8 +265,10 @@ class TierLadder(Generic[_T]):
     def evidence(self, answer: _T) -> list[Evidence]:
         assert isinstance(answer, Answer)
         agreements = [_agreement(r) for r in answer.reports] or [None] * len(answer.results)
-        return [Evidence(finish_reason=r.finish_reason, text=r.text, tool_calls=bool(r.tool_calls), agreement=a)
-                for r, a in zip(answer.results, agreements, strict=True)]
+        confidence = answer.confidence or [None] * len(answer.results)
+        return [Evidence(finish_reason=r.finish_reason, text=r.text, tool_calls=bool(r.tool_calls), agreement=a,
+                         token_confidence=c)
+                for r, a, c in zip(answer.results, agreements, confidence, strict=True)]
 
     def can_take(self, tier: int) -> bool:
         candidate = self.tiers[tier]

@@ -13,7 +13,8 @@ from cascade.gateway.traffic import TrafficLog, TrafficRecord
 from cascade.router.load import Headroom
 from cascade.tiers import Tier
 
-_BRANCH_EVENTS = ("launched", "finished", "pruned_phase1", "pruned_phase2", "early_stopped", "failed")
+_BRANCH_EVENTS = ("launched", "finished", "pruned_phase1", "pruned_phase2", "pruned_confidence", "early_stopped",
+                 "failed")
 
 
 class Telemetry:

@@ -10,6 +10,9 @@ Confidence of an answer on tier t, in [0, 1]:
 * 0 when the answer cannot be right as returned: cut off (`finish_reason` other than `stop`) or empty;
 * on a tier with reasoning branches (two or more finished), the share of them that voted for the
   returned answer: self-consistency, evidence read from the answers themselves;
+* else, with `[routing.confidence] source` set to a token statistic and an engine that returns token logprobs,
+  the answer's own token confidence (DeepConf-style, cascade/branches/confidence.py), mapped through the tier's
+  fitted calibration (`calibrated`) when it has one;
 * otherwise the router's prior that tier t answers this prompt correctly, ``1 - p_fail[t]`` (learned
   router), or 1 without a learned router or for a prompt it flags as out of its domain (so cascade mode
   then escalates exactly the truncated and empty answers, and backend faults).
@@ -38,13 +41,27 @@ def accept_for_target(target: float, n_tiers: int) -> list[float]:
 
 
 def answer_confidence(prior_correct: float | None, finish_reason: str | None, text: str,
-                      agreement: float | None = None, tool_calls: bool = False) -> float:
+                      agreement: float | None = None, tool_calls: bool = False,
+                      token_confidence: float | None = None) -> float:
     """An answer that calls tools (finish_reason `tool_calls`) is complete though it has no text."""
     if finish_reason not in ("stop", "tool_calls") or not (text.strip() or tool_calls):
         return 0.0
     if agreement is not None:  # evidence from the answer itself beats the router's prior
         return agreement
+    if token_confidence is not None:
+        return min(1.0, max(0.0, token_confidence))
     return 1.0 if prior_correct is None else min(1.0, max(0.0, prior_correct))
+
+
+def calibrated(raw: float, calibration: tuple[float, float] | None) -> float:
+    """A raw token confidence in (0, 1] as a probability of being right: the logistic map fitted on labelled
+    outcomes, P = sigmoid(slope * logit(raw) + intercept); `raw` as it is without a calibration."""
+    if calibration is None:
+        return raw
+    slope, intercept = calibration
+    c = min(max(raw, 1e-9), 1 - 1e-9)
+    z = slope * math.log(c / (1 - c)) + intercept
+    return 1 / (1 + math.exp(-z)) if z > -700 else 0.0
 
 
 def first_tier(accept: list[float]) -> int:

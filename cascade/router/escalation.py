@@ -42,6 +42,8 @@ class Evidence(msgspec.Struct, frozen=True, kw_only=True):
     text: str
     tool_calls: bool = False  # an answer that calls tools is complete without text
     agreement: float | None = None  # share of the finished branches that voted for it (two or more finished)
+    # The answer's token confidence as a probability (calibrated), when the gateway reads it from token logprobs.
+    token_confidence: float | None = None
 
 
 class Ladder(Protocol[T]):
@@ -183,8 +185,8 @@ class Cascaded:
                     raise
             else:
                 prior = None if self.prior is None else self.prior[index]
-                confidence = min(answer_confidence(prior, e.finish_reason, e.text, e.agreement, e.tool_calls)
-                                 for e in ladder.evidence(answer))
+                confidence = min(answer_confidence(prior, e.finish_reason, e.text, e.agreement, e.tool_calls,
+                                                   e.token_confidence) for e in ladder.evidence(answer))
                 if accepts(index, confidence, self.accept):
                     return Served(answer, index, escalations, confidence)
             following = next_tier(index, self.accept)

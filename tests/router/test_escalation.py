@@ -7,7 +7,7 @@ import asyncio
 import pytest
 
 from cascade.errors import BackendFailed
-from cascade.router.acceptance import NEVER
+from cascade.router.acceptance import NEVER, calibrated
 from cascade.router.escalation import Cascaded, CascadeMode, Evidence, Pinned, Routed, RouteMode
 from cascade.router.policy import Assessment, QualityHint, Route
 
@@ -85,6 +85,30 @@ def test_branch_agreement_beats_the_prior() -> None:
     split_vote = Evidence(finish_reason="stop", text="18", agreement=0.25)
     served = serve(Cascaded(route(0), accept=[0.5, 0.5]), ScriptedLadder([split_vote, COMPLETE, COMPLETE]))
     assert served.tier == 1
+
+
+def test_token_confidence_beats_the_prior_and_agreement_beats_both() -> None:
+    sure_prior = (0.9, 0.9, 0.9)  # the router is sure every tier answers right
+    unsure_tokens = Evidence(finish_reason="stop", text="18", token_confidence=0.2)
+    served = serve(Cascaded(route(0), accept=[0.5, 0.5], prior=sure_prior),
+                   ScriptedLadder([unsure_tokens, COMPLETE, COMPLETE]))
+    assert served.tier == 1 and served.escalations == 1
+    agreed = Evidence(finish_reason="stop", text="18", agreement=1.0, token_confidence=0.2)
+    assert serve(Cascaded(route(0), accept=[0.5, 0.5]), ScriptedLadder([agreed, COMPLETE, COMPLETE])).tier == 0
+    sure_tokens = Evidence(finish_reason="stop", text="18", token_confidence=0.9)
+    served = serve(Cascaded(route(0), accept=[0.5, 0.5], prior=(0.9, 0.9, 0.9)),
+                   ScriptedLadder([sure_tokens, COMPLETE, COMPLETE]))
+    assert served.tier == 0 and served.confidence == pytest.approx(0.9)
+    cut_off = Evidence(finish_reason="length", text="18", token_confidence=0.99)  # cut off is never right as is
+    assert serve(Cascaded(route(0), accept=[0.5, 0.5]), ScriptedLadder([cut_off, COMPLETE, COMPLETE])).tier == 1
+
+
+def test_calibration_maps_raw_token_confidence_monotonically() -> None:
+    assert calibrated(0.8, None) == 0.8
+    assert calibrated(0.5, (1.0, 0.0)) == pytest.approx(0.5)  # the identity map
+    low, high = calibrated(0.6, (4.0, -3.0)), calibrated(0.9, (4.0, -3.0))
+    assert 0.0 < low < high < 1.0
+    assert calibrated(0.0, (50.0, 0.0)) == pytest.approx(0.0, abs=1e-12) and calibrated(1.0, (2.0, 0.0)) > 0.999
 
 
 def test_route_mode_falls_back_to_the_nearest_tier_higher_first() -> None:

@@ -1,0 +1,108 @@
+"""Confidence read from an answer's own token log-probabilities (DeepConf-style), where the engine returns them.
+
+DeepConf (Fu et al., 2025, "Deep Think with Confidence") scores a reasoning trace by how sure the model was
+while writing it: a token's confidence, averaged over a sliding *group* of tokens, and the trace's **lowest
+group confidence** (the weakest stretch of reasoning) separates right from wrong traces better than the mean
+over the whole trace; online, a trace whose current group confidence falls below a threshold is stopped.
+
+DeepConf's token confidence is the negative mean log-probability of the top-k candidates, which needs
+`top_logprobs`; cascade reads the sampled token's own log-probability, which every OpenAI-compatible engine
+returns with `logprobs: true` (SGLang, vLLM, llama.cpp, OpenAI), and puts each statistic on a probability
+scale, so that it lives in [0, 1] beside vote agreement and the router's prior:
+
+* ``mean``: the geometric-mean probability of the answer's tokens, ``exp(mean logprob)``;
+* ``lowest_group``: the lowest ``exp(mean logprob)`` over every window of ``group`` consecutive tokens (the
+  whole answer when it is shorter);
+* ``tail``: ``exp(mean logprob)`` over the last ``group`` tokens (where the final answer is written).
+
+None of them is a probability of being right: cascade/router/acceptance.py maps them through a per-tier
+calibration fitted on labelled outcomes (benchmarks/answer_confidence.py prints one).
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from collections.abc import Sequence
+
+import msgspec
+
+from cascade.data.outcomes import TokenConfidence
+
+__all__ = ["DEFAULT_GROUP", "STATISTICS", "GroupWindow", "TokenConfidence", "confidence_of", "token_logprobs"]
+
+DEFAULT_GROUP = 32  # tokens per group (DeepConf uses 2048 on traces of ~10k tokens; ours are ~300)
+FLOOR_LOGPROB = -100.0  # engines send -inf / -9999 for impossible tokens: one such token must not own the mean
+
+
+STATISTICS = ("mean", "lowest_group", "tail")
+
+
+class _Entry(msgspec.Struct):
+    logprob: float | None = None
+
+
+_decode_entry = msgspec.json.Decoder(_Entry).decode
+
+
+def token_logprobs(entries: Sequence[msgspec.Raw]) -> list[float]:
+    """The sampled tokens' log-probabilities from an engine's `logprobs.content` entries (as sent); an entry
+    without a number is skipped."""
+    values = []
+    for raw in entries:
+        try:
+            value = _decode_entry(raw).logprob
+        except msgspec.MsgspecError:
+            continue
+        if value is not None and not math.isnan(value):
+            values.append(max(FLOOR_LOGPROB, min(0.0, value)))
+    return values
+
+
+def confidence_of(logprobs: Sequence[float], group: int = DEFAULT_GROUP) -> TokenConfidence | None:
+    """The answer's confidence statistics; None when there are no log-probabilities (engine sent none)."""
+    if not logprobs:
+        return None
+    if group < 1:
+        raise ValueError(f"group must be >= 1 token, got {group}")
+    window = GroupWindow(group)
+    lowest = math.inf
+    for value in logprobs:
+        window.push(value)
+        if window.full:
+            lowest = min(lowest, window.mean)
+    if not window.full:  # shorter than one group: the whole answer is its only group
+        lowest = window.mean
+    return TokenConfidence(tokens=len(logprobs), group=group, mean=math.exp(math.fsum(logprobs) / len(logprobs)),
+                           lowest_group=math.exp(lowest), tail=math.exp(window.mean))
+
+
+class GroupWindow:
+    """The mean log-probability of the last `size` tokens, updated one token at a time (the online test a
+    branch runner prunes on)."""
+
+    __slots__ = ("_sum", "_values", "size")
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self._values: deque[float] = deque()
+        self._sum = 0.0
+
+    def push(self, logprob: float) -> None:
+        self._values.append(logprob)
+        self._sum += logprob
+        if len(self._values) > self.size:
+            self._sum -= self._values.popleft()
+
+    @property
+    def full(self) -> bool:
+        return len(self._values) >= self.size
+
+    @property
+    def mean(self) -> float:
+        return self._sum / len(self._values) if self._values else 0.0
+
+    @property
+    def confidence(self) -> float:
+        """exp(mean logprob) of the window: the current group confidence."""
+        return math.exp(self.mean)

@@ -1,0 +1,114 @@
+"""The `[routing]` table of `cascade.toml`: policy and router, route or cascade mode, operating points, and the
+load-reactive (`[routing.load]`) and answer-confidence (`[routing.confidence]`) switches."""
+
+from __future__ import annotations
+
+import itertools
+from typing import Annotated, Literal
+
+import msgspec
+
+from cascade.config_types import NonNegativeFloat, PositiveFloat, PositiveInt, _Strict
+from cascade.errors import ConfigError
+
+
+class LoadReactive(_Strict, frozen=True):
+    """Load-reactive operating points (cascade/router/load.py): while a tier is full or near its SLO, requests
+    with a named hint that would load it are served at the next cheaper operating point, and its reasoning branches
+    shrink to the M that must finish. Off by default; numeric hints always keep their target."""
+
+    enabled: bool = False
+    # The SLO a tier's recent answers are held to, in ms (0: that latency is not watched); `percentile` of the
+    # answers in the last `window_s` (at least `min_samples` of them) is compared with it.
+    ttft_ms: NonNegativeFloat = 0.0
+    e2el_ms: NonNegativeFloat = 0.0
+    percentile: Annotated[float, msgspec.Meta(gt=0, le=100)] = 90.0
+    window_s: PositiveFloat = 10.0
+    min_samples: PositiveInt = 5
+    # Per tier name: requests in flight at which the tier is full (read live: only the excess moves; set it to
+    # the engine's batch size). A tier not named here is full at branch_slots / branches requests when it has
+    # branch slots, else its load is not watched.
+    max_in_flight: dict[str, PositiveInt] = msgspec.field(default_factory=dict)
+    # Pressure is latency / SLO. A tier is pressed from `enter_at` on and free again once below `exit_at`, after
+    # at least `hold_s` pressed (hysteresis: no flapping); while pressed, every movable request moves off it.
+    enter_at: PositiveFloat = 0.9
+    exit_at: PositiveFloat = 0.7
+    hold_s: PositiveFloat = 5.0
+    # `best` keeps its operating point unless this is set; `fast` has none cheaper.
+    degrade_best: bool = False
+    shed_branches: bool = True
+
+
+class AnswerConfidence(_Strict, frozen=True):
+    """What cascade mode reads as a single answer's confidence (cascade/router/acceptance.py). Vote agreement
+    (two or more finished reasoning branches) always comes first; then `source`."""
+
+    # "prior": the router's prior that the tier answers this prompt correctly (1 without a learned router).
+    # "mean" / "lowest_group" / "tail": the answer's own token-logprob confidence (cascade/branches/confidence.py),
+    # which the gateway asks the engine for (`logprobs: true`, never shown to a client that did not ask) on
+    # tiers whose engine returns them; a tier whose engine cannot (the embedded one) keeps the prior.
+    source: Literal["prior", "mean", "lowest_group", "tail"] = "prior"
+    group_tokens: PositiveInt = 32
+    # Per tier name: [slope, intercept] of the logistic map P(correct) = 1 / (1 + exp(-(slope * logit(c) +
+    # intercept))) from the raw token confidence c, fitted on labelled outcomes (benchmarks/answer_confidence.py
+    # prints them). A tier not named here reads c as it is, which is no probability of being right.
+    calibration: dict[str, tuple[float, float]] = msgspec.field(default_factory=dict)
+
+
+class RoutingConfig(_Strict, frozen=True):
+    # "learned": the difficulty classifier saved at `router` (from `cascade router train`);
+    # "heuristic": cascade/router/heuristic.py, no model needed.
+    policy: Literal["heuristic", "learned"] = "heuristic"
+    # Router directory; a relative path is relative to the config file's folder.
+    router: str = ""
+    # "route": one tier per request, picked by `operating_points`; "cascade": start on the cheapest tier
+    # that can accept and escalate while the answer's confidence is below the tier's `accept` threshold
+    # (cascade/router/acceptance.py). A --plan's own mode wins.
+    mode: Literal["route", "cascade"] = "route"
+    # Cascade mode: acceptance thresholds per named operating point, one per tier but the last.
+    accept: dict[str, list[float]] = msgspec.field(default_factory=dict)
+    # Thresholds per named operating point (ascending, n_tiers - 1 values); a plan file overrides them.
+    operating_points: dict[str, list[float]] = msgspec.field(default_factory=dict)
+    load: LoadReactive = LoadReactive()
+    confidence: AnswerConfidence = AnswerConfidence()
+
+
+def check_routing(routing: RoutingConfig, tiers: list[str], any_branch_slots: bool) -> None:
+    """What the types cannot say about `[routing]` on a ladder of `tiers` (names, cheapest first)."""
+    if routing.policy == "learned" and not routing.router:
+        raise ConfigError("`routing.router` must name a router directory when `routing.policy` is \"learned\"")
+    n_thresholds = len(tiers) - 1
+    for hint, thresholds in routing.operating_points.items():
+        key = f"routing.operating_points.{hint}"
+        if len(thresholds) != n_thresholds:
+            raise ConfigError(f"`{key}` needs {n_thresholds} thresholds (one fewer than tiers)")
+        if any(b < a for a, b in itertools.pairwise(thresholds)):
+            raise ConfigError(f"`{key}` must be ascending, got {thresholds}")
+    for hint, thresholds in routing.accept.items():
+        key = f"routing.accept.{hint}"
+        if len(thresholds) != n_thresholds:
+            raise ConfigError(f"`{key}` needs {n_thresholds} acceptance thresholds (one per tier but the last)")
+        if any(not h >= 0.0 for h in thresholds):  # written so that NaN fails too
+            raise ConfigError(f"`{key}` thresholds must be >= 0 (above 1 means the tier never accepts), "
+                              f"got {thresholds}")
+    _check_load(routing.load, tiers, any_branch_slots)
+    confidence = routing.confidence
+    if unknown := sorted(set(confidence.calibration) - set(tiers)):
+        raise ConfigError(f"`routing.confidence.calibration` names {unknown}, which are not tiers ({', '.join(tiers)})")
+    for name, (slope, _) in confidence.calibration.items():
+        if not slope > 0:
+            raise ConfigError(f"`routing.confidence.calibration.{name}` slope must be > 0 (a higher confidence "
+                              f"cannot mean a lower chance of being right), got {slope}")
+
+
+def _check_load(load: LoadReactive, names: list[str], any_branch_slots: bool) -> None:
+    if load.exit_at >= load.enter_at:
+        raise ConfigError(f"`routing.load.exit_at` ({load.exit_at:g}) must be below `enter_at` ({load.enter_at:g}): "
+                          "the gap is what keeps a tier from flapping")
+    unknown = sorted(set(load.max_in_flight) - set(names))
+    if unknown:
+        raise ConfigError(f"`routing.load.max_in_flight` names {unknown}, which are not tiers ({', '.join(names)})")
+    watched = load.ttft_ms or load.e2el_ms or load.max_in_flight or any_branch_slots
+    if load.enabled and not watched:
+        raise ConfigError("`routing.load.enabled` watches nothing: set `ttft_ms`, `e2el_ms` or `max_in_flight` "
+                          "(or give a tier `branch_slots`)")
