@@ -26,7 +26,7 @@ from pathlib import Path
 import numpy as np
 
 from cascade.answer import Sampling, answer
-from cascade.branches.confidence import DEFAULT_GROUP
+from cascade.branches.confidence import DEFAULT_GROUP, LOGPROBS_REQUEST
 from cascade.branches.slots import BranchSlots
 from cascade.data.datasets import DatasetError, load, sample
 from cascade.data.grading import extract, grade
@@ -74,9 +74,9 @@ async def answer_on_tier(tier: Tier, prompt: Prompt, max_tokens: int | None, see
     the engine for token logprobs (where it returns them) and record the answer's token confidence."""
     settings = branch_settings(tier)
     branched = settings.n > 1
-    logprobs = logprobs and "logprobs" not in tier.unsupported
+    logprobs = logprobs and {"logprobs", "top_logprobs"}.isdisjoint(tier.unsupported)
     sampling = Sampling(max_tokens=max_tokens, temperature=None if branched else 0.0, seed=seed,
-                        extra={"logprobs": True} if logprobs else {})
+                        extra=dict(LOGPROBS_REQUEST) if logprobs else {})
     start = time.perf_counter()
     try:
         whole = await answer(tier, [ChatMessage(role="user", content=prompt.prompt)], sampling,

@@ -29,8 +29,12 @@ import msgspec
 
 from cascade.data.outcomes import TokenConfidence
 
-__all__ = ["DEFAULT_GROUP", "STATISTICS", "GroupWindow", "TokenConfidence", "confidence_of", "token_logprobs"]
+__all__ = ["DEFAULT_GROUP", "LOGPROBS_REQUEST", "STATISTICS", "GroupWindow", "TokenConfidence", "confidence_of",
+           "token_logprobs"]
 
+# What cascade adds to a request to read its answer's confidence: `top_logprobs: 1` too, because llama.cpp's
+# server returns no logprobs without it (SGLang, vLLM and OpenAI return the sampled token's either way).
+LOGPROBS_REQUEST: dict[str, object] = {"logprobs": True, "top_logprobs": 1}
 DEFAULT_GROUP = 32  # tokens per group (DeepConf uses 2048 on traces of ~10k tokens; ours are ~300)
 FLOOR_LOGPROB = -100.0  # engines send -inf / -9999 for impossible tokens: one such token must not own the mean
 

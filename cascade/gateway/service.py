@@ -20,6 +20,7 @@ import msgspec
 
 from cascade.answer import Answer, Sampling, answer, choice_requests, question_of
 from cascade.branches.backend import GenerationRequest
+from cascade.branches.confidence import LOGPROBS_REQUEST
 from cascade.branches.runner import BranchReport, BranchSettings
 from cascade.config import AnswerConfidence, Failover, Limits
 from cascade.config import LoadReactive as LoadConfig
@@ -205,7 +206,7 @@ class ChatService:
         # Token logprobs the client did not ask for: read here (acceptance, pruning), never passed on.
         ours = self._reads_logprobs(req, judges, tier, settings)
         if ours:
-            sampling = msgspec.structs.replace(sampling, extra={**sampling.extra, "logprobs": True})
+            sampling = msgspec.structs.replace(sampling, extra={**sampling.extra, **LOGPROBS_REQUEST})
         self.admission.enter(tier, streams)
         try:
             whole = await answer(tier, req.messages, sampling, settings, req.n, tier.slots,
@@ -229,7 +230,7 @@ class ChatService:
                         settings: BranchSettings | None) -> bool:
         """Whether to ask `tier`'s engine for token logprobs the client did not ask for: cascade mode reads the
         answer's token confidence, or the tier prunes branches on it; only where the engine returns them."""
-        if req.logprobs or "logprobs" in tier.unsupported:
+        if req.logprobs or not {"logprobs", "top_logprobs"}.isdisjoint(tier.unsupported):
             return False
         pruning = settings is not None and settings.prune_confidence > 0
         return pruning or (judges and self.confidence.source != "prior")
