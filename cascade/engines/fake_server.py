@@ -46,6 +46,7 @@ class FakeStats(msgspec.Struct):
     in_flight: int = 0
     peak_in_flight: int = 0  # most requests generating at once (tests of admission limits)
     tokens_sent: int = 0
+    logprobs_requests: int = 0  # requests that asked for token logprobs
     faults: dict[str, int] = msgspec.field(default_factory=dict)  # requests answered with each fault
 
 
@@ -142,6 +143,8 @@ class FakeEngine:
             error = {"message": reason, "type": "server_error", "param": None, "code": None}
             await send_json(send, script.status, {"error": error})
             return
+        if body.get("logprobs"):
+            self.stats.logprobs_requests += 1
         max_tokens = int(body.get("max_completion_tokens") or body.get("max_tokens") or 1 << 30)
         pieces = token_pieces(script, max_tokens)
         planned = len(script.answer.split(" ")) if script.answer else script.tokens

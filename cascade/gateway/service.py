@@ -229,11 +229,12 @@ class ChatService:
     def _reads_logprobs(self, req: ChatCompletionRequest, judges: bool, tier: Tier,
                         settings: BranchSettings | None) -> bool:
         """Whether to ask `tier`'s engine for token logprobs the client did not ask for: cascade mode reads the
-        answer's token confidence, or the tier prunes branches on it; only where the engine returns them."""
+        answer's token confidence below the top tier (which always accepts), or the tier prunes branches on it;
+        only where the engine returns them (they cost llama.cpp's server 8x its decode time)."""
         if req.logprobs or not {"logprobs", "top_logprobs"}.isdisjoint(tier.unsupported):
             return False
         pruning = settings is not None and settings.prune_confidence > 0
-        return pruning or (judges and self.confidence.source != "prior")
+        return pruning or (judges and self.confidence.source != "prior" and tier.index < len(self.tiers) - 1)
 
     async def _open(self, req: ChatCompletionRequest, tier: Tier, max_tokens: int) -> streaming.Opened:
         """One tier's upstream streams, one per choice, with their first deltas read (its admission is

@@ -34,6 +34,10 @@ def test_an_unsure_answer_escalates_and_a_sure_one_is_accepted_without_logprobs_
         assert frames[0]["model"] == TIERS[1]
         assert not any(c.get("logprobs") for f in frames for c in f.get("choices", []))
         assert engine.stats.requests == 5
+        # Logprobs are asked for below the top tier only: it always accepts, and they cost llama.cpp 8x.
+        assert engine.stats.logprobs_requests == 5
+        best = post_chat(base, {"model": "cascade:best", "messages": user(UNSURE_ON_TIER_0)}).json()
+        assert best["model"] == TIERS[2] and engine.stats.logprobs_requests == 5
 
 
 def test_a_client_that_asks_for_logprobs_gets_them_and_they_are_read_too() -> None:
