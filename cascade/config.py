@@ -248,9 +248,10 @@ def _check(config: CascadeConfig) -> None:
         if tier.branch_slots and tier.branch_slots < tier.branches:
             raise ConfigError(f"`tiers[{i}].branch_slots` ({tier.branch_slots}) must be 0 (no limit) or at least "
                               f"`branches` ({tier.branches})")
-        if tier.prune_confidence and any("logprobs" in b.unsupported_params for b in tier.backends):
+        refused = sorted({"logprobs", "top_logprobs"} & {p for b in tier.backends for p in b.unsupported_params})
+        if tier.prune_confidence and refused:
             raise ConfigError(f"`tiers[{i}].prune_confidence` needs token logprobs, which a backend of tier "
-                              f"`{tier.name}` does not return (it lists `logprobs` in unsupported_params)")
+                              f"`{tier.name}` does not return (it lists `{refused[0]}` in unsupported_params)")
         for j, backend in enumerate(tier.backends):
             where = f"tiers[{i}].backends[{j}]"
             unknown = sorted(set(backend.unsupported_params) - set(PASSTHROUGH))

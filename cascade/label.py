@@ -74,7 +74,7 @@ async def answer_on_tier(tier: Tier, prompt: Prompt, max_tokens: int | None, see
     the engine for token logprobs (where it returns them) and record the answer's token confidence."""
     settings = branch_settings(tier)
     branched = settings.n > 1
-    logprobs = logprobs and {"logprobs", "top_logprobs"}.isdisjoint(tier.unsupported)
+    logprobs = logprobs and tier.returns_logprobs
     sampling = Sampling(max_tokens=max_tokens, temperature=None if branched else 0.0, seed=seed,
                         extra=dict(LOGPROBS_REQUEST) if logprobs else {})
     start = time.perf_counter()

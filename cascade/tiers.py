@@ -11,6 +11,7 @@ from pathlib import Path
 import msgspec
 
 from cascade.branches.backend import Backend, GenerationRequest
+from cascade.branches.confidence import LOGPROBS_REQUEST
 from cascade.branches.cpu_scorer import CPUScorer
 from cascade.branches.openai_client import OpenAIBackend
 from cascade.branches.pool import ReplicaPool
@@ -39,6 +40,11 @@ class Tier(msgspec.Struct, kw_only=True):
     @property
     def name(self) -> str:
         return self.config.name
+
+    @property
+    def returns_logprobs(self) -> bool:
+        """Whether every replica's engine returns token logprobs when asked as cascade asks (LOGPROBS_REQUEST)."""
+        return self.unsupported.isdisjoint(LOGPROBS_REQUEST)
 
 
 def make_backend(name: str, config: BackendConfig, workers: dict[str, Worker]) -> Backend:

@@ -231,7 +231,7 @@ class ChatService:
         """Whether to ask `tier`'s engine for token logprobs the client did not ask for: cascade mode reads the
         answer's token confidence below the top tier (which always accepts), or the tier prunes branches on it;
         only where the engine returns them (they cost llama.cpp's server 8x its decode time)."""
-        if req.logprobs or not {"logprobs", "top_logprobs"}.isdisjoint(tier.unsupported):
+        if req.logprobs or not tier.returns_logprobs:
             return False
         pruning = settings is not None and settings.prune_confidence > 0
         return pruning or (judges and self.confidence.source != "prior" and tier.index < len(self.tiers) - 1)
