@@ -59,6 +59,9 @@ class TierDeployment(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_f
     arrival_rate_rps: float | None = None
     predicted_p95_latency_s: float | None = None
     capacity_rps: float | None = None
+    # The reasoning width planned for the tier (N branches, M to finish); `cascade deploy` configures it.
+    branches: int = 1
+    branches_to_finish: int = 1
 
     def sets(self) -> list[ReplicaSet]:
         return self.replica_sets or [ReplicaSet(tp=self.tp, pp=self.pp, count=self.replicas)]
@@ -66,6 +69,15 @@ class TierDeployment(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_f
 
 class FrontPoint(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
     thresholds: list[float]
+    latency_s: float
+    quality: float
+
+
+class WidthTrial(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """One combination of reasoning widths the planner tried (a full plan): [N, M] per tier."""
+
+    widths: list[list[int]]
+    objective: float
     latency_s: float
     quality: float
 
@@ -82,6 +94,7 @@ class PlannerInfo(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fiel
     rate_rps: float
     slo_percentile: float
     latency_model: str = "roofline"  # or "profile"
+    width_trials: list[WidthTrial] = msgspec.field(default_factory=list)  # tiers with candidate widths
 
 
 class PlanWorkload(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):

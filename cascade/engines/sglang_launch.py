@@ -205,16 +205,27 @@ def _servers(placed: list[tuple[_Replica, list[tuple[int, list[int]]]]], hosts: 
 
 def _gateway_config(plan: Plan, servers: list[Server], api_key: str = "") -> str:
     return gateway_config(plan.tiers, [(s.tier, "sglang", s.url, s.model) for s in servers if s.node_rank == 0],
-                          api_key)
+                          api_key, widths=plan_widths(plan))
 
 
-def gateway_config(tiers: list[str], backends: list[tuple[str, str, str, str]], api_key: str = "") -> str:
+def plan_widths(plan: Plan) -> dict[str, tuple[int, int]]:
+    return {d.tier: (d.branches, d.branches_to_finish) for d in plan.deployment}
+
+
+def gateway_config(tiers: list[str], backends: list[tuple[str, str, str, str]], api_key: str = "",
+                   widths: dict[str, tuple[int, int]] | None = None) -> str:
     """cascade.toml with one [[tiers]] per plan tier; backends are (tier, kind, url, model), each with
-    `api_key` when one is given (cascade.toml has no way to read it from the environment)."""
+    `api_key` when one is given (cascade.toml has no way to read it from the environment); `widths`:
+    the reasoning branches (N, M) the plan chose per tier, written where N > 1."""
     lines = ["# cascade.toml for this deployment; run: cascade serve --config cascade.toml --plan plan.json", ""]
     key = f", api_key = {json.dumps(api_key, ensure_ascii=False)}" if api_key else ""
     for tier in tiers:
-        lines += ["[[tiers]]", f'name = "{tier}"', "backends = ["]
+        lines += ["[[tiers]]", f'name = "{tier}"']
+        n, m = (widths or {}).get(tier, (1, 1))
+        if n > 1:
+            lines += [f"branches = {n}  # planned width: N branches, the first M to finish vote",
+                      f"branches_to_finish = {m}"]
+        lines += ["backends = ["]
         for owner, kind, url, model in backends:
             if owner == tier:
                 lines.append(f'  {{ kind = "{kind}", url = "{url}", model = "{model}"{key} }},')

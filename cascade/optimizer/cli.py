@@ -194,6 +194,7 @@ def _plan(args: argparse.Namespace) -> int:
         "objective": primary.objective, "latency_s": primary.latency_s, "quality": primary.quality,
         "thresholds": primary.thresholds,
         "allocation": {d.tier: d.gpus for d in result.plan.deployment},
+        "widths": {d.tier: [d.branches, d.branches_to_finish] for d in result.plan.deployment},
         "solve_time_s": result.solve_time_s, "latency_model": result.instance.latency_model,
     }
     target = problem.quality.target
@@ -206,7 +207,9 @@ def _plan(args: argparse.Namespace) -> int:
     else:
         print(f"wrote {out}, {md}, {table_path}" + ("" if args.no_figure else f", {png}"))
         print(f"J = {primary.objective:.3f}: p95 {primary.latency_s:.2f} s, quality {primary.quality:.4f}, "
-              f"thresholds {primary.thresholds}, GPUs {summary['allocation']} ({result.solve_time_s:.2f} s)")
+              f"thresholds {primary.thresholds}, GPUs {summary['allocation']}"
+              + (f", widths (N, M) {summary['widths']}" if any(d.branches > 1 for d in result.plan.deployment) else "")
+              + f" ({result.solve_time_s:.2f} s)")
     return 0
 
 

@@ -181,7 +181,8 @@ def _embedded(name: str, tier: str, model: str, port: int) -> Engine:
 
 
 def gateway_config(plan: Plan, engines: list[Engine]) -> str:
-    return sglang_launch.gateway_config(plan.tiers, [(e.tier, e.kind, e.url, e.model) for e in engines])
+    return sglang_launch.gateway_config(plan.tiers, [(e.tier, e.kind, e.url, e.model) for e in engines],
+                                        widths=sglang_launch.plan_widths(plan))
 
 
 def render(engines: list[Engine], config_toml: str, api_key_env: str = DEFAULT_API_KEY_ENV) -> str:

@@ -17,7 +17,7 @@ from cascade.optimizer.instance import Instance
 from cascade.optimizer.parallelism import TierTable
 from cascade.optimizer.roofline import Shape
 from cascade.optimizer.search import Deployment
-from cascade.optimizer.simulator import simulate
+from cascade.optimizer.simulator import simulate_branches
 
 
 def e2e_latencies(inst: Instance, tables: list[TierTable], deployment: Deployment, ks: tuple[int, ...],
@@ -58,9 +58,10 @@ def _serve_tier(inst: Instance, tier: int, table: TierTable, deployment: Deploym
             continue
         order = mine[np.argsort(entry[here[mine]], kind="stable")]
         cost = inst.costs[tier][Shape(replica.tp, replica.pp)]
-        result = simulate(cost, entry[here[order]], inst.input_tokens[rows[here[order]]],
-                          inst.output_tokens[rows[here[order]], tier], kv_capacity_tokens=cost.kv_capacity_tokens,
-                          max_batch=settings.max_batch, max_prefill_tokens=settings.max_prefill_tokens)
+        result = simulate_branches(cost, entry[here[order]], inst.input_tokens[rows[here[order]]],
+                                   inst.decode_lengths(tier, rows[here[order]]),
+                                   kv_capacity_tokens=cost.kv_capacity_tokens, max_batch=settings.max_batch,
+                                   max_prefill_tokens=settings.max_prefill_tokens)
         finish[order] = entry[here[order]] + result.latency_s
     return finish
 

@@ -5,7 +5,7 @@ induces (cached)."""
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -24,6 +24,7 @@ from cascade.optimizer.parallelism import (
 from cascade.optimizer.problem import FileOutcomes, Problem, SyntheticOutcomes, TierSpec
 from cascade.optimizer.profile import ProfileCost, load_profile
 from cascade.optimizer.roofline import ReplicaCost, RooflineCost, Shape, valid_shape
+from cascade.optimizer.widths import SINGLE, Width, WidthResult, vote
 
 
 @dataclass
@@ -39,6 +40,10 @@ class Instance:
     costs: list[dict[Shape, ReplicaCost]]  # candidate shapes per tier
     settings: list[SimSettings]
     rate_rps: float
+    # Each tier's reasoning width, and for a width with N > 1 the tokens each branch decodes, (n, N).
+    widths: list[Width] = field(default_factory=list)
+    branch_tokens: list[np.ndarray | None] = field(default_factory=list)
+    quality_span: float | None = None  # J's shortfall normalizer, shared by plans at several widths
     curves: dict[tuple[int, Shape, str], ReplicaCurve] = field(default_factory=dict)
 
     @property
@@ -61,12 +66,17 @@ class Instance:
         reach = routing.reach(self.data, routing.final_tier(self.data, ks))
         return [self._tier_table(i, reach[:, i]) for i in range(len(self.names))]
 
+    def decode_lengths(self, tier: int, rows: np.ndarray) -> np.ndarray:
+        """What the tier's engine decodes for these rows: (rows,) lengths, or (rows, N) with branches."""
+        branches = self.branch_tokens[tier] if self.branch_tokens else None
+        return self.output_tokens[rows, tier] if branches is None else branches[rows]
+
     def _tier_table(self, tier: int, rows_mask: np.ndarray) -> TierTable:
         rows = np.flatnonzero(rows_mask)
         if len(rows) == 0:  # no traffic: keep the tier's full mix so that its table stays defined
             rows = np.arange(len(rows_mask))
         key = hashlib.sha256(rows.tobytes()).hexdigest()
-        inputs, outputs = self.input_tokens[rows], self.output_tokens[rows, tier]
+        inputs, outputs = self.input_tokens[rows], self.decode_lengths(tier, rows)
         curves = []
         for shape, cost in self.costs[tier].items():
             cache_key = (tier, shape, key)
@@ -76,18 +86,25 @@ class Instance:
         return TierTable(curves, self.total_gpus)
 
 
-def load_instance(problem: Problem, base_dir: Path, lengths: workload.LengthScale | None = None) -> Instance:
-    """`lengths` rescales the workload's token counts (a re-plan from observed traffic)."""
+def load_instance(problem: Problem, base_dir: Path, lengths: workload.LengthScale | None = None,
+                  widths: list[Width] | None = None) -> Instance:
+    """`lengths` rescales the workload's token counts (a re-plan from observed traffic). `widths`: each
+    tier's reasoning width (default: its first candidate); a tier's outcomes are then its width's
+    (cascade/optimizer/widths.py)."""
+    chosen = widths or [t.candidate_widths[0] for t in problem.tiers]
+    if len(chosen) != len(problem.tiers):
+        raise ConfigError(f"{len(chosen)} widths for {len(problem.tiers)} tiers")
     names = [t.name for t in problem.tiers]
     profiled = [[_profile(i, path, base_dir) for path in t.profiles] for i, t in enumerate(problem.tiers)]
     gpu = cards.load_gpu(problem.cluster.gpu) if not all(profiled) else None
     models = [None if profiled[i] else cards.load_model(t.model) for i, t in enumerate(problem.tiers)]
-    outcomes = _outcomes(problem, base_dir)
+    outcomes, results = _with_widths(_outcomes(problem, base_dir), chosen)
     rng = np.random.default_rng(problem.search.seed)
     inputs, outputs, rate = workload.resolve(problem.workload, outcomes, base_dir,
                                              isinstance(problem.outcomes, SyntheticOutcomes), rng)
     if lengths is not None:
         inputs, outputs = lengths.apply(inputs, outputs)
+    branch_tokens = [None if r is None else _branch_lengths(r, outputs[:, i]) for i, r in enumerate(results)]
     data = _routing_data(problem, outcomes)
     settings = [SimSettings(requests=problem.search.sim_requests, percentile=problem.slo.percentile,
                             max_batch=t.max_batch, max_prefill_tokens=t.max_prefill_tokens,
@@ -104,7 +121,8 @@ def load_instance(problem: Problem, base_dir: Path, lengths: workload.LengthScal
             served.append(model.hf_id)
         costs.append(_keep_fitting(problem, tier, candidates, inputs, outputs[:, i], settings[i]))
     return Instance(problem=problem, names=names, gpu=gpu, models=models, served_models=served, data=data,
-                    input_tokens=inputs, output_tokens=outputs, costs=costs, settings=settings, rate_rps=rate)
+                    input_tokens=inputs, output_tokens=outputs, costs=costs, settings=settings, rate_rps=rate,
+                    widths=list(chosen), branch_tokens=branch_tokens)
 
 
 def _outcomes(problem: Problem, base_dir: Path) -> Outcomes:
@@ -114,9 +132,36 @@ def _outcomes(problem: Problem, base_dir: Path) -> Outcomes:
         path = Path(spec.path)
         found = load_outcomes(path if path.is_absolute() else base_dir / path, keys)
     else:
+        widest = max(w.n for t in problem.tiers for w in t.candidate_widths)
         found = synthetic.gsm8k_like(keys, n=spec.n, seed=spec.seed, skills=spec.skills,
-                                     output_medians=spec.output_medians)
+                                     output_medians=spec.output_medians, branches=widest,
+                                     correlation=spec.branch_correlation)
     return found
+
+
+def _with_widths(outcomes: Outcomes, chosen: list[Width]) -> tuple[Outcomes, list[WidthResult | None]]:
+    """The outcomes as each tier's width answers them: its voted answer's correctness and score, and the
+    M-th finisher's length as the request's output length."""
+    results: list[WidthResult | None] = []
+    correct, score, output = outcomes.correct.copy(), outcomes.score.copy(), outcomes.output_tokens.copy()
+    for i, width in enumerate(chosen):
+        if width == SINGLE:
+            results.append(None)
+            continue
+        draws = outcomes.branches[i] if i < len(outcomes.branches) else None
+        if draws is None:
+            raise ConfigError(f"tier `{outcomes.tiers[i]}`: width {width} needs reasoning branches per prompt; "
+                              f"these outcomes hold one answer per tier (synthetic outcomes draw branches)")
+        result = vote(draws, width)
+        correct[:, i], score[:, i], output[:, i] = result.correct, result.score, result.finish_tokens
+        results.append(result)
+    return replace(outcomes, correct=correct, score=score, output_tokens=output), results
+
+
+def _branch_lengths(result: WidthResult, outputs: np.ndarray) -> np.ndarray:
+    """Branch lengths scaled as the workload scaled the request's own (M-th finisher's) length."""
+    scale = outputs / np.maximum(result.finish_tokens, 1.0)
+    return np.maximum(1, np.round(result.branch_tokens * scale[:, None])).astype(np.int64)
 
 
 def _routing_data(problem: Problem, outcomes: Outcomes) -> routing.RoutingData:

@@ -23,6 +23,7 @@ import numpy as np
 from cascade.data.datasets import DatasetError
 from cascade.data.outcomes import OutcomeRow, read_rows
 from cascade.errors import ConfigError
+from cascade.optimizer.widths import BranchDraws
 
 
 @dataclass(frozen=True)
@@ -34,6 +35,8 @@ class Outcomes:
     score: np.ndarray  # (n, tiers), NaN where unknown
     difficulty: np.ndarray  # (n,), NaN where unknown
     ids: tuple[str, ...] = ()  # the rows' `id`s, when read from a file
+    # Per tier (ladder order), independent reasoning branches per row, where known (synthetic outcomes).
+    branches: tuple[BranchDraws | None, ...] = ()
 
     @property
     def n(self) -> int:

@@ -21,6 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import msgspec
 import numpy as np
 
 from cascade.optimizer import evaluate, routing, search
@@ -28,8 +29,18 @@ from cascade.optimizer.instance import Instance, load_instance
 from cascade.optimizer.milp import SolverError, solve_dp, solve_highs, weighted
 from cascade.optimizer.parallelism import TierTable
 from cascade.optimizer.problem import Problem
+from cascade.optimizer.widths import Width
 from cascade.optimizer.workload import LengthScale
-from cascade.plan import FrontPoint, OperatingPoint, Plan, PlannerInfo, PlanWorkload, ReplicaSet, TierDeployment
+from cascade.plan import (
+    FrontPoint,
+    OperatingPoint,
+    Plan,
+    PlannerInfo,
+    PlanWorkload,
+    ReplicaSet,
+    TierDeployment,
+    WidthTrial,
+)
 
 Progress = Callable[[str], None]
 PolicyFactory = Callable[[Instance, list[TierTable]], search.Policy]
@@ -54,10 +65,21 @@ class PlanResult:
 
 def plan_problem(problem: Problem, base_dir: Path, progress: Progress | None = None,
                  lengths: LengthScale | None = None) -> PlanResult:
-    """`lengths` rescales the workload's token counts (`cascade optimize drift --spec` re-plans)."""
+    """`lengths` rescales the workload's token counts (`cascade optimize drift --spec` re-plans). Tiers
+    with several candidate reasoning widths get theirs by coordinate descent around the bi-level plan."""
+    if all(len(t.candidate_widths) == 1 for t in problem.tiers):
+        return plan_at_widths(problem, base_dir, progress, lengths)
+    return choose_widths(problem, base_dir, progress, lengths)
+
+
+def plan_at_widths(problem: Problem, base_dir: Path, progress: Progress | None = None,
+                   lengths: LengthScale | None = None, widths: list[Width] | None = None,
+                   quality_span: float | None = None) -> PlanResult:
+    """The bi-level plan with each tier's reasoning width fixed (default: its first candidate)."""
     started = time.perf_counter()
     say = progress or (lambda _: None)
-    inst = load_instance(problem, base_dir, lengths)
+    inst = load_instance(problem, base_dir, lengths, widths)
+    inst.quality_span = quality_span
     primary, tables, history = bilevel(inst, say)
     deployment = solve_deployment(inst, tables, primary.ks)
     evaluator = _evaluator(inst, joint(inst, tables))
@@ -74,13 +96,60 @@ def plan_problem(problem: Problem, base_dir: Path, progress: Progress | None = N
                       front=front, points=points, history=history, solve_time_s=elapsed)
 
 
+def choose_widths(problem: Problem, base_dir: Path, progress: Progress | None = None,
+                  lengths: LengthScale | None = None) -> PlanResult:
+    """Coordinate descent over the tiers' candidate widths: each round tries every width of one tier with
+    the others fixed (a whole bi-level plan each: a width changes the tier's quality, its answers' lengths
+    and the branches its engine runs, so thresholds and GPUs follow) and keeps the lowest J; it stops
+    when a round changes nothing, or after `search.width_rounds`. J's shortfall is normalized by the
+    first candidate combination's quality range, so that plans at different widths compare."""
+    say = progress or (lambda _: None)
+    started = time.perf_counter()
+    options = [t.candidate_widths for t in problem.tiers]
+    current = [o[0] for o in options]
+    tried: dict[tuple[Width, ...], PlanResult] = {}
+
+    def plan(widths: list[Width], span: float | None) -> PlanResult:
+        key = tuple(widths)
+        if key not in tried:
+            result = tried[key] = plan_at_widths(problem, base_dir, None, lengths, widths, span)
+            say(f"widths {' '.join(str(w) for w in widths)}: J = {result.primary.objective:.3f} "
+                f"(L = {result.primary.latency_s:.2f} s, Q = {result.primary.quality:.3f})")
+        return tried[key]
+
+    span = search.quality_span(plan(current, None).instance.data)
+    for _ in range(problem.search.width_rounds):
+        changed = False
+        for i, candidates in enumerate(options):
+            if len(candidates) == 1:
+                continue
+            trials = {w: plan([*current[:i], w, *current[i + 1:]], span) for w in candidates}
+            # Ties go to the narrower width: the same J for fewer decoded tokens.
+            pick = min(trials, key=lambda w: (trials[w].primary.objective, trials[w].primary.latency_s, w.n, w.m))
+            if pick != current[i]:
+                current[i], changed = pick, True
+        if not changed:
+            break
+    best = tried[tuple(current)]
+    record = [WidthTrial(widths=[[w.n, w.m] for w in key], objective=round(r.primary.objective, 4),
+                         latency_s=round(r.primary.latency_s, 3), quality=round(r.primary.quality, 4))
+              for key, r in tried.items()]
+    assert best.plan.planner is not None
+    info = msgspec.structs.replace(best.plan.planner, width_trials=record,
+                                   solve_time_s=round(time.perf_counter() - started, 3))
+    best.plan = msgspec.structs.replace(best.plan, planner=info)
+    best.solve_time_s = info.solve_time_s
+    return best
+
+
 def _exact(inst: Instance) -> bool:
     return inst.problem.cluster.allocation == "exact"
 
 
 def _evaluator(inst: Instance, policy: search.Policy, q_min: float | None = None) -> search.Evaluator:
     q = inst.problem.quality
-    return search.Evaluator(inst.data, inst.rate_rps, policy, q.target if q_min is None else q_min, q.mu)
+    return search.Evaluator(inst.data, inst.rate_rps, policy, q.target if q_min is None else q_min, q.mu,
+                            inst.quality_span)
 
 
 def bilevel(inst: Instance, say: Progress, factory: PolicyFactory = joint
@@ -222,6 +291,7 @@ def build_plan(inst: Instance, tables: list[TierTable], deployment: search.Deplo
         sets = [ReplicaSet(tp=r.tp, pp=r.pp, count=r.count) for r in tables[i].replicas(g, f) if r.count > 0]
         tiers.append(TierDeployment(
             tier=spec.name, gpus=f, replicas=sum(r.count for r in sets), tp=sets[0].tp, pp=sets[0].pp,
+            branches=inst.widths[i].n, branches_to_finish=inst.widths[i].m,
             model=inst.served_models[i], replica_sets=sets if len(sets) > 1 else [],
             arrival_rate_rps=round(float(rates[i]), 4),
             predicted_p95_latency_s=round(tables[i].group_latency(g, f, float(rates[i])), 3),

@@ -3,6 +3,7 @@
     [cluster]   gpu = "h100-sxm", gpus = 32, gpus_per_node = 8
     [[tiers]]   name = "r1-7b", model = "deepseek-r1-distill-qwen-7b"   (cheapest first; roofline costs)
                 or  profile = "profiles/r1-7b.json"   (measured by `cascade profile`: replaces the roofline)
+                widths = [[1, 1], [4, 2], [8, 5]]     (reasoning branch widths for the planner to choose)
     [workload]  rate_rps = 12.0   (+ where missing lengths come from: dataset = "gsm8k" | trace = "burstgpt.csv"
                                      | lognormal input_tokens / output_tokens; see optimizer/workload.py)
     [outcomes]  kind = "file", path = "outcomes.jsonl"   or   kind = "synthetic", n = 1000, seed = 0
@@ -24,8 +25,10 @@ import msgspec
 from cascade.config import Name, PositiveFloat, PositiveInt, decode_toml
 from cascade.errors import ConfigError
 from cascade.optimizer.roofline import Efficiency
+from cascade.optimizer.widths import Width
 
 Unit = Annotated[float, msgspec.Meta(ge=0, le=1)]
+MAX_BRANCHES = 32  # per request; the simulator runs every branch as a sequence
 Percentile = Annotated[float, msgspec.Meta(gt=0, lt=100)]
 
 
@@ -53,9 +56,18 @@ class TierSpec(_Strict, frozen=True):
     column: str = ""  # the tier's key in the outcomes rows; default: name
     max_batch: PositiveInt = 256  # SGLang --max-running-requests
     max_prefill_tokens: PositiveInt = 16384
-    # Reasoning setting (SART branches). The planner models one branch per request for now.
+    # Reasoning branch width (SART, cascade/optimizer/widths.py): N branches launched, M that must finish.
+    # Fixed by `branches` / `branches_to_finish`, or chosen by the planner among `widths` ([[N, M], ...]).
     branches: PositiveInt = 1
     branches_to_finish: PositiveInt = 1
+    widths: list[tuple[PositiveInt, PositiveInt]] = msgspec.field(default_factory=list)
+
+    @property
+    def candidate_widths(self) -> list[Width]:
+        """The widths the planner may give this tier (one: a fixed width)."""
+        if self.widths:
+            return [Width(n, m) for n, m in self.widths]
+        return [Width(self.branches, self.branches_to_finish)]
 
     @property
     def outcome_key(self) -> str:
@@ -104,6 +116,9 @@ class SyntheticOutcomes(_Strict, frozen=True, tag="synthetic", tag_field="kind")
     seed: int = 0
     skills: list[float] | None = None
     output_medians: list[float] | None = None
+    # Reasoning branches (drawn only when a tier's width has N > 1): how often a branch repeats the tier's
+    # first answer rather than being drawn afresh (errors of one model on one prompt correlate).
+    branch_correlation: Unit = 0.5
 
 
 OutcomesSpec = FileOutcomes | SyntheticOutcomes
@@ -143,6 +158,9 @@ class SearchSpec(_Strict, frozen=True):
     # latency over all tiers (predictions are not more accurate than a few percent anyway).
     latency_slack: Annotated[float, msgspec.Meta(ge=0, le=0.5)] = 0.02
     front_generations: PositiveInt = 10
+    # Tiers with several candidate `widths`: rounds of coordinate descent over them (each tier's widths
+    # tried with the others fixed, a full plan each), stopping early once a round changes nothing.
+    width_rounds: PositiveInt = 2
 
 
 class Problem(_Strict, frozen=True):
@@ -166,8 +184,22 @@ class Problem(_Strict, frozen=True):
             if not tier.model and not tier.profiles:
                 raise ConfigError(f"`tiers[{i}].model` is missing: name a card in models/gpu-models/, "
                                   f"or give `tiers[{i}].profile` (a file from `cascade profile`)")
-            if tier.branches != 1 or tier.branches_to_finish != 1:
-                raise ConfigError(f"`tiers[{i}].branches`: the planner models one branch per request so far")
+            _check_widths(i, tier)
+
+
+def _check_widths(index: int, tier: TierSpec) -> None:
+    where = f"`tiers[{index}]`"
+    if tier.widths and (tier.branches, tier.branches_to_finish) != (1, 1):
+        raise ConfigError(f"{where}: give either `widths` (the planner chooses) or `branches` / "
+                          f"`branches_to_finish` (fixed), not both")
+    pairs = tier.widths or [(tier.branches, tier.branches_to_finish)]
+    for n, m in pairs:
+        if m > n:
+            raise ConfigError(f"{where}: width ({n}, {m}) has more branches to finish than it launches (M <= N)")
+        if n > MAX_BRANCHES:
+            raise ConfigError(f"{where}: width ({n}, {m}) launches more than {MAX_BRANCHES} branches")
+    if len(set(pairs)) != len(pairs):
+        raise ConfigError(f"{where}.widths lists a width twice: {pairs}")
 
 
 def load_problem(path: str | Path) -> tuple[Problem, Path]:

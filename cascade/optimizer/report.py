@@ -34,11 +34,17 @@ def markdown(plan: Plan, problem_path: str = "") -> str:
             + ("(measured step costs from `cascade profile`)." if info.latency_model == "profile" else
                "(roofline estimates for tiers without a measured profile)."),
         ]
-    lines += ["", "## Deployment", "", "| tier | model | GPUs | replicas | rate (req/s) | capacity (req/s) | p95 (s) |",
-              "|---|---|---|---|---|---|---|"]
+    lines += ["", "## Deployment", "",
+              "| tier | model | GPUs | replicas | branches (N, M) | rate (req/s) | capacity (req/s) | p95 (s) |",
+              "|---|---|---|---|---|---|---|---|"]
     for d in plan.deployment:
-        lines.append(f"| {d.tier} | {d.model} | {d.gpus} | {_replicas(d)} | {_fmt(d.arrival_rate_rps)} | "
-                     f"{_fmt(d.capacity_rps)} | {_fmt(d.predicted_p95_latency_s)} |")
+        lines.append(f"| {d.tier} | {d.model} | {d.gpus} | {_replicas(d)} | ({d.branches}, {d.branches_to_finish}) | "
+                     f"{_fmt(d.arrival_rate_rps)} | {_fmt(d.capacity_rps)} | {_fmt(d.predicted_p95_latency_s)} |")
+    if info is not None and info.width_trials:
+        lines += ["", f"## Reasoning widths tried ({len(info.width_trials)} plans, coordinate descent; lowest J kept)",
+                  "", "| widths (N, M) per tier | J | p95 (s) | quality |", "|---|---|---|---|"]
+        lines += [f"| {' '.join(f'({n}, {m})' for n, m in t.widths)} | {t.objective:.3f} | {t.latency_s:.2f} | "
+                  f"{t.quality:.4f} |" for t in sorted(info.width_trials, key=lambda t: t.objective)]
     lines += ["", "## Operating points", "",
               "| hint | thresholds | quality (target) | tier shares | worst-tier p95 (s) | end-to-end p95 (s) "
               "| throughput (req/s) |", "|---|---|---|---|---|---|---|"]

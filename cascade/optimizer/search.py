@@ -46,6 +46,12 @@ class Evaluation:
     deployment: Deployment | None
 
 
+def quality_span(data: routing.RoutingData) -> float:
+    """z1 - z2 (all on the top tier minus all on tier 0), 1 when the tiers do not differ."""
+    z1, z2 = routing.quality_bounds(data)
+    return z1 - z2 if z1 - z2 > 1e-9 else 1.0
+
+
 # A policy maps per-tier arrival rates to (L, deployment); it is where the baselines differ.
 Policy = Callable[[np.ndarray], tuple[float, Deployment | None]]
 
@@ -94,10 +100,12 @@ def fixed_deployment_policy(tables: list[TierTable], deployment: Deployment) -> 
 class Evaluator:
     """Memoized J(theta) for one routing data set, rate, policy and quality target."""
 
-    def __init__(self, data: routing.RoutingData, rate_rps: float, policy: Policy, q_min: float, mu: float) -> None:
+    def __init__(self, data: routing.RoutingData, rate_rps: float, policy: Policy, q_min: float, mu: float,
+                 span: float | None = None) -> None:
+        """`span`: the quality range normalizing J's shortfall (default z1 - z2 of `data`); plans at other
+        reasoning widths pass the same one so that their J compare."""
         self.data, self.rate, self.policy, self.q_min, self.mu = data, rate_rps, policy, q_min, mu
-        z1, z2 = routing.quality_bounds(data)
-        self.span = z1 - z2 if z1 - z2 > 1e-9 else 1.0
+        self.span = span if span is not None else quality_span(data)
         self.memo: dict[tuple[int, ...], Evaluation] = {}
 
     def __call__(self, ks: tuple[int, ...]) -> Evaluation:

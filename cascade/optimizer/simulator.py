@@ -177,6 +177,37 @@ def simulate(cost: StepCost, arrivals: np.ndarray, input_tokens: np.ndarray, out
     return SimResult(latency_s=latency, ttft_s=np.asarray(first) - arrivals, stable=stable)
 
 
+def fan_out(arrivals: np.ndarray, input_tokens: np.ndarray, output_tokens: np.ndarray
+            ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Requests as the sequences an engine runs: with `output_tokens` of shape (requests, N), each
+    request's branches (lengths > 0) arrive with it and share its prompt. Returns per-sequence arrivals,
+    prompt and output lengths, and the index of each request's first sequence (1-D: the requests)."""
+    if output_tokens.ndim == 1:
+        return arrivals, input_tokens, output_tokens, np.arange(len(arrivals))
+    live = output_tokens > 0
+    if not live.any(axis=1).all():
+        raise ValueError("every request needs at least one branch with a positive length")
+    per_request = live.sum(axis=1)
+    starts = np.concatenate([[0], np.cumsum(per_request)[:-1]])
+    return (np.repeat(arrivals, per_request), np.repeat(input_tokens, per_request), output_tokens[live],
+            starts)
+
+
+def simulate_branches(cost: StepCost, arrivals: np.ndarray, input_tokens: np.ndarray, output_tokens: np.ndarray, *,
+                      kv_capacity_tokens: int, max_batch: int = 256, max_prefill_tokens: int = 16384,
+                      warm: WarmBatch | None = None) -> SimResult:
+    """`simulate` per request: with branches (`output_tokens` (requests, N), the lengths each branch decodes),
+    a request's latency is its last branch's and its first token its first branch's. Each branch holds its
+    own copy of the prompt in the KV cache (no prefix sharing: conservative for SGLang's radix cache)."""
+    limits = dict(kv_capacity_tokens=kv_capacity_tokens, max_batch=max_batch, max_prefill_tokens=max_prefill_tokens)
+    seq_arrivals, seq_inputs, seq_outputs, starts = fan_out(arrivals, input_tokens, output_tokens)
+    result = simulate(cost, seq_arrivals, seq_inputs, seq_outputs, **limits, warm=warm)
+    if output_tokens.ndim == 1:
+        return result
+    return SimResult(latency_s=np.maximum.reduceat(result.latency_s, starts),
+                     ttft_s=np.minimum.reduceat(result.ttft_s, starts), stable=result.stable)
+
+
 def steady_batch(cost: StepCost, rate_rps: float, input_tokens: np.ndarray, output_tokens: np.ndarray,
                  max_batch: int, rng: np.random.Generator) -> WarmBatch:
     """A batch as Little's law expects it at this rate: B = rate * (time a request spends decoding),
@@ -214,13 +245,16 @@ def replica_percentile(cost: StepCost, rate_rps: float, input_tokens: np.ndarray
     (inf when overloaded)."""
     if rate_rps <= 0:
         raise ValueError("rate_rps must be > 0")
-    warm = steady_batch(cost, rate_rps, input_tokens, output_tokens, max_batch, np.random.default_rng(seed))
+    # The warm batch holds sequences: with branches, every branch of a request is one.
+    _, seq_inputs, seq_outputs, _ = fan_out(np.zeros(len(input_tokens)), input_tokens, output_tokens)
+    seq_rate = rate_rps * len(seq_outputs) / len(input_tokens)
+    warm = steady_batch(cost, seq_rate, seq_inputs, seq_outputs, max_batch, np.random.default_rng(seed))
     while sum(warm.input_tokens) + sum(warm.output_tokens) > kv_capacity_tokens and warm.output_tokens:
         warm = WarmBatch(input_tokens=warm.input_tokens[:-1], output_tokens=warm.output_tokens[:-1],
                          done_tokens=warm.done_tokens[:-1])
-    result = simulate(cost, poisson_arrivals(rate_rps, unit_gaps), input_tokens, output_tokens,
-                      kv_capacity_tokens=kv_capacity_tokens, max_batch=max_batch,
-                      max_prefill_tokens=max_prefill_tokens, warm=warm)
+    result = simulate_branches(cost, poisson_arrivals(rate_rps, unit_gaps), input_tokens, output_tokens,
+                               kv_capacity_tokens=kv_capacity_tokens, max_batch=max_batch,
+                               max_prefill_tokens=max_prefill_tokens, warm=warm)
     return result.percentile(percentile)
 
 
@@ -228,8 +262,8 @@ def saturation_rps(cost: StepCost, input_tokens: np.ndarray, output_tokens: np.n
                    kv_capacity_tokens: int, max_batch: int, max_prefill_tokens: int) -> float:
     """Requests/s with every request queued at time 0 (a full batch all along): the capacity."""
     n = len(input_tokens)
-    result = simulate(cost, np.zeros(n), input_tokens, output_tokens, kv_capacity_tokens=kv_capacity_tokens,
-                      max_batch=max_batch, max_prefill_tokens=max_prefill_tokens)
+    result = simulate_branches(cost, np.zeros(n), input_tokens, output_tokens, kv_capacity_tokens=kv_capacity_tokens,
+                               max_batch=max_batch, max_prefill_tokens=max_prefill_tokens)
     # Measure over the first 80% of completions: the tail drains a shrinking batch.
     finish = np.sort(result.latency_s)
     return 0.8 * n / float(finish[int(0.8 * n) - 1])
@@ -237,7 +271,13 @@ def saturation_rps(cost: StepCost, input_tokens: np.ndarray, output_tokens: np.n
 
 def unloaded_percentile(cost: StepCost, input_tokens: np.ndarray, output_tokens: np.ndarray,
                         percentile: float = 95.0) -> float:
-    """The latency percentile when every request runs alone (no queueing, batch of one)."""
+    """The latency percentile when every request runs alone (no queueing; its branches, if any, together)."""
+    if output_tokens.ndim == 2:
+        alone_branches = [simulate_branches(cost, np.zeros(1), input_tokens[i:i + 1], output_tokens[i:i + 1],
+                                            kv_capacity_tokens=10**12, max_batch=10**6,
+                                            max_prefill_tokens=10**12).latency_s[0]
+                          for i in range(len(input_tokens))]
+        return float(np.percentile(alone_branches, percentile))
     coeffs = cost.decode_coeffs(1)
     alone = [cost.prefill_time(int(pi), float(pi) ** 2, 1) + decode_steps_time(coeffs, pi + 1, 1, max(0, int(oi) - 1))
              for pi, oi in zip(input_tokens.tolist(), output_tokens.tolist(), strict=True)]

@@ -1,0 +1,42 @@
+"""benchmarks/plan_widths.py on the small planning problem: every arm plans the same cluster, the planned arm
+reports the widths it chose, and its ratios against the fixed arms are read from the runs it printed."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from tests.optimizer.conftest import SMALL_PROBLEM
+
+SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "plan_widths.py"
+
+
+def test_planned_and_fixed_widths_plan_the_same_gpus_and_the_ratios_match_the_runs(tmp_path) -> None:
+    spec = tmp_path / "problem.toml"
+    spec.write_text(SMALL_PROBLEM.format(mode="cascade").replace('metric = "correct"', 'metric = "score"'))
+    done = subprocess.run([sys.executable, str(SCRIPT), "--spec", str(spec), "--targets", "0.75,0.8",
+                           "--widths", "1,1:3,2", "--fixed", "3,2", "--plot", str(tmp_path / "w.png")],
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr
+    out = json.loads(done.stdout)
+    runs = {(r["target"], r["arm"]): r for r in out["runs"]}
+    assert set(runs) == {(t, a) for t in (0.75, 0.8) for a in ("fixed-1", "fixed-3,2", "planned")}
+    for (_, arm), run in runs.items():
+        assert sum(run["gpus"].values()) == 8
+        assert run["latency_envelope_s"] <= run["latency_s"]
+        if arm == "fixed-3,2":
+            assert all(w == [3, 2] for w in run["widths"].values())
+        if arm == "planned":
+            assert all(w in ([1, 1], [3, 2]) for w in run["widths"].values()) and run["plans_tried"] >= 2
+    assert runs[(0.8, "fixed-3,2")]["tokens_per_request"] > runs[(0.8, "fixed-1")]["tokens_per_request"]
+    ratio = out["ratios"]["0.8"]["latency_s_vs_fixed-1"]
+    assert ratio == round(runs[(0.8, "planned")]["latency_s"] / runs[(0.8, "fixed-1")]["latency_s"], 3)
+    assert (tmp_path / "w.png").stat().st_size > 0
+
+
+def test_a_bad_width_list_is_one_line_and_exit_2() -> None:
+    done = subprocess.run([sys.executable, str(SCRIPT), "--widths", "1;1"], capture_output=True, text=True,
+                          timeout=60)
+    assert done.returncode == 2 and done.stderr.count("\n") == 1 and "--widths" in done.stderr

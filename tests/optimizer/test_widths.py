@@ -1,0 +1,172 @@
+"""Branch width (N, M) in the planner: what a width returns, what it runs, and how the plan chooses it."""
+
+from __future__ import annotations
+
+import msgspec
+import numpy as np
+import pytest
+
+from cascade.config import load_config
+from cascade.engines.sglang_launch import gateway_config
+from cascade.errors import ConfigError
+from cascade.optimizer import simulator, synthetic
+from cascade.optimizer.cards import load_gpu, load_model
+from cascade.optimizer.planner import plan_problem
+from cascade.optimizer.problem import FileOutcomes, load_problem
+from cascade.optimizer.roofline import RooflineCost, Shape
+from cascade.optimizer.widths import SINGLE, BranchDraws, Width, vote
+
+from .conftest import SMALL_PROBLEM
+
+
+def draws(answers: list[list[int]], tokens: list[list[int]], scores: list[list[float]] | None = None) -> BranchDraws:
+    a = np.array(answers)
+    return BranchDraws(answer=a, score=np.array(scores) if scores else np.where(a == 0, 0.9, 0.2),
+                       tokens=np.array(tokens))
+
+
+def test_the_first_m_to_finish_vote_and_ties_go_to_the_earliest_finisher() -> None:
+    # Branch 2 (answer 0, the reference) finishes first, then branches 0 and 1 (both answer 1).
+    d = draws([[1, 1, 0]], [[20, 30, 10]], [[0.3, 0.4, 0.95]])
+    first = vote(d, Width(3, 1))
+    assert first.correct[0] == 1 and first.score[0] == 0.95 and first.finish_tokens[0] == 10
+    tie = vote(d, Width(3, 2))  # {0, 1}: one vote each, the earliest finisher's answer wins
+    assert tie.correct[0] == 1 and tie.finish_tokens[0] == 20
+    assert tie.branch_tokens.tolist() == [[20, 20, 10]]  # branch 1 stopped when the second finished
+    majority = vote(d, Width(3, 3))
+    assert majority.correct[0] == 0 and majority.score[0] == 0.3  # the earliest finisher giving answer 1
+    assert majority.decode_tokens[0] == 60
+
+
+def test_equal_lengths_finish_in_sampling_order() -> None:
+    d = draws([[2, 0, 0]], [[50, 50, 50]])
+    assert vote(d, Width(3, 1)).correct[0] == 0
+    assert vote(d, Width(3, 3)).correct[0] == 1
+
+
+def test_a_width_needs_m_at_most_n_and_enough_branches() -> None:
+    with pytest.raises(ValueError, match="1 <= m <= n"):
+        Width(2, 3)
+    with pytest.raises(ValueError, match="needs 4 branches"):
+        vote(draws([[0, 1]], [[5, 6]]), Width(4, 2))
+
+
+def test_synthetic_branches_leave_the_single_answer_outcomes_unchanged_and_keep_each_branchs_accuracy() -> None:
+    tiers = ["a", "b"]
+    plain = synthetic.gsm8k_like(tiers, n=4000, seed=1)
+    wide = synthetic.gsm8k_like(tiers, n=4000, seed=1, branches=6, correlation=0.5)
+    for field in ("correct", "score", "output_tokens", "input_tokens", "difficulty"):
+        assert np.array_equal(getattr(plain, field), getattr(wide, field))
+    assert plain.branches == ()
+    for i in range(2):
+        d = wide.branches[i]
+        assert d is not None and d.count == 6
+        single = vote(d, SINGLE)
+        assert np.array_equal(single.correct, plain.correct[:, i]) and np.array_equal(single.score, plain.score[:, i])
+        # Every branch is marginally as accurate as the single answer (copies and fresh draws alike).
+        per_branch = (d.answer == 0).mean(axis=0)
+        assert np.all(np.abs(per_branch - plain.correct[:, i].mean()) < 0.03)
+    # Correlated errors: a wider vote helps, but less than independent branches would.
+    base = plain.correct[:, 0].mean()
+    assert base < vote(wide.branches[0], Width(5, 5)).correct.mean() < base + 0.1
+
+
+def test_correlation_one_makes_every_branch_the_same_answer() -> None:
+    wide = synthetic.gsm8k_like(["a"], n=500, seed=2, branches=4, correlation=1.0)
+    d = wide.branches[0]
+    assert d is not None and (d.answer == d.answer[:, :1]).all()
+    assert np.array_equal(vote(d, Width(4, 3)).correct, wide.correct[:, 0])
+
+
+def _cost() -> RooflineCost:
+    return RooflineCost(load_model("llama-3.1-8b"), load_gpu("h100-sxm"), Shape(1, 1))
+
+
+def test_a_request_with_branches_ends_with_its_last_branch_and_starts_with_its_first() -> None:
+    cost = _cost()
+    inputs, branches = np.array([100, 100]), np.array([[50, 80, 0], [40, 40, 40]])
+    grouped = simulator.simulate_branches(cost, np.array([0.0, 0.0]), inputs, branches,
+                                          kv_capacity_tokens=cost.kv_capacity_tokens)
+    flat = simulator.simulate(cost, np.zeros(5), np.full(5, 100), np.array([50, 80, 40, 40, 40]),
+                              kv_capacity_tokens=cost.kv_capacity_tokens)
+    assert grouped.latency_s.tolist() == [flat.latency_s[:2].max(), flat.latency_s[2:].max()]
+    assert grouped.ttft_s.tolist() == [flat.ttft_s[:2].min(), flat.ttft_s[2:].min()]
+    with pytest.raises(ValueError, match="at least one branch"):
+        simulator.simulate_branches(cost, np.zeros(1), np.array([10]), np.array([[0, 0]]),
+                                    kv_capacity_tokens=cost.kv_capacity_tokens)
+
+
+def test_four_branches_per_request_cut_a_replicas_request_capacity() -> None:
+    cost = _cost()
+    rng = np.random.default_rng(0)
+    inputs = rng.integers(50, 150, size=400)
+    outputs = rng.integers(200, 600, size=400)
+    limits = dict(kv_capacity_tokens=cost.kv_capacity_tokens, max_batch=256, max_prefill_tokens=16384)
+    one = simulator.saturation_rps(cost, inputs, outputs, **limits)
+    four = simulator.saturation_rps(cost, inputs, np.repeat(outputs[:, None], 4, axis=1), **limits)
+    assert 0.15 * one < four < 0.5 * one  # 4x the sequences; a fuller batch decodes them a little cheaper
+
+
+def _problem(tmp_path, extra_small: str = "", extra_large: str = "", mode: str = "cascade") -> tuple:
+    text = SMALL_PROBLEM.format(mode=mode)
+    text = text.replace('model = "llama-3.1-8b"\n', f'model = "llama-3.1-8b"\n{extra_small}')
+    text = text.replace('model = "deepseek-r1-distill-qwen-32b"\n',
+                        f'model = "deepseek-r1-distill-qwen-32b"\n{extra_large}')
+    if mode == "cascade":
+        text = text.replace('metric = "correct"', 'metric = "score"').replace("target = 0.85", "target = 0.80")
+    path = tmp_path / "problem.toml"
+    path.write_text(text)
+    return load_problem(path)
+
+
+def test_the_plan_keeps_the_width_with_the_lowest_objective_and_deploys_it(tmp_path) -> None:
+    problem, base = _problem(tmp_path, extra_small="widths = [[1, 1], [4, 3]]\n")
+    result = plan_problem(problem, base)
+    plan = result.plan
+    assert plan.planner is not None
+    trials = {tuple(map(tuple, t.widths)): t for t in plan.planner.width_trials}
+    assert set(trials) == {((1, 1), (1, 1)), ((4, 3), (1, 1))}
+    chosen = ((plan.deployment[0].branches, plan.deployment[0].branches_to_finish), (1, 1))
+    assert trials[chosen].objective == min(t.objective for t in trials.values())
+    assert result.instance.widths == [Width(*chosen[0]), SINGLE]
+    config = gateway_config(plan.tiers, [(t, "sglang", f"http://127.0.0.1:{30000 + i}", "m")
+                                         for i, t in enumerate(plan.tiers)],
+                            widths={d.tier: (d.branches, d.branches_to_finish) for d in plan.deployment})
+    path = tmp_path / "cascade.toml"
+    path.write_text(config)
+    tiers = {t.name: t for t in load_config(path).tiers}
+    assert (tiers["small"].branches, tiers["small"].branches_to_finish) == chosen[0]
+    assert tiers["large"].branches == 1
+
+
+def test_a_fixed_width_runs_every_branch_in_the_simulator(tmp_path) -> None:
+    narrow, base = _problem(tmp_path)
+    wide, _ = _problem(tmp_path, extra_small="branches = 4\nbranches_to_finish = 3\n")
+    one, four = plan_problem(narrow, base), plan_problem(wide, base)
+    assert four.plan.deployment[0].branches == 4
+    assert four.instance.branch_tokens[0] is not None and four.instance.branch_tokens[0].shape[1] == 4
+    cap = {p.instance.widths[0]: p.tables[0].curves[0].capacity_rps for p in (one, four)}
+    assert cap[Width(4, 3)] < 0.6 * cap[SINGLE]
+
+
+@pytest.mark.parametrize(("extra", "message"), [
+    ("widths = [[2, 3]]\n", "more branches to finish than it launches"),
+    ("widths = [[2, 1], [2, 1]]\n", "lists a width twice"),
+    ("widths = [[2, 1]]\nbranches = 2\n", "not both"),
+    ("widths = [[64, 1]]\n", "more than 32 branches"),
+    ("branches = 2\nbranches_to_finish = 3\n", "more branches to finish"),
+])
+def test_bad_widths_are_refused_with_the_tier_named(tmp_path, extra: str, message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        _problem(tmp_path, extra_small=extra)
+
+
+def test_outcomes_without_branches_cannot_plan_a_wide_tier(tmp_path) -> None:
+    rows = tmp_path / "outcomes.jsonl"
+    rows.write_text("\n".join(
+        f'{{"id": "x:{i}", "difficulty": {i / 40}, "tiers": {{"small": {{"correct": {str(i % 2 == 0).lower()}}}, '
+        f'"large": {{"correct": true}}}}}}' for i in range(40)) + "\n")
+    problem, base = _problem(tmp_path, extra_small="widths = [[1, 1], [3, 2]]\n", mode="route")
+    problem = msgspec.structs.replace(problem, outcomes=FileOutcomes(path=str(rows)))
+    with pytest.raises(ConfigError, match="needs reasoning branches per prompt"):
+        plan_problem(problem, base)
