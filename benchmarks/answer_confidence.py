@@ -2,9 +2,9 @@
 
 Method
   * Input: outcomes from `cascade label --logprobs` (cascade/data/outcomes.py); the cheap tier A and the strong
-    tier B are `--tiers A,B` (default: the first two tiers of the file's first row). Rows used: both tiers graded
-    and both with `token_confidence`. An answer cut off (finish_reason not `stop`/`tool_calls`) has confidence 0,
-    as cascade/router/acceptance.py reads it.
+    tier B are `--tiers A,B` (default: the first two tiers of the file's first row). Rows used: both tiers graded,
+    A's answer with `token_confidence` (B's statistics are reported where B has them on every row). An answer
+    cut off (finish_reason not `stop`/`tool_calls`) has confidence 0, as cascade/router/acceptance.py reads it.
   * Each way of choosing which prompts to escalate from A to B is a score (higher: escalate first), read as a
     router by cascade/router/evaluate.py (`routing_curve`, `apgr`; `apgr_interval`: seeded percentile bootstrap,
     1000 resamples, the scores held fixed):
@@ -14,6 +14,9 @@ Method
       - `mean`, `lowest_group`, `tail`: 1 - that statistic of A's answer (cascade/branches/confidence.py);
       - `combined`: out-of-fold logistic regression (same seeded 5 folds, stratified on A correct when each
         class has 5 rows) of A correct on [p_fail[A], logit lowest_group, logit mean]; 1 - P(A correct);
+      - `router` (with `--router DIR`): a trained router's p_fail[A], e.g. the embedded ladder's own router,
+        trained on other prompts: the prior the gateway would really use; `combined_router`: the out-of-fold
+        logistic mix with that p_fail in place of the out-of-fold prior;
       - `oracle` (RouteLLM's) and `random` (0.5) for reference.
   * Calibration per tier: logistic regression (L2, C=1) of correct on logit(`--statistic`) over the tier's
     complete answers, the map `[routing.confidence] calibration` takes: P = sigmoid(slope * logit(c) + intercept).
@@ -83,6 +86,21 @@ def prior_p_fail(rows: list[OutcomeRow], tiers: list[str], seed: int) -> np.ndar
     return cross_validated_p_fail(model, outcomes.prompts, outcomes.correct, outcomes.groups, folds=FOLDS, seed=seed)
 
 
+def router_p_fail(rows: list[OutcomeRow], router_dir: str, tier: str) -> np.ndarray:
+    """p_fail of `tier` from a trained router artifact (what the gateway's prior is), per row's prompt."""
+    from cascade.data.datasets import prompts_by_id
+    from cascade.router.artifact import load_router
+
+    model, card = load_router(router_dir)
+    if tier not in card.tiers:
+        raise ConfigError(f"router {router_dir} has no tier {tier!r}; it has {', '.join(card.tiers)}")
+    texts = {r.id: r.prompt for r in rows if r.prompt and r.id}
+    missing = {r.id for r in rows if r.id and r.id not in texts}
+    texts |= prompts_by_id(missing)
+    prompts = [r.prompt or texts[r.id or ""] for r in rows]
+    return np.asarray(model.predict_p_fail(prompts)[:, list(card.tiers).index(tier)])
+
+
 def out_of_fold_combined(features: np.ndarray, correct_a: np.ndarray, seed: int) -> np.ndarray:
     """1 - out-of-fold P(A correct) from a logistic regression on `features`."""
     from sklearn.linear_model import LogisticRegression
@@ -125,6 +143,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--statistic", choices=STATISTICS, default="lowest_group", help="the one to calibrate")
     parser.add_argument("--seed", type=int, default=0, help="CV folds and bootstrap (default 0)")
     parser.add_argument("--no-prior", action="store_true", help="skip the learned router (no prompt texts)")
+    parser.add_argument("--router", default="", help="also score by a trained router's p_fail of tier A "
+                        "(e.g. models/routers/embedded-gsm8k: the gateway's own prior, trained on other prompts)")
     parser.add_argument("--plot", default="")
     parser.add_argument("--out", default="")
     args = parser.parse_args(argv)
@@ -140,14 +160,16 @@ def main(argv: list[str] | None = None) -> int:
     unknown = [t for t in tiers if not any(t in row.tiers for row in all_rows)]
     if unknown:
         return fail(f"unknown tier(s) {', '.join(unknown)}; {args.outcomes} has {', '.join(all_rows[0].tiers)}")
-    rows = [r for r in all_rows if all(t in r.tiers and r.tiers[t].correct is not None
-                                       and r.tiers[t].token_confidence is not None for t in tiers)]
+    rows = [r for r in all_rows if all(t in r.tiers and r.tiers[t].correct is not None for t in tiers)
+            and r.tiers[tiers[0]].token_confidence is not None]
     if len(rows) < MIN_ROWS:
-        return fail(f"{len(rows)} rows have a graded answer with token_confidence on both {' and '.join(tiers)}; "
-                    f"need {MIN_ROWS} (label with `cascade label --logprobs`)")
+        return fail(f"{len(rows)} rows have graded answers on {' and '.join(tiers)} with token_confidence on "
+                    f"{tiers[0]}; need {MIN_ROWS} (label with `cascade label --logprobs`)")
     correct = np.array([[bool(r.tiers[t].correct) for t in tiers] for r in rows])
-    conf = {t: {s: confidence(rows, t, s) for s in STATISTICS} for t in tiers}
-    complete = {t: np.array([r.tiers[t].finish_reason in COMPLETE for r in rows]) for t in tiers}
+    # B's statistics only where every row has them (B may be a recorded model without logprobs).
+    scored = [t for t in tiers if all(r.tiers[t].token_confidence is not None for r in rows)]
+    conf = {t: {s: confidence(rows, t, s) for s in STATISTICS} for t in scored}
+    complete = {t: np.array([r.tiers[t].finish_reason in COMPLETE for r in rows]) for t in scored}
     oof = None
     if not args.no_prior:
         try:
@@ -162,6 +184,15 @@ def main(argv: list[str] | None = None) -> int:
         scores = {"prior": oof[:, 0] - oof[:, 1], "prior_difficulty": oof[:, 0], **scores}
         features.insert(0, oof[:, 0])
     scores["combined"] = out_of_fold_combined(np.column_stack(features), correct[:, 0], args.seed)
+    trained = None
+    if args.router:
+        try:
+            trained = router_p_fail(rows, args.router, a)
+        except (ConfigError, DatasetError) as exc:
+            return fail(f"--router: {exc}")
+        scores["router"] = trained
+        mixed = np.column_stack([trained, logit(conf[a]["lowest_group"]), logit(conf[a]["mean"])])
+        scores["combined_router"] = out_of_fold_combined(mixed, correct[:, 0], args.seed)
     scores["oracle"] = ev.oracle_scores(correct)
     curves = {name: ev.routing_curve(score, correct) for name, score in scores.items()}
     apgr: dict[str, Any] = {name: {"apgr": ev.finite(ev.apgr(curve)), "ci95": [
@@ -169,10 +200,14 @@ def main(argv: list[str] | None = None) -> int:
         for name, curve in curves.items()}
     apgr["random"] = {"apgr": 0.5, "ci95": None}
 
-    auc_wrong = {t: {**{s: ev.finite(ev.roc_auc(1.0 - conf[t][s], ~correct[:, i])) for s in STATISTICS},
-                     **({} if oof is None else {"prior": ev.finite(ev.roc_auc(oof[:, i], ~correct[:, i]))})}
+    auc_wrong = {t: {**({s: ev.finite(ev.roc_auc(1.0 - conf[t][s], ~correct[:, i])) for s in STATISTICS}
+                        if t in conf else {}),
+                     **({} if oof is None else {"prior": ev.finite(ev.roc_auc(oof[:, i], ~correct[:, i]))}),
+                     **({"router": ev.finite(ev.roc_auc(trained, ~correct[:, 0]))}
+                        if trained is not None and i == 0 else {})}
                  for i, t in enumerate(tiers)}
-    cal = {t: calibration(conf[t][args.statistic], correct[:, i], complete[t]) for i, t in enumerate(tiers)}
+    cal = {t: calibration(conf[t][args.statistic], correct[:, i], complete[t]) for i, t in enumerate(tiers)
+           if t in conf}
     fitted = {t: c for t, c in cal.items() if c is not None}
     toml = "calibration = { " + ", ".join(f'"{t}" = [{s}, {i}]' for t, (s, i) in fitted.items()) + " }"
 
@@ -181,7 +216,7 @@ def main(argv: list[str] | None = None) -> int:
         return {"escalated": ev.finite(float(escalate.mean())), "accuracy": ev.finite(float(accuracy))}
 
     point: dict[str, Any] = {"rule": f"accept {a}'s answer when P(correct) >= 0.5 (in-sample calibration)"}
-    cal_a = cal[a]
+    cal_a = cal.get(a)
     if cal_a is not None:
         slope, intercept = cal_a
         p_right = 1.0 / (1.0 + np.exp(-(slope * logit(conf[a][args.statistic]) + intercept)))

@@ -87,3 +87,15 @@ def test_confidence_beats_the_constructed_gap_and_prints_a_calibration(tmp_path:
                           ([str(few)], "10 rows have")):
         bad = subprocess.run([sys.executable, str(SCRIPT), *args], capture_output=True, text=True, timeout=60)
         assert bad.returncode == 2 and message in bad.stderr and bad.stderr.count("\n") == 1, bad.stderr
+
+
+def test_a_router_without_tier_a_is_one_line_and_exit_2(tmp_path) -> None:
+    outcomes = tmp_path / "o.jsonl"
+    outcomes.write_text("".join(
+        f'{{"id": "x:{i}", "prompt": "q{i}", "tiers": {{"small": {{"correct": {str(i % 3 == 0).lower()}, '
+        f'"finish_reason": "stop", "token_confidence": {{"tokens": 40, "group": 32, "mean": 0.{i + 10}, '
+        f'"lowest_group": 0.{i + 10}, "tail": 0.{i + 10}}}}}, "big": {{"correct": true}}}}}}\n' for i in range(30)))
+    router = Path(__file__).resolve().parents[2] / "models" / "routers" / "embedded-gsm8k"
+    done = subprocess.run([sys.executable, str(SCRIPT), str(outcomes), "--no-prior", "--router", str(router)],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2 and done.stderr.count("\n") == 1 and "has no tier 'small'" in done.stderr
