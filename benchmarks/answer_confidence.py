@@ -21,13 +21,14 @@ Method
   * Calibration per tier: logistic regression (L2, C=1) of correct on logit(`--statistic`) over the tier's
     complete answers, the map `[routing.confidence] calibration` takes: P = sigmoid(slope * logit(c) + intercept).
 
-Reported: n, each tier's accuracy; per score APGR and its 95% interval; per tier the ROC AUC of each statistic
-(1 - stat) and of the prior's p_fail for "this tier's answer is wrong"; the calibration and a ready-to-paste TOML
-line; at the operating point "accept A's answer when P(correct) >= 0.5" the share escalated and the accuracy, for
-calibrated confidence and for the prior (1 - p_fail[A]); the calibration is fitted and scored on the same rows
-(in-sample). `--plot FILE.png`: PGR against the share escalated.
+Reported: n, each tier's accuracy; per score APGR and its 95% interval; each token statistic's APGR minus each
+prior's (`prior`, `router`) with a paired bootstrap interval (the same resamples for both); per tier the ROC AUC
+of each statistic (1 - stat) and of the prior's p_fail for "this tier's answer is wrong"; the calibration and a
+ready-to-paste TOML line; at the operating point "accept A's answer when P(correct) >= 0.5" the share escalated
+and the accuracy, for calibrated confidence and for the prior (1 - p_fail[A]); the calibration is fitted and
+scored on the same rows (in-sample). `--plot FILE.png`: PGR against the share escalated.
 Usage: .venv/bin/python benchmarks/answer_confidence.py OUTCOMES.jsonl [--tiers A,B] [--statistic lowest_group]
-       [--seed 0] [--no-prior] [--plot out.png] [--out out.json]
+       [--seed 0] [--no-prior] [--router DIR] [--plot out.png] [--out out.json]
 """
 
 from __future__ import annotations
@@ -99,6 +100,25 @@ def router_p_fail(rows: list[OutcomeRow], router_dir: str, tier: str) -> np.ndar
     texts |= prompts_by_id(missing)
     prompts = [r.prompt or texts[r.id or ""] for r in rows]
     return np.asarray(model.predict_p_fail(prompts)[:, list(card.tiers).index(tier)])
+
+
+def paired_difference(first: np.ndarray, second: np.ndarray, correct: np.ndarray, seed: int,
+                      n_resamples: int = 1000) -> dict[str, Any]:
+    """APGR(first) - APGR(second) with a paired percentile bootstrap (the same resampled prompts for both):
+    two scores' separate intervals overlap long before their difference is in doubt."""
+    rng = np.random.default_rng(seed)
+    n = len(correct)
+    diffs = []
+    for _ in range(n_resamples):
+        weights = np.bincount(rng.integers(0, n, n), minlength=n).astype(float)
+        diffs.append(ev.apgr(ev.routing_curve(first, correct, weights=weights))
+                     - ev.apgr(ev.routing_curve(second, correct, weights=weights)))
+    values = np.asarray(diffs)
+    values = values[np.isfinite(values)]
+    point = ev.apgr(ev.routing_curve(first, correct)) - ev.apgr(ev.routing_curve(second, correct))
+    low, high = np.percentile(values, [2.5, 97.5]) if values.size else (np.nan, np.nan)
+    return {"difference": ev.finite(float(point)), "ci95": [ev.finite(float(low)), ev.finite(float(high))],
+            "share_above_0": ev.finite(float((values > 0).mean())) if values.size else None}
 
 
 def out_of_fold_combined(features: np.ndarray, correct_a: np.ndarray, seed: int) -> np.ndarray:
@@ -199,6 +219,9 @@ def main(argv: list[str] | None = None) -> int:
         ev.finite(v) for v in ev.apgr_interval(scores[name], correct, n_resamples=1000, seed=args.seed)]}
         for name, curve in curves.items()}
     apgr["random"] = {"apgr": 0.5, "ci95": None}
+    priors = [name for name in ("prior", "router") if name in scores]
+    paired = {f"{stat}_minus_{prior}": paired_difference(scores[stat], scores[prior], correct, args.seed)
+              for stat in STATISTICS for prior in priors}
 
     auc_wrong = {t: {**({s: ev.finite(ev.roc_auc(1.0 - conf[t][s], ~correct[:, i])) for s in STATISTICS}
                         if t in conf else {}),
@@ -227,7 +250,8 @@ def main(argv: list[str] | None = None) -> int:
         "outcomes": str(args.outcomes), "tiers": tiers, "statistic": args.statistic, "seed": args.seed,
         "n": len(rows), "rows_in_file": len(all_rows),
         "accuracy": {t: ev.finite(float(correct[:, i].mean())) for i, t in enumerate(tiers)},
-        "apgr": apgr, "auc_wrong": auc_wrong, "calibration": cal, "calibration_toml": toml,
+        "apgr": apgr, "paired_apgr_difference": paired, "auc_wrong": auc_wrong, "calibration": cal,
+        "calibration_toml": toml,
         "operating_point": point,
     }
     text = json.dumps(result, indent=1)

@@ -18,7 +18,8 @@ Method
   * SLO: `--slo` (loadgen's, also the gateway's `[routing.load]` ttft_ms / e2el_ms).
   * `--embedded`: the same ramp on the embedded default itself (`cascade serve`'s own config with a
     `[routing.load]` table appended: real models on CPU, answering GSM8K test questions, `--max-tokens` per
-    answer); arms `static` and `reactive_latency` (nobody states a CPU worker's capacity in requests).
+    answer); arms `static` and `reactive_latency`, and `reactive` with `--max-in-flight tier=N,...` (the
+    requests a CPU worker answers within the SLO, which the operator has to measure). `--arms` picks arms.
 
 Reported per arm, per step and per `--bin-s` window of send time: requests, SLO attainment, accuracy, goodput
 and correct goodput (graded correct AND within every SLO, per second), each tier's share; per arm the
@@ -119,13 +120,17 @@ def gateway_toml(engines: list[str], slo: dict[str, float], arm: str, slots: dic
     return "\n".join(lines) + "\n"
 
 
-def embedded_toml(slo: dict[str, float], arm: str) -> str:
-    """The embedded default's config as `cascade serve` runs it, with the arm's [routing.load] table."""
+def embedded_toml(slo: dict[str, float], arm: str, capacity: dict[str, int] | None = None) -> str:
+    """The embedded default's config as `cascade serve` runs it, with the arm's [routing.load] table
+    (`reactive`: plus `max_in_flight` = `capacity`, the requests a CPU worker answers within the SLO)."""
     router = str((EMBEDDED.parent / load_config(EMBEDDED).routing.router).resolve())
     text = EMBEDDED.read_text().replace('router = "../../models/routers/embedded-gsm8k"', f'router = "{router}"')
     text = text.replace('traffic_log = "logs/traffic.jsonl"', 'traffic_log = ""')
-    return text + (f"\n[routing.load]\nenabled = {str(arm != 'static').lower()}\n"
-                   f"ttft_ms = {slo.get('ttft_ms', 0)}\ne2el_ms = {slo.get('e2el_ms', 0)}\n")
+    text += (f"\n[routing.load]\nenabled = {str(arm != 'static').lower()}\n"
+             f"ttft_ms = {slo.get('ttft_ms', 0)}\ne2el_ms = {slo.get('e2el_ms', 0)}\n")
+    if arm == "reactive" and capacity:
+        text += "max_in_flight = { " + ", ".join(f'"{name}" = {n}' for name, n in capacity.items()) + " }\n"
+    return text
 
 
 def metric_sum(url: str, name: str) -> float:
@@ -155,7 +160,7 @@ def summarize(records: list[RequestRecord], start_s: float, end_s: float, tier_n
 def run_arm(tmp: Path, name: str, engines: list[str], dataset: str, trace: Path, args: argparse.Namespace,
             slo: dict[str, float], tier_names: list[str]) -> dict[str, Any]:
     slots = {t: int(s.split("/")[2]) for t, s in zip(tier_names[:2], args.speeds.split(","), strict=False)}
-    toml = embedded_toml(slo, name) if args.embedded else gateway_toml(engines, slo, name, slots)
+    toml = embedded_toml(slo, name, args.max_in_flight) if args.embedded else gateway_toml(engines, slo, name, slots)
     with serve_config(tmp, toml, within_s=600) as served:
         url = served.url
         if args.embedded:  # the workers report ready before their first batch: warm each tier once
@@ -226,13 +231,27 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--embedded", action="store_true", help="ramp the embedded default (real CPU models)")
     parser.add_argument("--max-tokens", type=int, default=0, help="max output tokens per request (0: the tier's)")
+    parser.add_argument("--max-in-flight", type=lambda s: {k: int(v) for k, v in (i.split("=") for i in s.split(","))},
+                        default=None, help="--embedded: also the `reactive` arm, with these tiers' capacity in "
+                        "requests (e.g. qwen2.5-coder-0.5b=2)")
+    parser.add_argument("--arms", default="", help="arms to run, comma-separated (default: all that apply)")
     parser.add_argument("--plot", default="")
     parser.add_argument("--out", default="")
     args = parser.parse_args(argv)
     slo = {k: float(v) for k, v in (item.split("=") for item in args.slo.split(","))}
     tier_names = [t.name for t in load_config(EMBEDDED).tiers]
     speeds = [tuple(float(x) for x in s.split("/")) for s in args.speeds.split(",")]
-    arms = ARMS[:2] if args.embedded else ARMS
+    arms: tuple[str, ...] = ARMS if not args.embedded or args.max_in_flight else ARMS[:2]
+    if args.arms:
+        unknown = set(args.arms.split(",")) - set(arms)
+        if "static" not in args.arms.split(","):
+            print("load_reactive: --arms needs `static`, the arm every other is compared with", file=sys.stderr)
+            return 2
+        if unknown:
+            print(f"load_reactive: unknown or inapplicable arm(s) {', '.join(sorted(unknown))}; these apply: "
+                  f"{', '.join(arms)}", file=sys.stderr)
+            return 2
+        arms = tuple(a for a in arms if a in args.arms.split(","))
     with tempfile.TemporaryDirectory(prefix="load-reactive-") as tmp_dir, ExitStack() as stack:
         tmp = Path(tmp_dir)
         trace = tmp / "ramp.csv"
@@ -261,7 +280,7 @@ def main(argv: list[str] | None = None) -> int:
         return round(pick(arm)["correct_goodput_rps"] / max(1e-9, pick("static")["correct_goodput_rps"]), 3)
 
     result["correct_goodput_vs_static"] = {arm: {"overall": ratio(arm, "overall"), "top_step": ratio(arm, "top")}
-                                           for arm in arms[1:]}
+                                           for arm in arms if arm != "static"}
     text = json.dumps(result, indent=1)
     if args.out:
         Path(args.out).write_text(text + "\n")
