@@ -6,13 +6,14 @@ branches recorded per prompt (`BranchDraws`, in sampling order) the planner deri
 
 * the answer returned: the majority over the M first to finish, ties to the earliest finisher
   (branches of a request advance in lockstep, so the shortest finish first; equal lengths by
-  sampling order). Correct when that answer is the reference (answer id 0); its judge score is
+  sampling order; the runner breaks ties by its scorer first, then by the shorter branch, as here
+  when no scorer runs). Correct when that answer is the reference (answer id 0); its judge score is
   that of the earliest finisher giving it;
 * the latency length: the M-th shortest branch (the request ends when it finishes);
 * the branch lengths the engine decodes: each of the N branches up to that length (stopped then).
 
-Pruning is left out: it saves decode tokens the planner would then under-count slightly less; a
-width the planner picks is served with the tier's own pruning settings on top.
+Pruning is left out: it only removes decode tokens, so a width's planned cost is an upper bound,
+and the width the planner picks is served with the tier's own pruning settings on top.
 """
 
 from __future__ import annotations
