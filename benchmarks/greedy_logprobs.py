@@ -183,11 +183,12 @@ def prompts_of(rows: list[OutcomeRow]) -> dict[str, Prompt]:
 
 def summary(labelled: list[OutcomeRow], redone: list[OutcomeRow], tier: str, tokens: int, elapsed: float
             ) -> dict[str, Any]:
-    """Served (labelled) against regenerated: accuracy on the same rows, identical answers, throughput."""
+    """Served (labelled) against regenerated, on the rows whose input had the tier's answer: accuracy, identical
+    answers; and this run's throughput."""
     before = {r.id: r.tiers[tier] for r in labelled if tier in r.tiers}
     pairs = [(before[r.id], r.tiers[tier]) for r in redone if r.id in before]
     return {
-        "tier": tier, "rows": len(pairs),
+        "tier": tier, "rows_written": len(redone), "rows_with_a_served_answer": len(pairs),
         "accuracy_served": float(np.mean([bool(a.correct) for a, _ in pairs])) if pairs else None,
         "accuracy_regenerated": float(np.mean([bool(b.correct) for _, b in pairs])) if pairs else None,
         "same_answer": float(np.mean([a.answer == b.answer for a, b in pairs])) if pairs else None,

@@ -27,7 +27,7 @@ def test_answers_carry_token_confidence_and_a_second_run_resumes(tmp_path) -> No
     first = subprocess.run(argv, capture_output=True, text=True, timeout=500, cwd=ROOT)
     assert first.returncode == 0, first.stderr
     summary = json.loads(first.stdout)
-    assert summary["rows"] == 2 and summary["this_run"]["tokens"] > 0
+    assert summary["rows_written"] == summary["rows_with_a_served_answer"] == 2 and summary["this_run"]["tokens"] > 0
     before = {r.id: r for _, r in read_rows(source)}
     for _, row in read_rows(out):
         redone = row.tiers["smollm2-135m"]
