@@ -9,7 +9,8 @@ JSONL, one object per line, keyed by dataset name and row id so committed files 
 
 Every field but `tiers` may be missing: `cascade label` writes `correct`, `answer`, `output_tokens`,
 `latency_s` and `finish_reason` (plus `decode_tokens` for a tier with reasoning branches, `prompt` with
-`--with-text`, `token_confidence` with `--logprobs`); planner-style rows carry a judge `score` in [0, 1],
+`--with-text`, `token_confidence` with `--logprobs`); a tier's `branches` (each run to completion) feed the
+planner's widths; planner-style rows carry a judge `score` in [0, 1],
 `input_tokens`, and the router's `difficulty` or per-tier `p_fail`. Fields at their default are not
 written, so a row is written exactly as `cascade label` always wrote it. Views over the rows (the
 router's correctness matrix, the planner's numpy columns) live with their readers.
@@ -43,6 +44,16 @@ class TokenConfidence(msgspec.Struct, frozen=True, kw_only=True):
         return value
 
 
+class BranchOutcome(msgspec.Struct, kw_only=True, frozen=True, omit_defaults=True):
+    """One reasoning branch of a tier, run to completion (what `cascade optimize` reads a width's quality
+    from): its extracted answer (no text), whether it is right, its length, and a judge score if any."""
+
+    answer: str | None = None
+    correct: bool
+    output_tokens: int
+    score: float | None = None
+
+
 class TierOutcome(msgspec.Struct, kw_only=True, frozen=True, omit_defaults=True):
     """One tier's answer to one prompt."""
 
@@ -56,6 +67,9 @@ class TierOutcome(msgspec.Struct, kw_only=True, frozen=True, omit_defaults=True)
     error: str | None = None  # the tier did not answer (such rows are not written by `cascade label`)
     decode_tokens: int | None = None  # a tier with reasoning branches: the tokens all branches generated
     token_confidence: TokenConfidence | None = None  # `cascade label --logprobs`, where the engine returns them
+    # Independent branches run to completion, in sampling order (benchmarks/branch_outcomes.py converts them
+    # from `cascade bench branches --save-branches`): the planner's widths (cascade/optimizer/widths.py).
+    branches: list[BranchOutcome] | None = None
 
     @property
     def tokens_spent(self) -> int | None:

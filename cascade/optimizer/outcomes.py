@@ -35,7 +35,8 @@ class Outcomes:
     score: np.ndarray  # (n, tiers), NaN where unknown
     difficulty: np.ndarray  # (n,), NaN where unknown
     ids: tuple[str, ...] = ()  # the rows' `id`s, when read from a file
-    # Per tier (ladder order), independent reasoning branches per row, where known (synthetic outcomes).
+    # Per tier (ladder order), independent reasoning branches per row, where known (synthetic outcomes, or
+    # rows whose tier has `branches`).
     branches: tuple[BranchDraws | None, ...] = ()
 
     @property
@@ -71,7 +72,34 @@ def from_rows(rows: list[OutcomeRow], tiers: list[str], source: str = "outcomes"
             if result.score is not None:
                 score[r, i] = result.score
     return Outcomes(tiers=list(tiers), input_tokens=inputs, output_tokens=output, correct=correct,
-                    score=score, difficulty=difficulty, ids=tuple(row.id or "" for row in rows))
+                    score=score, difficulty=difficulty, ids=tuple(row.id or "" for row in rows),
+                    branches=tuple(_branch_draws(rows, tier) for tier in tiers))
+
+
+def _branch_draws(rows: list[OutcomeRow], tier: str) -> BranchDraws | None:
+    """A tier's recorded branches as draws, when every row has some: the first B of each row, B the fewest any
+    row has. Answer ids per row: 0 for a correct branch, equal ids for equal wrong answers, a fresh id for an
+    answer the grader could not read (it agrees with nothing)."""
+    recorded = [row.tiers[tier].branches for row in rows]
+    if not all(recorded):
+        return None
+    count = min(len(b) for b in recorded if b)
+    answer = np.zeros((len(rows), count), dtype=np.int64)
+    score, tokens = np.full((len(rows), count), np.nan), np.zeros((len(rows), count))
+    for r, branches in enumerate(recorded):
+        assert branches
+        ids: dict[str, int] = {}
+        for b, branch in enumerate(branches[:count]):
+            if branch.correct:
+                answer[r, b] = 0
+            elif branch.answer is None:
+                answer[r, b] = count + 1 + b  # above any id the wrong answers get
+            else:
+                answer[r, b] = ids.setdefault(branch.answer, len(ids) + 1)
+            tokens[r, b] = max(1, branch.output_tokens)
+            if branch.score is not None:
+                score[r, b] = branch.score
+    return BranchDraws(answer=answer, score=score, tokens=tokens)
 
 
 def load_outcomes(path: str | Path, tiers: list[str]) -> Outcomes:

@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
+import json
+
 import msgspec
 import numpy as np
 import pytest
 
 from cascade.config import load_config
+from cascade.data.outcomes import OutcomeRow
 from cascade.engines.sglang_launch import gateway_config
 from cascade.errors import ConfigError
 from cascade.optimizer import simulator, synthetic
 from cascade.optimizer.cards import load_gpu, load_model
+from cascade.optimizer.outcomes import from_rows
 from cascade.optimizer.planner import plan_problem
 from cascade.optimizer.problem import FileOutcomes, load_problem
 from cascade.optimizer.roofline import RooflineCost, Shape
@@ -170,3 +174,52 @@ def test_outcomes_without_branches_cannot_plan_a_wide_tier(tmp_path) -> None:
     problem = msgspec.structs.replace(problem, outcomes=FileOutcomes(path=str(rows)))
     with pytest.raises(ConfigError, match="needs reasoning branches per prompt"):
         plan_problem(problem, base)
+
+
+def _branch_row(i: int, branches: list[tuple[str | None, bool, int]]) -> dict:
+    first = branches[0]
+    return {"id": f"x:{i}", "difficulty": round(i / 60, 3), "tiers": {
+        "small": {"correct": first[1], "output_tokens": first[2],
+                  "branches": [{"answer": a, "correct": c, "output_tokens": t} for a, c, t in branches]},
+        "large": {"correct": True, "output_tokens": 200}}}
+
+
+def test_recorded_branches_become_draws_with_answer_ids_and_the_fewest_branches_any_row_has() -> None:
+    rows = [msgspec.convert(r, OutcomeRow) for r in (
+        _branch_row(0, [("7", False, 50), ("7", False, 60), ("9", True, 40)]),
+        _branch_row(1, [(None, False, 30), (None, False, 35), ("4", False, 20), ("4", False, 25)]),
+    )]
+    outcomes = from_rows(rows, ["small", "large"])
+    draws = outcomes.branches[0]
+    assert outcomes.branches[1] is None  # the large tier recorded no branches
+    assert draws is not None and draws.count == 3  # row 0 has 3 branches: the first 3 of row 1 are kept
+    assert draws.answer[0].tolist() == [1, 1, 0]  # equal wrong answers share an id; a correct branch is 0
+    unread = draws.answer[1].tolist()
+    assert len(set(unread)) == 3 and 0 not in unread  # unreadable answers agree with nothing
+    assert draws.tokens[0].tolist() == [50, 60, 40] and np.isnan(draws.score).all()
+    assert vote(draws, Width(3, 3)).correct.tolist() == [0, 0]  # two "7"s outvote the right "9"
+    assert vote(draws, Width(3, 1)).correct.tolist() == [1, 0]  # the right branch finishes first
+
+
+def test_the_planner_reads_a_widths_quality_from_recorded_branches(tmp_path) -> None:
+    rng = np.random.default_rng(0)
+    lines = []
+    for i in range(60):
+        right = rng.uniform(size=4) < 0.6 - i / 150
+        branches = [("42" if r else str(int(rng.integers(1, 4))), bool(r), int(rng.integers(150, 400)))
+                    for r in right]
+        lines.append(json.dumps(_branch_row(i, branches)))
+    path = tmp_path / "branches.jsonl"
+    path.write_text("\n".join(lines) + "\n")
+    problem, base = _problem(tmp_path, extra_small="widths = [[1, 1], [3, 2], [4, 3]]\n", mode="route")
+    problem = msgspec.structs.replace(problem, outcomes=FileOutcomes(path=str(path)))
+    result = plan_problem(problem, base)
+    assert result.plan.planner is not None
+    trials = {tuple(t.widths[0]): t.objective for t in result.plan.planner.width_trials}
+    assert set(trials) == {(1, 1), (3, 2), (4, 3)}
+    chosen = result.instance.widths[0]
+    assert trials[(chosen.n, chosen.m)] == min(trials.values())
+    draws = from_rows([msgspec.convert(json.loads(line), OutcomeRow) for line in lines], ["small", "large"])
+    assert draws.branches[0] is not None
+    expected = vote(draws.branches[0], chosen).correct if chosen != SINGLE else draws.correct[:, 0]
+    assert np.array_equal(result.instance.data.quality[:, 0], expected)

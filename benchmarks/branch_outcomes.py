@@ -1,0 +1,114 @@
+"""Saved reasoning branches -> outcome rows with per-branch results (no text), for the planner's widths. Prints JSON.
+
+`cascade bench branches --methods self_consistency --save-branches FILE` writes every finished branch of every
+question with its text (local use only). This keeps what `cascade optimize` needs to plan a tier's width
+(cascade/optimizer/widths.py) and nothing a dataset owns: per question (`id`) and branch, in sampling order,
+the extracted answer, whether it is right (cascade's grader against the dataset's reference, read in place),
+and its length in tokens of the tier's own tokenizer (an embedded model card, `--model`). Each row also carries
+the tier's single answer as branch 0's, so one row serves widths (1, 1) to (B, M).
+
+Usage: .venv/bin/python benchmarks/branch_outcomes.py SAVED.jsonl --tier qwen2.5-coder-0.5b-reason
+       [--model qwen2.5-coder-0.5b] --out outcomes.jsonl
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections import defaultdict
+from collections.abc import Callable
+from pathlib import Path
+
+import msgspec
+
+from cascade.data.datasets import DatasetError, load
+from cascade.data.grading import extract, grade
+from cascade.data.outcomes import BranchOutcome, OutcomeRow, TierOutcome, write_row
+from cascade.errors import ConfigError
+
+
+class SavedBranch(msgspec.Struct, kw_only=True):
+    id: str
+    branch: int
+    text: str
+    state: str = "finished"
+
+
+def fail(message: str) -> int:
+    print(f"branch_outcomes: {message}", file=sys.stderr)
+    return 2
+
+
+def read_saved(path: Path) -> dict[str, list[SavedBranch]]:
+    """Finished branches per question id, in sampling order."""
+    decoder = msgspec.json.Decoder(SavedBranch)
+    by_id: dict[str, list[SavedBranch]] = defaultdict(list)
+    try:
+        lines = path.read_bytes().splitlines()
+    except OSError as exc:
+        raise DatasetError(f"cannot read {path}: {exc.strerror}") from None
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            saved = decoder.decode(line)
+        except msgspec.ValidationError as exc:
+            raise DatasetError(f"{path}:{number}: not a saved branch ({exc})") from None
+        if saved.state == "finished":
+            by_id[saved.id].append(saved)
+    return {i: sorted(b, key=lambda s: s.branch) for i, b in by_id.items()}
+
+
+def to_rows(saved: dict[str, list[SavedBranch]], tier: str, count_tokens: Callable[[str], int]) -> list[OutcomeRow]:
+    """One row per graded question: every branch's answer, correctness and length; branch 0 as the tier's answer."""
+    references: dict[str, str] = {}
+    for dataset in sorted({i.rpartition(":")[0] for i in saved}):
+        references.update({p.id: p.reference or "" for p in load(dataset) if p.id in saved})
+    rows = []
+    for prompt_id, branches in saved.items():
+        reference = references.get(prompt_id)
+        if not reference:
+            continue  # no reference answer: nothing to grade against
+        results = [BranchOutcome(answer=extract(b.text, reference), correct=grade(b.text, reference),
+                                 output_tokens=count_tokens(b.text))
+                   for b in branches]
+        first = results[0]
+        rows.append(OutcomeRow(id=prompt_id, dataset=prompt_id.rpartition(":")[0], tiers={tier: TierOutcome(
+            correct=first.correct, answer=first.answer, output_tokens=first.output_tokens, finish_reason="stop",
+            branches=results)}))
+    return rows
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("saved", help="JSONL from cascade bench branches --save-branches")
+    parser.add_argument("--tier", required=True, help="the tier name the rows are written under")
+    parser.add_argument("--model", default="qwen2.5-coder-0.5b", help="embedded model card whose tokenizer counts")
+    parser.add_argument("--out", required=True)
+    args = parser.parse_args(argv)
+    try:
+        saved = read_saved(Path(args.saved))
+        if not saved:
+            return fail(f"{args.saved} holds no finished branches")
+        from transformers import AutoTokenizer
+
+        from cascade.engines.models import load_card, prepare
+
+        tokenizer = AutoTokenizer.from_pretrained(prepare(load_card(args.model)))
+        rows = to_rows(saved, args.tier, lambda text: len(tokenizer(text)["input_ids"]))
+    except (ConfigError, DatasetError) as exc:
+        return fail(str(exc))
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with out.open("wb") as sink:
+        for row in rows:
+            write_row(sink, row)
+    counts = [len(r.tiers[args.tier].branches or []) for r in rows]
+    print(json.dumps({"rows": len(rows), "branches_min": min(counts, default=0), "branches_max": max(counts, default=0),
+                      "out": str(out)}))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,56 @@
+"""benchmarks/branch_outcomes.py: saved branches (text) become per-branch outcome rows without text, which the
+planner reads as a tier's branch draws."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from cascade.data.datasets import load
+from cascade.data.grading import reference_answer
+from cascade.data.outcomes import read_rows
+from cascade.optimizer.outcomes import from_rows
+
+SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "branch_outcomes.py"
+_SPEC = importlib.util.spec_from_file_location("branch_outcomes", SCRIPT)
+assert _SPEC is not None and _SPEC.loader is not None
+bo = importlib.util.module_from_spec(_SPEC)
+_SPEC.loader.exec_module(bo)
+
+
+def test_saved_branches_become_rows_the_planner_reads(tmp_path) -> None:
+    prompts = load("gsm8k-train")[:2]
+    saved = tmp_path / "saved.jsonl"
+    lines = []
+    for p in prompts:
+        texts = [f"so #### {reference_answer(p.reference or '')}", "I think #### 123457", "no idea at all", "so #### 123457 then"]
+        lines += [json.dumps({"id": p.id, "branch": b, "text": t, "correct": None, "state": "finished"})
+                  for b, t in enumerate(texts)]
+    lines.append(json.dumps({"id": prompts[0].id, "branch": 9, "text": "cut", "state": "cancelled"}))
+    saved.write_text("\n".join(lines) + "\n")
+    rows = bo.to_rows(bo.read_saved(saved), "reason", lambda text: len(text.split()))
+    assert [r.id for r in rows] == [p.id for p in prompts]
+    out = tmp_path / "rows.jsonl"
+    with out.open("wb") as sink:
+        for row in rows:
+            bo.write_row(sink, row)
+    text = out.read_text()
+    assert prompts[0].prompt[:30] not in text and "I think" not in text  # no dataset or model text is kept
+    back = [row for _, row in read_rows(out)]
+    tier = back[0].tiers["reason"]
+    assert tier.branches is not None and len(tier.branches) == 4  # the cancelled branch is dropped
+    assert [b.correct for b in tier.branches] == [True, False, False, False]
+    assert tier.correct is True and tier.output_tokens == 3  # branch 0 stands for the single answer
+    draws = from_rows(back, ["reason"]).branches[0]
+    assert draws is not None and draws.answer[0].tolist()[:2] == [0, 1] and draws.answer[0, 3] == 1
+
+
+def test_a_file_that_is_not_saved_branches_is_one_line_and_exit_2(tmp_path) -> None:
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"id": "x:1"}\n')
+    done = subprocess.run([sys.executable, str(SCRIPT), str(bad), "--tier", "t", "--out", str(tmp_path / "o")],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2 and done.stderr.count("\n") == 1 and "not a saved branch" in done.stderr
