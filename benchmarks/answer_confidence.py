@@ -102,20 +102,9 @@ def router_p_fail(rows: list[OutcomeRow], router_dir: str, tier: str) -> np.ndar
     return np.asarray(model.predict_p_fail(prompts)[:, list(card.tiers).index(tier)])
 
 
-def paired_difference(first: np.ndarray, second: np.ndarray, correct: np.ndarray, seed: int,
-                      n_resamples: int = 1000) -> dict[str, Any]:
-    """APGR(first) - APGR(second) with a paired percentile bootstrap (the same resampled prompts for both):
-    two scores' separate intervals overlap long before their difference is in doubt."""
-    rng = np.random.default_rng(seed)
-    n = len(correct)
-    diffs = []
-    for _ in range(n_resamples):
-        weights = np.bincount(rng.integers(0, n, n), minlength=n).astype(float)
-        diffs.append(ev.apgr(ev.routing_curve(first, correct, weights=weights))
-                     - ev.apgr(ev.routing_curve(second, correct, weights=weights)))
-    values = np.asarray(diffs)
-    values = values[np.isfinite(values)]
-    point = ev.apgr(ev.routing_curve(first, correct)) - ev.apgr(ev.routing_curve(second, correct))
+def paired_difference(first: np.ndarray, second: np.ndarray, correct: np.ndarray, seed: int) -> dict[str, Any]:
+    """APGR(first) - APGR(second) with a paired percentile bootstrap (cascade/router/evaluate.py)."""
+    point, values = ev.apgr_difference(first, second, correct, n_resamples=1000, seed=seed)
     low, high = np.percentile(values, [2.5, 97.5]) if values.size else (np.nan, np.nan)
     return {"difference": ev.finite(float(point)), "ci95": [ev.finite(float(low)), ev.finite(float(high))],
             "share_above_0": ev.finite(float((values > 0).mean())) if values.size else None}

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import msgspec
 
-from cascade.data.datasets import DatasetError, load
+from cascade.data.datasets import DatasetError, prompts_of
 from cascade.data.grading import extract, grade
 from cascade.data.outcomes import BranchOutcome, OutcomeRow, TierOutcome, write_row
 from cascade.errors import ConfigError
@@ -62,12 +62,10 @@ def read_saved(path: Path) -> dict[str, list[SavedBranch]]:
 
 def to_rows(saved: dict[str, list[SavedBranch]], tier: str, count_tokens: Callable[[str], int]) -> list[OutcomeRow]:
     """One row per graded question: every branch's answer, correctness and length; branch 0 as the tier's answer."""
-    references: dict[str, str] = {}
-    for dataset in sorted({i.rpartition(":")[0] for i in saved}):
-        references.update({p.id: p.reference or "" for p in load(dataset) if p.id in saved})
+    prompts = prompts_of(set(saved))
     rows = []
     for prompt_id, branches in saved.items():
-        reference = references.get(prompt_id)
+        reference = prompts[prompt_id].reference if prompt_id in prompts else None
         if not reference:
             continue  # no reference answer: nothing to grade against
         results = [BranchOutcome(answer=extract(b.text, reference), correct=grade(b.text, reference),

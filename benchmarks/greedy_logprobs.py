@@ -36,9 +36,10 @@ import numpy as np
 
 from cascade.branches.confidence import DEFAULT_GROUP, confidence_of
 from cascade.config import CascadeConfig, TierConfig, WorkerBackend, WorkerConfig
-from cascade.data.datasets import DatasetError, Prompt, load
+from cascade.data.datasets import DatasetError, prompts_of
 from cascade.data.grading import extract, grade
 from cascade.data.outcomes import OutcomeRow, TierOutcome, read_rows, write_row
+from cascade.data.records import Prompt
 from cascade.engines.embedded import embedded_config
 from cascade.engines.models import load_card, prepare
 from cascade.errors import ConfigError
@@ -128,7 +129,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.n is not None and args.n < len(rows):
             keep = np.sort(np.random.default_rng(args.seed).choice(len(rows), args.n, replace=False))
             rows = [rows[i] for i in keep]
-        prompts = prompts_of(rows)
+        prompts = gradable_prompts(rows)
     except (ConfigError, DatasetError) as exc:
         return fail(str(exc))
     out = Path(args.out)
@@ -172,13 +173,9 @@ def source_rows(path: Path) -> list[OutcomeRow]:
             for i in range(len(table))]
 
 
-def prompts_of(rows: list[OutcomeRow]) -> dict[str, Prompt]:
-    """The rows' prompts (text and reference answer) by id, read in place from the datasets they name."""
-    wanted = {r.id for r in rows}
-    found: dict[str, Prompt] = {}
-    for dataset in sorted({r.dataset for r in rows if r.dataset}):
-        found.update({p.id: p for p in load(dataset) if p.id in wanted})
-    return {i: p for i, p in found.items() if p.reference}  # a prompt without a reference cannot be graded
+def gradable_prompts(rows: list[OutcomeRow]) -> dict[str, Prompt]:
+    """The rows' prompts by id, those with a reference answer (nothing else can be graded)."""
+    return {i: p for i, p in prompts_of({r.id for r in rows if r.id}).items() if p.reference}
 
 
 def summary(labelled: list[OutcomeRow], redone: list[OutcomeRow], tier: str, tokens: int, elapsed: float

@@ -116,7 +116,7 @@ def gateway_toml(engines: list[str], slo: dict[str, float], arm: str, slots: dic
               f"operating_points = {{ {points} }}", "", "[routing.load]", f"enabled = {str(arm != 'static').lower()}",
               f"ttft_ms = {slo.get('ttft_ms', 0)}", f"e2el_ms = {slo.get('e2el_ms', 0)}"]
     if arm == "reactive":  # the direct tiers' capacity is their engines' batch slots
-        lines.append("max_in_flight = { " + ", ".join(f'"{name}" = {n}' for name, n in slots.items()) + " }")
+        lines.append(max_in_flight_line(slots))
     return "\n".join(lines) + "\n"
 
 
@@ -129,8 +129,12 @@ def embedded_toml(slo: dict[str, float], arm: str, capacity: dict[str, int] | No
     text += (f"\n[routing.load]\nenabled = {str(arm != 'static').lower()}\n"
              f"ttft_ms = {slo.get('ttft_ms', 0)}\ne2el_ms = {slo.get('e2el_ms', 0)}\n")
     if arm == "reactive" and capacity:
-        text += "max_in_flight = { " + ", ".join(f'"{name}" = {n}' for name, n in capacity.items()) + " }\n"
+        text += max_in_flight_line(capacity) + "\n"
     return text
+
+
+def max_in_flight_line(capacity: dict[str, int]) -> str:
+    return "max_in_flight = { " + ", ".join(f'"{name}" = {n}' for name, n in capacity.items()) + " }"
 
 
 def metric_sum(url: str, name: str) -> float:

@@ -71,13 +71,19 @@ def load(spec: str, rng: np.random.Generator | None = None, data_dir: Path | Non
     raise DatasetError(f"unknown dataset {spec!r}: use one of {', '.join(NAMES)}, or a .jsonl/.csv file that exists")
 
 
-def prompts_by_id(ids: set[str], data_dir: Path | None = None) -> dict[str, str]:
-    """Prompt text of dataset rows named by id (`gsm8k:264`, `gsm8k-train:5441`), read in place from
-    the datasets their prefixes name: for analyses of saved outputs that store ids, never text."""
-    out: dict[str, str] = {}
-    for spec in sorted({i.partition(":")[0] for i in ids}):
-        out.update({p.id: p.prompt for p in load(spec, data_dir=data_dir) if p.id in ids})
+def prompts_of(ids: set[str], data_dir: Path | None = None) -> dict[str, Prompt]:
+    """Dataset rows named by id (`gsm8k:264`, `gsm8k-train:5441`, `routellm-gsm8k:3`), with their reference
+    answers, read in place from the datasets their prefixes name: for analyses of saved outputs that store
+    ids, never text."""
+    out: dict[str, Prompt] = {}
+    for spec in sorted({i.rpartition(":")[0] for i in ids}):
+        out.update({p.id: p for p in load(spec, data_dir=data_dir) if p.id in ids})
     return out
+
+
+def prompts_by_id(ids: set[str], data_dir: Path | None = None) -> dict[str, str]:
+    """Prompt text of dataset rows named by id (see `prompts_of`)."""
+    return {i: p.prompt for i, p in prompts_of(ids, data_dir).items()}
 
 
 def sample(prompts: list[Prompt], n: int, rng: np.random.Generator) -> list[Prompt]:
