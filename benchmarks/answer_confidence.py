@@ -71,8 +71,7 @@ def confidence(rows: list[OutcomeRow], tier: str, statistic: str) -> np.ndarray:
 def prior_p_fail(rows: list[OutcomeRow], tiers: list[str], seed: int) -> np.ndarray:
     """Out-of-fold p_fail (n, 2) of the router `cascade router train` builds, on exactly these rows."""
     from cascade.router.outcomes import load_outcomes
-    from cascade.router.train.estimator import cross_validated_p_fail
-    from cascade.router.train.pipeline import TrainOptions, classifier_for
+    from cascade.router.train.pipeline import TrainOptions, out_of_fold_p_fail
 
     with tempfile.TemporaryDirectory(prefix="answer-confidence-") as tmp:
         path = Path(tmp) / "rows.jsonl"
@@ -83,8 +82,7 @@ def prior_p_fail(rows: list[OutcomeRow], tiers: list[str], seed: int) -> np.ndar
             outcomes = load_outcomes(path, tiers)
         except ConfigError as exc:  # name the row by its place among the rows used, not the temporary file
             raise ConfigError(str(exc).replace(f"{path}:", "used row ")) from None
-    model = classifier_for(TrainOptions(seed=seed).validate())
-    return cross_validated_p_fail(model, outcomes.prompts, outcomes.correct, outcomes.groups, folds=FOLDS, seed=seed)
+    return out_of_fold_p_fail(outcomes, TrainOptions(seed=seed, cv_folds=FOLDS))
 
 
 def router_p_fail(rows: list[OutcomeRow], router_dir: str, tier: str) -> np.ndarray:

@@ -7,8 +7,15 @@ the extracted answer, whether it is right (cascade's grader against the dataset'
 and its length in tokens of the tier's own tokenizer (an embedded model card, `--model`). Each row also carries
 the tier's single answer as branch 0's, so one row serves widths (1, 1) to (B, M).
 
+`--with LABELLED.jsonl` keeps only the questions labelled there (`cascade label` rows, same ids) and copies their
+other tiers' results into each row, so one file holds a whole ladder; `--difficulty-tier T` also writes each row's
+`difficulty`: the out-of-fold p_fail of tier T from the router `cascade router train` fits on all of LABELLED
+(`--features`, default the adopted router's lexical,steps; each row predicted by a model that never saw it),
+which a route-mode problem.toml needs.
+
 Usage: .venv/bin/python benchmarks/branch_outcomes.py SAVED.jsonl --tier qwen2.5-coder-0.5b-reason
-       [--model qwen2.5-coder-0.5b] --out outcomes.jsonl
+       [--model qwen2.5-coder-0.5b] [--with LABELLED.jsonl [--difficulty-tier qwen2.5-coder-0.5b]]
+       --out outcomes.jsonl
 """
 
 from __future__ import annotations
@@ -24,7 +31,7 @@ import msgspec
 
 from cascade.data.datasets import DatasetError, prompts_of
 from cascade.data.grading import extract, grade
-from cascade.data.outcomes import BranchOutcome, OutcomeRow, TierOutcome, write_row
+from cascade.data.outcomes import BranchOutcome, OutcomeRow, TierOutcome, read_rows, write_row
 from cascade.errors import ConfigError
 
 
@@ -78,13 +85,46 @@ def to_rows(saved: dict[str, list[SavedBranch]], tier: str, count_tokens: Callab
     return rows
 
 
+def with_labelled(rows: list[OutcomeRow], tier: str, labelled_path: str, difficulty_tier: str | None,
+                  features: str, seed: int) -> tuple[list[OutcomeRow], int]:
+    """The rows whose question `labelled_path` also labels, each with that file's other tiers (this tier's result
+    replaced by the branches) and, with `difficulty_tier`, the out-of-fold p_fail of that tier as `difficulty`.
+    Returns the merged rows (in the branch rows' order) and how many branch rows had no labelled row."""
+    labelled = {row.id: row for _, row in read_rows(labelled_path) if row.id is not None}
+    difficulty: dict[str, float] = {}
+    if difficulty_tier is not None:
+        from cascade.router.outcomes import load_outcomes
+        from cascade.router.train.pipeline import TrainOptions, out_of_fold_p_fail
+
+        outcomes = load_outcomes(labelled_path, [difficulty_tier])
+        options = TrainOptions(features=tuple(f for f in features.split(",") if f), seed=seed)
+        difficulty = dict(zip(outcomes.ids, out_of_fold_p_fail(outcomes, options)[:, 0].tolist(), strict=True))
+    merged = []
+    for row in rows:
+        other = labelled.get(row.id or "")
+        if other is None:
+            continue
+        merged.append(msgspec.structs.replace(
+            row, tiers={**other.tiers, tier: row.tiers[tier]},
+            difficulty=round(difficulty[row.id or ""], 4) if difficulty else None))
+    return merged, len(rows) - len(merged)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("saved", help="JSONL from cascade bench branches --save-branches")
     parser.add_argument("--tier", required=True, help="the tier name the rows are written under")
     parser.add_argument("--model", default="qwen2.5-coder-0.5b", help="embedded model card whose tokenizer counts")
+    parser.add_argument("--with", dest="labelled", help="labelled outcomes (cascade label) of the same questions: "
+                        "keep only those questions and copy their other tiers into each row")
+    parser.add_argument("--difficulty-tier", help="with --with: write each row's difficulty, the out-of-fold "
+                        "p_fail of this tier from a router fitted on the labelled rows")
+    parser.add_argument("--features", default="lexical,steps", help="the router's feature blocks (--difficulty-tier)")
+    parser.add_argument("--seed", type=int, default=0, help="the router's folds and fit (--difficulty-tier)")
     parser.add_argument("--out", required=True)
     args = parser.parse_args(argv)
+    if args.difficulty_tier and not args.labelled:
+        return fail("--difficulty-tier needs --with LABELLED.jsonl (the router is fitted on its rows)")
     try:
         saved = read_saved(Path(args.saved))
         if not saved:
@@ -95,6 +135,10 @@ def main(argv: list[str] | None = None) -> int:
 
         tokenizer = AutoTokenizer.from_pretrained(prepare(load_card(args.model)))
         rows = to_rows(saved, args.tier, lambda text: len(tokenizer(text)["input_ids"]))
+        unlabelled = 0
+        if args.labelled:
+            rows, unlabelled = with_labelled(rows, args.tier, args.labelled, args.difficulty_tier, args.features,
+                                             args.seed)
     except (ConfigError, DatasetError) as exc:
         return fail(str(exc))
     out = Path(args.out)
@@ -104,7 +148,7 @@ def main(argv: list[str] | None = None) -> int:
             write_row(sink, row)
     counts = [len(r.tiers[args.tier].branches or []) for r in rows]
     print(json.dumps({"rows": len(rows), "branches_min": min(counts, default=0), "branches_max": max(counts, default=0),
-                      "out": str(out)}))
+                      **({"unlabelled_dropped": unlabelled} if args.labelled else {}), "out": str(out)}))
     return 0
 
 

@@ -87,8 +87,11 @@ class RequestRecord(msgspec.Struct, kw_only=True):
 
 async def run_method(
     tier: Tier, method: str, settings: BenchSettings, prompts: list[Prompt], offsets: np.ndarray,
-    on_done: Callable[[RequestRecord], None] | None = None, branches_out: list[dict] | None = None,
+    on_done: Callable[[RequestRecord], None] | None = None,
+    on_branches: Callable[[list[dict]], None] | None = None,
 ) -> list[RequestRecord]:
+    """Replay `prompts` at `offsets` with `method`; `on_branches` receives each self-consistency request's
+    finished branches as soon as it completes (so a long run's saved branches survive an interruption)."""
     branch_settings = method_settings(method, settings)
     slots = BranchSlots(tier.name, settings.slots or 4 * settings.n)
     # The gateway's answer on a tier (cascade/answer.py), with this method's branch settings and slots.
@@ -121,8 +124,8 @@ async def run_method(
                 record = msgspec.structs.replace(record, launched=r.launched, finished=r.finished,
                                                  pruned=r.pruned_phase1 + r.pruned_phase2,
                                                  early_stopped=r.early_stopped)
-            if branches_out is not None and method == "self_consistency":
-                branches_out.extend(_branch_rows(prompt, whole.runs[0]))
+            if on_branches is not None and method == "self_consistency":
+                on_branches(_branch_rows(prompt, whole.runs[0]))
         if on_done is not None:
             on_done(record)
         return record

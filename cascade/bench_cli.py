@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from typing import Any
+from typing import Any, TextIO
 
 from cascade.errors import ConfigError
 
@@ -81,12 +81,25 @@ def _branches(args: argparse.Namespace) -> int:
     runs = [(m, settings) for m in methods]
     runs += [(m, msgspec.structs.replace(settings, n=n, m=k)) for n, k in sweep for m in ("self_consistency", "sart")]
 
+    # Opened before the models start, so a bad path fails at once; each request's branches are written and
+    # flushed when it completes, so a run stopped half-way keeps what it finished.
+    saved: TextIO | None = None
+    if args.save_branches:
+        try:
+            saved = open(args.save_branches, "w")  # noqa: SIM115 - closed in run()'s finally, after the last request
+        except OSError as exc:
+            raise ConfigError(f"--save-branches: cannot write {args.save_branches}: {exc.strerror}") from None
+
+    def save_branches(rows: list[dict]) -> None:
+        assert saved is not None
+        saved.writelines(json.dumps(row) + "\n" for row in rows)
+        saved.flush()
+
     async def run() -> dict[str, Any]:
         workers = make_workers(config, Path.cwd() / "logs")
         supervisor = Supervisor(list(workers.values()))
         tiers = build_tiers(config, workers)
         tier = next(t for t in tiers if t.name == tier_name)
-        branches: list[dict] = []
         results: dict[str, Any] = {}
         sweep_results: list[dict] = []
         done: dict[bytes, dict[str, Any]] = {}  # run_key -> summary: a sweep repeats no finished run
@@ -101,7 +114,7 @@ def _branches(args: argparse.Namespace) -> int:
                     else:
                         bar.set_postfix_str(f"{method} N={s.n} M={s.m}")
                         records = await run_method(tier, method, s, prompts, offsets, lambda _: bar.update(1),
-                                                   branches if args.save_branches else None)
+                                                   save_branches if saved is not None else None)
                         summary = done[key] = summarize(records)
                         if args.out:
                             out = Path(args.out)
@@ -120,10 +133,8 @@ def _branches(args: argparse.Namespace) -> int:
                 if t.scorer is not None:
                     await t.scorer.aclose()
             supervisor.stop()
-        if args.save_branches:
-            with open(args.save_branches, "w") as f:
-                for row in branches:
-                    f.write(json.dumps(row) + "\n")
+            if saved is not None:
+                saved.close()
         return {"methods": results, "sweep": sweep_results}
 
     outcome = asyncio.run(run())

@@ -61,3 +61,34 @@ def test_a_sweep_over_m_runs_self_consistency_once_per_n_and_repeats_no_finished
     records = [json.loads(line) for line in (tmp_path / "out" / "requests.jsonl").read_text().splitlines()]
     assert sorted({(r["method"], r["m"]) for r in records}) == [("sart", 1), ("sart", 2), ("self_consistency", 2)]
     assert len(records) == 9
+
+
+def test_each_requests_branches_reach_the_sink_when_it_completes_not_at_the_end(tmp_path) -> None:
+    """So a long `--save-branches` run keeps what it finished if it is stopped."""
+    import asyncio
+
+    import numpy as np
+
+    from cascade.bench import BenchSettings, run_method
+    from cascade.config import load_config
+    from cascade.label import select_prompts
+    from cascade.tiers import build_tiers
+
+    events: list[tuple[str, str]] = []
+
+    async def run(url: str) -> None:
+        tier = build_tiers(load_config(tmp_path / "cascade.toml"), {})[0]
+        prompts = select_prompts(str(tmp_path / "q.jsonl"), 3, 0)
+        try:
+            await run_method(tier, "self_consistency", BenchSettings(n=3, m=3, rate=1.0), prompts,
+                             np.array([0.0, 0.4, 0.8]), on_done=lambda r: events.append(("done", r.id)),
+                             on_branches=lambda rows: events.append(("branches", ",".join({r["id"] for r in rows}))))
+        finally:
+            await tier.backend.aclose()
+
+    with serve_asgi(FakeEngine(FakeScript(tokens=8))) as url:
+        write_inputs(tmp_path, url)
+        asyncio.run(run(url))
+    # Each request's branches (one id per call) arrive just before that request is counted done.
+    assert [kind for kind, _ in events] == ["branches", "done"] * 3
+    assert [events[i][1] for i in range(0, 6, 2)] == [events[i][1] for i in range(1, 6, 2)]

@@ -54,3 +54,31 @@ def test_a_file_that_is_not_saved_branches_is_one_line_and_exit_2(tmp_path) -> N
     done = subprocess.run([sys.executable, str(SCRIPT), str(bad), "--tier", "t", "--out", str(tmp_path / "o")],
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 2 and done.stderr.count("\n") == 1 and "not a saved branch" in done.stderr
+
+
+V6 = Path(__file__).resolve().parents[2] / "models" / "outcomes" / "gsm8k-train-embedded-v6.jsonl"
+
+
+def test_with_labelled_rows_keeps_their_questions_copies_their_tiers_and_adds_an_out_of_fold_difficulty(
+        tmp_path) -> None:
+    labelled = [row for _, row in read_rows(V6)][:2]
+    by_id = {p.id: p for p in load("gsm8k-train")}
+    unlabelled = next(p for p in by_id.values() if p.id not in {r.id for _, r in read_rows(V6)})
+    saved = tmp_path / "saved.jsonl"
+    saved.write_text("".join(
+        json.dumps({"id": i, "branch": b, "text": f"#### {reference_answer(by_id[i].reference or '')}"}) + "\n"
+        for i in [*(r.id for r in labelled), unlabelled.id] for b in range(3)))
+    rows = bo.to_rows(bo.read_saved(saved), "qwen2.5-coder-0.5b-reason", lambda text: 5)
+    merged, dropped = bo.with_labelled(rows, "qwen2.5-coder-0.5b-reason", str(V6), "qwen2.5-coder-0.5b", "lexical", 0)
+    assert dropped == 1 and [r.id for r in merged] == [r.id for r in labelled]
+    for row, source in zip(merged, labelled, strict=True):
+        assert row.tiers["smollm2-135m"] == source.tiers["smollm2-135m"]  # copied
+        reason = row.tiers["qwen2.5-coder-0.5b-reason"]
+        assert reason.branches is not None and len(reason.branches) == 3  # replaced by the branches
+        assert row.difficulty is not None and 0.0 < row.difficulty < 1.0
+
+
+def test_difficulty_without_labelled_rows_is_refused(tmp_path) -> None:
+    done = subprocess.run([sys.executable, str(SCRIPT), str(tmp_path / "s.jsonl"), "--tier", "t", "--out",
+                           str(tmp_path / "o"), "--difficulty-tier", "x"], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2 and "needs --with" in done.stderr

@@ -110,6 +110,14 @@ def classifier_for(options: TrainOptions) -> DifficultyClassifier:
     return model
 
 
+def out_of_fold_p_fail(outcomes: Outcomes, options: TrainOptions) -> np.ndarray:
+    """p_fail (rows, tiers) of the router these options train, each row predicted by a model that never saw it
+    (cross-validated over `options.cv_folds` folds, at least 2): an honest difficulty for rows it labels."""
+    model = classifier_for(options.validate())
+    return cross_validated_p_fail(model, outcomes.prompts, outcomes.correct, outcomes.groups,
+                                  folds=max(2, options.cv_folds), seed=options.seed)
+
+
 class TrainedRouter(msgspec.Struct, frozen=True, kw_only=True):
     """A fitted router with what its card records: metrics, calibrated operating points and the data split."""
 
