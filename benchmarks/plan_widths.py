@@ -18,7 +18,8 @@ Method
   * `--plot FILE.png`: L and tokens per request against the target, one line per arm.
 
 Usage: .venv/bin/python benchmarks/plan_widths.py [--spec examples/problem-cascadia.toml]
-       [--targets 0.88,0.90,0.92] [--widths 1,1:3,2:5,3:8,5] [--fixed 5,3] [--plot out.png] [--out out.json]
+       [--targets 0.88,0.90,0.92] [--widths 1,1:3,2:5,3:8,5] [--fixed 5,3] [--branched-tiers a,b]
+       [--plot out.png] [--out out.json]
 """
 
 from __future__ import annotations
@@ -50,10 +51,19 @@ def parse_widths(text: str) -> list[tuple[int, int]]:
 
 
 def with_widths(problem: Problem, target: float, fixed: tuple[int, int] | None,
-                candidates: list[tuple[int, int]]) -> Problem:
-    """The problem at `target`, every tier at the fixed width, or choosing among the candidates."""
-    tiers = [msgspec.structs.replace(t, widths=[] if fixed else list(candidates), branches=fixed[0] if fixed else 1,
-                                     branches_to_finish=fixed[1] if fixed else 1) for t in problem.tiers]
+                candidates: list[tuple[int, int]], branched: set[str] | None = None) -> Problem:
+    """The problem at `target`, every tier in `branched` (default: all) at the fixed width, or choosing among
+    the candidates; the other tiers answer with one branch."""
+    def width_of(name: str) -> tuple[tuple[int, int] | None, list[tuple[int, int]]]:
+        if branched is not None and name not in branched:
+            return (1, 1), []
+        return fixed, [] if fixed else list(candidates)
+
+    tiers = []
+    for t in problem.tiers:
+        width, widths = width_of(t.name)
+        tiers.append(msgspec.structs.replace(t, widths=widths, branches=width[0] if width else 1,
+                                             branches_to_finish=width[1] if width else 1))
     return msgspec.structs.replace(problem, tiers=tiers,
                                    quality=msgspec.structs.replace(problem.quality, target=target))
 
@@ -91,6 +101,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--widths", default="1,1:3,2:5,3:8,5", help="candidate widths N,M separated by ':'")
     parser.add_argument("--fixed", action="append", default=None, help="a fixed width N,M for every tier "
                         "(repeatable; default 5,3); one branch is always an arm")
+    parser.add_argument("--branched-tiers", default="", help="comma-separated tiers that get the widths (default: "
+                        "every tier); the others answer with one branch")
     parser.add_argument("--plot", default="")
     parser.add_argument("--out", default="")
     args = parser.parse_args(argv)
@@ -106,6 +118,11 @@ def main(argv: list[str] | None = None) -> int:
     except CascadeError as exc:
         print(f"plan_widths: {exc.message}", file=sys.stderr)
         return 2
+    branched = {t for t in args.branched_tiers.split(",") if t} or None
+    unknown = sorted((branched or set()) - {t.name for t in problem.tiers})
+    if unknown:
+        print(f"plan_widths: --branched-tiers: no tier {', '.join(unknown)} in {args.spec}", file=sys.stderr)
+        return 2
     arms: dict[str, tuple[int, int] | None] = {("fixed-1" if w == (1, 1) else f"fixed-{w[0]},{w[1]}"): w
                                                for w in fixed}
     arms["planned"] = None
@@ -113,7 +130,7 @@ def main(argv: list[str] | None = None) -> int:
     for target in targets:
         for arm, width in arms.items():
             started = time.perf_counter()
-            result = plan_problem(with_widths(problem, target, width, candidates), base)
+            result = plan_problem(with_widths(problem, target, width, candidates, branched), base)
             row = {"target": target, "arm": arm, **summarize(result, time.perf_counter() - started)}
             print(json.dumps(row), file=sys.stderr)
             rows.append(row)
@@ -127,7 +144,7 @@ def main(argv: list[str] | None = None) -> int:
         **{f"{key}_vs_{arm}": round(r["planned"][key] / r[arm][key], 3)
            for arm in arms if arm != "planned" for key in ("latency_s", "latency_envelope_s", "tokens_per_request")}}
         for t, r in by_target.items()}
-    out = {"spec": args.spec, "gpus": problem.cluster.gpus, "rate_rps": problem.workload.rate_rps,
+    out = {"spec": args.spec, "branched_tiers": sorted(branched) if branched else "all", "gpus": problem.cluster.gpus, "rate_rps": problem.workload.rate_rps,
            "candidate_widths": candidates, "runs": rows, "ratios": ratios}
     text = json.dumps(out, indent=1)
     if args.out:

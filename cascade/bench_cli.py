@@ -96,10 +96,11 @@ def _branches(args: argparse.Namespace) -> int:
         saved.flush()
 
     async def run() -> dict[str, Any]:
-        workers = make_workers(config, Path.cwd() / "logs")
+        # Only the worker(s) the tier runs on: the bench asks nothing of the others.
+        workers = make_workers(config, Path.cwd() / "logs", [tier_name])
         supervisor = Supervisor(list(workers.values()))
-        tiers = build_tiers(config, workers)
-        tier = next(t for t in tiers if t.name == tier_name)
+        tiers = build_tiers(config, workers, [tier_name])
+        tier = tiers[0]
         results: dict[str, Any] = {}
         sweep_results: list[dict] = []
         done: dict[bytes, dict[str, Any]] = {}  # run_key -> summary: a sweep repeats no finished run

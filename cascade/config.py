@@ -164,6 +164,13 @@ class WorkerConfig(_Strict, frozen=True):
     # batch and refuses to start when the plan exceeds 60% of free RAM: its default (8192) with 512 blocks
     # needed 5.9 GB, more than a 9 GB machine offers. 1024 still prefills several prompts per step.
     cb_max_batch_tokens: PositiveInt = 1024
+    # How this worker decodes EVERY request: transformers serve with continuous batching builds one generation
+    # config, from its first request, and ignores later requests' temperature, top_p and seed (checked: three
+    # seeds at temperature 1.5 gave one text). cascade's start-up generation sets it: 0 = greedy; > 0 =
+    # sampled at this temperature and top_p. A tier with reasoning branches needs a sampling worker (greedy
+    # branches come out identical and vote as one); a tier answering directly, a greedy one.
+    temperature: Annotated[float, msgspec.Meta(ge=0, le=2)] = 0.0
+    top_p: Annotated[float, msgspec.Meta(gt=0, le=1)] = 1.0
     max_restarts: Annotated[int, msgspec.Meta(ge=0)] = 5
     startup_timeout_s: PositiveFloat = 300.0
 
@@ -207,7 +214,8 @@ class TierConfig(_Strict, frozen=True):
     # logprobs; an engine that lists `logprobs` in unsupported_params (the embedded one) cannot do it.
     prune_confidence: UnitFloat = 0.0
     confidence_group: PositiveInt = 32
-    # Sampling temperature of branches when the request gives none (identical greedy branches vote alike).
+    # Sampling temperature of branches when the request gives none (identical greedy branches vote alike). On an
+    # embedded worker it must equal the worker's `temperature`, which is what the engine samples at.
     branch_temperature: Annotated[float, msgspec.Meta(ge=0, le=2)] = 0.7
     # Branch-aware admission: live branches on this tier at most (0: no limit). A request needs one
     # slot per branch; freed slots (finished, pruned, stopped branches) admit waiting requests.
@@ -240,6 +248,7 @@ def _check(config: CascadeConfig) -> None:
     worker_names = {w.name for w in config.workers}
     if len(worker_names) != len(config.workers):
         raise ConfigError("`workers` names must be unique")
+    workers = {w.name: w for w in config.workers}
     for i, tier in enumerate(config.tiers):
         if not tier.backends:
             raise ConfigError(f"`tiers[{i}].backends` is empty: tier `{tier.name}` needs a backend")
@@ -261,9 +270,26 @@ def _check(config: CascadeConfig) -> None:
             if isinstance(backend, WorkerBackend):
                 if backend.worker not in worker_names:
                     raise ConfigError(f"`{where}.worker` names `{backend.worker}`, which is not in [[workers]]")
+                _check_worker_sampling(tier, i, workers[backend.worker])
             elif not backend.url.startswith(("http://", "https://")):
                 raise ConfigError(f"`{where}.url` must start with http:// or https://, got {backend.url!r}")
     check_routing(config.routing, [t.name for t in config.tiers], any(t.branch_slots for t in config.tiers))
+
+
+def _check_worker_sampling(tier: TierConfig, i: int, worker: WorkerConfig) -> None:
+    """A branched tier's worker must sample, at the tier's branch temperature: the embedded engine decodes every
+    request as its worker is set (WorkerConfig.temperature), whatever the request asks."""
+    if tier.branches == 1:
+        return
+    if worker.temperature == 0:
+        raise ConfigError(f"`tiers[{i}]` (`{tier.name}`) runs {tier.branches} branches on worker `{worker.name}`, "
+                          f"which decodes greedily: every branch would be the same answer. Give the worker "
+                          f"`temperature = {tier.branch_temperature:g}` (a worker of its own: a direct tier wants "
+                          f"a greedy one)")
+    if worker.temperature != tier.branch_temperature:
+        raise ConfigError(f"`tiers[{i}].branch_temperature` ({tier.branch_temperature:g}) differs from worker "
+                          f"`{worker.name}`'s temperature ({worker.temperature:g}), which is what its engine "
+                          f"samples every request at: make them equal")
 
 
 def decode_config(data: bytes | str, source: str = "cascade.toml") -> CascadeConfig:

@@ -23,7 +23,7 @@ from cascade.config import BackendConfig, CascadeConfig, PRMScorerConfig, TierCo
 from cascade.config import OpenAIBackend as OpenAIBackendConfig
 from cascade.config import SGLangBackend as SGLangBackendConfig
 from cascade.config import WorkerBackend as WorkerBackendConfig
-from cascade.engines.supervisor import Worker
+from cascade.engines.supervisor import Worker, sampling_fields
 from cascade.schemas import ChatMessage
 
 
@@ -36,6 +36,9 @@ class Tier(msgspec.Struct, kw_only=True):
     scorer: Scorer | None = None
     # Forwarded request fields some replica's engine would ignore (refused with a 400 on this tier).
     unsupported: frozenset[str] = frozenset()
+    # Some replica decodes every request greedily whatever it asks (an embedded worker at temperature 0):
+    # branches there would be one answer repeated, so a request asking for them is refused.
+    greedy_only: bool = False
 
     @property
     def name(self) -> str:
@@ -55,8 +58,11 @@ def make_backend(name: str, config: BackendConfig, workers: dict[str, Worker]) -
             return SGLangBackend(name, config.url, config.model, config.timeouts, config.api_key)
         case WorkerBackendConfig():
             worker = workers[config.worker]
+            # A sampling worker gets its generation config with every request, not only at start-up: continuous
+            # batching keeps the first request's, and after a restart a user's request may come first.
+            fixed = {} if worker.config.temperature == 0 else sampling_fields(worker.model_dir, worker.config)
             # transformers serve with a preloaded model answers any model id with that model.
-            return OpenAIBackend(name, worker.url, str(worker.model_dir), config.timeouts)
+            return OpenAIBackend(name, worker.url, str(worker.model_dir), config.timeouts, fixed_fields=fixed)
     raise TypeError(f"unknown backend config {type(config).__name__}")
 
 
@@ -88,6 +94,7 @@ def build_tiers(config: CascadeConfig, workers: dict[str, Worker], tier_names: C
                 ) -> list[Tier]:
     """The config's tiers (with ``tier_names``, only those; each keeps its index in the full ladder)."""
     tiers = []
+    workers_by_name = {w.name: w for w in config.workers}
     for index, tier_config in enumerate(config.tiers):
         if tier_names is not None and tier_config.name not in tier_names:
             continue
@@ -96,8 +103,10 @@ def build_tiers(config: CascadeConfig, workers: dict[str, Worker], tier_names: C
         scorer = make_scorer(tier_config)
         pool = ReplicaPool(tier_config.name, replicas, config.gateway.failover)
         unsupported = frozenset(p for b in tier_config.backends for p in b.unsupported_params)
+        greedy_only = any(isinstance(b, WorkerBackendConfig) and workers_by_name[b.worker].temperature == 0
+                          for b in tier_config.backends)
         tiers.append(Tier(index=index, config=tier_config, backend=pool, slots=slots, scorer=scorer,
-                          unsupported=unsupported))
+                          unsupported=unsupported, greedy_only=greedy_only))
     return tiers
 
 

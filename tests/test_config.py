@@ -22,12 +22,49 @@ def test_minimal_config_gets_safe_defaults() -> None:
     assert isinstance(config.tiers[0].backends[0], OpenAIBackend)
 
 
-def test_embedded_default_is_a_three_tier_ladder_on_two_workers() -> None:
+def test_embedded_default_is_a_three_tier_ladder_on_a_greedy_and_a_sampling_qwen_worker() -> None:
     config = embedded_config()
     assert len(config.tiers) >= 3
     assert {w.model for w in config.workers} == {"smollm2-135m", "qwen2.5-coder-0.5b"}
     assert config.tiers[-1].branches > 1
     assert all(isinstance(b, WorkerBackend) for t in config.tiers for b in t.backends)
+    workers = {w.name: w for w in config.workers}
+    reasoning, direct = config.tiers[-1].backends[0], config.tiers[-2].backends[0]
+    assert isinstance(reasoning, WorkerBackend) and isinstance(direct, WorkerBackend)
+    # The engine decodes every request as its worker is set: sampled branches need their own worker.
+    assert workers[reasoning.worker].temperature == config.tiers[-1].branch_temperature > 0
+    assert workers[direct.worker].temperature == 0
+
+
+WORKER_LADDER = """
+[[workers]]
+name = "w"
+model = "smollm2-135m"
+{worker}
+
+[[tiers]]
+name = "thinker"
+branches = 4
+branches_to_finish = 2
+{tier}
+backends = [{{ kind = "worker", worker = "w" }}]
+"""
+
+
+@pytest.mark.parametrize(("worker", "tier", "message"), [
+    ("", "", r"runs 4 branches on worker `w`, which decodes greedily.*temperature = 0.7"),
+    ("temperature = 0.7", "branch_temperature = 1.0", r"branch_temperature` \(1\) differs from worker `w`'s"),
+    ("temperature = 3", "", r"workers\[0\].temperature"),
+    ("top_p = 0", "", r"workers\[0\].top_p"),
+])
+def test_a_branched_tier_needs_a_worker_sampling_at_its_branch_temperature(worker, tier, message) -> None:
+    with pytest.raises(ConfigError, match=message):
+        decode_config(WORKER_LADDER.format(worker=worker, tier=tier))
+
+
+def test_a_branched_tier_on_a_sampling_worker_loads() -> None:
+    config = decode_config(WORKER_LADDER.format(worker="temperature = 0.7\ntop_p = 0.9", tier=""))
+    assert (config.workers[0].temperature, config.workers[0].top_p) == (0.7, 0.9)
 
 
 def test_example_sglang_config_loads() -> None:

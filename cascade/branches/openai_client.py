@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import time
 from base64 import b64encode
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, Mapping
 from typing import Any
 from urllib.parse import unquote, urlsplit, urlunsplit
 
@@ -51,9 +51,12 @@ class OpenAIBackend:
     """One OpenAI-compatible endpoint (`url` is the server root, without /v1)."""
 
     def __init__(
-        self, name: str, url: str, model: str, timeouts: Timeouts = DEFAULT_TIMEOUTS, api_key: str = ""
+        self, name: str, url: str, model: str, timeouts: Timeouts = DEFAULT_TIMEOUTS, api_key: str = "",
+        fixed_fields: Mapping[str, Any] | None = None,
     ) -> None:
         self.name = name
+        # Sent with every generation, over the request's own (an embedded sampling worker's: see make_backend).
+        self.fixed_fields = dict(fixed_fields or {})
         # Credentials in the URL (`http://user:pass@host`) become a Basic Authorization header, and
         # `self.url`, which error messages and logs show, never carries them.
         self.url, basic = split_credentials(url.rstrip("/"))
@@ -112,6 +115,7 @@ class OpenAIBackend:
         if request.seed is not None:
             body["seed"] = request.seed
         body.update(request.extra)  # only schemas.PASSTHROUGH fields: never one of the keys set above
+        body.update(self.fixed_fields)
         return _encode(body)
 
     async def stream(self, request: GenerationRequest) -> AsyncGenerator[StreamDelta, None]:

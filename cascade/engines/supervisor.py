@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 import os
 import shutil
@@ -162,12 +163,27 @@ async def wait_healthy(worker: Worker, timeout_s: float) -> None:
             await _first_generation(client, worker, deadline)
 
 
+def sampling_fields(model_dir: Path, config: WorkerConfig) -> dict[str, object]:
+    """The request fields that make a worker sample (sent at start-up and with every request): the generation
+    config as transformers serve reads it (a JSON string: the model's own, for its eos and pad tokens, with
+    do_sample, temperature and top_p), and temperature and top_p themselves, which the engine applies over that
+    config (a request's `temperature: 0` would otherwise turn sampling off for the whole worker). Continuous
+    batching keeps the first request's config for every request; after a restart a user's may be first."""
+    path = model_dir / "generation_config.json"
+    base = json.loads(path.read_text()) if path.exists() else {}
+    sampling = {"temperature": config.temperature, "top_p": config.top_p}
+    return {"generation_config": json.dumps({**base, "do_sample": True, **sampling}), **sampling}
+
+
 async def _first_generation(client: httpx.AsyncClient, worker: Worker, deadline: float) -> None:
     """One 1-token generation before the worker counts as started: transformers sizes its KV cache at the
     first batch, so a cache that does not fit fails here with the engine's reason, not on a user's request;
-    it also takes the first batch's one-off cost out of the first request's latency."""
-    body = {"model": str(worker.model_dir), "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 1,
-            "stream": False}
+    it also takes the first batch's one-off cost out of the first request's latency, and it fixes how the
+    worker decodes every later request (continuous batching keeps this request's generation config)."""
+    body: dict[str, object] = {"model": str(worker.model_dir), "messages": [{"role": "user", "content": "Hi"}],
+                               "max_tokens": 1, "stream": False}
+    if worker.config.temperature > 0:
+        body.update(sampling_fields(worker.model_dir, worker.config))
     try:
         response = await client.post(f"{worker.url}/v1/chat/completions", json=body,
                                      timeout=max(1.0, deadline - time.monotonic()))

@@ -73,6 +73,10 @@ def branches_for(req: ChatCompletionRequest, tier: Tier, lim: Limits) -> BranchS
             aggregation=override.aggregation or settings.aggregation,
         )
         _check_override(settings, lim.max_branches)
+    if settings.n > 1 and tier.greedy_only:
+        raise InvalidRequest(f"tier `{tier.name}`'s engine decodes every request greedily (an embedded worker at "
+                             f"temperature 0), so its {settings.n} branches would be one answer repeated: ask a "
+                             "tier that runs branches", "branches.n")
     streams, limit = settings.n * req.n, lim.max_streams_per_request
     if streams > limit:
         raise InvalidRequest(f"{settings.n} branches x n={req.n} would open {streams} backend streams on tier "

@@ -40,3 +40,25 @@ def test_a_bad_width_list_is_one_line_and_exit_2() -> None:
     done = subprocess.run([sys.executable, str(SCRIPT), "--widths", "1;1"], capture_output=True, text=True,
                           timeout=60)
     assert done.returncode == 2 and done.stderr.count("\n") == 1 and "--widths" in done.stderr
+
+
+def test_branched_tiers_keep_the_other_tiers_at_one_branch(tmp_path) -> None:
+    spec = tmp_path / "problem.toml"
+    spec.write_text(SMALL_PROBLEM.format(mode="cascade").replace('metric = "correct"', 'metric = "score"'))
+    done = subprocess.run([sys.executable, str(SCRIPT), "--spec", str(spec), "--targets", "0.75", "--widths",
+                           "1,1:3,2", "--fixed", "3,2", "--branched-tiers", "small"],
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr
+    out = json.loads(done.stdout)
+    assert out["branched_tiers"] == ["small"]
+    widths = {r["arm"]: r["widths"] for r in out["runs"]}
+    assert widths["fixed-3,2"] == {"small": [3, 2], "large": [1, 1]}
+    assert widths["planned"]["large"] == [1, 1] and widths["planned"]["small"] in ([1, 1], [3, 2])
+
+
+def test_an_unknown_branched_tier_is_one_line_and_exit_2(tmp_path) -> None:
+    spec = tmp_path / "problem.toml"
+    spec.write_text(SMALL_PROBLEM.format(mode="route"))
+    done = subprocess.run([sys.executable, str(SCRIPT), "--spec", str(spec), "--branched-tiers", "huge"],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2 and done.stderr.count("\n") == 1 and "no tier huge" in done.stderr

@@ -159,7 +159,7 @@ def test_the_real_engine_gets_forwarded_fields_and_a_field_it_would_ignore_is_re
 def test_crashed_worker_is_restarted_and_shutdown_leaves_no_orphans(served) -> None:
     base, proc, ready = served
     workers = ready["workers"]
-    assert set(workers) == {"smollm2", "qwen"}
+    assert set(workers) == {"smollm2", "qwen", "qwen-sampling"}
     victim = workers["smollm2"]["pid"]
     os.killpg(victim, signal.SIGKILL)
     deadline = time.monotonic() + STARTUP_TIMEOUT_S
