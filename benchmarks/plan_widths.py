@@ -79,6 +79,11 @@ def tokens_per_request(result: PlanResult) -> float:
     return float(total.mean())
 
 
+def ratio(planned: float | None, other: float | None) -> float | None:
+    """planned / other, None where either arm has no plan meeting the target."""
+    return None if planned is None or other is None else round(planned / other, 3)
+
+
 def summarize(result: PlanResult, seconds: float) -> dict[str, Any]:
     plan = result.plan
     balanced = next((p for p in plan.operating_points if p.hint == "balanced"), None)
@@ -137,15 +142,18 @@ def main(argv: list[str] | None = None) -> int:
     for row in rows:
         # A plan that meets a higher target meets this one too: the search is a heuristic (a bi-level
         # alternation can settle in a local optimum), so each arm is also read at its best plan so far.
-        row["latency_envelope_s"] = min(r["latency_s"] for r in rows if r["arm"] == row["arm"]
-                                        and r["quality"] >= row["target"] - 1e-9)
+        # None: no plan of this arm meets the target (a fixed width may be unable to reach it at all).
+        row["meets_target"] = row["quality"] >= row["target"] - 1e-9
+        row["latency_envelope_s"] = min((r["latency_s"] for r in rows if r["arm"] == row["arm"]
+                                         and r["quality"] >= row["target"] - 1e-9), default=None)
     by_target = {t: {r["arm"]: r for r in rows if r["target"] == t} for t in targets}
     ratios = {f"{t:g}": {
-        **{f"{key}_vs_{arm}": round(r["planned"][key] / r[arm][key], 3)
+        **{f"{key}_vs_{arm}": ratio(r["planned"][key], r[arm][key])
            for arm in arms if arm != "planned" for key in ("latency_s", "latency_envelope_s", "tokens_per_request")}}
         for t, r in by_target.items()}
-    out = {"spec": args.spec, "branched_tiers": sorted(branched) if branched else "all", "gpus": problem.cluster.gpus, "rate_rps": problem.workload.rate_rps,
-           "candidate_widths": candidates, "runs": rows, "ratios": ratios}
+    out = {"spec": args.spec, "branched_tiers": sorted(branched) if branched else "all",
+           "gpus": problem.cluster.gpus, "rate_rps": problem.workload.rate_rps, "candidate_widths": candidates,
+           "runs": rows, "ratios": ratios}
     text = json.dumps(out, indent=1)
     if args.out:
         Path(args.out).write_text(text + "\n")
@@ -166,7 +174,8 @@ def plot(rows: list[dict[str, Any]], arms: list[str], path: str) -> None:
         mine = [r for r in rows if r["arm"] == arm]
         x = [r["target"] for r in mine]
         line = lat_ax.plot(x, [r["latency_s"] for r in mine], marker="o", label=arm)[0]
-        lat_ax.plot(x, [r["latency_envelope_s"] for r in mine], linestyle=":", color=line.get_color())
+        lat_ax.plot(x, [np.nan if r["latency_envelope_s"] is None else r["latency_envelope_s"] for r in mine],
+                    linestyle=":", color=line.get_color())
         tok_ax.plot(x, [r["tokens_per_request"] for r in mine], marker="o", label=arm)
     lat_ax.set_xlabel("quality target")
     lat_ax.set_ylabel("worst tier p95 L (s), predicted")
