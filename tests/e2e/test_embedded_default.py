@@ -83,7 +83,9 @@ def test_fast_and_best_are_answered_by_different_real_tiers(served) -> None:
             model="cascade:best", messages=[{"role": "user", "content": WORD_PROBLEM}], max_tokens=16)
         reason = client.chat.completions.with_raw_response.create(
             model="qwen2.5-coder-0.5b-reason", messages=[{"role": "user", "content": WORD_PROBLEM}],
-            max_tokens=256, temperature=0.0)
+            max_tokens=256)
+        direct = client.chat.completions.create(
+            model="qwen2.5-coder-0.5b", messages=[{"role": "user", "content": WORD_PROBLEM}], max_tokens=256)
     finally:
         client.close()
     fast_body, routed_best, best_body = fast.parse(), best.parse(), reason.parse()
@@ -95,11 +97,12 @@ def test_fast_and_best_are_answered_by_different_real_tiers(served) -> None:
     assert reason.headers["x-cascade-tier"] == best_body.model == "qwen2.5-coder-0.5b-reason"
     assert fast_body.choices[0].message.content.strip()
     assert best_body.usage.completion_tokens > 0
-    # The 0.5B model gets this one right (17 x 23 = 391; asked bare, "What is 17*23?", it answers 401
-    # without a step-by-step system prompt); greedy decoding keeps it stable (the 4 greedy branches
-    # agree). With pruning on, as few as one branch may finish: batched CPU numerics make greedy
-    # branches drift apart slightly, so their scores differ and phase 2 may prune the rest.
-    assert "391" in best_body.choices[0].message.content
+    # The 0.5B model answering greedily (the direct tier's worker) gets this one right (17 x 23 = 391; asked
+    # bare, "What is 17*23?", it answers 401 without a step-by-step system prompt). The reasoning tier's worker
+    # samples (T 0.7, whatever a request asks), so its vote may go either way: only its shape is checked. With
+    # pruning on, as few as one branch may finish: phase 2 prunes below the first finisher's score.
+    assert "391" in (direct.choices[0].message.content or "")
+    assert best_body.choices[0].message.content
     branches = best_body.model_extra["cascade"]["branches"]
     assert branches["launched"] == 4 and 1 <= branches["finished"] <= 2
     # Every branch ended one way or another: nothing left running upstream.
