@@ -54,16 +54,12 @@ def with_widths(problem: Problem, target: float, fixed: tuple[int, int] | None,
                 candidates: list[tuple[int, int]], branched: set[str] | None = None) -> Problem:
     """The problem at `target`, every tier in `branched` (default: all) at the fixed width, or choosing among
     the candidates; the other tiers answer with one branch."""
-    def width_of(name: str) -> tuple[tuple[int, int] | None, list[tuple[int, int]]]:
-        if branched is not None and name not in branched:
-            return (1, 1), []
-        return fixed, [] if fixed else list(candidates)
-
     tiers = []
     for t in problem.tiers:
-        width, widths = width_of(t.name)
-        tiers.append(msgspec.structs.replace(t, widths=widths, branches=width[0] if width else 1,
-                                             branches_to_finish=width[1] if width else 1))
+        one_branch = branched is not None and t.name not in branched
+        width = (1, 1) if one_branch or not fixed else fixed
+        widths = [] if one_branch or fixed else list(candidates)
+        tiers.append(msgspec.structs.replace(t, widths=widths, branches=width[0], branches_to_finish=width[1]))
     return msgspec.structs.replace(problem, tiers=tiers,
                                    quality=msgspec.structs.replace(problem.quality, target=target))
 

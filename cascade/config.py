@@ -245,10 +245,9 @@ def _check(config: CascadeConfig) -> None:
     names = [t.name for t in config.tiers]
     if len(set(names)) != len(names):
         raise ConfigError(f"`tiers` names must be unique, got {names}")
-    worker_names = {w.name for w in config.workers}
-    if len(worker_names) != len(config.workers):
-        raise ConfigError("`workers` names must be unique")
     workers = {w.name: w for w in config.workers}
+    if len(workers) != len(config.workers):
+        raise ConfigError("`workers` names must be unique")
     for i, tier in enumerate(config.tiers):
         if not tier.backends:
             raise ConfigError(f"`tiers[{i}].backends` is empty: tier `{tier.name}` needs a backend")
@@ -268,7 +267,7 @@ def _check(config: CascadeConfig) -> None:
                 raise ConfigError(f"`{where}.unsupported_params` names {unknown}, which cascade does not forward "
                                   f"(it forwards: {', '.join(PASSTHROUGH)})")
             if isinstance(backend, WorkerBackend):
-                if backend.worker not in worker_names:
+                if backend.worker not in workers:
                     raise ConfigError(f"`{where}.worker` names `{backend.worker}`, which is not in [[workers]]")
                 _check_worker_sampling(tier, i, workers[backend.worker])
             elif not backend.url.startswith(("http://", "https://")):
