@@ -2,7 +2,7 @@
 VENV ?= .venv
 export HF_HUB_OFFLINE = 1
 
-.PHONY: serve test lint install-serve install-test
+.PHONY: serve test lint install-serve install-test sglang-contract
 
 # Install what serving needs, prepare the embedded models, start the gateway on 127.0.0.1:8000.
 serve: install-serve
@@ -23,3 +23,12 @@ lint:
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/mypy
 	$(VENV)/bin/lint-imports
+
+# Check cascade against SGLang's own request/response models (tests/contract/). `make sglang-contract SGLANG=X.Y.Z`
+# re-pins SGLang (tests/fixtures/sglang/sglang-pin.txt), installs that wheel --no-deps, rewrites the response
+# fixtures as it serializes them and runs the contract and wire tests; without SGLANG it re-checks the pinned one.
+sglang-contract:
+	$(if $(SGLANG),sed -i 's/^sglang==.*/sglang==$(SGLANG)/' tests/fixtures/sglang/sglang-pin.txt)
+	CASCADE_VENV=$(VENV) scripts/install_sglang_protocol.sh
+	$(VENV)/bin/python -m tests.contract.sglang_wire
+	$(VENV)/bin/python -m pytest -q -p no:cacheprovider tests/contract tests/branches/test_sglang_wire.py

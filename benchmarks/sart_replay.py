@@ -9,7 +9,10 @@ Model of time (stated, not hidden): branches of one request advance in lockstep,
 each (what a continuous-batching engine does with branches admitted together). A branch's partial
 text after t tokens is the first t tokens of its saved text (Qwen tokenizer of the embedded tier).
 Rules are the runner's, by the same functions (cascade/branches/sart.py `to_prune`, `vote`):
-  * every K completed reasoning steps (paragraphs) a branch is scored by the CPU scorer;
+  * every K completed reasoning steps (paragraphs) a branch is scored by the CPU scorer (--scorer
+    heuristic, the default) or a model judging its steps (--scorer verifier:MODEL[:PROMPT],
+    cascade/branches/verifier.py, run in this process as `cascade scorer-server` runs it; its scores are
+    kept in --scores-cache, so a rerun with other settings scores nothing again);
   * phase 1 (nothing finished): prune live branches scoring < alpha, lowest first, at most beta,
     never the last live one;
   * the first finished branch's final score is alpha'; phase 2 prunes live branches scoring < alpha'
@@ -26,15 +29,18 @@ only the live benchmark measures.
 
 Usage:
   .venv/bin/python benchmarks/sart_replay.py --branches FILE [--n 4] [--m 1,2] [--alpha 0,0.3,0.5]
-      [--beta 0,1,2] [--k 1,2] [--max-tokens 400] [--json-out F]
+      [--beta 0,1,2] [--k 1,2] [--max-tokens 400] [--scorer heuristic|verifier:qwen2.5-coder-0.5b]
+      [--scores-cache F] [--json-out F]
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import itertools
 import json
 import sys
+import time
 from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
@@ -42,6 +48,7 @@ from pathlib import Path
 from cascade.branches.cpu_scorer import CPUScorer
 from cascade.branches.sart import Finished, Scored, to_prune, vote
 from cascade.branches.scoring import split_steps
+from cascade.branches.verifier import PROMPTS
 from cascade.data.datasets import prompts_by_id
 from cascade.engines.models import load_card, model_dir
 
@@ -68,12 +75,62 @@ def step_positions(text: str, offsets: list[int]) -> list[tuple[int, int]]:
     return out
 
 
-def load(path: Path, n: int, max_tokens: int, k_values: list[int]) -> dict[int, dict[str, list[SavedBranch]]]:
+class StepScorer:
+    """`score_steps(steps, question)` of the heuristic, or of a verifier model (memoised, and kept in `cache`)."""
+
+    def __init__(self, spec: str, cache: Path | None = None) -> None:
+        self.spec = spec
+        self.memo: dict[str, float] = {}
+        self.ms: list[float] = []  # the model's calls in this run
+        self.model = None
+        self._file = None
+        if spec == "heuristic":
+            self.cpu = CPUScorer()
+            return
+        kind, _, rest = spec.partition(":")
+        name, _, prompt = rest.partition(":")
+        style = next((p for p in PROMPTS if p == (prompt or "judge")), None)
+        if kind != "verifier" or not name or style is None:
+            raise SystemExit(f"--scorer: heuristic or verifier:MODEL[:PROMPT] (PROMPT: {', '.join(PROMPTS)}), "
+                             f"not {spec!r}")
+        from cascade.engines.scorer_server import load_verifier, resolve_model
+
+        self.model = load_verifier(resolve_model(name), prompt=style)
+        if cache is not None:
+            for line in cache.read_text().splitlines() if cache.exists() else []:
+                try:
+                    row = json.loads(line)
+                except ValueError:
+                    continue  # a line cut short by a stopped run
+                if row.get("scorer") == spec:
+                    self.memo[row["key"]] = row["score"]
+            self._file = cache.open("a")
+
+    def score_steps(self, steps: list[str], question: str) -> float:
+        if self.model is None:
+            return self.cpu.score_steps(steps, question)
+        key = hashlib.sha256("\0".join([question, *steps]).encode()).hexdigest()[:24]
+        if key not in self.memo:
+            t0 = time.perf_counter()
+            self.memo[key] = self.model.score([(question, steps)])[0].score
+            self.ms.append((time.perf_counter() - t0) * 1e3)
+            if self._file is not None:
+                self._file.write(json.dumps({"scorer": self.spec, "key": key, "score": self.memo[key]}) + "\n")
+                self._file.flush()
+        return self.memo[key]
+
+    def close(self) -> None:
+        if self._file is not None:
+            self._file.close()
+
+
+def load(path: Path, n: int, max_tokens: int, k_values: list[int], scorer: StepScorer
+         ) -> dict[int, dict[str, list[SavedBranch]]]:
     """Saved branches by K and question id, with their score events (the scorer sees the question)."""
+    from tqdm import tqdm
     from transformers import AutoTokenizer  # heavy import: only here
 
     tokenizer = AutoTokenizer.from_pretrained(str(model_dir(load_card("qwen2.5-coder-0.5b"))))
-    scorer = CPUScorer()
     by_question: dict[str, list[dict]] = defaultdict(list)
     for line in path.read_text().splitlines():
         if line.strip():
@@ -81,7 +138,8 @@ def load(path: Path, n: int, max_tokens: int, k_values: list[int]) -> dict[int, 
             by_question[row["id"]].append(row)
     out: dict[int, dict[str, list[SavedBranch]]] = {k: {} for k in k_values}
     question = prompts_by_id(set(by_question))
-    for qid, rows in by_question.items():
+    for qid, rows in tqdm(by_question.items(), desc=f"scoring ({scorer.spec})", unit="question", file=sys.stderr,
+                          disable=scorer.model is None):
         q = question.get(qid, "")
         rows = sorted(rows, key=lambda r: r["branch"])[:n]
         if len(rows) < n:
@@ -182,10 +240,17 @@ def main() -> int:
     p.add_argument("--max-tokens", type=int, default=400, help="the run's max_tokens (to spot capped branches)")
     p.add_argument("--top", type=int, default=15, help="settings to print, best tokens first among those "
                                                        "within 2 accuracy points of self-consistency")
+    p.add_argument("--scorer", default="heuristic", help="heuristic (the CPU scorer) or verifier:MODEL[:PROMPT] "
+                   "(an embedded model judging the steps, e.g. verifier:qwen2.5-coder-0.5b)")
+    p.add_argument("--scores-cache", type=Path, help="JSONL of a verifier's scores, reused and appended to")
     p.add_argument("--json-out", type=Path)
     args = p.parse_args()
     ks = [int(x) for x in args.k.split(",")]
-    data = load(args.branches, args.n, args.max_tokens, ks)
+    scorer = StepScorer(args.scorer, args.scores_cache)
+    try:
+        data = load(args.branches, args.n, args.max_tokens, ks, scorer)
+    finally:
+        scorer.close()
     questions = sorted(data[ks[0]])
     if not questions:
         print(f"no question in {args.branches} has {args.n} saved branches", file=sys.stderr)
@@ -201,7 +266,10 @@ def main() -> int:
         outcomes = [replay(data[k][q], m=m, alpha=alpha, beta=beta, prune=prune) for q in questions]
         results.append({"m": m, "alpha": alpha, "beta": beta, "k": k, "prune": prune,
                         **summarize(outcomes, sc)})
+    scoring = {"calls": len(scorer.ms), "ms_mean": round(sum(scorer.ms) / len(scorer.ms), 1),
+               "ms_p95": round(sorted(scorer.ms)[int(0.95 * (len(scorer.ms) - 1))], 1)} if scorer.ms else {}
     payload = {"questions": len(questions), "n": args.n, "branches_file": str(args.branches),
+               "scorer": args.scorer, "scoring_this_run": scoring,
                "self_consistency": summarize(sc, sc),
                "best_within_2pts": sorted([r for r in results if r["accuracy_minus_sc"] >= -0.02],
                                           key=lambda r: r["tokens_vs_sc"])[: args.top],

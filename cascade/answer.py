@@ -5,11 +5,9 @@ retries a failed answer on another replica). Reasoning branches (SART): per choi
 branches through the branch runner, which stops early, prunes and votes.
 
 Sampling is the same wherever the answer is asked for, so `cascade label` labels exactly what the gateway
-serves for the same request:
-
-* choice `c` of a single-branch answer sends seed `seed + c` (distinct, reproducible samples for n > 1);
-* branch `b` of choice `c` sends seed `seed + c * n + b` (a random base when the request has no seed) at
-  the request's temperature, or the tier's `branch_temperature` when it set none (branches must differ).
+serves for the same request: cascade/upstream.py gives every upstream request its seed and its request id
+(distinct and prefix-free, as SGLang needs). Branches run at the request's temperature, or the tier's
+`branch_temperature` when it set none (branches must differ).
 
 Slots: every upstream stream holds one of `slots` (the tier's branch slots in the gateway, the benchmark's
 own in `cascade bench`) from before it starts until it ends; a branch gives its slot back the moment it
@@ -19,18 +17,18 @@ finishes, is pruned or early-stopped, so the freed slot admits a waiting request
 from __future__ import annotations
 
 import asyncio
-import secrets
 from collections.abc import Awaitable, Callable, Iterable
 from typing import TypeVar
 
 import msgspec
 
+from cascade import upstream
 from cascade.branches.backend import GenerationRequest, GenerationResult
 from cascade.branches.confidence import TokenConfidence, confidence_of, token_logprobs
 from cascade.branches.runner import BranchReport, BranchRun, BranchRunner, BranchSettings
 from cascade.branches.slots import BranchSlots
 from cascade.schemas import ChatMessage
-from cascade.tiers import Tier, branch_requests, tier_request
+from cascade.tiers import Tier, tier_request
 
 _T = TypeVar("_T")
 
@@ -98,7 +96,8 @@ async def answer(
         on_admitted()
     try:
         if branches == 1:
-            return Answer(results=await _all_or_none(_one(tier, _choice(template, c), held) for c in range(choices)))
+            requests = upstream.choice_requests(template, choices)
+            return Answer(results=await _all_or_none(_one(tier, r, held) for r in requests))
         assert settings is not None
         return await _branched(tier, template, question_of(messages), settings, sampling, choices, held)
     finally:
@@ -115,8 +114,7 @@ async def _one(tier: Tier, request: GenerationRequest, held: _Held) -> Generatio
 def choice_requests(tier: Tier, messages: list[ChatMessage], sampling: Sampling, choices: int
                     ) -> list[GenerationRequest]:
     """What a single-branch answer sends upstream: one request per choice (for a caller that streams them)."""
-    template = _template(tier, messages, sampling)
-    return [_choice(template, c) for c in range(choices)]
+    return upstream.choice_requests(_template(tier, messages, sampling), choices)
 
 
 def _template(tier: Tier, messages: list[ChatMessage], sampling: Sampling) -> GenerationRequest:
@@ -125,23 +123,12 @@ def _template(tier: Tier, messages: list[ChatMessage], sampling: Sampling) -> Ge
     return msgspec.structs.replace(template, extra=dict(sampling.extra)) if sampling.extra else template
 
 
-def _choice(template: GenerationRequest, choice: int) -> GenerationRequest:
-    if choice == 0:
-        return template
-    seed = None if template.seed is None else template.seed + choice
-    return msgspec.structs.replace(template, seed=seed, request_id=f"{template.request_id}-{choice}")
-
-
 async def _branched(tier: Tier, template: GenerationRequest, question: str, settings: BranchSettings,
                     sampling: Sampling, choices: int, held: _Held) -> Answer:
     runner = BranchRunner(tier.backend, settings, tier.scorer)
-    base_seed = sampling.seed if sampling.seed is not None else secrets.randbelow(1 << 31)
     temperature = sampling.temperature if sampling.temperature is not None else tier.config.branch_temperature
-    runs = await _all_or_none(
-        runner.run(question, branch_requests(template, base_seed + c * settings.n, settings.n, temperature),
-                   held.release_one)
-        for c in range(choices)
-    )
+    per_choice = upstream.branch_requests(template, choices, settings.n, temperature)
+    runs = await _all_or_none(runner.run(question, requests, held.release_one) for requests in per_choice)
     results = [GenerationResult(text=r.text, reasoning=r.reasoning, finish_reason=r.finish_reason,
                                 prompt_tokens=r.prompt_tokens, completion_tokens=r.completion_tokens) for r in runs]
     return Answer(results=results, reports=[r.report for r in runs], branches_configured=settings.n, runs=runs)

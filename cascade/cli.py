@@ -129,6 +129,14 @@ def _fake_server(args: argparse.Namespace) -> int:
     return 0
 
 
+def _scorer_server(args: argparse.Namespace) -> int:
+    from cascade.engines.scorer_server import serve
+
+    serve(args.model, args.host, args.port, dtype=args.dtype, threads=args.threads,
+          prefix_cache_tokens=args.prefix_cache_tokens, max_batch=args.max_batch, prompt=args.prompt)
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="cascade",
@@ -200,6 +208,28 @@ def build_parser() -> argparse.ArgumentParser:
                       "kill_mid, or garbage (a raw TCP server answering non-HTTP bytes); change it at run time "
                       "with POST /fake/script")
     fake.set_defaults(func=_fake_server)
+
+    scorer = sub.add_parser(
+        "scorer-server", help="serve an embedded model as a step scorer (SGLang's PRM /classify wire format)",
+        description="Load a small chat model and score partial reasoning branches with it: each POST /classify "
+        "text (a PRM input, as cascade's PRM client sends) is judged 'is the reasoning so far correct?' from one "
+        "prefill, score = P(Yes) / (P(Yes) + P(No)) (cascade/branches/verifier.py). A [[workers]] entry with "
+        "role = \"scorer\" runs this under the embedded supervisor.",
+    )
+    scorer.add_argument("--model", default="qwen2.5-coder-0.5b", help="embedded model name or a model directory")
+    scorer.add_argument("--host", default="127.0.0.1")
+    scorer.add_argument("--port", type=int, default=30010)
+    scorer.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float32"])
+    scorer.add_argument("--threads", type=int, default=1, help="torch threads (default 1)")
+    scorer.add_argument("--prefix-cache-tokens", type=int, default=16384,
+                        help="keys/values of recent inputs kept for reuse by inputs sharing their prefix, in tokens "
+                        "(0: off, and list inputs run as padded batches)")
+    scorer.add_argument("--max-batch", type=int, default=8, help="inputs per padded batch with the prefix cache off")
+    # Kept in step with cascade.branches.verifier.PROMPTS (not imported: --help stays instant).
+    scorer.add_argument("--prompt", default="judge", choices=["judge", "self"],
+                        help="judge: question and steps quoted in one user turn (default); self: the steps as the "
+                        "model's own answer, then 'Is your reasoning so far correct?'")
+    scorer.set_defaults(func=_scorer_server)
 
     # Each feature registers its own subcommands (its module imports only argparse-level code).
     from loadgen.cli import add_loadgen_command

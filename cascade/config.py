@@ -13,7 +13,7 @@ from typing import Annotated, Literal, TypeVar
 import msgspec
 
 from cascade import files
-from cascade.config_routing import AnswerConfidence, LoadReactive, RoutingConfig, check_routing
+from cascade.config_routing import AnswerConfidence, EngineLoadConfig, LoadReactive, RoutingConfig, check_routing
 from cascade.config_types import (
     Name,
     NonNegativeInt,
@@ -27,7 +27,8 @@ from cascade.errors import ConfigError
 from cascade.schemas import PASSTHROUGH
 
 # Re-exported: the routing tables are part of this module's API (`from cascade.config import LoadReactive`).
-__all__ = ["AnswerConfidence", "LoadReactive", "Name", "PositiveFloat", "PositiveInt", "RoutingConfig"]
+__all__ = ["AnswerConfidence", "EngineLoadConfig", "LoadReactive", "Name", "PositiveFloat", "PositiveInt",
+           "RoutingConfig"]
 T = TypeVar("T")
 class Limits(_Strict, frozen=True):
     """Hard limits on what one request may ask for; beyond them the request gets a 400/413."""
@@ -109,6 +110,9 @@ class Timeouts(_Strict, frozen=True):
     read_s: PositiveFloat = 120.0
     # Whole request, first byte to last.
     total_s: PositiveFloat = 900.0
+    # An SGLang backend's GET /health: SGLang answers it after a one-token generation, polled once a second
+    # for up to SGLANG_HEALTH_CHECK_TIMEOUT (default 20 s), so 1-20 s; longer than that is a hung engine.
+    health_s: PositiveFloat = 30.0
 
 
 # What `transformers serve` (the embedded engine) ignores or refuses among the fields cascade forwards
@@ -152,11 +156,15 @@ BackendConfig = OpenAIBackend | SGLangBackend | WorkerBackend
 
 
 class WorkerConfig(_Strict, frozen=True):
-    """An embedded engine process: `transformers serve` on a model from models/ (see `cascade models`)."""
+    """An embedded engine process: `transformers serve` on a model from models/ (see `cascade models`), or with
+    `role = "scorer"` that model as a step scorer (`cascade scorer-server`, SGLang's PRM wire format) for tiers
+    whose `scorer = { worker = ... }` names it."""
 
     name: Name
     model: Name
     port: Port = 0  # 0: pick a free loopback port
+    role: Literal["chat", "scorer"] = "chat"
+    threads: PositiveInt = 1  # a scorer worker's torch threads (a chat worker's engine picks its own)
     # Continuous-batching KV cache in blocks of 256 tokens: 128 holds 32k tokens (16 branches of 2k) and
     # bounds the worker's memory (FACTS.md: unbounded it grew to 7 GB).
     cb_num_blocks: PositiveInt = 128
@@ -180,10 +188,12 @@ PRM_TIMEOUTS = Timeouts(connect_s=2.0, read_s=30.0, total_s=30.0)
 
 
 class PRMScorerConfig(_Strict, frozen=True):
-    """A process reward model served by SGLang (`url` is the server root): cascade/branches/prm_client.py."""
+    """A process reward model served by SGLang (`url` is the server root): cascade/branches/prm_client.py; or
+    an embedded scorer worker (`worker`: a [[workers]] entry with role = "scorer") that speaks the same wire."""
 
-    url: str
-    model: str
+    url: str = ""
+    model: str = ""
+    worker: str = ""
     aggregate: Literal["last", "min", "mean"] = "last"
     timeouts: Timeouts = PRM_TIMEOUTS
     api_key: str = ""  # SGLang's --api-key, sent as a Bearer token
@@ -205,7 +215,8 @@ class TierConfig(_Strict, frozen=True):
     prune_alpha: UnitFloat = 0.0
     prune_beta: NonNegativeInt = 0
     # Phase 2 (prune below the first finished branch's score) and scoring are on unless scorer = "none";
-    # "cpu" is the embedded scorer, a table ({ url = ..., model = ... }) a PRM served by SGLang.
+    # "cpu" is the embedded scorer, a table ({ url = ..., model = ... }) a PRM served by SGLang, and
+    # { worker = ... } a scorer worker (an embedded model judging the steps; cascade/branches/verifier.py).
     scorer: Literal["cpu", "none"] | PRMScorerConfig = "cpu"
     score_every_steps: PositiveInt = 2  # K: score a branch every K reasoning steps (paragraphs)
     aggregation: Literal["majority", "weighted"] = "majority"
@@ -269,10 +280,29 @@ def _check(config: CascadeConfig) -> None:
             if isinstance(backend, WorkerBackend):
                 if backend.worker not in workers:
                     raise ConfigError(f"`{where}.worker` names `{backend.worker}`, which is not in [[workers]]")
+                if workers[backend.worker].role != "chat":
+                    raise ConfigError(f"`{where}.worker` names `{backend.worker}`, a scorer worker: it answers no chat")
                 _check_worker_sampling(tier, i, workers[backend.worker])
             elif not backend.url.startswith(("http://", "https://")):
                 raise ConfigError(f"`{where}.url` must start with http:// or https://, got {backend.url!r}")
-    check_routing(config.routing, [t.name for t in config.tiers], any(t.branch_slots for t in config.tiers))
+        if isinstance(tier.scorer, PRMScorerConfig):
+            _check_prm_scorer(tier.scorer, i, workers)
+    check_routing(config.routing, [t.name for t in config.tiers], any(t.branch_slots for t in config.tiers),
+                  any(isinstance(b, SGLangBackend) for t in config.tiers for b in t.backends))
+
+
+def _check_prm_scorer(scorer: PRMScorerConfig, i: int, workers: dict[str, WorkerConfig]) -> None:
+    where = f"tiers[{i}].scorer"
+    if bool(scorer.url) == bool(scorer.worker):
+        raise ConfigError(f"`{where}` needs one of `url` (an SGLang PRM) or `worker` (a scorer worker), not "
+                          f"{'both' if scorer.url else 'neither'}")
+    if scorer.worker:
+        worker = workers.get(scorer.worker)
+        if worker is None or worker.role != "scorer":
+            raise ConfigError(f"`{where}.worker` names `{scorer.worker}`, which is not a [[workers]] entry with "
+                              "role = \"scorer\"")
+    elif not scorer.url.startswith(("http://", "https://")):
+        raise ConfigError(f"`{where}.url` must start with http:// or https://, got {scorer.url!r}")
 
 
 def _check_worker_sampling(tier: TierConfig, i: int, worker: WorkerConfig) -> None:

@@ -1,5 +1,6 @@
 """The `[routing]` table of `cascade.toml`: policy and router, route or cascade mode, operating points, and the
-load-reactive (`[routing.load]`) and answer-confidence (`[routing.confidence]`) switches."""
+load-reactive (`[routing.load]`), engine-load (`[routing.engine_load]`) and answer-confidence
+(`[routing.confidence]`) switches."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from typing import Annotated, Literal
 
 import msgspec
 
-from cascade.config_types import NonNegativeFloat, PositiveFloat, PositiveInt, _Strict
+from cascade.config_types import NonNegativeFloat, NonNegativeInt, PositiveFloat, PositiveInt, _Strict
 from cascade.errors import ConfigError
 
 
@@ -37,6 +38,24 @@ class LoadReactive(_Strict, frozen=True):
     # `best` keeps its operating point unless this is set; `fast` has none cheaper.
     degrade_best: bool = False
     shed_branches: bool = True
+
+
+class EngineLoadConfig(_Strict, frozen=True):
+    """Tiers on SGLang read their engines' own load from each engine's Prometheus `/metrics` (queue, running
+    requests, KV usage, TTFT histogram; cascade/branches/engine_poller.py), one shared poll per engine URL. Load-
+    reactive routing then sees every client's requests on the engine, not only this gateway's, and admission may
+    refuse a tier whose engines queue. A tier with a replica that is not SGLang, whose engine publishes nothing
+    (SGLang without --enable-metrics: 404) or whose reading is stale falls back to this gateway's own counters."""
+
+    enabled: bool = True
+    poll_s: Annotated[float, msgspec.Meta(gt=0, le=1)] = 0.5
+    timeout_s: PositiveFloat = 1.0  # one read of /metrics at most
+    stale_after: PositiveInt = 3  # polls without a good reading after which the last one is not used
+    # Load-reactive routing: a tier is full while every one of its engines has had requests waiting for this long
+    # (0: from the first reading that shows a queue), or while its engines hold its `max_in_flight` x branches.
+    queue_for_s: NonNegativeFloat = 0.0
+    # Admission: 429 for a tier whose engines have this many requests waiting, all together (0: off).
+    max_queue: NonNegativeInt = 0
 
 
 class AnswerConfidence(_Strict, frozen=True):
@@ -70,11 +89,14 @@ class RoutingConfig(_Strict, frozen=True):
     # Thresholds per named operating point (ascending, n_tiers - 1 values); a plan file overrides them.
     operating_points: dict[str, list[float]] = msgspec.field(default_factory=dict)
     load: LoadReactive = LoadReactive()
+    engine_load: EngineLoadConfig = EngineLoadConfig()
     confidence: AnswerConfidence = AnswerConfidence()
 
 
-def check_routing(routing: RoutingConfig, tiers: list[str], any_branch_slots: bool) -> None:
-    """What the types cannot say about `[routing]` on a ladder of `tiers` (names, cheapest first)."""
+def check_routing(routing: RoutingConfig, tiers: list[str], any_branch_slots: bool, any_sglang: bool = False
+                  ) -> None:
+    """What the types cannot say about `[routing]` on a ladder of `tiers` (names, cheapest first; `any_sglang`:
+    some tier has an SGLang backend, whose engine load can be read)."""
     if routing.policy == "learned" and not routing.router:
         raise ConfigError("`routing.router` must name a router directory when `routing.policy` is \"learned\"")
     n_thresholds = len(tiers) - 1
@@ -91,7 +113,7 @@ def check_routing(routing: RoutingConfig, tiers: list[str], any_branch_slots: bo
         if any(not h >= 0.0 for h in thresholds):  # written so that NaN fails too
             raise ConfigError(f"`{key}` thresholds must be >= 0 (above 1 means the tier never accepts), "
                               f"got {thresholds}")
-    _check_load(routing.load, tiers, any_branch_slots)
+    _check_load(routing.load, tiers, any_branch_slots or (any_sglang and routing.engine_load.enabled))
     confidence = routing.confidence
     if unknown := sorted(set(confidence.calibration) - set(tiers)):
         raise ConfigError(f"`routing.confidence.calibration` names {unknown}, which are not tiers ({', '.join(tiers)})")
@@ -101,14 +123,14 @@ def check_routing(routing: RoutingConfig, tiers: list[str], any_branch_slots: bo
                               f"cannot mean a lower chance of being right), got {slope}")
 
 
-def _check_load(load: LoadReactive, names: list[str], any_branch_slots: bool) -> None:
+def _check_load(load: LoadReactive, names: list[str], capacity_known: bool) -> None:
     if load.exit_at >= load.enter_at:
         raise ConfigError(f"`routing.load.exit_at` ({load.exit_at:g}) must be below `enter_at` ({load.enter_at:g}): "
                           "the gap is what keeps a tier from flapping")
     unknown = sorted(set(load.max_in_flight) - set(names))
     if unknown:
         raise ConfigError(f"`routing.load.max_in_flight` names {unknown}, which are not tiers ({', '.join(names)})")
-    watched = load.ttft_ms or load.e2el_ms or load.max_in_flight or any_branch_slots
+    watched = load.ttft_ms or load.e2el_ms or load.max_in_flight or capacity_known
     if load.enabled and not watched:
         raise ConfigError("`routing.load.enabled` watches nothing: set `ttft_ms`, `e2el_ms` or `max_in_flight` "
-                          "(or give a tier `branch_slots`)")
+                          "(or give a tier `branch_slots`, or an SGLang backend with `routing.engine_load` on)")

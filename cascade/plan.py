@@ -62,6 +62,14 @@ class TierDeployment(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_f
     # The reasoning width planned for the tier (N branches, M to finish); `cascade deploy` configures it.
     branches: int = 1
     branches_to_finish: int = 1
+    # SGLang's output parsers for `model` (`cascade deploy` passes them as --reasoning-parser and
+    # --tool-call-parser): "" for none; None (left out) for those of the model card that serves `model`
+    # (cascade/optimizer/cards.py `served_card`), none when no card does.
+    reasoning_parser: str | None = None
+    tool_call_parser: str | None = None
+    # Reproducible branches: SGLang runs with --enable-deterministic-inference, so that the per-branch `seed`
+    # is honoured (it is ignored otherwise) and equal requests give equal answers, at a throughput cost.
+    deterministic: bool = False
 
     def sets(self) -> list[ReplicaSet]:
         return self.replica_sets or [ReplicaSet(tp=self.tp, pp=self.pp, count=self.replicas)]

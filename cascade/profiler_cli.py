@@ -39,7 +39,8 @@ def add_profile_command(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--decode-prompt-tokens", type=int, default=64, help="prompt length of the decode ladder")
     p.add_argument("--time-limit-s", type=float, default=300.0, help="bound on the whole measurement")
     p.add_argument("--kv-capacity-tokens", type=int,
-                   help="the engine's KV cache in tokens (default: SGLang's /get_server_info, else unknown)")
+                   help="the engine's KV cache in tokens (default: SGLang's /server_info, or /get_server_info "
+                   "on older versions, else unknown)")
     p.add_argument("--tp", type=int, default=1, help="tensor-parallel degree of the measured replica")
     p.add_argument("--pp", type=int, default=1, help="pipeline-parallel degree of the measured replica")
     p.add_argument("--label", default="", help="free text kept in the profile (engine, version, hardware)")

@@ -145,11 +145,16 @@ class Profiler:
             raise CascadeError(f"{self.s.url}/v1/models does not name a model; pass --model") from None
 
     async def kv_capacity(self) -> int | None:
-        """SGLang reports its KV cache size; other servers do not (the profile then leaves it out)."""
+        """SGLang reports its KV cache size (`max_total_num_tokens`) at GET /server_info; older versions only
+        at /get_server_info, which 0.5 keeps but logs a deprecation warning for on every call. So the new
+        route first, the old one only when the server does not have it (404). Other servers report
+        nothing (the profile then leaves it out)."""
         if self.s.kv_capacity_tokens:
             return self.s.kv_capacity_tokens
         try:
-            response = await self.client.get(f"{self.s.url}/get_server_info", timeout=5.0)
+            response = await self.client.get(f"{self.s.url}/server_info", timeout=5.0)
+            if response.status_code == 404:
+                response = await self.client.get(f"{self.s.url}/get_server_info", timeout=5.0)
             value = response.json().get("max_total_num_tokens") if response.status_code == 200 else None
         except Exception:
             return None

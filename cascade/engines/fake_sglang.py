@@ -2,11 +2,15 @@
 `POST /abort_request`, `GET /health` and `GET /get_model_info` (wire format: tests/fixtures/sglang/README.md).
 
 Scripting is `FakeEngine`'s (a `FakeScript`, overridable per request by a ``[fake ...]`` directive);
-`reasoning` adds reasoning tokens, streamed as `reasoning_content` before the answer.
+`reasoning` adds reasoning tokens, streamed as `reasoning_content` before the answer. A request with `tools`
+gets a tool call, and one with `logprobs` token logprobs (`top_logprobs` alternatives each), in SGLang's shapes
+(cascade/engines/fake_sglang_shapes.py; tests/contract/ checks them against SGLang's own models).
 Like SGLang, it keeps generating for a client that went away and stops only `disconnect_abort_s`
 later (SGLang aborts those from a background task), so that a generation stops at once only when
 someone posts its rid to `/abort_request`. `GET /fake/stats` lists the rids aborted, with the number
 of tokens each had generated when it stopped, which is how tests prove that an abort stopped it.
+`max_running` batch slots queue the requests beyond them, and `GET /metrics` publishes the queue, the running
+requests and TTFTs in SGLang's own metric names (cascade/engines/fake_sglang_metrics.py).
 """
 
 from __future__ import annotations
@@ -19,11 +23,13 @@ from typing import Any
 
 import msgspec
 
+from cascade.engines import fake_sglang_shapes as shapes
 from cascade.engines.fake_asgi import Receive, Scope, Send, read_body, send_json
 from cascade.engines.fake_script import FakeScript, script_for, token_pieces
 from cascade.engines.fake_server import FakeEngine, FakeStats
+from cascade.engines.fake_sglang_metrics import FakeScheduler
 
-EOS_TOKEN_ID = 151645  # reported as `matched_stop` when a generation ends on its own
+EOS_TOKEN_ID = shapes.EOS_TOKEN_ID  # reported as `matched_stop` when a generation ends on its own
 _encode = msgspec.json.Encoder().encode
 
 
@@ -53,9 +59,12 @@ class FakeSGLang(FakeEngine):
     stats: FakeSGLangStats
 
     def __init__(
-        self, script: FakeScript | None = None, reasoning: str = "", disconnect_abort_s: float = 2.0
+        self, script: FakeScript | None = None, reasoning: str = "", disconnect_abort_s: float = 2.0,
+        max_running: int = 0,
     ) -> None:
-        super().__init__(script)
+        super().__init__(script, max_running=max_running)
+        # Batch slots (max_running > 0: the rest queue) and /metrics in SGLang's names: fake_sglang_metrics.py.
+        self.scheduler = FakeScheduler(lambda: self.script.model, max_running)
         self.stats = FakeSGLangStats()
         self.reasoning = reasoning
         self.disconnect_abort_s = disconnect_abort_s
@@ -72,6 +81,12 @@ class FakeSGLang(FakeEngine):
                                     "weight_version": "default"})
         elif route == ("POST", "/abort_request"):
             await self._abort(receive, send)
+        elif route == ("GET", "/server_info"):  # not the deprecated /get_server_info (404 here, as on a future SGLang)
+            await send_json(send, 200, {"max_total_num_tokens": 65536, "version": "fake"})
+        elif route == ("GET", "/metrics"):
+            await self.scheduler.send_metrics(send)
+        elif route == ("POST", "/v1/chat/completions"):
+            await self.scheduler.run(self._chat, receive, send)
         else:
             await super().__call__(scope, receive, send)
 
@@ -79,10 +94,14 @@ class FakeSGLang(FakeEngine):
         body = _object(await read_body(receive)) or {}
         rid = str(body.get("rid") or "")
         self.stats.abort_requests.append(rid)
-        for generation in list(self._running.values()):
-            # SGLang aborts every request whose rid starts with the given one.
-            if body.get("abort_all") or (rid and generation.rid.startswith(rid)):
-                generation.stop("abort")
+        # SGLang (TokenizerManager.abort_request, Scheduler.abort_request): an empty rid is ignored; else the
+        # abort goes on only when that exact rid is in flight and not aborted yet, and then stops every request
+        # whose rid *starts with* it. Always 200.
+        target = self._running.get(rid)
+        if body.get("abort_all") or (target is not None and not target.stopped.is_set()):
+            for generation in list(self._running.values()):
+                if body.get("abort_all") or generation.rid.startswith(rid):
+                    generation.stop("abort")
         await _empty(send, 200)
 
     async def _chat(self, receive: Receive, send: Send) -> None:
@@ -97,11 +116,18 @@ class FakeSGLang(FakeEngine):
             return
         thoughts = token_pieces(FakeScript(answer=self.reasoning), 1 << 30) if self.reasoning else []
         answer = token_pieces(script, 1 << 30)
-        planned = [("reasoning_content", t) for t in thoughts] + [("content", p) for p in answer]
+        tool = shapes.tool_to_call(body)  # a request with tools gets a call of one (fake_sglang_shapes.py)
+        planned = [("reasoning_content", t) for t in thoughts] + (
+            shapes.tool_steps(tool, "".join(answer)) if tool is not None else [("content", p) for p in answer])
         max_tokens = int(body.get("max_completion_tokens") or body.get("max_tokens") or 1 << 30)
         finish = "length" if len(planned) > max_tokens else "stop"
         tokens = planned[:max_tokens]
         generation = _Generation(str(body.get("rid") or uuid.uuid4().hex))
+        if generation.rid in self._running:
+            # SGLang's TokenizerManager raises ValueError for a rid already in flight, and its OpenAI chat route
+            # answers any ValueError raised before the first chunk with a 400 in this shape (stream or not).
+            await _error(send, 400, f"Duplicate request ID detected: {generation.rid}", "BadRequestError")
+            return
         head = {"id": generation.rid, "object": "chat.completion.chunk", "created": int(time.time()),
                 "model": body.get("model") or script.model}
         self._running[generation.rid] = generation
@@ -110,9 +136,9 @@ class FakeSGLang(FakeEngine):
         try:
             if body.get("stream"):
                 include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
-                await self._send_stream(send, generation, script, tokens, finish, head, include_usage)
+                await self._send_stream(send, generation, script, tokens, finish, head, include_usage, body)
             else:
-                await self._send_completion(send, generation, script, tokens, finish, head)
+                await self._send_completion(send, generation, script, tokens, finish, head, body)
         finally:
             watcher.cancel()
             self.stats.in_flight -= 1
@@ -151,58 +177,43 @@ class FakeSGLang(FakeEngine):
 
     async def _send_stream(
         self, send: Send, generation: _Generation, script: FakeScript, tokens: list[tuple[str, str]],
-        finish: str, head: dict[str, Any], include_usage: bool,
+        finish: str, head: dict[str, Any], include_usage: bool, body: dict[str, Any],
     ) -> None:
         self.stats.streams_started += 1
         await send({"type": "http.response.start", "status": 200,
                     "headers": [(b"content-type", b"text/event-stream"), (b"cache-control", b"no-cache")]})
+        top, call_id = shapes.top_logprobs(body), shapes.new_call_id()
 
-        async def emit(field: str, text: str) -> None:  # field: "reasoning_content" or "content"
-            delta: dict[str, Any] = {field: text}
-            if field == "content":  # SGLang sends `reasoning_content: null` with every answer delta
-                delta = {"reasoning_content": None, "content": text}
-            await _sse(send, [_chunk(head, delta)])
+        async def emit(kind: str, text: str) -> None:
+            logprobs = None if top is None else {"content": [shapes.logprob_entry(text, script.logprob, top)]}
+            await _sse(send, shapes.step_chunks(head, kind, text, call_id, logprobs))
 
-        await _sse(send, [_chunk(head, {"reasoning_content": None, "role": "assistant", "content": ""})])
+        await _sse(send, [shapes.chunk(head, {"reasoning_content": None, "role": "assistant", "content": ""})])
         await self._produce(generation, script, tokens, emit)
         if generation.reason == "disconnect":
             self.stats.streams_cancelled += 1
             return
+        out = tokens[: generation.tokens]
         finish = "abort" if generation.reason == "abort" else finish
-        tail = [_chunk(head, {"reasoning_content": None}, finish)]
+        # The stream's finish chunk keeps the matched stop token even when it reports "tool_calls".
+        tail = [shapes.chunk(head, {"reasoning_content": None}, shapes.finish_reason(out, finish),
+                             matched_stop=EOS_TOKEN_ID if finish == "stop" else None)]
         if include_usage:
-            tail.append({**head, "choices": [], "usage": _usage(tokens[: generation.tokens])})
+            tail.append(shapes.usage_chunk(head, out))
         await _sse(send, tail, done=True)
         self.stats.streams_finished += 1
 
     async def _send_completion(
         self, send: Send, generation: _Generation, script: FakeScript, tokens: list[tuple[str, str]],
-        finish: str, head: dict[str, Any],
+        finish: str, head: dict[str, Any], body: dict[str, Any],
     ) -> None:
         await self._produce(generation, script, tokens)
         if generation.reason == "disconnect":
             return
         finish = "abort" if generation.reason == "abort" else finish
-        out = tokens[: generation.tokens]
-        reasoning = "".join(t for f, t in out if f == "reasoning_content")
-        message = {"role": "assistant", "content": "".join(t for f, t in out if f == "content"),
-                   "reasoning_content": reasoning or None, "tool_calls": None}
-        choice = {"index": 0, "message": message, "logprobs": None, "finish_reason": finish,
-                  "matched_stop": EOS_TOKEN_ID if finish == "stop" else None}
-        await send_json(send, 200, {**head, "object": "chat.completion", "choices": [choice],
-                                "usage": _usage(out), "metadata": {"weight_version": "default"}})
-
-
-def _chunk(head: dict[str, Any], delta: dict[str, Any], finish: str | None = None) -> dict[str, Any]:
-    choice = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish,
-              "matched_stop": EOS_TOKEN_ID if finish == "stop" else None}
-    return {**head, "choices": [choice]}
-
-
-def _usage(tokens: list[tuple[str, str]]) -> dict[str, Any]:
-    reasoning = sum(1 for field, _ in tokens if field == "reasoning_content")
-    return {"prompt_tokens": 8, "total_tokens": 8 + len(tokens), "completion_tokens": len(tokens),
-            "prompt_tokens_details": None, "reasoning_tokens": reasoning}
+        completion = shapes.completion(head, tokens[: generation.tokens], finish, shapes.new_call_id(),
+                                       script.logprob, shapes.top_logprobs(body))
+        await send_json(send, 200, completion)
 
 
 async def _sse(send: Send, chunks: list[dict[str, Any]], done: bool = False) -> None:

@@ -11,6 +11,12 @@ node's name, the address the gateway config points at. `engine_host` overrides t
 wildcard (0.0.0.0, ::) listens on every interface while the gateway config keeps the node names
 (127.0.0.1 on one node); any other address must be a one-node plan's, and the config points at it.
 The API key is never part of a plan: callers pass it (or a placeholder) to `launch_plan`/`Server.args`.
+
+Output: a tier's `reasoning_parser` / `tool_call_parser` become `--reasoning-parser` / `--tool-call-parser`
+(SGLang returns `reasoning_content` and `tool_calls` only with them; names checked against
+cascade/engines/sglang_parsers.py), and `deterministic` adds `--enable-deterministic-inference` (SGLang
+honours a request's `seed` only with it). A parser left unset (None) in the plan is none here: `cascade
+deploy` fills it from the model card first.
 """
 
 from __future__ import annotations
@@ -21,8 +27,9 @@ import json
 import math
 from dataclasses import dataclass
 
+from cascade.engines.sglang_parsers import check_parser
 from cascade.errors import ConfigError
-from cascade.plan import Plan
+from cascade.plan import Plan, TierDeployment
 
 DIST_PORT_OFFSET = 1000  # torch.distributed rendezvous port = HTTP port + this, for multi-node replicas
 
@@ -41,6 +48,9 @@ class Server:
     node_rank: int = 0
     dist_init_addr: str = ""
     bind: str = ""  # the address it listens on (`--host`); "": its node's name `host`
+    reasoning_parser: str = ""  # "": none (SGLang then returns the thinking inside `content`)
+    tool_call_parser: str = ""  # "": none (SGLang then returns tool calls as text)
+    deterministic: bool = False  # --enable-deterministic-inference: `seed` honoured, reproducible answers
 
     @property
     def listen(self) -> str:
@@ -66,6 +76,12 @@ class Server:
         if self.nnodes > 1:
             args += ["--nnodes", str(self.nnodes), "--node-rank", str(self.node_rank),
                      "--dist-init-addr", self.dist_init_addr]
+        if self.reasoning_parser:
+            args += ["--reasoning-parser", self.reasoning_parser]
+        if self.tool_call_parser:
+            args += ["--tool-call-parser", self.tool_call_parser]
+        if self.deterministic:
+            args.append("--enable-deterministic-inference")
         if api_key:
             args += ["--api-key", api_key]
         return [*args, "--enable-metrics"]
@@ -83,12 +99,28 @@ class Launch:
     config_toml: str
 
 
+@dataclass(frozen=True)
+class _Output:
+    """A tier's output settings, the same on each of its servers."""
+
+    reasoning_parser: str = ""
+    tool_call_parser: str = ""
+    deterministic: bool = False
+
+
+def _output(d: TierDeployment, deterministic: bool) -> _Output:
+    for key in ("reasoning_parser", "tool_call_parser"):
+        check_parser(key, getattr(d, key) or "", f"tier `{d.tier}` ({d.model or d.tier})")
+    return _Output(d.reasoning_parser or "", d.tool_call_parser or "", deterministic or d.deterministic)
+
+
 @dataclass
 class _Replica:
     tier: str
     model: str
     tp: int
     pp: int
+    output: _Output = _Output()
 
     @property
     def size(self) -> int:
@@ -96,14 +128,16 @@ class _Replica:
 
 
 def launch_plan(plan: Plan, hosts: list[str] | None = None, base_port: int = 30000, dp_per_server: bool = False,
-                engine_host: str | None = None, api_key: str = "") -> Launch:
+                engine_host: str | None = None, api_key: str = "", deterministic: bool = False) -> Launch:
     """Without `hosts`: 127.0.0.1 for a plan on one node, placeholders node-0, node-1, ... for a plan that
-    spans nodes. `api_key` (the key, or a placeholder for printing) goes into the gateway config."""
+    spans nodes. `api_key` (the key, or a placeholder for printing) goes into the gateway config.
+    `deterministic`: every tier's servers get --enable-deterministic-inference, not only the plan's."""
     if not plan.deployment:
         raise ConfigError("the plan has no deployment: write it with `cascade optimize plan`")
     per_node = plan.gpus_per_node or 8
-    replicas = [_Replica(d.tier, d.model or d.tier, s.tp, s.pp) for d in plan.deployment for s in d.sets()
-                for _ in range(s.count)]
+    outputs = {d.tier: _output(d, deterministic) for d in plan.deployment}
+    replicas = [_Replica(d.tier, d.model or d.tier, s.tp, s.pp, outputs[d.tier]) for d in plan.deployment
+                for s in d.sets() for _ in range(s.count)]
     n_nodes = math.ceil(sum(d.gpus for d in plan.deployment) / per_node)
     hosts = hosts or (["127.0.0.1"] if n_nodes <= 1 else [f"node-{i}" for i in range(n_nodes)])
     if len(hosts) < n_nodes:
@@ -184,12 +218,13 @@ def _servers(placed: list[tuple[_Replica, list[tuple[int, list[int]]]]], hosts: 
             if len(pieces) == 1:
                 key = (replica.tier, pieces[0][0], replica.tp, replica.pp)
                 merged.setdefault(key, []).extend(pieces[0][1])
-                models[key] = replica.model
+                models[key] = replica
         for (tier, node, tp, pp), gpus in merged.items():
             port = next_port[node]
             next_port[node] += 1
-            servers.append(Server(tier, models[(tier, node, tp, pp)], hosts[node], port, tuple(gpus), tp, pp,
-                                  dp=len(gpus) // (tp * pp)))
+            first = models[(tier, node, tp, pp)]
+            servers.append(Server(tier, first.model, hosts[node], port, tuple(gpus), tp, pp,
+                                  dp=len(gpus) // (tp * pp), **dataclasses.asdict(first.output)))
         placed = [(r, p) for r, p in placed if len(p) > 1]
     for replica, pieces in placed:
         head = pieces[0][0]
@@ -199,7 +234,8 @@ def _servers(placed: list[tuple[_Replica, list[tuple[int, list[int]]]]], hosts: 
         for rank, (node, gpus) in enumerate(pieces):
             servers.append(Server(replica.tier, replica.model, hosts[node], port, tuple(gpus), replica.tp, replica.pp,
                                   nnodes=len(pieces), node_rank=rank,
-                                  dist_init_addr=f"{hosts[head]}:{port + DIST_PORT_OFFSET}" if len(pieces) > 1 else ""))
+                                  dist_init_addr=f"{hosts[head]}:{port + DIST_PORT_OFFSET}" if len(pieces) > 1 else "",
+                                  **dataclasses.asdict(replica.output)))
     return sorted(servers, key=lambda s: (hosts.index(s.host), s.port, s.node_rank))
 
 

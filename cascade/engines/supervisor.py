@@ -70,7 +70,7 @@ class Worker:
 
     def __init__(self, config: WorkerConfig, model_dir: Path, log_dir: Path, *, command: list[str] | None = None,
                  env: dict[str, str] | None = None, first_generation: bool | None = None,
-                 serves_http: bool = True) -> None:
+                 serves_http: bool = True, health_timeout_s: float = 2.0) -> None:
         if command is not None and not config.port:
             raise ValueError("a worker with its own command needs config.port (the port its command serves on)")
         self.config = config
@@ -86,6 +86,8 @@ class Worker:
         # False for a process that serves no HTTP (a multi-node SGLang replica's rank > 0): it counts as
         # started once running, and is supervised by liveness alone.
         self.serves_http = serves_http
+        # One start-up /health probe's timeout (an SGLang engine's runs a one-token generation: 1-20 s).
+        self.health_timeout_s = health_timeout_s
 
     @property
     def url(self) -> str:
@@ -151,7 +153,8 @@ async def wait_healthy(worker: Worker, timeout_s: float) -> None:
             if not worker.alive():
                 raise ConfigError(f"worker `{worker.config.name}` exited while starting; its log:\n{worker.tail()}")
             try:
-                if (await client.get(f"{worker.url}/health")).status_code == 200:
+                probe_s = max(0.1, min(worker.health_timeout_s, deadline - time.monotonic()))
+                if (await client.get(f"{worker.url}/health", timeout=probe_s)).status_code == 200:
                     break
             except httpx.HTTPError:
                 pass

@@ -1,6 +1,8 @@
 """Admission: the gateway's request limit, each tier's request places, and the upstream stream budget.
 
-A stalled tier fills only its own places (a 429 for that tier), so the other tiers keep answering.
+A stalled tier fills only its own places (a 429 for that tier), so the other tiers keep answering. Where a tier's
+engines report their own queue (cascade/gateway/engine_load.py), `[routing.engine_load] max_queue` refuses the
+tier while they queue that many requests, whoever sent them; without a reading, only this gateway's places count.
 """
 
 from __future__ import annotations
@@ -9,14 +11,18 @@ from collections.abc import Sequence
 
 from cascade.config import Limits
 from cascade.errors import Overloaded
+from cascade.gateway.engine_load import TierEngines
 from cascade.gateway.metrics import GatewayMetrics
 from cascade.tiers import Tier
 
 
 class Admission:
-    def __init__(self, tiers: Sequence[Tier], limits: Limits, metrics: GatewayMetrics) -> None:
+    def __init__(self, tiers: Sequence[Tier], limits: Limits, metrics: GatewayMetrics,
+                 engines: TierEngines | None = None) -> None:
         self.limits = limits
         self.metrics = metrics
+        self.engines = engines
+        self.max_engine_queue = engines.config.max_queue if engines is not None else 0
         self.in_flight = 0
         self.tier_caps = [t.config.max_in_flight or limits.max_in_flight_per_tier for t in tiers]
         self.tier_load = [0] * len(tiers)
@@ -39,6 +45,11 @@ class Admission:
         cap = self.tier_caps[tier.index]
         if self.tier_load[tier.index] >= cap:
             raise Overloaded(f"tier `{tier.name}` is at its limit of {cap} requests in flight")
+        if self.max_engine_queue and self.engines is not None:
+            queued = self.engines.queued(tier.index)
+            if queued is not None and queued >= self.max_engine_queue:
+                raise Overloaded(f"tier `{tier.name}`'s engines have {queued} requests waiting (the limit is "
+                                 f"{self.max_engine_queue})")
         if self.streams_open + streams > self.limits.max_backend_streams:
             raise Overloaded(f"the gateway is at its limit of {self.limits.max_backend_streams} backend streams "
                              f"({self.streams_open} open; this request needs {streams})")

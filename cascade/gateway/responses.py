@@ -72,9 +72,11 @@ def usage_of(answer: Answer) -> Usage:
 
 def cascade_info(decision: Decision, answer: Answer | None = None) -> CascadeInfo:
     assessment = decision.assessment
+    # One branch per choice: a choice aborted upstream (finish_reason "abort") is cut off, not finished.
+    aborted = 0 if answer is None else sum(r.finish_reason == "abort" for r in answer.results)
     branches = BranchStats(configured=answer.branches_configured if answer else decision.tier.config.branches,
                            launched=0 if answer is None else len(answer.results),
-                           finished=0 if answer is None else len(answer.results))
+                           finished=0 if answer is None else len(answer.results) - aborted, failed=aborted)
     if answer is not None and answer.reports:
         reports = answer.reports
         branches = BranchStats(

@@ -15,6 +15,7 @@ from cascade.engines.supervisor import Supervisor
 from cascade.errors import ConfigError
 from cascade.gateway.app import create_app
 from cascade.gateway.chat_asgi import ChatCompletionsASGI
+from cascade.gateway.engine_load import EngineLoadCollector, TierEngines
 from cascade.gateway.metrics import GatewayMetrics
 from cascade.gateway.service import ChatService
 from cascade.gateway.traffic import TrafficLog
@@ -48,6 +49,10 @@ class Gateway:
             mode = plan.routing  # the plan was optimised for its own mode
             (accept if mode == "cascade" else points).update(plan.thresholds_by_hint(len(tiers)))
         self.metrics = GatewayMetrics()
+        # Tiers on SGLang read their engines' own load (/metrics), polled while the gateway runs.
+        self.engines = TierEngines(tiers, config.routing.engine_load, config.routing.load)
+        if self.engines.monitor.pollers:
+            self.metrics.registry.register(EngineLoadCollector(self.engines))
         self.service = ChatService(
             tiers, RoutingPolicy(len(tiers), points, routing_signal(config, [t.name for t in tiers])),
             config.gateway.limits, self.metrics,
@@ -55,7 +60,7 @@ class Gateway:
             TrafficLog(config.gateway.traffic_log) if config.gateway.traffic_log else None,
             config.gateway.failover,
             serving_mode(mode, len(tiers), accept, config.gateway.failover.tier_fallback),
-            config.routing.load, config.routing.confidence,
+            config.routing.load, config.routing.confidence, self.engines,
         )
         self.metrics.watch_pools(lambda: [t.backend for t in self.service.tiers])
         self.app = create_app(
@@ -65,6 +70,7 @@ class Gateway:
         self.app.drain.grace_s = config.gateway.shutdown_grace_s
 
     async def start(self) -> None:
+        await self.engines.start()
         if self.workers:
             log.info("starting %d embedded workers (first start loads the models; ~1 min on 2 cores)",
                      len(self.workers))
@@ -74,6 +80,7 @@ class Gateway:
     async def stop(self) -> None:
         """After the drain (cascade/gateway/drain.py): no request is in flight any more."""
         try:
+            await self.engines.aclose()
             for tier in self.service.tiers:
                 await tier.backend.aclose()
                 if tier.scorer is not None:

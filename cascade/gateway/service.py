@@ -28,6 +28,7 @@ from cascade.errors import BackendError, InvalidRequest, UnknownModel
 from cascade.gateway import responses, streaming
 from cascade.gateway.admission import Admission
 from cascade.gateway.decision import Decision
+from cascade.gateway.engine_load import TierEngines
 from cascade.gateway.metrics import GatewayMetrics
 from cascade.gateway.telemetry import Telemetry
 from cascade.gateway.traffic import TrafficLog
@@ -57,6 +58,7 @@ class ChatService:
         mode: ServingMode | None = None,
         load: LoadConfig | None = None,
         confidence: AnswerConfidence | None = None,
+        engines: TierEngines | None = None,
     ) -> None:
         self.tiers = list(tiers)
         self.by_name = {t.name: t for t in self.tiers}
@@ -68,7 +70,9 @@ class ChatService:
         assert default is not None
         self.default_hint = default
         self.keepalive_s = keepalive_s
-        self.admission = Admission(self.tiers, limits, metrics)
+        # The engines' own load (SGLang's /metrics), where read: routing and admission count every client's requests.
+        self.engines = engines
+        self.admission = Admission(self.tiers, limits, metrics, engines)
         self.load = self._load_reactive(load) if load is not None and load.enabled else None
         self.telemetry = Telemetry(metrics, traffic, None if self.load is None else self.load.headroom)
         self.confidence = confidence or AnswerConfidence()
@@ -76,7 +80,9 @@ class ChatService:
     def _load_reactive(self, config: LoadConfig) -> LoadReactive:
         tiers = [(t.name, t.config.branch_slots, t.config.branches) for t in self.tiers]
         headroom = Headroom([t.name for t in self.tiers], config, capacities(config, tiers),
-                            lambda tier: self.admission.tier_load[tier])
+                            lambda tier: self.admission.tier_load[tier],
+                            engine=None if self.engines is None else self.engines.view,
+                            streams=[t.config.branches for t in self.tiers])
         self.metrics.watch_headroom(headroom)
         return LoadReactive(config, headroom)
 

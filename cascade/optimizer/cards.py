@@ -1,7 +1,9 @@
 """GPU specs (`models/gpu/*.toml`) and GPU model cards (`models/gpu-models/*.toml`).
 
 A model card holds the architecture numbers of a checkpoint's `config.json` (same field names) and
-where they come from; a GPU spec holds datasheet peaks. The roofline model reads nothing else.
+where they come from; a GPU spec holds datasheet peaks. The roofline model reads nothing else. A card
+also names the SGLang output parsers that fit the model (`reasoning_parser`, `tool_call_parser`; empty:
+none), which the planner writes into the plan and `cascade deploy` passes to `sglang.launch_server`.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from typing import Annotated, TypeVar
 import msgspec
 
 from cascade import files
+from cascade.engines.sglang_parsers import check_parser
 from cascade.errors import ConfigError
 
 MODELS_ROOT = Path(__file__).resolve().parents[2] / "models"
@@ -60,8 +63,14 @@ class ModelCard(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields
     attention_bias: bool = False
     params: Positive
     torch_dtype: str = "bfloat16"
+    # SGLang's --reasoning-parser (thinking -> `reasoning_content`) and --tool-call-parser (-> `tool_calls`)
+    # for this model; "" for none. Checked against the names SGLang accepts (cascade/engines/sglang_parsers.py).
+    reasoning_parser: str = ""
+    tool_call_parser: str = ""
 
     def __post_init__(self) -> None:
+        check_parser("reasoning_parser", self.reasoning_parser, self.name)
+        check_parser("tool_call_parser", self.tool_call_parser, self.name)
         if self.torch_dtype not in _DTYPE_BYTES:
             raise ValueError(f"torch_dtype must be one of {sorted(_DTYPE_BYTES)}")
         if self.num_attention_heads % self.num_key_value_heads:
@@ -109,3 +118,17 @@ def load_gpu(name: str) -> GpuSpec:
 
 def load_model(name: str) -> ModelCard:
     return _load(GPU_MODEL_DIR, name, ModelCard, "GPU model card")
+
+
+def served_card(model: str) -> ModelCard | None:
+    """The GPU model card of the checkpoint a plan serves: the card whose `hf_id` or `name` is `model`, or
+    whose Hugging Face repository name is `model`'s last path component (a local copy of the checkpoint,
+    e.g. /models/DeepSeek-R1-Distill-Qwen-7B), ignoring case there; None when no card matches."""
+    if not model:
+        return None
+    cards = [load_model(p.stem) for p in sorted(GPU_MODEL_DIR.glob("*.toml"))]
+    exact = [c for c in cards if model in (c.hf_id, c.name)]
+    if exact:
+        return exact[0]
+    tail = model.rstrip("/").rsplit("/", 1)[-1].lower()
+    return next((c for c in cards if c.hf_id.rsplit("/", 1)[-1].lower() == tail), None)

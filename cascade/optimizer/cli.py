@@ -70,6 +70,10 @@ def add_optimize_commands(sub: argparse._SubParsersAction) -> None:
                         "written gateway config's backends carry api_key = the value (cascade.toml cannot read "
                         "the environment; the file is created with mode 0600). Printed commands and --dry-run "
                         "show \"$NAME\" (and ${NAME} in the config), never the value")
+    deploy.add_argument("--deterministic", action="store_true",
+                        help="sglang: every server gets --enable-deterministic-inference (reproducible branches: "
+                        "SGLang then honours each branch's seed, which it ignores otherwise), not only the tiers "
+                        "the plan marks `deterministic`; costs throughput (SGLang reports 25-45%% slower)")
     deploy.add_argument("--dp-per-server", action="store_true",
                         help="one SGLang server per tier and node with --dp-size (default: one server per replica)")
     deploy.add_argument("--engine-command", metavar="TEMPLATE",
@@ -251,13 +255,16 @@ def _deploy(args: argparse.Namespace) -> int:
         raise ConfigError("--engine-command applies to --engine local")
     if args.engine_host is not None and args.engine != "sglang":
         raise ConfigError("--engine-host applies to --engine sglang (local engines bind 127.0.0.1)")
+    if args.deterministic and args.engine != "sglang":
+        raise ConfigError("--deterministic applies to --engine sglang (its --enable-deterministic-inference)")
     key_env = args.engine_api_key_env
     api_key = deploy.engine_api_key(key_env) if args.engine == "sglang" else ""
     if args.engine == "sglang" and args.dry_run:
         hosts = [h.strip() for h in args.hosts.split(",") if h.strip()] if args.hosts else None
-        launch = sglang_launch.launch_plan(plan, hosts=hosts, base_port=args.base_port,
+        launch = sglang_launch.launch_plan(deploy.with_card_parsers(plan), hosts=hosts, base_port=args.base_port,
                                            dp_per_server=args.dp_per_server, engine_host=args.engine_host,
-                                           api_key=f"${{{key_env}}}" if api_key else "")  # never the value
+                                           api_key=f"${{{key_env}}}" if api_key else "",  # never the value
+                                           deterministic=args.deterministic)
         _warn(deploy.exposure_warning({s.listen for s in launch.servers}, bool(api_key), key_env))
         print(sglang_launch.render(launch, key_env if api_key else ""))
         return 0
@@ -266,7 +273,7 @@ def _deploy(args: argparse.Namespace) -> int:
     if args.engine == "sglang":
         hosts = [h.strip() for h in args.hosts.split(",") if h.strip()] if args.hosts else None
         engines, config = deploy.sglang_engines(plan, args.base_port, args.dp_per_server, hosts, args.node,
-                                                args.engine_host, api_key)
+                                                args.engine_host, api_key, args.deterministic)
         _warn(deploy.exposure_warning({e.host for e in engines}, bool(api_key), key_env))
     else:
         engines = deploy.local_engines(plan, args.engine_command)

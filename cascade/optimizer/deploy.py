@@ -11,6 +11,10 @@ that points at them, and stop them all on SIGINT/SIGTERM. Reads plan.json only.
   `--engine-host`. When the environment variable `--engine-api-key-env` names is set, every server
   gets `--api-key` with its value and the written gateway config carries it (mode 0600): cascade.toml
   cannot read the environment. Printed commands and --dry-run show `"$NAME"`, never the value.
+  Each server gets its tier's SGLang output parsers (`--reasoning-parser`, `--tool-call-parser`): the
+  plan's, or for a tier whose plan leaves them out, its model card's (`with_card_parsers`); and
+  `--enable-deterministic-inference` where the plan's tier asks for reproducible branches
+  (`deterministic`) or `--deterministic` asks it for every tier.
 * `--engine local`: one process per tier replica on 127.0.0.1 (TP/PP do not apply on a CPU):
   `transformers serve` of the tier's embedded model (`cascade models list`), or `--engine-command`,
   a template with {port}, {model}, {tier} and {replica}, e.g. `cascade fake-server --port {port}
@@ -37,10 +41,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from cascade.config import WorkerConfig
+import msgspec
+
+from cascade.config import Timeouts, WorkerConfig
 from cascade.engines import sglang_launch
 from cascade.engines.supervisor import Supervisor, Worker, free_port, worker_command
 from cascade.errors import ConfigError
+from cascade.optimizer import cards
 from cascade.plan import Plan
 
 PLACEHOLDERS = ("port", "model", "tier", "replica")
@@ -90,13 +97,28 @@ def exposure_warning(binds: set[str], api_key: bool, env_name: str) -> str | Non
             f"set ${env_name} (--engine-api-key-env) to require one, or bind 127.0.0.1 (--engine-host)")
 
 
+def with_card_parsers(plan: Plan) -> Plan:
+    """The plan with every SGLang output parser it leaves unset (None) taken from the model card that
+    serves its tier's model ("" where no card does, or the card names none)."""
+    deployment = []
+    for d in plan.deployment:
+        if None in (d.reasoning_parser, d.tool_call_parser):
+            card = cards.served_card(d.model)
+            found = {"reasoning_parser": card.reasoning_parser if card else "",
+                     "tool_call_parser": card.tool_call_parser if card else ""}
+            d = msgspec.structs.replace(d, **{key: name for key, name in found.items() if getattr(d, key) is None})
+        deployment.append(d)
+    return msgspec.structs.replace(plan, deployment=deployment)
+
+
 def sglang_engines(plan: Plan, base_port: int, dp_per_server: bool, hosts: list[str] | None = None,
                    node: str | None = None, engine_host: str | None = None,
-                   api_key: str = "") -> tuple[list[Engine], str]:
+                   api_key: str = "", deterministic: bool = False) -> tuple[list[Engine], str]:
     """This node's SGLang servers and the gateway config of the whole deployment. A single-node plan
     runs on 127.0.0.1 without `hosts`; a plan that spans nodes needs `hosts` (every node's name, the
     same list on every node) and `node`, the name in it of the machine this runs on. Servers bind
-    their node's name, or `engine_host`; `api_key` goes into their argv and into the config."""
+    their node's name, or `engine_host`; `api_key` goes into their argv and into the config. Output
+    parsers the plan leaves unset come from the model cards; `deterministic` applies to every tier."""
     if importlib.util.find_spec("sglang") is None:
         raise ConfigError("cannot launch SGLang: the `sglang` package is not importable by this Python "
                           "(install it on the GPU node: pip install \"sglang[all]\"), or run with --dry-run and "
@@ -111,8 +133,9 @@ def sglang_engines(plan: Plan, base_port: int, dp_per_server: bool, hosts: list[
     if node is not None and node not in (hosts or []):
         raise ConfigError(f"--node `{node}` is not one of --hosts ({', '.join(hosts or []) or 'none given'})")
     names = hosts or ["127.0.0.1"]
-    launch = sglang_launch.launch_plan(plan, hosts=names, base_port=base_port, dp_per_server=dp_per_server,
-                                       engine_host=engine_host, api_key=api_key)
+    launch = sglang_launch.launch_plan(with_card_parsers(plan), hosts=names, base_port=base_port,
+                                       dp_per_server=dp_per_server, engine_host=engine_host, api_key=api_key,
+                                       deterministic=deterministic)
     here = node or names[0]
     engines: list[Engine] = []
     for s in launch.servers:
@@ -226,7 +249,8 @@ class _EngineWorker(Worker):
 
     def __init__(self, engine: Engine, config: WorkerConfig, log_dir: Path) -> None:
         super().__init__(config, Path(engine.model), log_dir, command=engine.argv, env=engine.env,
-                         serves_http=engine.serves_http)
+                         serves_http=engine.serves_http,
+                         health_timeout_s=Timeouts().health_s if engine.kind == "sglang" else 2.0)
         self._url = engine.url
 
     @property

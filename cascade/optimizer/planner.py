@@ -20,6 +20,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import msgspec
 import numpy as np
@@ -293,6 +294,7 @@ def build_plan(inst: Instance, tables: list[TierTable], deployment: search.Deplo
             tier=spec.name, gpus=f, replicas=sum(r.count for r in sets), tp=sets[0].tp, pp=sets[0].pp,
             branches=inst.widths[i].n, branches_to_finish=inst.widths[i].m,
             model=inst.served_models[i], replica_sets=sets if len(sets) > 1 else [],
+            **_output_settings(inst, i),
             arrival_rate_rps=round(float(rates[i]), 4),
             predicted_p95_latency_s=round(tables[i].group_latency(g, f, float(rates[i])), 3),
             capacity_rps=round(float(tables[i].capacity[g, f]), 3)))
@@ -307,6 +309,15 @@ def build_plan(inst: Instance, tables: list[TierTable], deployment: search.Deplo
                 pareto_front=[FrontPoint(thresholds=e.thresholds, latency_s=round(e.latency_s, 3),
                                          quality=round(e.quality, 4)) for e in front],
                 planner=info, workload=plan_workload(inst, primary.ks))
+
+
+def _output_settings(inst: Instance, i: int) -> dict[str, Any]:
+    """Tier i's SGLang output parsers (from its model card; left to `cascade deploy` to look up for a
+    profiled tier) and whether its branches must be reproducible."""
+    card = inst.models[i]
+    parsers = {} if card is None else {"reasoning_parser": card.reasoning_parser,
+                                       "tool_call_parser": card.tool_call_parser}
+    return {**parsers, "deterministic": inst.problem.tiers[i].deterministic}
 
 
 def answered_lengths(inst: Instance, ks: tuple[int, ...]) -> tuple[list[float], list[float]]:

@@ -61,6 +61,10 @@ class TierSpec(_Strict, frozen=True):
     branches: PositiveInt = 1
     branches_to_finish: PositiveInt = 1
     widths: list[tuple[PositiveInt, PositiveInt]] = msgspec.field(default_factory=list)
+    # Reproducible branches: the plan marks the tier `deterministic` and `cascade deploy` starts its SGLang
+    # servers with --enable-deterministic-inference (a branch's `seed` is honoured; throughput drops 25-45%,
+    # which the latency model does not include: profile such an engine to plan for it).
+    deterministic: bool = False
 
     @property
     def candidate_widths(self) -> list[Width]:

@@ -10,6 +10,11 @@
   pressed. Latency lags load, so this is the backstop for a capacity nobody configured: while pressed, every
   movable request moves off the tier.
 
+Where a tier's engines publish their own load (SGLang's /metrics, read by the gateway: an `EngineView`), it counts
+too, whoever sent it (another gateway, another tier on the same engine): the tier is also full while its engines
+queue (every one of them, for `[routing.engine_load] queue_for_s`) or hold its capacity x its branches, and
+pressed by the engines' own TTFT percentile. Without a fresh view, the gateway's own counters are all there is.
+
 `LoadReactive.adjust` moves a request with a named hint (`balanced`, and `best` when `degrade_best`) whose
 itinerary would load a full or pressed tier to the next cheaper operating point (`best` -> `balanced` ->
 `fast`) whose first tier is neither, and says why; when no cheaper point helps, the request keeps its own (and a
@@ -34,6 +39,16 @@ from cascade.schemas import Degradation
 
 CHEAPER = {"best": "balanced", "balanced": "fast"}
 _REFRESH_S = 0.1  # pressure is recomputed at most this often (a percentile per tier is not free per request)
+
+
+class EngineView(msgspec.Struct, frozen=True, kw_only=True):
+    """A tier's engines as they report themselves (every replica's, read recently), in engine requests (one per
+    branch)."""
+
+    running: int
+    queued: int
+    saturated: bool  # every engine has had requests waiting for at least `queue_for_s`
+    ttft_s: float | None = None  # the engines' TTFT `percentile` over `window_s` (None: too few answers)
 
 
 class TierPressure(msgspec.Struct, frozen=True, kw_only=True):
@@ -62,15 +77,20 @@ class _Window:
 
 class Headroom:
     """Each tier's live pressure and pressed flag. `load(i)` is tier i's requests in flight now; `capacity[i]`
-    the requests it holds when full (None: load not watched)."""
+    the requests it holds when full (None: load not watched). `engine(i)`, where given, is tier i's engines' own
+    view (None: not known now), and `streams[i]` the engine requests one of its requests makes (its branches)."""
 
     def __init__(self, names: Sequence[str], config: LoadConfig, capacity: Sequence[int | None],
-                 load: Callable[[int], int], clock: Callable[[], float] = time.monotonic) -> None:
+                 load: Callable[[int], int], clock: Callable[[], float] = time.monotonic,
+                 engine: Callable[[int], EngineView | None] | None = None, streams: Sequence[int] | None = None
+                 ) -> None:
         self.names = list(names)
         self.config = config
         self.capacity = list(capacity)
         self.load = load
         self.clock = clock
+        self.engine = engine or (lambda tier: None)
+        self.streams = list(streams or [1] * len(self.names))
         self.ttft = [_Window() for _ in names]
         self.e2el = [_Window() for _ in names]
         self.hot_at: list[float | None] = [None] * len(names)  # last time each pressed tier was at enter_at or above
@@ -95,10 +115,18 @@ class Headroom:
         return self.all()[tier]
 
     def _full(self, tier: int) -> str | None:
-        """Why the tier is full now (its requests in flight reached its capacity), or None."""
+        """Why the tier is full now (its requests in flight reached its capacity, or its engines say so), or None."""
         cap = self.capacity[tier]
         load = self.load(tier) if cap else 0
-        return f"{load} in flight of {cap}" if cap and load >= cap else None
+        if cap and load >= cap:
+            return f"{load} in flight of {cap}"
+        view = self.engine(tier)
+        if view is None:
+            return None
+        if view.saturated:
+            return f"its engines queue {view.queued} requests ({view.running} running)"
+        held, holds = view.running + view.queued, (cap or 0) * self.streams[tier]
+        return f"its engines hold {held} requests of {holds}" if cap and held >= holds else None
 
     def hot(self, tier: int) -> str | None:
         """Why a movable request should keep off the tier now (full, or pressed), or None."""
@@ -127,6 +155,10 @@ class Headroom:
                 if value is not None:
                     signals.append((value * 1000 / slo_ms,
                                     f"{name} p{c.percentile:g} {value:.2f} s against the {slo_ms / 1000:.2f} s SLO"))
+        view = self.engine(tier) if c.ttft_ms else None
+        if view is not None and view.ttft_s is not None:
+            signals.append((view.ttft_s * 1000 / c.ttft_ms, f"engine ttft p{c.percentile:g} {view.ttft_s:.2f} s "
+                                                            f"against the {c.ttft_ms / 1000:.2f} s SLO"))
         return max(signals, key=lambda s: s[0])
 
 

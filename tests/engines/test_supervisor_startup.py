@@ -14,6 +14,7 @@ from cascade.config import WorkerConfig
 from cascade.engines.fake_server import FakeEngine, FakeScript
 from cascade.engines.supervisor import Supervisor, Worker, worker_command, worker_env
 from cascade.errors import ConfigError
+from tests.branches.test_sglang_health import SlowHealth
 from tests.servers import serve_asgi
 
 # A stand-in process for the engine: the HTTP side is the in-process fake engine on `port`.
@@ -59,3 +60,25 @@ def test_engine_threads_sleep_when_idle_unless_the_operator_says_otherwise(monke
     assert worker_env()["OMP_WAIT_POLICY"] == "PASSIVE"
     monkeypatch.setenv("OMP_WAIT_POLICY", "ACTIVE")
     assert worker_env()["OMP_WAIT_POLICY"] == "ACTIVE"
+
+
+def test_a_start_up_health_probe_waits_as_long_as_its_workers_probe_may_take(tmp_path) -> None:
+    """An SGLang engine's /health runs a one-token generation (1-20 s): `cascade deploy` gives its probes
+    `Timeouts.health_s`; a probe cut short of the answer would never see the engine healthy."""
+    with serve_asgi(SlowHealth(delay_s=0.6)) as url:
+        port = int(url.rsplit(":", 1)[1])
+        patient = Worker(WorkerConfig(name="w", model="m", port=port, startup_timeout_s=10), tmp_path,
+                         tmp_path, command=IDLE, first_generation=False, health_timeout_s=2.0)
+        hasty = Worker(WorkerConfig(name="h", model="m", port=port, startup_timeout_s=1.5), tmp_path,
+                       tmp_path, command=IDLE, first_generation=False, health_timeout_s=0.3)
+
+        async def start(worker: Worker) -> None:
+            supervisor = Supervisor([worker])
+            try:
+                await supervisor.start()
+            finally:
+                supervisor.stop()
+
+        asyncio.run(start(patient))
+        with pytest.raises(ConfigError, match=r"not healthy after 1\.5 s"):
+            asyncio.run(start(hasty))

@@ -353,8 +353,9 @@ def test_with_the_key_in_the_environment_the_dry_run_names_the_variable_never_th
     assert result.stderr == ""  # bound to every interface, but with a key: no warning
 
 
-def start_sglang_deploy(tmp_path: Path, env: dict[str, str], *extra: str) -> tuple[subprocess.Popen[bytes], Path]:
-    plan = dict(PLAN, tiers=["a"], deployment=[{"tier": "a", "gpus": 1, "replicas": 1, "tp": 1, "model": "org/a"}])
+def start_sglang_deploy(tmp_path: Path, env: dict[str, str], *extra: str,
+                        model: str = "org/a") -> tuple[subprocess.Popen[bytes], Path]:
+    plan = dict(PLAN, tiers=["a"], deployment=[{"tier": "a", "gpus": 1, "replicas": 1, "tp": 1, "model": model}])
     config = tmp_path / "gateway.toml"
     with (tmp_path / "deploy.out").open("wb") as out:
         proc = subprocess.Popen(
@@ -402,6 +403,53 @@ def test_an_engine_host_is_where_the_engines_are_health_checked_and_the_config_p
     finally:
         code = stop(proc, signal.SIGTERM)
     assert code == 0 and "warning:" not in (tmp_path / "deploy.out").read_text()
+
+
+def test_a_reasoning_models_engine_is_launched_with_its_cards_parser_and_deterministic_when_asked(tmp_path) -> None:
+    proc, _ = start_sglang_deploy(tmp_path, without_key(stub_sglang_env(tmp_path)), "--deterministic",
+                                  model="deepseek-ai/DeepSeek-R1-Distill-Qwen-1.5B")
+    try:
+        (argv,) = [Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0") for pid in children(proc.pid)]
+        assert argv[argv.index(b"--reasoning-parser") + 1] == b"deepseek-r1"
+        assert b"--enable-deterministic-inference" in argv and b"--tool-call-parser" not in argv
+    finally:
+        code = stop(proc, signal.SIGTERM)
+    assert code == 0
+
+
+OUTPUT_PLAN = dict(PLAN, tiers=["r1", "llama", "other"], deployment=[
+    {"tier": "r1", "gpus": 1, "replicas": 1, "model": "deepseek-ai/DeepSeek-R1-Distill-Qwen-7B", "deterministic": True},
+    {"tier": "llama", "gpus": 1, "replicas": 1, "model": "meta-llama/Llama-3.1-8B-Instruct"},
+    {"tier": "other", "gpus": 1, "replicas": 1, "model": "org/other"}])
+
+
+def test_sglang_dry_run_shows_each_tiers_parsers_and_deterministic_inference_where_asked(tmp_path) -> None:
+    result = run("deploy", "--plan", str(write_plan(tmp_path, OUTPUT_PLAN)), "--engine", "sglang", "--dry-run",
+                 env=without_key())
+    assert result.returncode == 0, result.stderr
+    r1, llama, other = (next(c for c in launch_lines(result.stdout) if c.endswith(f"# tier {t}"))
+                        for t in ("r1", "llama", "other"))
+    assert "--reasoning-parser deepseek-r1 --enable-deterministic-inference " in r1 and "--tool-call-parser" not in r1
+    assert "--tool-call-parser llama3 " in llama and "--reasoning-parser" not in llama
+    assert "--enable-deterministic-inference" not in llama  # only the tier the plan marks
+    assert not any(f in other for f in ("--reasoning-parser", "--tool-call-parser", "--enable-deterministic-inference"))
+    everywhere = run("deploy", "--plan", str(write_plan(tmp_path, OUTPUT_PLAN)), "--engine", "sglang", "--dry-run",
+                     "--deterministic", env=without_key())
+    assert [c.count("--enable-deterministic-inference") for c in launch_lines(everywhere.stdout)] == [1, 1, 1]
+
+
+@pytest.mark.parametrize(("deployment", "args", "message"), [
+    ({"reasoning_parser": "r1"}, ["--engine", "sglang", "--dry-run"], "reasoning_parser `r1` is not one SGLang"),
+    ({"tool_call_parser": "llama-3"}, ["--engine", "sglang", "--dry-run"], "use one of: apertus2509"),
+    ({}, ["--engine", "local", "--deterministic", "--engine-command", FAKE], "--deterministic applies to --engine sglang"),
+])
+def test_output_settings_errors_are_one_line_and_exit_2(tmp_path, deployment: dict, args: list[str],
+                                                        message: str) -> None:
+    plan = dict(PLAN, tiers=["a"], deployment=[{"tier": "a", "gpus": 1, "replicas": 1, "model": "org/a", **deployment}])
+    result = run("deploy", "--plan", str(write_plan(tmp_path, plan)), *args, env=without_key())
+    assert result.returncode == 2
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and message in lines[0]
 
 
 def free_port_block(n: int) -> int:

@@ -1,0 +1,83 @@
+"""The upstream requests of one answer: distinct, prefix-free rids (SGLang's rules) and reproducible seeds."""
+
+from __future__ import annotations
+
+import re
+from itertools import pairwise
+
+import pytest
+
+from cascade import upstream
+from cascade.branches.backend import GenerationRequest
+from cascade.config import Limits
+from cascade.schemas import ChatMessage
+
+MAX_N = 128  # OpenAI's own limit on `n`, above cascade's default (Limits.max_n)
+READABLE = re.compile(r"cascade-[0-9a-f]{32}-c\d{2,}-b\d{2,}")
+
+
+def template(seed: int | None = 7) -> GenerationRequest:
+    return GenerationRequest(messages=[ChatMessage(role="user", content="Q")], max_tokens=16, seed=seed,
+                             request_id=upstream.new_base())
+
+
+def rids(requests: list[GenerationRequest] | list[list[GenerationRequest]]) -> list[str]:
+    flat = [r for item in requests for r in (item if isinstance(item, list) else [item])]
+    return [r.request_id for r in flat]
+
+
+def assert_prefix_free(values: list[str]) -> None:
+    """Sorted, a string that is a prefix of another is followed by one that starts with it."""
+    ordered = sorted(values)
+    assert len(set(ordered)) == len(ordered), "duplicate rids"
+    for shorter, longer in pairwise(ordered):
+        assert not longer.startswith(shorter), (shorter, longer)
+
+
+@pytest.mark.parametrize(("choices", "branches"), [
+    (1, 1), (2, 12), (MAX_N, 1), (1, Limits().max_branches), (8, Limits().max_branches), (MAX_N, 32), (11, 101),
+])
+def test_rids_of_one_answer_are_distinct_and_none_is_a_prefix_of_another(choices: int, branches: int) -> None:
+    base = template()
+    requests = upstream.choice_requests(base, choices) if branches == 1 else \
+        upstream.branch_requests(base, choices, branches)
+    values = rids(requests)
+    assert len(values) == choices * branches
+    assert_prefix_free(values)
+    assert base.request_id not in values  # the bare base, a prefix of all, never goes out
+    assert len({len(v) for v in values}) == 1  # the construction's invariant: one length per answer
+
+
+def test_rids_of_two_answers_never_prefix_each_other() -> None:
+    assert_prefix_free(rids(upstream.choice_requests(template(), MAX_N)) +
+                       rids(upstream.branch_requests(template(), 2, 12)) +
+                       rids(upstream.branch_requests(template(), 1, 3)))
+
+
+def test_rids_are_readable_with_aligned_choice_and_branch_numbers() -> None:
+    base = template()
+    grid = upstream.branch_requests(base, 2, 12)
+    assert grid[1][7].request_id == f"{base.request_id}-c01-b07"
+    assert all(READABLE.fullmatch(r) for r in rids(grid))
+    assert upstream.choice_requests(base, MAX_N)[5].request_id == f"{base.request_id}-c005-b00"
+
+
+def test_rid_outside_the_answer_is_refused() -> None:
+    with pytest.raises(ValueError):
+        upstream.rid("cascade-x", 2, 0, 2, 1)
+
+
+def test_single_branch_choices_get_consecutive_seeds() -> None:
+    assert [r.seed for r in upstream.choice_requests(template(seed=7), 3)] == [7, 8, 9]
+    assert [r.seed for r in upstream.choice_requests(template(seed=None), 3)] == [None, None, None]
+
+
+def test_branches_get_seed_plus_choice_times_n_plus_branch_and_the_branch_temperature() -> None:
+    grid = upstream.branch_requests(template(seed=100), 2, 3, temperature=0.7)
+    assert [[r.seed for r in row] for row in grid] == [[100, 101, 102], [103, 104, 105]]
+    assert {r.temperature for row in grid for r in row} == {0.7}
+
+
+def test_branches_without_a_seed_still_get_distinct_seeds() -> None:
+    seeds = [r.seed for row in upstream.branch_requests(template(seed=None), 2, 4) for r in row]
+    assert None not in seeds and len(set(seeds)) == 8
