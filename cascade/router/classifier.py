@@ -1,9 +1,9 @@
 """The difficulty classifier: per-tier calibrated probability that the tier answers wrongly (`p_fail`).
 
-Model (one per tier, scikit-learn conventions: `fit` returns self, fitted attributes end in `_`):
+Model (one per tier; fitted attributes end in `_`, scikit-learn's convention):
 
 1. features from `Featurizer` (lexical, steps, restated and topic columns standardised with the training mean
-   and scale). With the ``steps`` block, `fit` first fits the auxiliary `StepsModel` on ``steps_data`` (cached
+   and scale). With the ``steps`` block, fitting first fits the auxiliary `StepsModel` on ``steps_data`` (cached
    per process) and keeps it as ``steps_model_``; with ``topic_components`` it fits the `TopicModel` on the
    same file's questions and keeps it as ``topic_model_``. So the saved router carries both;
 2. an L2 logistic regression for "tier t fails". Its strength C is chosen per tier from `Cs` by k-fold
@@ -29,10 +29,14 @@ from a plateau 150..500) but not on held-out prompts: 0.649 vs 0.682 on that spl
 not the default.
 
 At prediction time the whole model is a matrix product and a sigmoid (or a clip) in numpy: no sklearn call
-on the request path. This module is that prediction side (what a loaded router runs); the fitting -- C
-selection, the folds, Platt calibration, the domain check's fit, the auxiliary models -- is in
-cascade/router/train/, which `fit` and `fit_features` call (sklearn's convention keeps `fit` on the estimator;
-the request path never calls it and never imports the train part: tests/router/test_train_router.py checks).
+on the request path. This module is only that prediction side (what a loaded router runs) and imports nothing of
+cascade/router/train/, which holds the fitting -- C selection, the folds, Platt calibration, the domain check's
+fit, the auxiliary models: ``fit_classifier(DifficultyClassifier(...), prompts, correct)`` (and
+``fit_classifier_features`` on features from ``training_featurizer(model)``) fit a model and return it. So the
+class has no `fit`: a model is either loaded (`cascade.router.artifact.load_router`) or fitted there, and
+`featurizer()` refuses a model that lacks the auxiliary models its feature spec needs (import-linter forbids the
+import; tests/router/test_train_router.py serves a router and checks the train part was never imported).
+The class keeps its name and module path: saved routers (skops files) name it.
 A tier that never (or always) failed in training gets a constant, Laplace-smoothed p_fail.
 
 Routing: the gateway routes by the route score of p_fail and a hint's thresholds (cascade/router/operating.py);
@@ -43,17 +47,14 @@ ranks prompts as the route score does.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
 
 import numpy as np
 from sklearn.base import BaseEstimator
+from sklearn.exceptions import NotFittedError
 
 from cascade.router.domain import DEFAULT_QUANTILE, WordModel, excess, residual
 from cascade.router.embeddings import TOPIC_EMBEDDINGS, embed
 from cascade.router.features import FeatureSpec, Featurizer
-
-if TYPE_CHECKING:
-    from cascade.router.features import StepsModel, TopicModel
 
 SELECTIONS = ("log_loss", "log_loss_1se", "apgr")
 ESTIMATORS = ("logistic", "linear")
@@ -103,42 +104,19 @@ class DifficultyClassifier(BaseEstimator):
                            restated_number=self.restated_number, topic_components=self.topic_components)
 
     def featurizer(self) -> Featurizer:
-        """The featurizer of this model. With the steps or topic block: the fitted auxiliary model (fitted
-        here if the classifier is not fitted yet)."""
-        return Featurizer(self.spec, self._steps_model() if self.steps else None,
-                          self._topic_model() if self.topic_components else None)
-
-    def _steps_model(self) -> StepsModel:
-        if getattr(self, "steps_model_", None) is None:
-            from cascade.router.train.aux_models import fit_steps_model
-
-            self.steps_model_ = fit_steps_model(self.steps_data)
-        return self.steps_model_
-
-    def _topic_model(self) -> TopicModel:
-        if getattr(self, "topic_model_", None) is None:
-            from cascade.router.train.aux_models import fit_topic_model
-
-            self.topic_model_ = fit_topic_model(self.steps_data, self.topic_components)
-        return self.topic_model_
-
-    def fit(self, prompts: Sequence[str], correct: np.ndarray,
-            groups: Sequence[str] | None = None) -> DifficultyClassifier:
-        """Fit one calibrated model per tier. ``groups`` (e.g. subjects), when there are at least ``cv``
-        of them, make the internal folds grouped, so C is chosen for unseen groups."""
-        from cascade.router.train.estimator import fit_classifier
-
-        return fit_classifier(self, prompts, correct, groups)
-
-    def fit_features(self, X: np.ndarray, correct: np.ndarray,
-                     groups: Sequence[str] | None = None) -> DifficultyClassifier:
-        """`fit` on features already computed by ``self.featurizer().transform`` (e.g. embeddings computed
-        once for many cross-validation folds). The steps and topic columns must come from
-        ``fit_steps_model(steps_data)`` and ``fit_topic_model(steps_data, topic_components)`` (cached per
-        process: the models this classifier keeps)."""
-        from cascade.router.train.estimator import fit_classifier_features
-
-        return fit_classifier_features(self, X, correct, groups)
+        """The featurizer of this model: with the steps or topic block, over its fitted auxiliary model. Raises
+        NotFittedError when the model lacks one: cascade.router.train fits a model, auxiliary models included
+        (``training_featurizer(model)`` there gives the features of a model not fitted yet)."""
+        needed = {"steps_model_": self.steps, "topic_model_": bool(self.topic_components)}
+        missing = [name for name, used in needed.items() if used and getattr(self, name, None) is None]
+        if missing:
+            raise NotFittedError(
+                f"this DifficultyClassifier has no fitted {' or '.join(missing)} (its feature spec uses the "
+                f"{' and '.join(m.split('_')[0] for m in missing)} block{'s' if len(missing) > 1 else ''}): fit "
+                "it with cascade.router.train.fit_classifier, or take its training features from "
+                "cascade.router.train.training_featurizer(model), which fits the auxiliary models")
+        return Featurizer(self.spec, self.steps_model_ if self.steps else None,
+                          self.topic_model_ if self.topic_components else None)
 
     def domain_excess_features(self, X: np.ndarray) -> np.ndarray | None:
         """How far each prompt's dense features lie outside the training prompts' range, summed, in training

@@ -10,12 +10,13 @@ import pytest
 from cascade.errors import ConfigError
 from cascade.router.artifact import CARD_FILE, MODEL_FILE, DataRef, load_router, save_router
 from cascade.router.classifier import DifficultyClassifier
+from cascade.router.train import fit_classifier
 
 
 @pytest.fixture
 def saved(tmp_path, synthetic):
     prompts, correct = synthetic
-    model = DifficultyClassifier(C=0.1, random_state=7).fit(prompts, correct)
+    model = fit_classifier(DifficultyClassifier(C=0.1, random_state=7), prompts, correct)
     data = DataRef(path="synthetic", sha256="0" * 64, n_rows=len(prompts), train_rows=len(prompts))
     save_router(model, tmp_path / "router", tiers=["weak", "strong"], data=data, metrics={"holdout": {"apgr": 0.7}})
     return tmp_path / "router", model, prompts

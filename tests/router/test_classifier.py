@@ -15,13 +15,14 @@ from cascade.router.features import FeatureSpec, Featurizer
 from cascade.router.lexical import LEXICAL_NAMES, lexical_features
 from cascade.router.operating import NEVER, chosen_tiers, route_score
 from cascade.router.outcomes import load_outcomes, split_indices
+from cascade.router.train import fit_classifier, fit_classifier_features
 from tests.router.conftest import GSM8K_TIERS
 
 
-def test_fit_returns_self_and_sets_trailing_underscore_attributes(synthetic) -> None:
+def test_fit_classifier_returns_the_model_and_sets_trailing_underscore_attributes(synthetic) -> None:
     prompts, correct = synthetic
     model = DifficultyClassifier(C=0.1)
-    assert model.fit(prompts, correct) is model
+    assert fit_classifier(model, prompts, correct) is model
     assert model.coef_.shape == (2, len(LEXICAL_NAMES)) and model.n_tiers_ == 2
     assert clone(model).get_params() == model.get_params()
     assert not hasattr(clone(model), "coef_")
@@ -29,7 +30,7 @@ def test_fit_returns_self_and_sets_trailing_underscore_attributes(synthetic) -> 
 
 def test_p_fail_is_a_probability_per_tier_and_harder_prompts_score_higher(synthetic) -> None:
     prompts, correct = synthetic
-    model = DifficultyClassifier().fit(prompts, correct)
+    model = fit_classifier(DifficultyClassifier(), prompts, correct)
     p_fail = model.predict_p_fail(prompts)
     assert p_fail.shape == (len(prompts), 2) and np.all((p_fail > 0) & (p_fail < 1))
     easy = "Sam buys 3 apples for $2 each. How much does he pay in total?"
@@ -40,36 +41,36 @@ def test_p_fail_is_a_probability_per_tier_and_harder_prompts_score_higher(synthe
 
 def test_one_standard_error_rule_never_picks_a_weaker_shrinkage(synthetic) -> None:
     prompts, correct = synthetic
-    best = DifficultyClassifier(Cs=(0.001, 0.01, 0.1, 1.0)).fit(prompts, correct)
-    one_se = DifficultyClassifier(Cs=(0.001, 0.01, 0.1, 1.0), selection="log_loss_1se").fit(prompts, correct)
+    best = fit_classifier(DifficultyClassifier(Cs=(0.001, 0.01, 0.1, 1.0)), prompts, correct)
+    one_se = fit_classifier(DifficultyClassifier(Cs=(0.001, 0.01, 0.1, 1.0), selection="log_loss_1se"), prompts, correct)
     assert np.all(one_se.C_ <= best.C_)
     with pytest.raises(ValueError, match="selection must be"):
-        DifficultyClassifier(selection="auc").fit(prompts, correct)
+        fit_classifier(DifficultyClassifier(selection="auc"), prompts, correct)
 
 
 def test_fit_on_precomputed_features_equals_fit_on_prompts(synthetic) -> None:
     prompts, correct = synthetic
     model = DifficultyClassifier(C=0.1)
     X = model.featurizer().transform(prompts)
-    a = clone(model).fit(prompts, correct).predict_p_fail(prompts)
-    b = clone(model).fit_features(X, correct).predict_p_fail_features(X)
+    a = fit_classifier(clone(model), prompts, correct).predict_p_fail(prompts)
+    b = fit_classifier_features(clone(model), X, correct).predict_p_fail_features(X)
     assert np.array_equal(a, b)
     with pytest.raises(ValueError, match="columns"):
-        clone(model).fit_features(X[:, :5], correct)
+        fit_classifier_features(clone(model), X[:, :5], correct)
 
 
 def test_a_tier_that_never_fails_gets_a_constant_smoothed_p_fail(synthetic) -> None:
     prompts, correct = synthetic
     correct = correct.copy()
     correct[:, 1] = True
-    p_fail = DifficultyClassifier(C=0.1).fit(prompts, correct).predict_p_fail(prompts[:5])
+    p_fail = fit_classifier(DifficultyClassifier(C=0.1), prompts, correct).predict_p_fail(prompts[:5])
     assert np.allclose(p_fail[:, 1], 1 / (len(prompts) + 2))
 
 
 def test_fit_is_deterministic_for_a_seed(synthetic) -> None:
     prompts, correct = synthetic
-    a = DifficultyClassifier(Cs=(0.01, 0.1), random_state=3).fit(prompts, correct).predict_p_fail(prompts)
-    b = DifficultyClassifier(Cs=(0.01, 0.1), random_state=3).fit(prompts, correct).predict_p_fail(prompts)
+    a = fit_classifier(DifficultyClassifier(Cs=(0.01, 0.1), random_state=3), prompts, correct).predict_p_fail(prompts)
+    b = fit_classifier(DifficultyClassifier(Cs=(0.01, 0.1), random_state=3), prompts, correct).predict_p_fail(prompts)
     assert np.array_equal(a, b)
 
 
@@ -111,7 +112,7 @@ def test_hashed_ngrams_block_is_normalised_and_stateless() -> None:
 def test_training_on_half_of_gsm8k_beats_random_on_the_other_half(gsm8k_csv) -> None:
     outcomes = load_outcomes(gsm8k_csv, GSM8K_TIERS)
     train, test = (outcomes.subset(rows) for rows in split_indices(len(outcomes), 0.5, 0))
-    model = DifficultyClassifier(C=0.003).fit(train.prompts, train.correct)
+    model = fit_classifier(DifficultyClassifier(C=0.003), train.prompts, train.correct)
     report = ev.report(model.predict_p_fail(test.prompts), test.correct)
     assert report["apgr"] > 0.6 and report["auc"] > 0.55 and report["ece"] < 0.08
 
@@ -119,7 +120,7 @@ def test_training_on_half_of_gsm8k_beats_random_on_the_other_half(gsm8k_csv) -> 
 def test_a_prompt_unlike_any_training_prompt_gets_a_finite_probability(synthetic) -> None:
     """Features constant in training (std of float noise) must not blow up an unseen prompt's score."""
     prompts, correct = synthetic
-    model = DifficultyClassifier().fit(prompts, correct)
+    model = fit_classifier(DifficultyClassifier(), prompts, correct)
     odd = ["Write a haiku about the sea.", "A) 1\nB) 2\nC) 3\nD) 4\nWhich is prime? " * 20, "x" * 5000, ""]
     p_fail = model.predict_p_fail(odd)  # pytest turns an overflow warning into a failure
     assert np.all(np.isfinite(p_fail)) and np.all((p_fail >= 0) & (p_fail <= 1))

@@ -5,13 +5,14 @@ from __future__ import annotations
 import numpy as np
 
 from cascade.router.classifier import DifficultyClassifier
+from cascade.router.train import fit_classifier
 from tests.router.conftest import synthetic_outcomes
 
 
 def test_tiers_above_a_never_correct_tier_are_still_learned() -> None:
     prompts, correct = synthetic_outcomes(n=120, seed=3)
     ladder = np.c_[np.zeros(len(prompts), dtype=bool), correct]  # tier 0 never right
-    model = DifficultyClassifier().fit(prompts, ladder)
+    model = fit_classifier(DifficultyClassifier(), prompts, ladder)
     assert np.isnan(model.C_[0]) and not np.isnan(model.C_[1:]).any()
     assert np.abs(model.coef_[1:]).sum() > 0
     p_fail = model.predict_p_fail(prompts)

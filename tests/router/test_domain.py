@@ -20,6 +20,7 @@ from cascade.router.train.domain_check import (
     fit_embedding_plane,
     fit_word_model,
 )
+from cascade.router.train.estimator import fit_classifier
 
 REPO = Path(__file__).resolve().parents[2]
 EMBEDDED_OUTCOMES = REPO / "models" / "outcomes" / "gsm8k-train-embedded-v4.jsonl"
@@ -63,7 +64,7 @@ def test_too_little_data_gives_no_check_and_a_bad_quantile_is_refused() -> None:
 @pytest.fixture(scope="module")
 def embedded_router() -> DifficultyClassifier:
     outcomes = load_outcomes(EMBEDDED_OUTCOMES, EMBEDDED_TIERS)
-    return DifficultyClassifier(steps=True).fit(outcomes.prompts, outcomes.correct)
+    return fit_classifier(DifficultyClassifier(steps=True), outcomes.prompts, outcomes.correct)
 
 
 def test_a_router_trained_on_gsm8k_flags_chat_and_multiple_choice_but_few_unseen_gsm8k_questions(
@@ -78,7 +79,7 @@ def test_a_router_trained_on_gsm8k_flags_chat_and_multiple_choice_but_few_unseen
 
 def test_quantile_zero_and_a_router_saved_without_the_check_never_flag(embedded_router: DifficultyClassifier) -> None:
     outcomes = load_outcomes(EMBEDDED_OUTCOMES, EMBEDDED_TIERS)
-    off = DifficultyClassifier(lexical=True, domain_quantile=0).fit(outcomes.prompts, outcomes.correct)
+    off = fit_classifier(DifficultyClassifier(lexical=True, domain_quantile=0), outcomes.prompts, outcomes.correct)
     assert off.domain_threshold_ is None and not off.out_of_domain(CHAT).any()
     older = DifficultyClassifier(steps=True)
     older.__setstate__({k: v for k, v in embedded_router.__getstate__().items() if not k.startswith("domain_")})
@@ -121,8 +122,8 @@ def _save_and_load(model: DifficultyClassifier, out: Path, outcomes: Outcomes, t
 def test_with_domain_embeddings_prose_that_passes_lexical_features_is_flagged_and_survives_save_and_load(
         tmp_path: Path, routellm: tuple[Outcomes, Outcomes, Outcomes, list[str]]) -> None:
     outcomes, train, test, chat = routellm
-    lexical = DifficultyClassifier(domain_words=False).fit(train.prompts, train.correct)
-    both = DifficultyClassifier(domain_embeddings=True, domain_words=False).fit(train.prompts, train.correct)
+    lexical = fit_classifier(DifficultyClassifier(domain_words=False), train.prompts, train.correct)
+    both = fit_classifier(DifficultyClassifier(domain_embeddings=True, domain_words=False), train.prompts, train.correct)
     assert both.out_of_domain(test.prompts[:300]).mean() <= 0.03
     assert lexical.out_of_domain(chat).mean() <= 0.8  # real chat traffic lexical features let through...
     assert both.out_of_domain(chat).mean() >= 0.9  # ...the embedding catches
@@ -153,8 +154,8 @@ def test_the_word_model_finds_its_own_wording_less_surprising_than_other_wording
 def test_the_word_test_catches_real_chat_that_the_range_test_lets_through_and_survives_save_and_load(
         tmp_path: Path, routellm: tuple[Outcomes, Outcomes, Outcomes, list[str]]) -> None:
     outcomes, train, test, chat = routellm
-    range_only = DifficultyClassifier(domain_words=False).fit(train.prompts, train.correct)
-    with_words = DifficultyClassifier().fit(train.prompts, train.correct)
+    range_only = fit_classifier(DifficultyClassifier(domain_words=False), train.prompts, train.correct)
+    with_words = fit_classifier(DifficultyClassifier(), train.prompts, train.correct)
     assert with_words.out_of_domain(test.prompts).mean() <= 0.03
     assert range_only.out_of_domain(chat).mean() <= 0.8
     assert with_words.out_of_domain(chat).mean() >= 0.9

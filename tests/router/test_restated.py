@@ -14,6 +14,7 @@ from cascade.router.artifact import load_router
 from cascade.router.classifier import DifficultyClassifier
 from cascade.router.features import FeatureSpec, Featurizer
 from cascade.router.lexical import LEXICAL_NAMES, restated_number
+from cascade.router.train import fit_classifier
 
 
 @pytest.mark.parametrize(("prompt", "expected"), [
@@ -58,7 +59,7 @@ def test_a_router_with_the_block_learns_where_routing_up_gains_nothing() -> None
     test_prompts, test_correct = _graded_like_routellm(seed=1)
     apgr = {}
     for flag in (False, True):
-        model = DifficultyClassifier(restated_number=flag).fit(prompts, correct)
+        model = fit_classifier(DifficultyClassifier(restated_number=flag), prompts, correct)
         apgr[flag] = ev.apgr(ev.routing_curve(model.predict_p_fail(test_prompts), test_correct))
     assert apgr[True] > apgr[False] + 0.1
 

@@ -11,6 +11,7 @@ import sys
 import numpy as np
 import pytest
 from sklearn.base import clone
+from sklearn.exceptions import NotFittedError
 from sklearn.linear_model import Ridge
 
 from cascade.cli import main
@@ -20,7 +21,8 @@ from cascade.router.artifact import CARD_FILE, MODEL_FILE, DataRef, load_router,
 from cascade.router.classifier import P_MIN, DifficultyClassifier
 from cascade.router.features import FeatureSpec, Featurizer
 from cascade.router.lexical import LEXICAL_NAMES, lexical_features
-from cascade.router.train.aux_models import fit_steps_model, solution_steps
+from cascade.router.train.aux_models import fit_steps_model, solution_steps, training_featurizer
+from cascade.router.train.estimator import fit_classifier
 from tests.router.conftest import synthetic_outcomes, synthetic_solutions
 from tests.shared_data import shared_file
 
@@ -79,19 +81,35 @@ def test_featurizer_appends_a_standardised_predicted_steps_column(steps_jsonl) -
 
 def test_classifier_with_only_the_steps_block_ranks_held_out_prompts(steps_jsonl) -> None:
     prompts, correct = synthetic_outcomes(n=400, seed=3)
-    model = DifficultyClassifier(lexical=False, steps=True, steps_data=str(steps_jsonl)).fit(prompts[:200],
-                                                                                             correct[:200])
+    model = fit_classifier(DifficultyClassifier(lexical=False, steps=True, steps_data=str(steps_jsonl)),
+                           prompts[:200], correct[:200])
     assert model.feature_names_ == ["predicted_steps"] and model.steps_model_.n_rows == 300
     assert ev.report(model.predict_p_fail(prompts[200:]), correct[200:])["apgr"] > 0.6
     # A clone refits the (cached) steps model from the same file: same predictions.
-    again = clone(model).fit(prompts[:200], correct[:200])
+    again = fit_classifier(clone(model), prompts[:200], correct[:200])
     assert np.array_equal(again.predict_p_fail(prompts[200:]), model.predict_p_fail(prompts[200:]))
+
+
+@pytest.mark.parametrize("params", [{"steps": True}, {"topic_components": 2}], ids=["steps", "topic"])
+def test_featurizer_refuses_a_classifier_without_its_fitted_aux_model_and_the_train_part_fits_it(params,
+                                                                                              steps_jsonl) -> None:
+    """The classifier only predicts: its featurizer() never fits an auxiliary model (the train part does)."""
+    unfitted = DifficultyClassifier(**params, steps_data=str(steps_jsonl))
+    with pytest.raises(NotFittedError, match=r"no fitted (steps|topic)_model_ .*training_featurizer\(model\)"):
+        unfitted.featurizer()
+    with pytest.raises(NotFittedError):
+        unfitted.predict_p_fail(["How many apples are left?"])
+    assert not hasattr(unfitted, "fit") and not hasattr(unfitted, "fit_features")
+    if "steps" in params:
+        featurizer = training_featurizer(unfitted)
+        assert unfitted.steps_model_ is fit_steps_model(steps_jsonl)
+        assert featurizer.names == unfitted.featurizer().names == [*LEXICAL_NAMES, "predicted_steps"]
 
 
 @pytest.fixture
 def saved_steps_router(tmp_path, steps_jsonl):
     prompts, correct = synthetic_outcomes(n=200, seed=4)
-    model = DifficultyClassifier(steps=True, steps_data=str(steps_jsonl), C=0.1).fit(prompts, correct)
+    model = fit_classifier(DifficultyClassifier(steps=True, steps_data=str(steps_jsonl), C=0.1), prompts, correct)
     data = DataRef(path="synthetic", sha256="0" * 64, n_rows=len(prompts), train_rows=len(prompts))
     save_router(model, tmp_path / "router", tiers=["weak", "strong"], data=data, metrics={})
     return tmp_path / "router", model, prompts, steps_jsonl
@@ -140,7 +158,7 @@ def test_a_router_saved_before_the_new_parameters_existed_still_loads(tmp_path, 
     import skops.io as sio
 
     prompts, correct = synthetic
-    model = DifficultyClassifier(C=0.1).fit(prompts, correct)
+    model = fit_classifier(DifficultyClassifier(C=0.1), prompts, correct)
     expected = model.predict_p_fail(prompts)
     data = DataRef(path="synthetic", sha256="0" * 64, n_rows=len(prompts), train_rows=len(prompts))
     card_path = save_router(model, tmp_path / "old", tiers=["weak", "strong"], data=data, metrics={})
@@ -158,7 +176,7 @@ def test_a_router_saved_before_the_new_parameters_existed_still_loads(tmp_path, 
 
 def test_linear_estimator_gain_is_a_ridge_regression_of_the_gain(synthetic) -> None:
     prompts, correct = synthetic
-    model = DifficultyClassifier(estimator="linear", alpha=50.0).fit(prompts, correct)
+    model = fit_classifier(DifficultyClassifier(estimator="linear", alpha=50.0), prompts, correct)
     p_fail = model.predict_p_fail(prompts)
     assert np.all((p_fail >= P_MIN) & (p_fail <= 1 - P_MIN))
     Z = model.standardize(model.featurizer().transform(prompts))
@@ -168,7 +186,7 @@ def test_linear_estimator_gain_is_a_ridge_regression_of_the_gain(synthetic) -> N
     assert np.allclose((p_fail[:, 0] - p_fail[:, 1])[inside], gain[inside])
     assert ev.report(p_fail, correct)["apgr"] > 0.6
     with pytest.raises(ValueError, match="estimator must be"):
-        DifficultyClassifier(estimator="forest").fit(prompts, correct)
+        fit_classifier(DifficultyClassifier(estimator="forest"), prompts, correct)
 
 
 def test_cli_trains_a_steps_router_and_refuses_aux_data_without_the_block(tmp_path, steps_jsonl, capsys) -> None:

@@ -17,7 +17,7 @@ from cascade.router.classifier import DifficultyClassifier
 from cascade.router.embeddings import embed
 from cascade.router.features import TOPIC_MAX_COMPONENTS, FeatureSpec, Featurizer
 from cascade.router.train.aux_models import fit_topic_model
-from cascade.router.train.estimator import cross_validated_p_fail
+from cascade.router.train.estimator import cross_validated_p_fail, fit_classifier
 
 SUBJECTS = {  # two kinds of word problem of the same length and numbers: only their topic differs
     "money": "{a} buys {n} apples for ${m} each at the market. How many dollars does {a} spend on apples?",
@@ -77,8 +77,8 @@ def test_a_topic_router_routes_as_well_as_knowing_the_subject(topic_jsonl) -> No
 
 def test_a_topic_router_round_trips_without_its_aux_data_and_refuses_a_changed_card(tmp_path, topic_jsonl) -> None:
     prompts, correct = _outcomes(120, seed=2)
-    model = DifficultyClassifier(topic_components=2, restated_number=True, steps_data=str(topic_jsonl),
-                                 C=0.1).fit(prompts, correct)
+    model = fit_classifier(DifficultyClassifier(topic_components=2, restated_number=True, steps_data=str(topic_jsonl),
+                                                C=0.1), prompts, correct)
     assert model.featurizer().names[-3:] == ["restated_number", "topic_0", "topic_1"]
     expected = model.predict_p_fail(prompts)
     data = DataRef(path="synthetic", sha256="0" * 64, n_rows=len(prompts), train_rows=len(prompts))
@@ -144,7 +144,7 @@ def test_the_gateway_signal_loads_a_topic_router_and_refuses_it_at_load_without_
     from cascade.router.learned import LearnedSignal
 
     prompts, correct = _outcomes(120, seed=4)
-    model = DifficultyClassifier(topic_components=2, steps_data=str(topic_jsonl), C=0.1).fit(prompts, correct)
+    model = fit_classifier(DifficultyClassifier(topic_components=2, steps_data=str(topic_jsonl), C=0.1), prompts, correct)
     data = DataRef(path="synthetic", sha256="0" * 64, n_rows=len(prompts), train_rows=len(prompts))
     save_router(model, tmp_path / "router", tiers=["weak", "strong"], data=data, metrics={})
     signal = LearnedSignal.load(tmp_path / "router", ["weak", "strong"])

@@ -21,7 +21,7 @@ from cascade.router.classifier import DifficultyClassifier
 from cascade.router.cli import add_router_commands
 from cascade.router.outcomes import load_outcomes, split_indices
 from cascade.router.train import TrainOptions, train_router
-from cascade.router.train.estimator import cross_validated_p_fail
+from cascade.router.train.estimator import cross_validated_p_fail, fit_classifier_features
 from cascade.router.train.pipeline import classifier_for
 from tests.router.conftest import GSM8K_TIERS, synthetic_outcomes
 
@@ -72,15 +72,16 @@ def test_the_commands_defaults_are_the_options_defaults() -> None:
 
 
 def test_the_benchmarks_former_pipeline_and_train_router_fit_the_same_router(gsm8k_csv) -> None:
-    """benchmarks/router_quality.py fitted `DifficultyClassifier(**params).fit_features` on sliced features and
-    ran its own fold loop for the train-half CV; it now calls train_router and cross_validated_p_fail."""
+    """benchmarks/router_quality.py fitted `DifficultyClassifier(**params)` on sliced features
+    (`fit_classifier_features`) and ran its own fold loop for the train-half CV; it now calls train_router and
+    cross_validated_p_fail."""
     outcomes = load_outcomes(gsm8k_csv, GSM8K_TIERS)
     rows = np.sort(np.random.default_rng(7).permutation(len(outcomes))[:400])
     outcomes = outcomes.subset(rows)
     train_rows, test_rows = split_indices(len(outcomes), 0.5, 0)
     options = TrainOptions(features=("lexical", "restated"), cv_folds=0, domain_quantile=0.0)
     X = classifier_for(options).featurizer().transform(outcomes.prompts)
-    before = DifficultyClassifier(restated_number=True).fit_features(X[train_rows], outcomes.correct[train_rows])
+    before = fit_classifier_features(DifficultyClassifier(restated_number=True), X[train_rows], outcomes.correct[train_rows])
     after = train_router(outcomes.subset(train_rows), options, X=X[train_rows]).model
     assert np.array_equal(before.predict_p_fail_features(X[test_rows]), after.predict_p_fail_features(X[test_rows]))
 
@@ -88,7 +89,7 @@ def test_the_benchmarks_former_pipeline_and_train_router_fit_the_same_router(gsm
     folds = StratifiedKFold(5, shuffle=True, random_state=2).split(X[train_rows], correct[:, 0])
     looped = np.zeros(correct.shape)
     for fit, score in folds:
-        fold_model = DifficultyClassifier(restated_number=True).fit_features(X[train_rows][fit], correct[fit])
+        fold_model = fit_classifier_features(DifficultyClassifier(restated_number=True), X[train_rows][fit], correct[fit])
         looped[score] = fold_model.predict_p_fail_features(X[train_rows][score])
     library = cross_validated_p_fail(classifier_for(options), [outcomes.prompts[i] for i in train_rows], correct,
                                      folds=5, seed=2, X=X[train_rows])

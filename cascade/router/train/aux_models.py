@@ -1,5 +1,6 @@
 """Fitting the auxiliary feature models (cascade/router/features.py: `StepsModel`, `TopicModel`) on a GSM8K-format
-JSONL of questions and reference solutions. Training only: a fitted router carries the fitted models."""
+JSONL of questions and reference solutions, and `training_featurizer`, which attaches them to a classifier being
+fitted. Training only: a fitted router carries the fitted models (its `featurizer()` refuses to run without)."""
 
 from __future__ import annotations
 
@@ -11,8 +12,9 @@ from pathlib import Path
 import numpy as np
 
 from cascade.errors import ConfigError
+from cascade.router.classifier import DifficultyClassifier
 from cascade.router.embeddings import EMBEDDING_MODELS, TOPIC_EMBEDDINGS, embed, embedding_available
-from cascade.router.features import STEPS_BUCKETS, StepsModel, TopicModel, step_grams
+from cascade.router.features import STEPS_BUCKETS, Featurizer, StepsModel, TopicModel, step_grams
 from cascade.router.lexical import lexical_features
 
 AUX_DATA = "gsm8k/train.jsonl"  # steps and topic blocks; relative to cascade.router.outcomes.shared_data_dir()
@@ -132,3 +134,15 @@ def fit_topic_model(path: str | Path | None = None, components: int = 4) -> Topi
         raise ConfigError(f"the topic block needs {TOPIC_EMBEDDINGS} embeddings: install them with "
                           f"`pip install {EMBEDDING_MODELS[TOPIC_EMBEDDINGS][1]}`")
     return _fit_topic_model_cached(*_aux_data_file(path), components)
+
+
+def training_featurizer(model: DifficultyClassifier) -> Featurizer:
+    """The featurizer of a classifier being fitted: fits the auxiliary models its feature spec uses and it lacks
+    (from ``model.steps_data``; once per process and file content), keeps them on it as ``steps_model_`` and
+    ``topic_model_`` (a fitted router carries them) and returns ``model.featurizer()``. Unreadable aux data
+    fails here, before any other fitting."""
+    if model.steps and getattr(model, "steps_model_", None) is None:
+        model.steps_model_ = fit_steps_model(model.steps_data)
+    if model.topic_components and getattr(model, "topic_model_", None) is None:
+        model.topic_model_ = fit_topic_model(model.steps_data, model.topic_components)
+    return model.featurizer()

@@ -1,8 +1,8 @@
 """Fitting the difficulty classifier (cascade/router/classifier.py documents the model): per-tier C selection by
 cross-validated log loss (or APGR), Platt calibration on out-of-fold decision values, the linear estimator, the
 domain check's fit, and `cross_validated_p_fail` (out-of-fold p_fail for metrics and operating points).
-`DifficultyClassifier.fit` and `fit_features` call these; they set the fitted attributes (ending in ``_``) on
-the model and return it."""
+`fit_classifier` and `fit_classifier_features` are how a `DifficultyClassifier` (prediction only) is fitted: they set
+the fitted attributes (ending in ``_``) on the model and return it, as an sklearn ``fit`` would."""
 
 from __future__ import annotations
 
@@ -14,17 +14,20 @@ from sklearn.model_selection import StratifiedKFold, cross_val_predict
 
 from cascade.router.classifier import ESTIMATORS, SELECTIONS, DifficultyClassifier
 from cascade.router.embeddings import TOPIC_EMBEDDINGS, embed
+from cascade.router.train.aux_models import training_featurizer
 from cascade.router.train.domain_check import fit_domain, fit_embedding_plane, fit_word_model
 
 
 def fit_classifier(model: DifficultyClassifier, prompts: Sequence[str], correct: np.ndarray,
                    groups: Sequence[str] | None = None, X: np.ndarray | None = None) -> DifficultyClassifier:
-    """`DifficultyClassifier.fit`: the auxiliary models, the per-tier models and the domain check. ``X``: the
-    prompts' features if already computed by ``model.featurizer().transform``."""
-    # Auxiliary models are refitted from steps_data by featurizer() (cached per process and file content).
+    """Fit ``model`` on prompts and their outcomes ``correct`` (n_prompts, n_tiers; tiers cheapest first): the
+    auxiliary models, one calibrated model per tier and the domain check. Returns ``model``. ``groups`` (e.g.
+    subjects), when there are at least ``model.cv`` of them, make the internal folds grouped, so C is chosen for
+    unseen groups. ``X``: the prompts' features if already computed by ``training_featurizer(model).transform``."""
+    # The auxiliary models are refitted from steps_data (cached per process and file content).
     model.__dict__.pop("steps_model_", None)
     model.__dict__.pop("topic_model_", None)
-    featurizer = model.featurizer()
+    featurizer = training_featurizer(model)
     fit_classifier_features(model, featurizer.transform(list(prompts)) if X is None else X, correct, groups)
     checked = model.domain_quantile > 0
     model.domain_words_ = (fit_word_model(prompts, model.domain_quantile, model.random_state)
@@ -41,7 +44,10 @@ def fit_classifier(model: DifficultyClassifier, prompts: Sequence[str], correct:
 
 def fit_classifier_features(model: DifficultyClassifier, X: np.ndarray, correct: np.ndarray,
                             groups: Sequence[str] | None = None) -> DifficultyClassifier:
-    """`DifficultyClassifier.fit_features`: the per-tier models on features already computed."""
+    """`fit_classifier` on features already computed by ``training_featurizer(model).transform`` (e.g. embeddings
+    computed once for many cross-validation folds), without the domain check's word and embedding models. The
+    auxiliary models the model lacks are fitted from ``steps_data`` (cached per process: the ones that made X's
+    steps and topic columns if it came from a model with the same ``steps_data``)."""
     from threadpoolctl import threadpool_limits
 
     # Small dense problems: BLAS threads only contend (measured 6x slower with 2 threads on 2 cores).
@@ -56,7 +62,7 @@ def _fit(model: DifficultyClassifier, X: np.ndarray, correct: np.ndarray,
     if model.estimator not in ESTIMATORS:
         raise ValueError(f"estimator must be one of {', '.join(ESTIMATORS)}, got {model.estimator!r}")
     correct = np.asarray(correct, dtype=bool)
-    featurizer = model.featurizer()
+    featurizer = training_featurizer(model)
     if correct.ndim != 2 or correct.shape[0] != len(X) or correct.shape[1] < 1:
         raise ValueError(f"correct must be (n_prompts, n_tiers) = ({len(X)}, T), got {correct.shape}")
     if X.shape[1] != len(featurizer.names):
@@ -196,8 +202,7 @@ def cross_validated_p_fail(model: DifficultyClassifier, prompts: Sequence[str], 
     folds are grouped (no group in both train and test); otherwise stratified on the failures of the cheapest
     tier that fails and succeeds at least `folds` times each (a weak tier that is almost never right, like
     SmolLM2 on GSM8K at 4 of 300, cannot be spread over the folds), else of the most balanced tier. ``X``: the
-    prompts' features if already computed by ``model.featurizer().transform``."""
-    from sklearn.base import clone
+    prompts' features if already computed by ``training_featurizer(model).transform``."""
     from sklearn.model_selection import GroupKFold
 
     correct = np.asarray(correct, dtype=bool)
@@ -209,11 +214,23 @@ def cross_validated_p_fail(model: DifficultyClassifier, prompts: Sequence[str], 
         stratum = _first_tier_with(minority, folds)
         stratum = int(np.argmax(minority)) if stratum is None else stratum
         splits = StratifiedKFold(folds, shuffle=True, random_state=seed).split(prompts, correct[:, stratum])
-    # Featurized once: nothing in the featurizer is fitted per fold (standardisation is, inside fit_features),
-    # and embedding blocks cost ~25 ms per prompt.
-    X = model.featurizer().transform(prompts) if X is None else X
+    # Featurized once: nothing in the featurizer is fitted per fold (standardisation is, inside
+    # fit_classifier_features), and embedding blocks cost ~25 ms per prompt.
+    X = training_featurizer(model).transform(prompts) if X is None else X
     p_fail = np.zeros(correct.shape)
     for train, test in splits:
-        fitted = clone(model).fit_features(X[train], correct[train])
+        fitted = fit_classifier_features(_unfitted_copy(model), X[train], correct[train])
         p_fail[test] = fitted.predict_p_fail_features(X[test])
     return p_fail
+
+
+def _unfitted_copy(model: DifficultyClassifier) -> DifficultyClassifier:
+    """A model with ``model``'s parameters and auxiliary models (the ones X's columns came from), nothing else
+    fitted."""
+    from sklearn.base import clone
+
+    copy: DifficultyClassifier = clone(model)
+    for name in ("steps_model_", "topic_model_"):
+        if getattr(model, name, None) is not None:
+            setattr(copy, name, getattr(model, name))
+    return copy

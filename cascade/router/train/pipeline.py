@@ -22,6 +22,7 @@ from cascade.router.classifier import DEFAULT_ALPHA, ESTIMATORS, SELECTIONS, Dif
 from cascade.router.domain import DEFAULT_QUANTILE
 from cascade.router.operating import Calibration
 from cascade.router.outcomes import Outcomes, split_indices
+from cascade.router.train.aux_models import training_featurizer
 from cascade.router.train.calibration import calibrate
 from cascade.router.train.estimator import cross_validated_p_fail, fit_classifier
 from cascade.router.train.report import metrics_report, operating_points
@@ -142,7 +143,7 @@ class TrainedRouter(msgspec.Struct, frozen=True, kw_only=True):
 
 def train_router(outcomes: Outcomes, options: TrainOptions, X: np.ndarray | None = None) -> TrainedRouter:
     """Fit a router on ``outcomes`` as `cascade router train` does. ``X``: the outcomes' features if already
-    computed by ``classifier_for(options).featurizer().transform(outcomes.prompts)`` (benchmarks reuse them
+    computed by ``training_featurizer(classifier_for(options)).transform(outcomes.prompts)`` (benchmarks reuse them
     across many fits; nothing in them depends on the rows trained on)."""
     options.validate()
     costs = None if options.costs is None else np.asarray(options.costs, dtype=float)
@@ -150,9 +151,9 @@ def train_router(outcomes: Outcomes, options: TrainOptions, X: np.ndarray | None
         raise ConfigError(f"--costs needs {len(outcomes.tiers)} numbers (one per tier), got {len(costs)}")
     train_rows, test_rows = split_indices(len(outcomes), options.train_fraction, options.seed)
     model = classifier_for(options)
-    model.featurizer()  # fits the auxiliary models (cached per process): unreadable aux data fails here, early
+    featurizer = training_featurizer(model)  # fits the auxiliary models: unreadable aux data fails here, early
     if X is None:
-        X = model.featurizer().transform(outcomes.prompts)
+        X = featurizer.transform(outcomes.prompts)
     train = outcomes.subset(train_rows)
     metrics: dict[str, Any] = {}
     calibration = None
