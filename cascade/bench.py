@@ -8,12 +8,15 @@ Method (SART's evaluation, ../shared/PAPERS.md §2.6, on whatever tier is given)
 * Methods: `vanilla` (one greedy branch), `self_consistency` (N sampled branches to completion,
   majority vote), `sart` (N branches, early stop at M, two-phase pruning by the tier's scorer),
   `early_stop_only` (N, M, no pruning) and `prune_only` (N branches must all finish or be pruned).
+  Which tier each runs on and how it decodes (an embedded worker decodes as it is set, whatever the
+  request asks): cascade/bench_plan.py.
 * Each method runs with the tier's branch slots (`--slots`, default 4 x N): requests wait for free
   slots, and slots freed by finished, pruned and stopped branches admit waiting requests; latency is
   measured from the scheduled arrival, so it includes that queueing.
 * Per request: end-to-end latency, correctness (the shared grader), decode tokens of all branches.
   `--save-branches FILE` also writes every finished self-consistency branch's text with its
   correctness (local use only: never commit model outputs on dataset questions).
+* A run stopped half-way resumes where it stopped (cascade/bench_run.py).
 
 Output (`--json`): {"methods": {name: {"accuracy", "latency_s_mean", "latency_s_p95", "tokens_mean", ...}},
 "config": {...}, "questions": [ids]}; with `--sweep N:M,N:M` also a sweep of SART and self-consistency
@@ -50,7 +53,9 @@ class BenchSettings(msgspec.Struct, frozen=True, kw_only=True):
     k: int = 2
     rate: float = 0.05
     max_tokens: int = 512
+    # How the branched methods sample (vanilla decodes greedily); top_p None: not sent (the engine's default).
     temperature: float = 0.7
+    top_p: float | None = None
     slots: int = 0  # 0: 4 x n
     seed: int = 0
 
@@ -65,11 +70,16 @@ def method_settings(method: str, s: BenchSettings) -> BranchSettings:
     }[method]
 
 
-def run_key(method: str, s: BenchSettings) -> bytes:
-    """What decides a method's run: two runs with equal keys replay the same requests the same way
+def decoding(method: str, s: BenchSettings) -> tuple[float, float | None]:
+    """(temperature, top_p) that `method`'s requests ask for: vanilla greedy (no top_p), the others `s`'s."""
+    return (0.0, None) if method == "vanilla" else (s.temperature, s.top_p)
+
+
+def run_key(method: str, s: BenchSettings, tier: str = "") -> bytes:
+    """What decides a method's run on `tier`: two runs with equal keys replay the same requests the same way
     (self-consistency ignores M, so a sweep over M runs it once per N)."""
-    return msgspec.json.encode([method_settings(method, s), s.slots or 4 * s.n, s.max_tokens, s.temperature,
-                                s.rate, s.seed])
+    return msgspec.json.encode([method_settings(method, s), s.slots or 4 * s.n, s.max_tokens, *decoding(method, s),
+                                s.rate, s.seed, tier])
 
 
 class RequestRecord(msgspec.Struct, kw_only=True):
@@ -90,13 +100,15 @@ async def run_method(
     on_done: Callable[[RequestRecord], None] | None = None,
     on_branches: Callable[[list[dict]], None] | None = None,
 ) -> list[RequestRecord]:
-    """Replay `prompts` at `offsets` with `method`; `on_branches` receives each self-consistency request's
-    finished branches as soon as it completes (so a long run's saved branches survive an interruption)."""
+    """Replay `prompts` at `offsets` (seconds from now) with `method` on `tier`; `on_done` receives each
+    request's record and `on_branches` each self-consistency request's finished branches as soon as it
+    completes (so a long run keeps what it finished if it is stopped)."""
     branch_settings = method_settings(method, settings)
     slots = BranchSlots(tier.name, settings.slots or 4 * settings.n)
     # The gateway's answer on a tier (cascade/answer.py), with this method's branch settings and slots.
-    temperature = 0.0 if method == "vanilla" else settings.temperature
-    sampling = Sampling(max_tokens=settings.max_tokens, temperature=temperature, seed=settings.seed * 1000)
+    temperature, top_p = decoding(method, settings)
+    sampling = Sampling(max_tokens=settings.max_tokens, temperature=temperature, top_p=top_p,
+                        seed=settings.seed * 1000)
     start = time.perf_counter() + 0.05
 
     async def one(i: int, prompt: Prompt) -> RequestRecord:

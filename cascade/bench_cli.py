@@ -5,9 +5,17 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from typing import Any, TextIO
+from typing import Any
 
 from cascade.errors import ConfigError
+
+METHOD_HELP = (
+    "vanilla: one branch decoded greedily (on a tier whose embedded worker samples, it runs on the config's tier "
+    "of the same model with a greedy worker, or is refused); self_consistency: N sampled branches run to completion, "
+    "majority vote; sart: N branches, stop once M finish, two-phase pruning by the tier's scorer; early_stop_only: "
+    "N branches, stop once M finish, no pruning; prune_only: N branches, pruning, no early stop. The branched ones "
+    "are refused on a tier whose worker decodes greedily, as the gateway refuses them there."
+)
 
 
 def add_bench_commands(subparsers: Any) -> None:
@@ -15,11 +23,13 @@ def add_bench_commands(subparsers: Any) -> None:
         dest="bench_command", required=True, metavar="WHAT")
     br = bench.add_parser(
         "branches", help="vanilla vs self-consistency vs SART (+ ablations) on GSM8K under Poisson arrivals",
-        description="Replay the same GSM8K questions and Poisson arrivals against one tier with each method: "
-        "vanilla (1 greedy branch), self_consistency (N to completion, majority vote), sart (N, early stop at M, "
-        "two-phase pruning), early_stop_only, prune_only. With no --config, starts the embedded CPU ladder and "
-        "uses its reasoning tier. Prints accuracy, mean/p95 latency (from arrival, queueing included) and "
-        "decode tokens per method.",
+        description="Replay the same GSM8K questions and Poisson arrivals against one tier with each method. "
+        f"{METHOD_HELP} With no --config, starts the embedded CPU ladder and uses its reasoning tier (vanilla on "
+        "its direct tier of the same model). Prints accuracy, mean/p95 latency (from arrival, queueing included) "
+        "and decode tokens per method; the JSON's config.methods says which tier each method ran on and the "
+        "temperature/top_p it decoded at. With --out, a rerun of the same command resumes: requests already "
+        "finished there are not run again (they keep the latency measured when they ran; the rest keep their "
+        "planned arrival gaps), and the summary counts them as `resumed`; --fresh starts over.",
     )
     br.add_argument("--config", help="cascade.toml (default: the embedded CPU ladder)")
     br.add_argument("--tier", help="tier to run on (default: the last tier)")
@@ -32,15 +42,23 @@ def add_bench_commands(subparsers: Any) -> None:
     br.add_argument("--beta", type=int, default=1, help="phase-1 prunes per request at most (default 1)")
     br.add_argument("--k", type=int, default=2, help="score every K reasoning steps (default 2)")
     br.add_argument("--max-tokens", type=int, default=512, help="per branch (default 512)")
-    br.add_argument("--temperature", type=float, default=0.7, help="sampling temperature of branches (default 0.7)")
+    br.add_argument("--temperature", type=float, help="sampling temperature of the branched methods (vanilla is "
+                    "greedy). On a tier of embedded workers it is the worker's `temperature`, which its engine "
+                    "applies to every request: a different value is refused. Elsewhere default: the tier's "
+                    "branch_temperature")
+    br.add_argument("--top-p", type=float, help="top_p of the branched methods: on a tier of embedded workers the "
+                    "worker's (a different value is refused), elsewhere default 1.0")
     br.add_argument("--slots", type=int, default=0, help="branch slots on the tier (default 4 x N)")
     br.add_argument("--methods", default=",".join(("vanilla", "self_consistency", "sart", "early_stop_only",
                                                    "prune_only")), help="comma-separated subset, run in this order")
     br.add_argument("--sweep", help="also run sart and self_consistency for each N:M in this list, e.g. 2:1,4:2,8:4")
     br.add_argument("--seed", type=int, default=0)
-    br.add_argument("--out", help="directory for summary.json, per-request records and the sweep PNG")
+    br.add_argument("--out", help="directory for summary.json, per-request records (requests.jsonl, appended as "
+                    "each request finishes: a rerun of the same command resumes from it) and the sweep PNG")
+    br.add_argument("--fresh", action="store_true", help="ignore the records a previous run left in --out (and "
+                    "start --save-branches over)")
     br.add_argument("--save-branches", help="JSONL of every finished self-consistency branch with its correctness "
-                    "(local analysis only: never commit it)")
+                    "(appended to when resuming; local analysis only: never commit it)")
     br.add_argument("--json", action="store_true", help="print the summary as one JSON object")
     br.set_defaults(func=_branches)
 
@@ -50,23 +68,20 @@ def _branches(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     import msgspec
-    from tqdm import tqdm
 
-    from cascade.bench import METHODS, BenchSettings, arrival_offsets, run_key, run_method, summarize
+    from cascade.bench import METHODS, BenchSettings, arrival_offsets, decoding
+    from cascade.bench_plan import bench_targets
+    from cascade.bench_run import BenchRun, run_benchmark
     from cascade.config import load_config
     from cascade.engines.embedded import embedded_config
-    from cascade.engines.supervisor import Supervisor
     from cascade.label import select_prompts
-    from cascade.tiers import build_tiers, make_workers
+    from cascade.tiers import make_workers
 
     methods = [m.strip() for m in args.methods.split(",") if m.strip()]
     unknown = [m for m in methods if m not in METHODS]
     if unknown or not methods:
         raise ConfigError(f"--methods takes names from {', '.join(METHODS)}, got {args.methods!r}")
     sweep = _parse_sweep(args.sweep)
-    settings = BenchSettings(n=args.n, m=args.m, alpha=args.alpha, beta=args.beta, k=args.k, rate=args.rate,
-                             max_tokens=args.max_tokens, temperature=args.temperature, slots=args.slots,
-                             seed=args.seed)
     if not 1 <= args.m <= args.n:
         raise ConfigError(f"--n/--m: need 1 <= M <= N, got N={args.n} M={args.m}")
     if args.rate <= 0 or args.n_questions < 1:
@@ -76,79 +91,39 @@ def _branches(args: argparse.Namespace) -> int:
     tier_name = args.tier or names[-1]
     if tier_name not in names:
         raise ConfigError(f"--tier {tier_name!r} is not in the config (tiers: {', '.join(names)})")
+    branched = bool(sweep) or any(m != "vanilla" for m in methods)
+    targets = bench_targets(config, tier_name, vanilla="vanilla" in methods, branched=branched,
+                            temperature=args.temperature, top_p=args.top_p)
+    settings = BenchSettings(n=args.n, m=args.m, alpha=args.alpha, beta=args.beta, k=args.k, rate=args.rate,
+                             max_tokens=args.max_tokens, temperature=targets.temperature, top_p=targets.top_p,
+                             slots=args.slots, seed=args.seed)
     prompts = select_prompts(args.dataset, args.n_questions, args.seed)
     offsets = arrival_offsets(len(prompts), args.rate, args.seed)
-    runs = [(m, settings) for m in methods]
-    runs += [(m, msgspec.structs.replace(settings, n=n, m=k)) for n, k in sweep for m in ("self_consistency", "sart")]
-
-    # Opened before the models start, so a bad path fails at once; each request's branches are written and
-    # flushed when it completes, so a run stopped half-way keeps what it finished.
-    saved: TextIO | None = None
-    if args.save_branches:
-        try:
-            saved = open(args.save_branches, "w")  # noqa: SIM115 - closed in run()'s finally, after the last request
-        except OSError as exc:
-            raise ConfigError(f"--save-branches: cannot write {args.save_branches}: {exc.strerror}") from None
-
-    def save_branches(rows: list[dict]) -> None:
-        assert saved is not None
-        saved.writelines(json.dumps(row) + "\n" for row in rows)
-        saved.flush()
-
-    async def run() -> dict[str, Any]:
-        # Only the worker(s) the tier runs on: the bench asks nothing of the others.
-        workers = make_workers(config, Path.cwd() / "logs", [tier_name])
-        supervisor = Supervisor(list(workers.values()))
-        tiers = build_tiers(config, workers, [tier_name])
-        tier = tiers[0]
-        results: dict[str, Any] = {}
-        sweep_results: list[dict] = []
-        done: dict[bytes, dict[str, Any]] = {}  # run_key -> summary: a sweep repeats no finished run
-        await supervisor.start()
-        try:
-            unique = len({run_key(m, s) for m, s in runs})
-            with tqdm(total=unique * len(prompts), desc="bench branches", unit="request") as bar:
-                for i, (method, s) in enumerate(runs):
-                    key = run_key(method, s)
-                    if key in done:
-                        summary = done[key]
-                    else:
-                        bar.set_postfix_str(f"{method} N={s.n} M={s.m}")
-                        records = await run_method(tier, method, s, prompts, offsets, lambda _: bar.update(1),
-                                                   save_branches if saved is not None else None)
-                        summary = done[key] = summarize(records)
-                        if args.out:
-                            out = Path(args.out)
-                            out.mkdir(parents=True, exist_ok=True)
-                            with (out / "requests.jsonl").open("ab") as f:
-                                for r in records:
-                                    f.write(msgspec.json.encode({"method": method, "n": s.n, "m": s.m,
-                                                                 **msgspec.to_builtins(r)}) + b"\n")
-                    if i < len(methods):
-                        results[method] = summary
-                    else:
-                        sweep_results.append({"method": method, "n": s.n, "m": s.m, **summary})
-        finally:
-            for t in tiers:
-                await t.backend.aclose()
-                if t.scorer is not None:
-                    await t.scorer.aclose()
-            supervisor.stop()
-            if saved is not None:
-                saved.close()
-        return {"methods": results, "sweep": sweep_results}
-
-    outcome = asyncio.run(run())
+    runs = [BenchRun(method=m, settings=settings, tier=targets.vanilla_tier if m == "vanilla" else targets.tier)
+            for m in methods]
+    runs += [BenchRun(method=m, settings=msgspec.structs.replace(settings, n=n, m=k), tier=targets.tier, main=False)
+             for n, k in sweep for m in ("self_consistency", "sart")]
+    out = Path(args.out) if args.out else None
+    outcome = asyncio.run(run_benchmark(
+        config, runs, prompts, offsets, dataset=args.dataset,
+        # Only the workers the methods' tiers run on: the bench asks nothing of the others.
+        workers_for=lambda tiers: make_workers(config, Path.cwd() / "logs", tiers),
+        out=out, fresh=args.fresh, save_branches=Path(args.save_branches) if args.save_branches else None))
+    per_method = {r.method: dict(zip(("temperature", "top_p"), decoding(r.method, settings), strict=True))
+                  for r in runs if r.main}
     payload = {
         **outcome,
         "config": {"tier": tier_name, "dataset": args.dataset, "n_questions": len(prompts), "rate_rps": args.rate,
                    "n": args.n, "m": args.m, "alpha": args.alpha, "beta": args.beta, "k": args.k,
-                   "max_tokens": args.max_tokens, "temperature": args.temperature,
+                   "max_tokens": args.max_tokens,
+                   # The branched methods' sampling (None when none ran); each method's own in `methods`.
+                   "temperature": targets.temperature if branched else None,
+                   "top_p": targets.top_p if branched else None,
+                   "methods": {r.method: {"tier": r.tier, **per_method[r.method]} for r in runs if r.main},
                    "slots": args.slots or 4 * args.n, "seed": args.seed},
         "questions": [p.id for p in prompts],
     }
-    if args.out:
-        out = Path(args.out)
+    if out is not None:
         (out / "summary.json").write_text(json.dumps(payload, indent=2) + "\n")
         if outcome["sweep"]:
             payload["plot"] = str(_plot_sweep(out / "sweep.png", outcome["sweep"], outcome["methods"], args.n, args.m))
@@ -158,6 +133,12 @@ def _branches(args: argparse.Namespace) -> int:
         for name, s in outcome["methods"].items():
             print(f"{name:18s} accuracy {s['accuracy']:.3f}  latency mean {s['latency_s_mean']:.1f} s  "
                   f"p95 {s['latency_s_p95']:.1f} s  tokens {s['tokens_mean']:.0f}", file=sys.stdout)
+        if "vanilla" in methods and targets.vanilla_tier != tier_name:
+            print(f"vanilla ran on tier {targets.vanilla_tier} (greedy worker, the same model): tier {tier_name}'s "
+                  "worker samples every request")
+        if outcome["resumed"]:
+            print(f"resumed: {outcome['resumed']} requests from a previous run (in {args.out}; they keep the latency "
+                  "measured when they ran)")
     return 0
 
 

@@ -44,6 +44,11 @@ def test_bench_branches_prints_the_contract_keys_and_sart_spends_fewer_tokens(tm
     assert methods["vanilla"]["accuracy"] == methods["sart"]["accuracy"] == 1.0
     assert methods["sart"]["tokens_mean"] < methods["self_consistency"]["tokens_mean"]
     assert methods["sart"]["branches"]["early_stopped"] >= 3
+    # What each method decoded at (an openai backend decodes as asked): vanilla greedy, branches sampled.
+    ran = result["config"]["methods"]
+    assert ran["vanilla"] == {"tier": "thinker", "temperature": 0.0, "top_p": None}
+    assert ran["sart"] == ran["self_consistency"] == {"tier": "thinker", "temperature": 0.7, "top_p": 1.0}
+    assert (result["config"]["temperature"], result["config"]["top_p"]) == (0.7, 1.0)
     assert {(p["method"], p["n"], p["m"]) for p in result["sweep"]} == {("self_consistency", 2, 1), ("sart", 2, 1)}
     assert (tmp_path / "out" / "sweep.png").exists() and (tmp_path / "out" / "summary.json").exists()
     saved = [json.loads(line) for line in (tmp_path / "b.jsonl").read_text().splitlines()]

@@ -1,0 +1,222 @@
+"""Running `cascade bench branches`' methods (cascade/bench.py) on their tiers, resumably.
+
+Resume (with `--out DIR`): each request's record is appended to DIR/requests.jsonl, and flushed, the moment
+it completes, under its run's key: a hash of everything that decides how it ran (method, N, M, alpha, beta,
+K, slots, max tokens, temperature, top_p, rate, seed, the tier it ran on, the dataset and the number of
+questions). Rerunning the same command reads the file back and runs only the requests that have no record
+under their run's key yet, or whose record is an error; the summary covers all of them and says how many
+came from a previous run (`resumed`). Only the workers of tiers with requests left are started. With
+`--save-branches FILE` the file is appended to, and a request whose branches it already holds (same key,
+same question) does not write them again. `--fresh` starts both files over.
+
+Latency in a resumed run: a finished request keeps the latency measured in the run that finished it. The
+requests left keep their planned arrival offsets, shifted so that the first of them arrives at once; the
+finished ones no longer compete with them for slots, so they may queue less than they would have in one
+uninterrupted run (each method's `resumed` says how many of its requests that concerns).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections import defaultdict
+from collections.abc import Callable, Collection, Iterator
+from pathlib import Path
+from typing import IO, Any
+
+import msgspec
+import numpy as np
+
+from cascade.bench import BenchSettings, RequestRecord, run_key, run_method, summarize
+from cascade.config import CascadeConfig
+from cascade.data.records import Prompt
+from cascade.engines.supervisor import Supervisor, Worker
+from cascade.errors import ConfigError
+from cascade.tiers import build_tiers
+
+
+class BenchRun(msgspec.Struct, frozen=True, kw_only=True):
+    """One method's run on `tier` with `settings`; `main`: one of --methods (else a --sweep point)."""
+
+    method: str
+    settings: BenchSettings
+    tier: str
+    main: bool = True
+
+
+class RequestRow(RequestRecord, kw_only=True):
+    """A line of requests.jsonl: one request's record and the run it belongs to."""
+
+    method: str = ""
+    n: int = 0
+    m: int = 0
+    tier: str = ""
+    key: str = ""  # its run's resume_key; a row without one (an older file) is never resumed
+
+
+def resume_key(run: BenchRun, dataset: str, n_questions: int) -> str:
+    raw = run_key(run.method, run.settings, run.tier) + msgspec.json.encode([dataset, n_questions])
+    return hashlib.sha256(raw).hexdigest()[:16]
+
+
+async def run_benchmark(
+    config: CascadeConfig, runs: list[BenchRun], prompts: list[Prompt], offsets: np.ndarray, *, dataset: str,
+    workers_for: Callable[[Collection[str]], dict[str, Worker]], out: Path | None = None, fresh: bool = False,
+    save_branches: Path | None = None,
+) -> dict[str, Any]:
+    """Run `runs` one after the other, a run whose key an earlier one had only once, and return {"methods":
+    {method: summary} (main runs), "sweep": [{method, n, m, **summary}], "resumed": requests from a previous
+    run}. `workers_for(tier names)` gives the (unstarted) workers those tiers run on; they are started here."""
+    from tqdm import tqdm
+
+    keys = [resume_key(r, dataset, len(prompts)) for r in runs]
+    if out is not None:
+        try:
+            out.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise ConfigError(f"--out: cannot create {out}: {exc.strerror}") from None
+    results = Results(None if out is None else out / "requests.jsonl", fresh)
+    sink = None if save_branches is None else BranchSink(save_branches, append=out is not None and not fresh)
+    try:
+        owner: dict[str, BenchRun] = {}  # each key's first run: the one that runs it
+        for run, key in zip(runs, keys, strict=True):
+            owner.setdefault(key, run)
+        left = {key: [i for i, p in enumerate(prompts) if p.id not in results.finished(key)] for key in owner}
+        needed = sorted({owner[key].tier for key, todo in left.items() if todo})
+        workers = workers_for(needed) if needed else {}
+        supervisor = Supervisor(list(workers.values()))
+        tiers = {t.name: t for t in build_tiers(config, workers, needed)}
+        summaries: dict[str, dict[str, Any]] = {}
+        await supervisor.start()
+        try:
+            with tqdm(total=sum(map(len, left.values())), desc="bench branches", unit="request") as bar:
+                for run, key in zip(runs, keys, strict=True):
+                    if key in summaries:
+                        continue
+                    todo = left[key]
+                    if todo:
+                        bar.set_postfix_str(f"{run.method} N={run.settings.n} M={run.settings.m}")
+                        await run_method(tiers[run.tier], run.method, run.settings, [prompts[i] for i in todo],
+                                         offsets[todo] - offsets[todo].min(), results.recorder(run, key, bar.update),
+                                         None if sink is None else sink.writer(run, key))
+                    records = [results.latest[key][p.id] for p in prompts]
+                    summaries[key] = {**summarize(records), "resumed": len(prompts) - len(todo)}
+        finally:
+            for t in tiers.values():
+                await t.backend.aclose()
+                if t.scorer is not None:
+                    await t.scorer.aclose()
+            supervisor.stop()
+    finally:
+        results.close()
+        if sink is not None:
+            sink.close()
+    methods = {r.method: summaries[k] for r, k in zip(runs, keys, strict=True) if r.main}
+    sweep = [{"method": r.method, "n": r.settings.n, "m": r.settings.m, **summaries[k]}
+             for r, k in zip(runs, keys, strict=True) if not r.main]
+    return {"methods": methods, "sweep": sweep, "resumed": sum(s["resumed"] for s in summaries.values())}
+
+
+class Results:
+    """Request records by run key and question id, the latest of each: a previous run's (read from `path`
+    unless `fresh`) and this run's, each appended to `path` as it completes."""
+
+    def __init__(self, path: Path | None, fresh: bool) -> None:
+        self.latest: dict[str, dict[str, RequestRecord]] = defaultdict(dict)
+        self._file: IO[bytes] | None = None
+        if path is None:
+            return
+        if not fresh:
+            for row in _rows(path):
+                if row.key:
+                    self.latest[row.key][row.id] = row
+        self._file = _open_log(path, append=not fresh, what="--out")
+
+    def finished(self, key: str) -> set[str]:
+        return {qid for qid, r in self.latest[key].items() if r.error is None}
+
+    def recorder(self, run: BenchRun, key: str, then: Callable[[], Any]) -> Callable[[RequestRecord], None]:
+        def record(r: RequestRecord) -> None:
+            self.latest[key][r.id] = r
+            if self._file is not None:
+                row = RequestRow(**msgspec.structs.asdict(r), method=run.method, n=run.settings.n,
+                                 m=run.settings.m, tier=run.tier, key=key)
+                self._file.write(msgspec.json.encode(row) + b"\n")
+                self._file.flush()
+            then()
+
+        return record
+
+    def close(self) -> None:
+        if self._file is not None:
+            self._file.close()
+
+
+class BranchSink:
+    """--save-branches: each self-consistency request's finished branches, written when it completes."""
+
+    def __init__(self, path: Path, append: bool) -> None:
+        self.saved: set[tuple[str, str]] = set()  # (run key, question id) already in the file
+        if append:
+            for row in _json_lines(path):
+                if isinstance(row, dict) and row.get("key"):
+                    self.saved.add((row["key"], row.get("id", "")))
+        self._file = _open_log(path, append=append, what="--save-branches")
+
+    def writer(self, run: BenchRun, key: str) -> Callable[[list[dict]], None]:
+        def write(rows: list[dict]) -> None:
+            if not rows or (key, rows[0]["id"]) in self.saved:
+                return
+            self.saved.add((key, rows[0]["id"]))
+            self._file.writelines(json.dumps({**row, "n": run.settings.n, "key": key}).encode() + b"\n"
+                                  for row in rows)
+            self._file.flush()
+
+        return write
+
+    def close(self) -> None:
+        self._file.close()
+
+
+def _rows(path: Path) -> Iterator[RequestRow]:
+    decoder = msgspec.json.Decoder(RequestRow)
+    for line in _lines(path):
+        try:
+            yield decoder.decode(line)
+        except msgspec.DecodeError:
+            continue  # a line cut short when a run was stopped, or not a request row
+
+
+def _json_lines(path: Path) -> Iterator[Any]:
+    for line in _lines(path):
+        try:
+            yield json.loads(line)
+        except ValueError:
+            continue
+
+
+def _lines(path: Path) -> list[bytes]:
+    try:
+        return path.read_bytes().splitlines()
+    except FileNotFoundError:
+        return []
+    except OSError as exc:
+        raise ConfigError(f"cannot read {path}: {exc.strerror}") from None
+
+
+def _open_log(path: Path, *, append: bool, what: str) -> IO[bytes]:
+    """`path` opened to append to (ending a line a stopped run cut short) or to write afresh."""
+    try:
+        torn = append and path.exists() and path.stat().st_size > 0 and _last_byte(path) != b"\n"
+        f = path.open("ab" if append else "wb")
+    except OSError as exc:
+        raise ConfigError(f"{what}: cannot write {path}: {exc.strerror}") from None
+    if torn:
+        f.write(b"\n")
+    return f
+
+
+def _last_byte(path: Path) -> bytes:
+    with path.open("rb") as f:
+        f.seek(-1, 2)
+        return f.read(1)

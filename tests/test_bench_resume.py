@@ -1,0 +1,88 @@
+"""A `cascade bench branches --out DIR` run cut short resumes: the rerun of the same command sends only the
+requests without a record in DIR/requests.jsonl (or with an error), summarizes all of them, and appends to
+--save-branches without duplicating a row; --fresh starts over. Fake engine over real HTTP; the engine's
+request count is what reached it (cascade/bench_run.py)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from cascade.cli import main
+from cascade.engines.fake_server import FakeEngine, FakeScript
+from tests.servers import serve_asgi
+from tests.test_bench import write_inputs
+
+QUESTIONS = 3
+N = 2  # self-consistency's branches: N requests to the engine per question, vanilla's one
+
+
+def bench(tmp_path: Path, capsys, *extra: str) -> tuple[dict, int]:
+    """The same command every time (vanilla and self-consistency on 3 questions): its JSON and the requests the
+    (fresh) engine received."""
+    bodies: list[dict[str, Any]] = []
+
+    def record(script: FakeScript, body: dict[str, Any]) -> FakeScript:
+        bodies.append(body)
+        return script
+
+    with serve_asgi(FakeEngine(FakeScript(tokens=8), hook=record)) as url:
+        write_inputs(tmp_path, url)
+        code = main(["bench", "branches", "--config", str(tmp_path / "cascade.toml"), "--dataset",
+                     str(tmp_path / "q.jsonl"), "--n-questions", str(QUESTIONS), "--rate", "20", "--n", str(N),
+                     "--m", "1", "--methods", "vanilla,self_consistency", "--out", str(tmp_path / "out"),
+                     "--save-branches", str(tmp_path / "b.jsonl"), "--json", *extra])
+    assert code == 0
+    return json.loads(capsys.readouterr().out), len(bodies)
+
+
+def lines(path: Path) -> list[str]:
+    return path.read_text().splitlines()
+
+
+def test_a_rerun_sends_only_the_requests_a_stopped_run_left_and_summarizes_them_all(tmp_path, capsys) -> None:
+    first, sent = bench(tmp_path, capsys)
+    assert sent == QUESTIONS * (1 + N) and first["resumed"] == 0
+    requests = tmp_path / "out" / "requests.jsonl"
+    rows = [json.loads(line) for line in lines(requests)]
+    assert len(rows) == 2 * QUESTIONS and all(r["key"] for r in rows)
+    saved = lines(tmp_path / "b.jsonl")
+    assert len(saved) == QUESTIONS * N
+
+    # As if the run had been stopped: one vanilla request ended in an error, two self-consistency requests
+    # never finished (their branches were saved already), and the last line was cut short.
+    vanilla = [r for r in rows if r["method"] == "vanilla"]
+    consistency = [r for r in rows if r["method"] == "self_consistency"]
+    kept = [*vanilla[:2], {**vanilla[2], "error": "backend down", "correct": False}, consistency[0]]
+    requests.write_text("".join(json.dumps(r) + "\n" for r in kept) + '{"id": "q1", "corr')
+
+    second, sent = bench(tmp_path, capsys)
+    assert sent == 1 + 2 * N  # the errored vanilla request and two self-consistency requests
+    assert second["resumed"] == 3
+    assert (second["methods"]["vanilla"]["resumed"], second["methods"]["self_consistency"]["resumed"]) == (2, 1)
+    for method, summary in second["methods"].items():
+        assert summary["requests"] == QUESTIONS and summary["errors"] == 0, method
+        assert summary["accuracy"] == first["methods"][method]["accuracy"]
+    assert lines(tmp_path / "b.jsonl") == saved  # appended to, and no request's branches twice
+
+    # Everything finished: nothing reaches the engine (nor starts), and the summary is the same.
+    third, sent = bench(tmp_path, capsys)
+    assert sent == 0 and third["resumed"] == 2 * QUESTIONS
+    assert {m: s["accuracy"] for m, s in third["methods"].items()} == {
+        m: s["accuracy"] for m, s in second["methods"].items()}
+
+
+def test_fresh_ignores_a_previous_runs_records_and_starts_its_files_over(tmp_path, capsys) -> None:
+    bench(tmp_path, capsys)
+    again, sent = bench(tmp_path, capsys, "--fresh")
+    assert sent == QUESTIONS * (1 + N) and again["resumed"] == 0
+    assert len(lines(tmp_path / "out" / "requests.jsonl")) == 2 * QUESTIONS
+    assert len(lines(tmp_path / "b.jsonl")) == QUESTIONS * N
+
+
+def test_a_changed_command_does_not_reuse_the_records_of_another(tmp_path, capsys) -> None:
+    bench(tmp_path, capsys)
+    other, sent = bench(tmp_path, capsys, "--max-tokens", "300")
+    assert sent == QUESTIONS * (1 + N) and other["resumed"] == 0
+    assert len(lines(tmp_path / "out" / "requests.jsonl")) == 4 * QUESTIONS  # both runs' records, apart
