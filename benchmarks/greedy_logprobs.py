@@ -35,7 +35,7 @@ from typing import Any
 import numpy as np
 
 from cascade.branches.confidence import DEFAULT_GROUP, confidence_of
-from cascade.config import CascadeConfig, TierConfig, WorkerBackend, WorkerConfig
+from cascade.config import CascadeConfig, TierConfig, WorkerBackendConfig, WorkerConfig
 from cascade.data.datasets import DatasetError, prompts_of
 from cascade.data.grading import extract, grade
 from cascade.data.outcomes import OutcomeRow, TierOutcome, read_rows, write_row
@@ -55,7 +55,7 @@ def worker_of(config: CascadeConfig, tier: TierConfig) -> WorkerConfig:
     """The embedded worker a single-branch tier runs on."""
     if tier.branches != 1:
         raise ConfigError(f"tier `{tier.name}` has {tier.branches} reasoning branches; only a direct tier")
-    names = [b.worker for b in tier.backends if isinstance(b, WorkerBackend)]
+    names = [b.worker for b in tier.backends if isinstance(b, WorkerBackendConfig)]
     workers = [w for w in config.workers if w.name in names]
     if not workers:
         raise ConfigError(f"tier `{tier.name}` runs on no embedded worker")

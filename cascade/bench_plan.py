@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import msgspec
 
-from cascade.config import CascadeConfig, TierConfig, WorkerBackend, WorkerConfig
+from cascade.config import CascadeConfig, TierConfig, WorkerBackendConfig, WorkerConfig
 from cascade.errors import ConfigError
 
 
@@ -73,7 +73,7 @@ def bench_targets(config: CascadeConfig, tier_name: str, *, vanilla: bool, branc
 def workers_of(config: CascadeConfig, tier: TierConfig) -> list[WorkerConfig]:
     """The [[workers]] entries the tier's backends run on, in backend order."""
     by_name = {w.name: w for w in config.workers}
-    return [by_name[b.worker] for b in tier.backends if isinstance(b, WorkerBackend)]
+    return [by_name[b.worker] for b in tier.backends if isinstance(b, WorkerBackendConfig)]
 
 
 def _decoding(worker: WorkerConfig) -> tuple[float, float]:

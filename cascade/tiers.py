@@ -18,10 +18,16 @@ from cascade.branches.runner import BranchSettings
 from cascade.branches.scoring import Scorer
 from cascade.branches.sglang_client import SGLangBackend
 from cascade.branches.slots import BranchSlots
-from cascade.config import BackendConfig, CascadeConfig, PRMScorerConfig, TierConfig, WorkerConfig
-from cascade.config import OpenAIBackend as OpenAIBackendConfig
-from cascade.config import SGLangBackend as SGLangBackendConfig
-from cascade.config import WorkerBackend as WorkerBackendConfig
+from cascade.config import (
+    BackendConfig,
+    CascadeConfig,
+    OpenAIBackendConfig,
+    PRMScorerConfig,
+    SGLangBackendConfig,
+    TierConfig,
+    WorkerBackendConfig,
+    WorkerConfig,
+)
 from cascade.engines.supervisor import Worker, free_port, sampling_fields
 from cascade.errors import ConfigError
 from cascade.schemas import ChatMessage

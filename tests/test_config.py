@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from cascade.config import OpenAIBackend, WorkerBackend, decode_config, load_config
+from cascade.config import OpenAIBackendConfig, WorkerBackendConfig, decode_config, load_config
 from cascade.engines.embedded import embedded_config
 from cascade.errors import ConfigError
 
@@ -19,7 +19,7 @@ def test_minimal_config_gets_safe_defaults() -> None:
     config = decode_config(MINIMAL)
     assert config.gateway.host == "127.0.0.1"
     assert config.gateway.limits.max_n == 8
-    assert isinstance(config.tiers[0].backends[0], OpenAIBackend)
+    assert isinstance(config.tiers[0].backends[0], OpenAIBackendConfig)
 
 
 def test_embedded_default_is_a_three_tier_ladder_on_a_greedy_and_a_sampling_qwen_worker() -> None:
@@ -27,10 +27,10 @@ def test_embedded_default_is_a_three_tier_ladder_on_a_greedy_and_a_sampling_qwen
     assert len(config.tiers) >= 3
     assert {w.model for w in config.workers} == {"smollm2-135m", "qwen2.5-coder-0.5b"}
     assert config.tiers[-1].branches > 1
-    assert all(isinstance(b, WorkerBackend) for t in config.tiers for b in t.backends)
+    assert all(isinstance(b, WorkerBackendConfig) for t in config.tiers for b in t.backends)
     workers = {w.name: w for w in config.workers}
     reasoning, direct = config.tiers[-1].backends[0], config.tiers[-2].backends[0]
-    assert isinstance(reasoning, WorkerBackend) and isinstance(direct, WorkerBackend)
+    assert isinstance(reasoning, WorkerBackendConfig) and isinstance(direct, WorkerBackendConfig)
     # The engine decodes every request as its worker is set: sampled branches need their own worker.
     assert workers[reasoning.worker].temperature == config.tiers[-1].branch_temperature > 0
     assert workers[direct.worker].temperature == 0

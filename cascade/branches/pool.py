@@ -29,7 +29,7 @@ from typing import Literal
 import msgspec
 
 from cascade.branches.backend import Backend, GenerationRequest, GenerationResult, StreamDelta, collect
-from cascade.config import Failover
+from cascade.config import FailoverConfig
 from cascade.errors import BackendError, BackendUnavailable, CascadeError, Overloaded
 
 BreakerState = Literal["closed", "open", "half_open"]
@@ -78,11 +78,11 @@ class _Replica:
 
 
 class ReplicaPool:
-    def __init__(self, name: str, replicas: Sequence[Backend], failover: Failover | None = None) -> None:
+    def __init__(self, name: str, replicas: Sequence[Backend], failover: FailoverConfig | None = None) -> None:
         if not replicas:
             raise ValueError("a pool needs at least one replica")
         self.name = name
-        self.failover = failover or Failover()
+        self.failover = failover or FailoverConfig()
         self._replicas = [_Replica(r) for r in replicas]
         self._tiebreak = itertools.count()
         self.retried = 0  # attempts made after a fault, on another replica (failovers)

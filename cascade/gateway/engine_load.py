@@ -17,14 +17,13 @@ from prometheus_client.registry import Collector
 
 from cascade.branches.engine_load import Histogram
 from cascade.branches.engine_poller import EngineMonitor, EnginePoller
-from cascade.config import EngineLoadConfig, SGLangBackend
-from cascade.config import LoadReactive as LoadConfig
+from cascade.config import EngineLoadConfig, LoadReactiveConfig, SGLangBackendConfig
 from cascade.router.load import EngineView
 from cascade.tiers import Tier
 
 
 class TierEngines:
-    def __init__(self, tiers: Sequence[Tier], config: EngineLoadConfig, load: LoadConfig,
+    def __init__(self, tiers: Sequence[Tier], config: EngineLoadConfig, load: LoadReactiveConfig,
                  clock: Callable[[], float] = time.monotonic) -> None:
         self.config = config
         self.names = [t.name for t in tiers]
@@ -38,7 +37,7 @@ class TierEngines:
         for tier in tiers:
             names = [r.name for r in tier.backend.states()]
             sglang = [(name, b) for name, b in zip(names, tier.config.backends, strict=True)
-                      if isinstance(b, SGLangBackend)] if config.enabled else []
+                      if isinstance(b, SGLangBackendConfig)] if config.enabled else []
             self.replicas.append([(name, self.monitor.watch(b.url, b.api_key)) for name, b in sglang])
             self.complete.append(bool(sglang) and len(sglang) == len(names))
         self._ttft: dict[int, tuple[tuple[int, ...], float | None]] = {}  # per tier: poller versions -> TTFT

@@ -22,8 +22,7 @@ from cascade.answer import Answer, Sampling, answer, choice_requests, question_o
 from cascade.branches.backend import GenerationRequest
 from cascade.branches.confidence import LOGPROBS_REQUEST
 from cascade.branches.runner import BranchReport, BranchSettings
-from cascade.config import AnswerConfidence, Failover, Limits
-from cascade.config import LoadReactive as LoadConfig
+from cascade.config import AnswerConfidenceConfig, FailoverConfig, Limits, LoadReactiveConfig
 from cascade.errors import BackendError, InvalidRequest, UnknownModel
 from cascade.gateway import responses, streaming
 from cascade.gateway.admission import Admission
@@ -54,16 +53,16 @@ class ChatService:
         default_quality: str = "balanced",
         keepalive_s: float = 2.0,
         traffic: TrafficLog | None = None,
-        failover: Failover | None = None,
+        failover: FailoverConfig | None = None,
         mode: ServingMode | None = None,
-        load: LoadConfig | None = None,
-        confidence: AnswerConfidence | None = None,
+        load: LoadReactiveConfig | None = None,
+        confidence: AnswerConfidenceConfig | None = None,
         engines: TierEngines | None = None,
     ) -> None:
         self.tiers = list(tiers)
         self.by_name = {t.name: t for t in self.tiers}
         self.policy = policy
-        self.mode = mode or RouteMode(len(self.tiers), (failover or Failover()).tier_fallback)
+        self.mode = mode or RouteMode(len(self.tiers), (failover or FailoverConfig()).tier_fallback)
         self.limits = limits
         self.metrics = metrics
         default = parse_hint(default_quality, "gateway.default_quality")
@@ -75,9 +74,9 @@ class ChatService:
         self.admission = Admission(self.tiers, limits, metrics, engines)
         self.load = self._load_reactive(load) if load is not None and load.enabled else None
         self.telemetry = Telemetry(metrics, traffic, None if self.load is None else self.load.headroom)
-        self.confidence = confidence or AnswerConfidence()
+        self.confidence = confidence or AnswerConfidenceConfig()
 
-    def _load_reactive(self, config: LoadConfig) -> LoadReactive:
+    def _load_reactive(self, config: LoadReactiveConfig) -> LoadReactive:
         tiers = [(t.name, t.config.branch_slots, t.config.branches) for t in self.tiers]
         headroom = Headroom([t.name for t in self.tiers], config, capacities(config, tiers),
                             lambda tier: self.admission.tier_load[tier],

@@ -22,21 +22,17 @@ from typing import Annotated, Literal
 
 import msgspec
 
-from cascade.config import Name, PositiveFloat, PositiveInt, decode_toml
+from cascade import files
+from cascade.config import Name, NonNegativeFloat, PositiveFloat, PositiveInt, Strict, UnitFloat
 from cascade.errors import ConfigError
 from cascade.optimizer.roofline import Efficiency
 from cascade.optimizer.widths import Width
 
-Unit = Annotated[float, msgspec.Meta(ge=0, le=1)]
 MAX_BRANCHES = 32  # per request; the simulator runs every branch as a sequence
 Percentile = Annotated[float, msgspec.Meta(gt=0, lt=100)]
 
 
-class _Strict(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
-    pass
-
-
-class ClusterSpec(_Strict, frozen=True):
+class ClusterSpec(Strict, frozen=True):
     gpu: str
     gpus: PositiveInt
     gpus_per_node: PositiveInt = 8
@@ -46,7 +42,7 @@ class ClusterSpec(_Strict, frozen=True):
     max_replica_gpus: PositiveInt = 16  # the largest single replica (tp * pp) considered
 
 
-class TierSpec(_Strict, frozen=True):
+class TierSpec(Strict, frozen=True):
     name: Name
     # A card in models/gpu-models/ (roofline latency model). With `profile`, only the name written to
     # the plan (default: the profile's model) and no card is read.
@@ -84,15 +80,15 @@ class TierSpec(_Strict, frozen=True):
         return list(self.profile)
 
 
-class LengthSpec(_Strict, frozen=True):
+class LengthSpec(Strict, frozen=True):
     """Lognormal token counts: median and log-standard-deviation, clipped to [1, max]."""
 
     median: PositiveFloat
-    sigma: Annotated[float, msgspec.Meta(ge=0)] = 0.5
+    sigma: NonNegativeFloat = 0.5
     max: PositiveInt = 32768
 
 
-class WorkloadSpec(_Strict, frozen=True):
+class WorkloadSpec(Strict, frozen=True):
     rate_rps: PositiveFloat | None = None  # may be omitted with a trace: then the trace's mean rate
     # Request lengths the outcomes lack (synthetic outcomes: replaced) come from one of these:
     dataset: str = ""  # a loadgen dataset name (gsm8k, sharegpt, ...) or a .jsonl/.csv file
@@ -109,11 +105,11 @@ class WorkloadSpec(_Strict, frozen=True):
                               "(it may be omitted only with a `workload.trace`, whose mean rate is used)")
 
 
-class FileOutcomes(_Strict, frozen=True, tag="file", tag_field="kind"):
+class FileOutcomes(Strict, frozen=True, tag="file", tag_field="kind"):
     path: str
 
 
-class SyntheticOutcomes(_Strict, frozen=True, tag="synthetic", tag_field="kind"):
+class SyntheticOutcomes(Strict, frozen=True, tag="synthetic", tag_field="kind"):
     """cascade.optimizer.synthetic.gsm8k_like: for trying the planner without labelled data."""
 
     n: PositiveInt = 1000
@@ -122,41 +118,41 @@ class SyntheticOutcomes(_Strict, frozen=True, tag="synthetic", tag_field="kind")
     output_medians: list[float] | None = None
     # Reasoning branches (drawn only when a tier's width has N > 1): how often a branch repeats the tier's
     # first answer rather than being drawn afresh (errors of one model on one prompt correlate).
-    branch_correlation: Unit = 0.5
+    branch_correlation: UnitFloat = 0.5
 
 
 OutcomesSpec = FileOutcomes | SyntheticOutcomes
 
 
-class RoutingSpec(_Strict, frozen=True):
+class RoutingSpec(Strict, frozen=True):
     mode: Literal["cascade", "route"] = "cascade"
-    judge_latency_s: Annotated[float, msgspec.Meta(ge=0)] = 0.27  # per escalation (Cascadia's GPT-4o judge)
+    judge_latency_s: NonNegativeFloat = 0.27  # per escalation (Cascadia's GPT-4o judge)
 
 
-class QualitySpec(_Strict, frozen=True):
-    target: Unit
+class QualitySpec(Strict, frozen=True):
+    target: UnitFloat
     metric: Literal["score", "correct"] = "score"
     mu: PositiveFloat = 100.0  # penalty weight of J (the paper's worked example)
     objective: Literal["penalty", "tchebycheff"] = "penalty"
     # Quality target of each named operating point; defaults: fast = nadir, balanced = target,
     # best = utopia (everything on the top tier). Numeric names ("0.85") serve numeric hints.
-    hints: dict[str, Unit] = msgspec.field(default_factory=dict)
+    hints: dict[str, UnitFloat] = msgspec.field(default_factory=dict)
 
 
-class SloSpec(_Strict, frozen=True):
+class SloSpec(Strict, frozen=True):
     percentile: Percentile = 95.0
     # For the reported throughput: the highest rate at which predicted latency stays within this.
     # Default: twice the plan's predicted latency at the nominal rate.
     latency_s: PositiveFloat | None = None
 
 
-class SearchSpec(_Strict, frozen=True):
+class SearchSpec(Strict, frozen=True):
     seed: int = 0
     pop_size: PositiveInt = 24
     generations: PositiveInt = 12
     max_rounds: PositiveInt = 6
     patience: PositiveInt = 2  # rounds with J stable before stopping (Cascadia's K)
-    tolerance: Annotated[float, msgspec.Meta(ge=0)] = 0.01  # relative change of J counted as stable
+    tolerance: NonNegativeFloat = 0.01  # relative change of J counted as stable
     sim_requests: PositiveInt = 600
     # The deployment may trade this much of the bottleneck's latency L for a lower traffic-weighted
     # latency over all tiers (predictions are not more accurate than a few percent anyway).
@@ -167,7 +163,7 @@ class SearchSpec(_Strict, frozen=True):
     width_rounds: PositiveInt = 2
 
 
-class Problem(_Strict, frozen=True):
+class Problem(Strict, frozen=True):
     cluster: ClusterSpec
     tiers: list[TierSpec]
     workload: WorkloadSpec
@@ -207,10 +203,5 @@ def _check_widths(index: int, tier: TierSpec) -> None:
 
 
 def load_problem(path: str | Path) -> tuple[Problem, Path]:
-    """The problem and the directory its relative paths are relative to."""
-    p = Path(path)
-    try:
-        data = p.read_bytes()
-    except OSError as exc:
-        raise ConfigError(f"cannot read problem {p}: {exc.strerror}") from None
-    return decode_toml(data, Problem, str(p)), p.resolve().parent
+    """The problem (TOML whatever its name) and the directory its relative paths are relative to."""
+    return files.load(path, Problem, "problem", "toml"), Path(path).resolve().parent

@@ -28,51 +28,46 @@ is unknown the replica is limited by the tier's `max_batch` only. A profile hold
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Literal
 
 import msgspec
 import numpy as np
 
 from cascade import files
+from cascade.config import NonNegativeFloat, PositiveInt, Strict
 from cascade.errors import ConfigError
 from cascade.optimizer.roofline import ReplicaCost, Shape
 
-NonNegative = Annotated[float, msgspec.Meta(ge=0)]
-Positive = Annotated[int, msgspec.Meta(ge=1)]
 UNBOUNDED_KV_TOKENS = 1 << 40  # no known KV cache size: only max_batch limits the batch
 NOISE = 0.05  # a fitted context cost smaller than this share of the step is dropped
 
 
-class _Strict(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
-    pass
+class PrefillModel(Strict, frozen=True):
+    fixed_s: NonNegativeFloat
+    per_token_s: NonNegativeFloat
 
 
-class PrefillModel(_Strict, frozen=True):
-    fixed_s: NonNegative
-    per_token_s: NonNegative
+class DecodeModel(Strict, frozen=True):
+    fixed_s: NonNegativeFloat
+    per_sequence_s: NonNegativeFloat = 0.0
+    per_context_token_s: NonNegativeFloat = 0.0
 
 
-class DecodeModel(_Strict, frozen=True):
-    fixed_s: NonNegative
-    per_sequence_s: NonNegative = 0.0
-    per_context_token_s: NonNegative = 0.0
-
-
-class PrefillPoint(_Strict, frozen=True):
+class PrefillPoint(Strict, frozen=True):
     prompt_tokens: int
     ttft_s: float  # median over `samples` requests
     itl_s: float | None = None  # median inter-token latency of the same requests (batch 1)
     samples: int = 1
 
 
-class DecodePoint(_Strict, frozen=True):
+class DecodePoint(Strict, frozen=True):
     batch: int
     step_s: float  # inter-token latency while `batch` sequences decode together (probe: median; loadgen: mean)
     context_tokens: float  # mean context (prompt + generated) per sequence during the measurement
     samples: int = 1
 
 
-class Profile(_Strict, frozen=True, kw_only=True):
+class Profile(Strict, frozen=True, kw_only=True):
     version: Literal[1] = 1
     # probe: `cascade profile --url` (synchronized batches, medians); loadgen: `cascade profile
     # --from-loadgen` (a load test's own timings under staggered arrivals, means: see fit_trace)
@@ -80,9 +75,9 @@ class Profile(_Strict, frozen=True, kw_only=True):
     model: str
     url: str = ""
     label: str = ""  # free text: engine, version, hardware
-    tp: Positive = 1
-    pp: Positive = 1
-    kv_capacity_tokens: Positive | None = None
+    tp: PositiveInt = 1
+    pp: PositiveInt = 1
+    kv_capacity_tokens: PositiveInt | None = None
     prefill: PrefillModel
     decode: DecodeModel
     prompt_tokens_source: Literal["usage", "estimate"] = "usage"

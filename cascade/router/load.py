@@ -32,7 +32,7 @@ from collections.abc import Callable, Sequence
 import msgspec
 import numpy as np
 
-from cascade.config import LoadReactive as LoadConfig
+from cascade.config import LoadReactiveConfig
 from cascade.router.escalation import Itinerary
 from cascade.router.policy import QualityHint
 from cascade.schemas import Degradation
@@ -80,7 +80,7 @@ class Headroom:
     the requests it holds when full (None: load not watched). `engine(i)`, where given, is tier i's engines' own
     view (None: not known now), and `streams[i]` the engine requests one of its requests makes (its branches)."""
 
-    def __init__(self, names: Sequence[str], config: LoadConfig, capacity: Sequence[int | None],
+    def __init__(self, names: Sequence[str], config: LoadReactiveConfig, capacity: Sequence[int | None],
                  load: Callable[[int], int], clock: Callable[[], float] = time.monotonic,
                  engine: Callable[[int], EngineView | None] | None = None, streams: Sequence[int] | None = None
                  ) -> None:
@@ -165,7 +165,7 @@ class Headroom:
 class LoadReactive:
     """Moves named hints to a cheaper operating point while the tier they would load is full or pressed."""
 
-    def __init__(self, config: LoadConfig, headroom: Headroom) -> None:
+    def __init__(self, config: LoadReactiveConfig, headroom: Headroom) -> None:
         self.config = config
         self.headroom = headroom
 
@@ -209,7 +209,7 @@ class LoadReactive:
                            branches=m)
 
 
-def capacities(config: LoadConfig, tiers: Sequence[tuple[str, int, int]]) -> list[int | None]:
+def capacities(config: LoadReactiveConfig, tiers: Sequence[tuple[str, int, int]]) -> list[int | None]:
     """Per tier (name, branch_slots, branches): the requests it holds when full, or None (load not watched)."""
     return [config.max_in_flight.get(name) or (slots // branches if slots else None)
             for name, slots, branches in tiers]

@@ -18,7 +18,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from cascade.config import CascadeConfig, SGLangBackend, load_config
+from cascade.config import CascadeConfig, SGLangBackendConfig, load_config
 from cascade.engines.supervisor import free_port
 from tests.servers import eventually
 
@@ -221,7 +221,7 @@ def test_sglang_servers_get_their_gpus_and_the_gateway_config_points_at_them(tmp
         served = {}
         for tier in load_config(config_path).tiers:
             for backend in tier.backends:
-                assert isinstance(backend, SGLangBackend)
+                assert isinstance(backend, SGLangBackendConfig)
                 served[backend.url] = httpx.get(f"{backend.url}/v1/models", timeout=5,
                                                 trust_env=False).json()["data"][0]["id"]
         # Every GPU given once: the TP2 replica takes two devices, each TP1 replica one.
@@ -375,7 +375,7 @@ def test_with_the_key_in_the_environment_engines_require_it_and_only_the_private
                                                        "CASCADE_ENGINE_API_KEY": SECRET})
     try:
         backend = load_config(config_path).tiers[0].backends[0]
-        assert isinstance(backend, SGLangBackend) and backend.api_key == SECRET
+        assert isinstance(backend, SGLangBackendConfig) and backend.api_key == SECRET
         # The config and the engine logs (SGLang logs its arguments) are the owner's only.
         assert [p.stat().st_mode & 0o777 for p in (config_path, tmp_path / "logs" / "a-0.log")] == [0o600, 0o600]
         assert backend.url.startswith("http://127.0.0.1:")

@@ -5,8 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from cascade.config import LoadReactive as LoadConfig
-from cascade.config import decode_config
+from cascade.config import LoadReactiveConfig, decode_config
 from cascade.errors import ConfigError
 from cascade.router.load import EngineView, Headroom, LoadReactive
 from cascade.router.policy import QualityHint
@@ -14,7 +13,7 @@ from cascade.schemas import Degradation
 from tests.router.test_load import NAMES, TIER, Clock, adjust, routing
 
 
-def room(config: LoadConfig, views: list[EngineView | None], load: list[int], capacity: list[int | None],
+def room(config: LoadReactiveConfig, views: list[EngineView | None], load: list[int], capacity: list[int | None],
          streams: list[int] | None = None) -> tuple[Headroom, Clock]:
     clock = Clock()
     return Headroom(NAMES, config, capacity, lambda i: load[i], clock, engine=lambda i: views[i],
@@ -23,7 +22,7 @@ def room(config: LoadConfig, views: list[EngineView | None], load: list[int], ca
 
 def test_a_tier_whose_engines_queue_is_full_though_this_gateway_sent_nothing() -> None:
     views: list[EngineView | None] = [None, EngineView(running=8, queued=3, saturated=True), None]
-    headroom, _ = room(LoadConfig(enabled=True), views, [0, 0, 0], [None, None, None])
+    headroom, _ = room(LoadReactiveConfig(enabled=True), views, [0, 0, 0], [None, None, None])
     assert headroom.hot(1) == "its engines queue 3 requests (8 running)"
     views[1] = EngineView(running=8, queued=0, saturated=False)
     assert headroom.hot(1) is None
@@ -31,7 +30,7 @@ def test_a_tier_whose_engines_queue_is_full_though_this_gateway_sent_nothing() -
 
 def test_engines_holding_the_tiers_capacity_times_its_branches_make_it_full() -> None:
     views: list[EngineView | None] = [None, EngineView(running=11, queued=0, saturated=False), None]
-    headroom, _ = room(LoadConfig(enabled=True), views, [0, 1, 0], [None, 4, None], streams=[1, 3, 1])
+    headroom, _ = room(LoadReactiveConfig(enabled=True), views, [0, 1, 0], [None, 4, None], streams=[1, 3, 1])
     assert headroom.hot(1) is None  # 11 engine requests of 4 x 3
     views[1] = EngineView(running=12, queued=0, saturated=False)
     assert headroom.hot(1) == "its engines hold 12 requests of 12"
@@ -39,7 +38,7 @@ def test_engines_holding_the_tiers_capacity_times_its_branches_make_it_full() ->
 
 def test_without_an_engine_view_the_gateways_own_counters_decide() -> None:
     load = [0, 3, 0]
-    headroom, _ = room(LoadConfig(enabled=True), [None, None, None], load, [None, 4, None])
+    headroom, _ = room(LoadReactiveConfig(enabled=True), [None, None, None], load, [None, 4, None])
     assert headroom.hot(1) is None
     load[1] = 4
     assert headroom.hot(1) == "4 in flight of 4"
@@ -47,13 +46,13 @@ def test_without_an_engine_view_the_gateways_own_counters_decide() -> None:
 
 def test_the_gateways_own_count_still_counts_between_two_readings() -> None:
     # The engines read 1 running a moment ago; this gateway has sent 4 since: full, without waiting for a poll.
-    headroom, _ = room(LoadConfig(enabled=True), [None, EngineView(running=1, queued=0, saturated=False), None],
+    headroom, _ = room(LoadReactiveConfig(enabled=True), [None, EngineView(running=1, queued=0, saturated=False), None],
                        [0, 4, 0], [None, 4, None])
     assert headroom.hot(1) == "4 in flight of 4"
 
 
 def test_the_engines_ttft_presses_a_tier_with_the_same_hysteresis() -> None:
-    config = LoadConfig(enabled=True, ttft_ms=500, enter_at=0.9, exit_at=0.5, hold_s=2.0)
+    config = LoadReactiveConfig(enabled=True, ttft_ms=500, enter_at=0.9, exit_at=0.5, hold_s=2.0)
     views: list[EngineView | None] = [None, EngineView(running=2, queued=0, saturated=False, ttft_s=0.6), None]
     headroom, clock = room(config, views, [0, 0, 0], [None, None, None])
     assert headroom.hot(1) == "engine ttft p90 0.60 s against the 0.50 s SLO"
@@ -66,8 +65,8 @@ def test_the_engines_ttft_presses_a_tier_with_the_same_hysteresis() -> None:
 
 def test_balanced_moves_off_a_tier_whose_engines_queue() -> None:
     views: list[EngineView | None] = [None, EngineView(running=4, queued=2, saturated=True), None]
-    headroom, _ = room(LoadConfig(enabled=True), views, [0, 0, 0], [None, None, None])
-    load = LoadReactive(LoadConfig(enabled=True), headroom)
+    headroom, _ = room(LoadReactiveConfig(enabled=True), views, [0, 0, 0], [None, None, None])
+    load = LoadReactive(LoadReactiveConfig(enabled=True), headroom)
     itinerary, degraded = adjust(routing(), load, QualityHint(name="balanced"))
     assert itinerary.first == 0 and isinstance(degraded, Degradation)
     assert (degraded.tier, degraded.reason) == ("medium", "its engines queue 2 requests (4 running)")

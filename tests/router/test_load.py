@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from cascade.config import LoadReactive as LoadConfig
-from cascade.config import decode_config
+from cascade.config import LoadReactiveConfig, decode_config
 from cascade.errors import ConfigError
 from cascade.router.escalation import CascadeMode, Itinerary, RouteMode
 from cascade.router.load import Headroom, LoadReactive, capacities
@@ -26,7 +25,7 @@ class Clock:
         self.now += seconds
 
 
-def headroom(config: LoadConfig, load: list[int] | None = None, capacity: list[int | None] | None = None
+def headroom(config: LoadReactiveConfig, load: list[int] | None = None, capacity: list[int | None] | None = None
              ) -> tuple[Headroom, Clock, list[int]]:
     clock = Clock()
     live = load if load is not None else [0, 0, 0]
@@ -34,7 +33,7 @@ def headroom(config: LoadConfig, load: list[int] | None = None, capacity: list[i
 
 
 def test_a_full_tier_is_read_live_and_only_while_its_requests_in_flight_reach_its_capacity() -> None:
-    room, _, load = headroom(LoadConfig(enabled=True))
+    room, _, load = headroom(LoadReactiveConfig(enabled=True))
     load[1] = 3
     assert room.hot(1) is None
     load[1] = 4
@@ -44,7 +43,7 @@ def test_a_full_tier_is_read_live_and_only_while_its_requests_in_flight_reach_it
 
 
 def test_a_tier_is_pressed_from_enter_at_and_freed_only_below_exit_at_after_the_hold() -> None:
-    config = LoadConfig(enabled=True, e2el_ms=1000, percentile=50, window_s=1, min_samples=1, enter_at=0.9,
+    config = LoadReactiveConfig(enabled=True, e2el_ms=1000, percentile=50, window_s=1, min_samples=1, enter_at=0.9,
                         exit_at=0.5, hold_s=5.0)
     room, clock, _ = headroom(config)
 
@@ -71,7 +70,7 @@ def test_a_tier_is_pressed_from_enter_at_and_freed_only_below_exit_at_after_the_
 
 
 def test_latency_pressure_needs_min_samples_and_forgets_answers_older_than_the_window() -> None:
-    config = LoadConfig(enabled=True, e2el_ms=1000, percentile=50, window_s=10, min_samples=3, hold_s=1)
+    config = LoadReactiveConfig(enabled=True, e2el_ms=1000, percentile=50, window_s=10, min_samples=3, hold_s=1)
     room, clock, _ = headroom(config)
     room.observe_e2el(2, 1.5)
     room.observe_e2el(2, 1.5)
@@ -86,7 +85,7 @@ def test_latency_pressure_needs_min_samples_and_forgets_answers_older_than_the_w
 
 
 def test_ttft_pressure_compares_the_percentile_with_the_ttft_slo() -> None:
-    room, clock, _ = headroom(LoadConfig(enabled=True, ttft_ms=200, percentile=90, min_samples=5))
+    room, clock, _ = headroom(LoadReactiveConfig(enabled=True, ttft_ms=200, percentile=90, min_samples=5))
     for seconds in (0.05, 0.05, 0.05, 0.05, 0.05, 0.05, 0.05, 0.05, 0.05, 0.5):
         room.observe_ttft(0, seconds)
     clock.advance(1)
@@ -107,7 +106,7 @@ def adjust(policy_mode: tuple[RoutingPolicy, RouteMode | CascadeMode], load: Loa
 
 
 def test_balanced_moves_to_fast_while_its_tier_is_pressed_and_back_when_it_is_free() -> None:
-    config = LoadConfig(enabled=True, hold_s=1.0)
+    config = LoadReactiveConfig(enabled=True, hold_s=1.0)
     room, clock, load = headroom(config)
     reactive = LoadReactive(config, room)
     balanced = QualityHint(name="balanced")
@@ -127,36 +126,36 @@ def test_balanced_moves_to_fast_while_its_tier_is_pressed_and_back_when_it_is_fr
 
 
 def test_numeric_targets_keep_their_point_and_best_moves_only_when_configured() -> None:
-    room, clock, load = headroom(LoadConfig(enabled=True), capacity=[None, None, 4])
+    room, clock, load = headroom(LoadReactiveConfig(enabled=True), capacity=[None, None, 4])
     load[2] = 4
     clock.advance(1)
     target = QualityHint(target=0.99)  # thresholds near 0: the top tier
-    assert adjust(routing(), LoadReactive(LoadConfig(enabled=True), room), target)[0].first == 2
+    assert adjust(routing(), LoadReactive(LoadReactiveConfig(enabled=True), room), target)[0].first == 2
     best = QualityHint(name="best")
-    itinerary, degraded = adjust(routing(), LoadReactive(LoadConfig(enabled=True), room), best)
+    itinerary, degraded = adjust(routing(), LoadReactive(LoadReactiveConfig(enabled=True), room), best)
     assert itinerary.first == 2 and degraded is None
-    itinerary, degraded = adjust(routing(), LoadReactive(LoadConfig(enabled=True, degrade_best=True), room), best)
+    itinerary, degraded = adjust(routing(), LoadReactive(LoadReactiveConfig(enabled=True, degrade_best=True), room), best)
     assert itinerary.first == 1 and degraded is not None and degraded.served == "balanced"
 
 
 def test_a_request_stays_put_when_every_cheaper_point_loads_a_pressed_tier_too() -> None:
-    room, clock, load = headroom(LoadConfig(enabled=True), capacity=[4, 4, None])
+    room, clock, load = headroom(LoadReactiveConfig(enabled=True), capacity=[4, 4, None])
     load[0] = load[1] = 4
     clock.advance(1)
-    itinerary, degraded = adjust(routing(), LoadReactive(LoadConfig(enabled=True), room), QualityHint(name="balanced"))
+    itinerary, degraded = adjust(routing(), LoadReactive(LoadReactiveConfig(enabled=True), room), QualityHint(name="balanced"))
     assert itinerary.first == 1 and degraded is None
 
 
 def test_disabled_moves_nothing() -> None:
-    room, clock, load = headroom(LoadConfig(enabled=False))
+    room, clock, load = headroom(LoadReactiveConfig(enabled=False))
     load[1] = 4
     clock.advance(1)
-    itinerary, degraded = adjust(routing(), LoadReactive(LoadConfig(enabled=False), room), QualityHint(name="balanced"))
+    itinerary, degraded = adjust(routing(), LoadReactive(LoadReactiveConfig(enabled=False), room), QualityHint(name="balanced"))
     assert itinerary.first == 1 and degraded is None
 
 
 def test_cascade_mode_lowers_acceptance_while_an_escalation_target_is_pressed() -> None:
-    config = LoadConfig(enabled=True)
+    config = LoadReactiveConfig(enabled=True)
     room, clock, load = headroom(config, capacity=[None, None, 4])
     load[2] = 4
     clock.advance(1)
@@ -167,7 +166,7 @@ def test_cascade_mode_lowers_acceptance_while_an_escalation_target_is_pressed() 
 
 
 def test_a_pressed_reasoning_tier_runs_only_the_branches_that_must_finish() -> None:
-    config = LoadConfig(enabled=True)
+    config = LoadReactiveConfig(enabled=True)
     room, clock, load = headroom(config)
     reactive = LoadReactive(config, room)
     assert reactive.branches(QualityHint(name="balanced"), 1, n=4, m=2) is None
@@ -176,12 +175,12 @@ def test_a_pressed_reasoning_tier_runs_only_the_branches_that_must_finish() -> N
     cut = reactive.branches(QualityHint(name="balanced"), 1, n=4, m=2)
     assert cut is not None and cut.branches == 2 and cut.served == "balanced"
     assert reactive.branches(QualityHint(target=0.5), 1, n=4, m=2) is None  # numeric: kept
-    assert LoadReactive(LoadConfig(enabled=True, shed_branches=False), room).branches(
+    assert LoadReactive(LoadReactiveConfig(enabled=True, shed_branches=False), room).branches(
         QualityHint(name="balanced"), 1, n=4, m=2) is None
 
 
 def test_capacity_is_the_configured_limit_else_what_the_branch_slots_hold() -> None:
-    config = LoadConfig(max_in_flight={"a": 3})
+    config = LoadReactiveConfig(max_in_flight={"a": 3})
     assert capacities(config, [("a", 16, 4), ("b", 16, 4), ("c", 0, 1)]) == [3, 4, None]
 
 

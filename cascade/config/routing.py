@@ -9,11 +9,11 @@ from typing import Annotated, Literal
 
 import msgspec
 
-from cascade.config_types import NonNegativeFloat, NonNegativeInt, PositiveFloat, PositiveInt, _Strict
+from cascade.config.base import NonNegativeFloat, NonNegativeInt, PositiveFloat, PositiveInt, Strict
 from cascade.errors import ConfigError
 
 
-class LoadReactive(_Strict, frozen=True):
+class LoadReactiveConfig(Strict, frozen=True):
     """Load-reactive operating points (cascade/router/load.py): while a tier is full or near its SLO, requests
     with a named hint that would load it are served at the next cheaper operating point, and its reasoning branches
     shrink to the M that must finish. Off by default; numeric hints always keep their target."""
@@ -40,7 +40,7 @@ class LoadReactive(_Strict, frozen=True):
     shed_branches: bool = True
 
 
-class EngineLoadConfig(_Strict, frozen=True):
+class EngineLoadConfig(Strict, frozen=True):
     """Tiers on SGLang read their engines' own load from each engine's Prometheus `/metrics` (queue, running
     requests, KV usage, TTFT histogram; cascade/branches/engine_poller.py), one shared poll per engine URL. Load-
     reactive routing then sees every client's requests on the engine, not only this gateway's, and admission may
@@ -58,7 +58,7 @@ class EngineLoadConfig(_Strict, frozen=True):
     max_queue: NonNegativeInt = 0
 
 
-class AnswerConfidence(_Strict, frozen=True):
+class AnswerConfidenceConfig(Strict, frozen=True):
     """What cascade mode reads as a single answer's confidence (cascade/router/acceptance.py). Vote agreement
     (two or more finished reasoning branches) always comes first; then `source`."""
 
@@ -74,7 +74,7 @@ class AnswerConfidence(_Strict, frozen=True):
     calibration: dict[str, tuple[float, float]] = msgspec.field(default_factory=dict)
 
 
-class RoutingConfig(_Strict, frozen=True):
+class RoutingConfig(Strict, frozen=True):
     # "learned": the difficulty classifier saved at `router` (from `cascade router train`);
     # "heuristic": cascade/router/heuristic.py, no model needed.
     policy: Literal["heuristic", "learned"] = "heuristic"
@@ -88,9 +88,9 @@ class RoutingConfig(_Strict, frozen=True):
     accept: dict[str, list[float]] = msgspec.field(default_factory=dict)
     # Thresholds per named operating point (ascending, n_tiers - 1 values); a plan file overrides them.
     operating_points: dict[str, list[float]] = msgspec.field(default_factory=dict)
-    load: LoadReactive = LoadReactive()
+    load: LoadReactiveConfig = LoadReactiveConfig()
     engine_load: EngineLoadConfig = EngineLoadConfig()
-    confidence: AnswerConfidence = AnswerConfidence()
+    confidence: AnswerConfidenceConfig = AnswerConfidenceConfig()
 
 
 def check_routing(routing: RoutingConfig, tiers: list[str], any_branch_slots: bool, any_sglang: bool = False
@@ -123,7 +123,7 @@ def check_routing(routing: RoutingConfig, tiers: list[str], any_branch_slots: bo
                               f"cannot mean a lower chance of being right), got {slope}")
 
 
-def _check_load(load: LoadReactive, names: list[str], capacity_known: bool) -> None:
+def _check_load(load: LoadReactiveConfig, names: list[str], capacity_known: bool) -> None:
     if load.exit_at >= load.enter_at:
         raise ConfigError(f"`routing.load.exit_at` ({load.exit_at:g}) must be below `enter_at` ({load.enter_at:g}): "
                           "the gap is what keeps a tier from flapping")

@@ -1,0 +1,52 @@
+"""`cascade.toml`, decoded into frozen msgspec Structs, one module per part of the file:
+
+    base.py       Strict (the base of every config-like Struct, the optimizer's too) and the value types
+    gateway.py    [gateway], [gateway.limits], [gateway.failover]
+    backends.py   a tier's backends (kind = "openai" | "sglang" | "worker") and their timeouts
+    workers.py    [[workers]]: embedded engine processes
+    tiers.py      [[tiers]]: the ladder, and the checks within one tier
+    routing.py    [routing] and its load / engine_load / confidence tables
+    load.py       CascadeConfig (the whole file), the checks across tables, decode_config / load_config
+
+Every Struct forbids unknown fields, so a typo fails at start-up with the key's path instead of being silently
+ignored. Config Structs are named `*Config` where a runtime class has the plain name (`OpenAIBackendConfig`
+configures `cascade.branches.openai_client.OpenAIBackend`).
+"""
+
+from cascade.config.backends import (
+    TRANSFORMERS_SERVE_UNSUPPORTED,
+    BackendConfig,
+    OpenAIBackendConfig,
+    SGLangBackendConfig,
+    Timeouts,
+    WorkerBackendConfig,
+)
+from cascade.config.base import (
+    Name,
+    NonNegativeFloat,
+    NonNegativeInt,
+    Port,
+    PositiveFloat,
+    PositiveInt,
+    Strict,
+    UnitFloat,
+)
+from cascade.config.gateway import FailoverConfig, GatewayConfig, Limits
+from cascade.config.load import CascadeConfig, decode_config, load_config, resolve_paths
+from cascade.config.routing import (
+    AnswerConfidenceConfig,
+    EngineLoadConfig,
+    LoadReactiveConfig,
+    RoutingConfig,
+    check_routing,
+)
+from cascade.config.tiers import PRM_TIMEOUTS, PRMScorerConfig, TierConfig
+from cascade.config.workers import WorkerConfig
+
+__all__ = [
+    "PRM_TIMEOUTS", "TRANSFORMERS_SERVE_UNSUPPORTED", "AnswerConfidenceConfig", "BackendConfig", "CascadeConfig",
+    "EngineLoadConfig", "FailoverConfig", "GatewayConfig", "Limits", "LoadReactiveConfig", "Name", "NonNegativeFloat",
+    "NonNegativeInt", "OpenAIBackendConfig", "PRMScorerConfig", "Port", "PositiveFloat", "PositiveInt", "RoutingConfig",
+    "SGLangBackendConfig", "Strict", "TierConfig", "Timeouts", "UnitFloat", "WorkerBackendConfig", "WorkerConfig",
+    "check_routing", "decode_config", "load_config", "resolve_paths",
+]

@@ -1,0 +1,24 @@
+"""The strict base and the value types every config-like file is built from (`cascade.toml`, and the optimizer's
+`problem.toml` and profiles).
+
+Every Struct on `Strict` is frozen, keyword-only and forbids unknown fields, so that a typo fails when the file
+is read, with the key's path (cascade/files.py), instead of being silently ignored.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import msgspec
+
+Port = Annotated[int, msgspec.Meta(ge=0, le=65535)]
+PositiveFloat = Annotated[float, msgspec.Meta(gt=0)]
+PositiveInt = Annotated[int, msgspec.Meta(ge=1)]
+NonNegativeInt = Annotated[int, msgspec.Meta(ge=0)]
+NonNegativeFloat = Annotated[float, msgspec.Meta(ge=0)]
+UnitFloat = Annotated[float, msgspec.Meta(ge=0, le=1)]
+Name = Annotated[str, msgspec.Meta(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9][A-Za-z0-9._:/-]*$")]
+
+
+class Strict(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """Base of every table read from a config-like file: frozen, keyword-only, unknown keys refused."""

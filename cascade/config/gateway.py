@@ -1,0 +1,87 @@
+"""`[gateway]` of `cascade.toml`: where the gateway listens, who may call it, and the limits that protect the process
+(`[gateway.limits]`) and how it fails over (`[gateway.failover]`).
+
+Limits (body size, `n`, `max_tokens`, ...) live here with their defaults so that each has one number and one place.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import msgspec
+
+from cascade.config.base import Port, PositiveFloat, PositiveInt, Strict
+
+
+class Limits(Strict, frozen=True):
+    """Hard limits on what one request may ask for; beyond them the request gets a 400/413."""
+
+    max_body_bytes: PositiveInt = 1_048_576
+    max_messages: PositiveInt = 512
+    max_n: PositiveInt = 8
+    max_tokens: PositiveInt = 32_768
+    max_stop_sequences: PositiveInt = 4
+    # Admission: requests in flight beyond this get 429 instead of queueing without bound.
+    max_in_flight: PositiveInt = 1024
+    # ... and per tier (a tier's own `max_in_flight` overrides it): one stalled tier fills only its own
+    # share, so the other tiers keep answering. Keep it below max_in_flight.
+    max_in_flight_per_tier: PositiveInt = 512
+    # Upstream streams: one request opens n x branches of them (400 beyond the first limit), and all
+    # requests together at most the second (429 beyond it).
+    max_streams_per_request: PositiveInt = 32
+    max_backend_streams: PositiveInt = 2048
+    # Reasoning branches a request may ask for (`branches.n`), and how long it may wait for a tier's
+    # branch slots before a 429.
+    max_branches: PositiveInt = 16
+    max_slot_wait_s: PositiveFloat = 60.0
+    # Connections (cascade/gateway/connections.py). A request's line and headers at most; beyond, 431.
+    max_header_bytes: PositiveInt = 65_536
+    # Open client connections per gateway process (lowered to half the open-file limit if that is less).
+    # When full, the connection that has waited longest without a request in flight is closed to admit
+    # the new one; when every one has a request in flight, the new one gets 503.
+    max_connections: PositiveInt = 4096
+    # A request's line and headers must arrive within this of its first byte (of the accept, for a
+    # connection's first request), its body within body_timeout_s of its headers; else 408 and close.
+    header_timeout_s: PositiveFloat = 10.0
+    body_timeout_s: PositiveFloat = 30.0
+    # Idle time allowed between requests on a connection; above the 5 s after which httpx (the OpenAI
+    # SDK) stops reusing one, so that a client never sends on a connection the gateway is closing.
+    keepalive_timeout_s: PositiveFloat = 15.0
+    # A client that stops reading its response: once the socket's send buffer has stayed full this long, the
+    # connection is dropped, which frees its request place and closes its upstream streams.
+    write_timeout_s: PositiveFloat = 60.0
+
+
+class FailoverConfig(Strict, frozen=True):
+    """Replica failover and circuit breaking (cascade/branches/pool.py), and tier fallback."""
+
+    # Further attempts, each on another replica of the tier, after a fault before any byte reached the
+    # client (0: none).
+    retries: Annotated[int, msgspec.Meta(ge=0, le=8)] = 1
+    # Consecutive faults that bench a replica (one refused connection always does).
+    breaker_failures: PositiveInt = 3
+    # First bench; it doubles after each failed half-open probe, up to breaker_max_open_s.
+    breaker_open_s: PositiveFloat = 1.0
+    breaker_max_open_s: PositiveFloat = 30.0
+    # Route mode: when the chosen tier fails (every replica tried) before any byte reached the client,
+    # answer on the nearest tier that can take the request (the response says so), unless the request
+    # named the tier.
+    tier_fallback: bool = True
+
+
+class GatewayConfig(Strict, frozen=True):
+    host: str = "127.0.0.1"
+    port: Port = 8000
+    # Empty: no authentication (the default binds loopback only).
+    api_keys: tuple[str, ...] = ()
+    default_quality: str = "balanced"
+    # Seconds between SSE keep-alive comments while a stream waits for its first token (cascade mode).
+    keepalive_s: PositiveFloat = 2.0
+    # JSONL of served requests (router outputs, tier, tokens, latency; no text) for `cascade optimize`'s
+    # drift check. Empty: off. Relative to the working directory.
+    traffic_log: str = ""
+    # SIGTERM/SIGINT: stop accepting connections and let requests in flight finish for up to this long;
+    # then streams end with an error event and other requests get 503 (cascade/gateway/drain.py).
+    shutdown_grace_s: PositiveFloat = 30.0
+    limits: Limits = Limits()
+    failover: FailoverConfig = FailoverConfig()

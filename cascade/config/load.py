@@ -1,0 +1,69 @@
+"""The whole of `cascade.toml`: its root table, the checks that span its tables, and reading it.
+
+A mistake anywhere is one ConfigError naming the file and the key (cascade/files.py):
+`cascade.toml: invalid config: unknown key `prot` in `gateway``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import msgspec
+
+from cascade import files
+from cascade.config.backends import SGLangBackendConfig
+from cascade.config.base import Strict
+from cascade.config.gateway import GatewayConfig
+from cascade.config.routing import RoutingConfig, check_routing
+from cascade.config.tiers import TierConfig, check_tier
+from cascade.config.workers import WorkerConfig
+from cascade.errors import ConfigError
+
+
+class CascadeConfig(Strict, frozen=True):
+    gateway: GatewayConfig = GatewayConfig()
+    workers: list[WorkerConfig] = msgspec.field(default_factory=list)
+    tiers: list[TierConfig] = msgspec.field(default_factory=list)
+    routing: RoutingConfig = RoutingConfig()
+
+    def __post_init__(self) -> None:
+        _check(self)
+
+
+def _check(config: CascadeConfig) -> None:
+    if not config.tiers:
+        raise ConfigError("`tiers` is empty: define at least one [[tiers]] entry")
+    for i, key in enumerate(config.gateway.api_keys):
+        if not key or any(c.isspace() for c in key):
+            # An empty key would admit `Authorization: Bearer ` (no key at all).
+            raise ConfigError(f"`gateway.api_keys[{i}]` is empty or contains whitespace: each key must be one "
+                              "non-empty token")
+    names = [t.name for t in config.tiers]
+    if len(set(names)) != len(names):
+        raise ConfigError(f"`tiers` names must be unique, got {names}")
+    workers = {w.name: w for w in config.workers}
+    if len(workers) != len(config.workers):
+        raise ConfigError("`workers` names must be unique")
+    for i, tier in enumerate(config.tiers):
+        check_tier(tier, i, workers)
+    check_routing(config.routing, names, any(t.branch_slots for t in config.tiers),
+                  any(isinstance(b, SGLangBackendConfig) for t in config.tiers for b in t.backends))
+
+
+def decode_config(data: bytes | str, source: str = "cascade.toml") -> CascadeConfig:
+    """`data`, the text of `source`, as a config (relative paths left as they are)."""
+    return files.decode(data, CascadeConfig, source, "toml", "config")
+
+
+def load_config(path: str | Path) -> CascadeConfig:
+    """The config file at `path` (TOML whatever its name), its relative paths made relative to its folder."""
+    return resolve_paths(files.load(path, CascadeConfig, "config", "toml"), Path(path).parent)
+
+
+def resolve_paths(config: CascadeConfig, base: Path) -> CascadeConfig:
+    """Make relative file paths in the config relative to `base` (the config file's folder)."""
+    router = config.routing.router
+    if router and not Path(router).is_absolute():
+        routing = msgspec.structs.replace(config.routing, router=str((base / router).resolve()))
+        return msgspec.structs.replace(config, routing=routing)
+    return config
