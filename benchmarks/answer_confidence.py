@@ -47,6 +47,7 @@ from cascade.data.datasets import DatasetError
 from cascade.data.outcomes import OutcomeRow, read_rows, write_row
 from cascade.errors import ConfigError
 from cascade.router import evaluate as ev
+from cascade.testing import fail
 
 MIN_ROWS = 20
 FOLDS = 5
@@ -136,11 +137,6 @@ def calibration(conf: np.ndarray, correct: np.ndarray, complete: np.ndarray) -> 
         return None
     fit = LogisticRegression().fit(logit(conf[complete])[:, None], y)
     return [round(float(fit.coef_[0, 0]), 4), round(float(fit.intercept_[0]), 4)]
-
-
-def fail(message: str) -> int:
-    print(f"answer_confidence: {message}", file=sys.stderr)
-    return 2
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -33,6 +33,7 @@ from cascade.data.datasets import DatasetError, prompts_of
 from cascade.data.grading import extract, grade
 from cascade.data.outcomes import BranchOutcome, OutcomeRow, TierOutcome, read_rows, write_row
 from cascade.errors import ConfigError
+from cascade.testing import fail
 
 
 class SavedBranch(msgspec.Struct, kw_only=True):
@@ -40,11 +41,6 @@ class SavedBranch(msgspec.Struct, kw_only=True):
     branch: int
     text: str
     state: str = "finished"
-
-
-def fail(message: str) -> int:
-    print(f"branch_outcomes: {message}", file=sys.stderr)
-    return 2
 
 
 def read_saved(path: Path) -> dict[str, list[SavedBranch]]:

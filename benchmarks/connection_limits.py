@@ -13,7 +13,6 @@ import argparse
 import json
 import os
 import resource
-import signal
 import socket
 import subprocess
 import sys
@@ -23,11 +22,8 @@ from pathlib import Path
 
 import httpx
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repo root: tests.gateway.gateway_setup
 from cascade.engines.supervisor import free_port
-from tests.gateway.gateway_setup import ladder_toml
-
-CASCADE = [sys.executable, "-m", "cascade.cli"]
+from cascade.testing import CASCADE, ladder_toml, start, stop, wait_http
 
 
 def rss_mb(pid: int) -> tuple[float, float]:
@@ -36,21 +32,8 @@ def rss_mb(pid: int) -> tuple[float, float]:
     return int(vals["VmRSS"]) / 1024, int(vals["VmHWM"]) / 1024
 
 
-def wait_http(url: str, timeout_s: float = 30) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        try:
-            if httpx.get(url, timeout=1).status_code < 500:
-                return
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.1)
-    raise RuntimeError(f"{url} did not come up")
-
-
 def soft_nofile(n: int, hard_too: bool):
     def apply() -> None:
-        os.setsid()
         _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
         resource.setrlimit(resource.RLIMIT_NOFILE, (n, n if hard_too else hard))
     return apply
@@ -90,19 +73,17 @@ def main() -> int:
     try:
         with tempfile.TemporaryDirectory() as tmp:
             eport, gport = free_port(), free_port()
-            procs.append(subprocess.Popen([*CASCADE, "fake-server", "--port", str(eport), "--tokens", "8"],
-                                          preexec_fn=os.setsid, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
-            wait_http(f"http://127.0.0.1:{eport}/health")
+            procs.append(start([*CASCADE, "fake-server", "--port", str(eport), "--tokens", "8"]))
+            wait_http(f"http://127.0.0.1:{eport}/health", procs[-1], timeout_s=30)
             cfg = Path(tmp) / "c.toml"
             cfg.write_text(ladder_toml(f"http://127.0.0.1:{eport}"))
-            log = open(Path(tmp) / "gw.log", "w")  # noqa: SIM115 (closed below, after the gateway's last write)
-            gw = subprocess.Popen([*CASCADE, "serve", "--config", str(cfg), "--host", "127.0.0.1",
-                                   "--port", str(gport), "--log-level", "warning"],
-                                  preexec_fn=soft_nofile(args.gateway_nofile, args.hard_too),
-                                  stdout=log, stderr=subprocess.STDOUT, cwd=tmp)
+            log = Path(tmp) / "gw.log"
+            gw = start([*CASCADE, "serve", "--config", str(cfg), "--host", "127.0.0.1", "--port", str(gport),
+                        "--log-level", "warning"], log, preexec=soft_nofile(args.gateway_nofile, args.hard_too),
+                       cwd=tmp)
             procs.append(gw)
             base = f"http://127.0.0.1:{gport}"
-            wait_http(f"{base}/health")
+            wait_http(f"{base}/health", gw, log, timeout_s=30)
             body = {"model": "cascade", "messages": [{"role": "user", "content": "hi"}]}
             assert httpx.post(f"{base}/v1/chat/completions", json=body, timeout=10).status_code == 200
             limits = Path(f"/proc/{gw.pid}/limits").read_text()
@@ -158,13 +139,10 @@ def main() -> int:
                 result["request_after_idle_closed"] = r.status_code
             except httpx.HTTPError as exc:
                 result["request_after_idle_closed"] = f"failed: {exc!r}"
-            log.close()
-            result["gateway_log_tail"] = (Path(tmp) / "gw.log").read_text()[-600:]
+            result["gateway_log_tail"] = log.read_text()[-600:]
     finally:
         for p in procs:
-            if p.poll() is None:
-                os.killpg(p.pid, signal.SIGKILL)
-                p.wait(5)
+            stop(p, grace_s=0)
     print(json.dumps(result, indent=2))
     return 0
 

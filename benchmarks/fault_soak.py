@@ -45,6 +45,7 @@ import numpy as np
 from tqdm import tqdm
 
 from cascade.engines.supervisor import free_port
+from cascade.testing import CASCADE, start, stop
 
 SCRIPT_FAULTS = ("html", "malformed_sse", "truncated", "stall_first_byte", "stall_mid", "kill_mid")
 MODES = (*SCRIPT_FAULTS, "status_500", "down", "garbage")
@@ -70,9 +71,7 @@ class Proc:
         self.popen: subprocess.Popen[bytes] | None = None
 
     def start(self, argv: list[str] | None = None) -> None:
-        with self.log.open("ab") as out:
-            self.popen = subprocess.Popen([sys.executable, "-m", "cascade.cli", *(argv or self.argv)], stdout=out,
-                                          stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
+        self.popen = start([*CASCADE, *(argv or self.argv)], self.log, append=True)
 
     def signal(self, sig: int) -> None:
         if self.popen is not None and self.popen.poll() is None:
@@ -89,8 +88,8 @@ class Proc:
             self.popen.wait(5)
 
     def kill(self) -> None:
-        self.signal(signal.SIGKILL)
-        self.wait(5)
+        if self.popen is not None:
+            stop(self.popen, grace_s=0)
 
     def tail(self) -> str:
         return self.log.read_text(errors="replace")[-2000:] if self.log.exists() else ""

@@ -29,52 +29,21 @@ import contextlib
 import json
 import os
 import re
-import signal
 import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
 from pathlib import Path
 
 import aiohttp
 import numpy as np
 
 from cascade.engines.supervisor import free_port
+from cascade.testing import CASCADE, start, stop, wait_http
 
 # The fake engine's tokens are "t0 ", "t1 ", ...; count them, not chunks: a busy gateway merges the
 # chunks that arrive together into one frame.
 TOKEN = re.compile(rb"t\d+ ")
-
-
-def start(args: list[str], log: Path) -> subprocess.Popen[bytes]:
-    with log.open("wb") as out:  # the child keeps its own copy of the descriptor
-        return subprocess.Popen([sys.executable, "-m", "cascade.cli", *args], stdout=out,
-                                stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
-
-
-def stop(proc: subprocess.Popen[bytes]) -> None:
-    """SIGTERM the whole process group, SIGKILL it if still there after 12 s (uvicorn's grace is 10 s)."""
-    for sig in (signal.SIGTERM, signal.SIGKILL):
-        with contextlib.suppress(ProcessLookupError, subprocess.TimeoutExpired):
-            os.killpg(proc.pid, sig)
-            proc.wait(12)
-            return
-
-
-def wait_http(url: str, proc: subprocess.Popen[bytes], log: Path, timeout_s: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"{url}: process exited with {proc.returncode}:\n{log.read_text()[-2000:]}")
-        try:
-            with urllib.request.urlopen(url, timeout=2) as response:
-                if response.status == 200:
-                    return
-        except OSError:
-            pass
-        time.sleep(0.2)
-    raise RuntimeError(f"{url} not ready after {timeout_s:g} s:\n{log.read_text()[-2000:]}")
 
 
 def uvicorn_impl(pid: int) -> str:
@@ -266,10 +235,10 @@ def main() -> int:
         config.write_text(f"[gateway.limits]\nmax_in_flight = {max(4 * args.concurrency, 1024)}\n\n"
                           f'[[tiers]]\nname = "bench"\nbackends = [{backend}]\n')
         try:
-            procs.append(start(["fake-server", "--port", str(engine_port), "--ttft-ms", str(args.ttft_ms),
+            procs.append(start([*CASCADE, "fake-server", "--port", str(engine_port), "--ttft-ms", str(args.ttft_ms),
                                 "--itl-ms", str(args.itl_ms), "--tokens", str(args.tokens)], logs[0]))
             wait_http(f"http://127.0.0.1:{engine_port}/health", procs[0], logs[0])
-            procs.append(start(["serve", "--config", str(config), "--port", str(gateway_port),
+            procs.append(start([*CASCADE, "serve", "--config", str(config), "--port", str(gateway_port),
                                 "--log-level", "warning", "--processes", str(args.gateway_processes)], logs[1]))
             wait_http(f"http://127.0.0.1:{gateway_port}/ready", procs[1], logs[1])
             url = "http://127.0.0.1:{}/v1/chat/completions"
@@ -277,7 +246,7 @@ def main() -> int:
                              Target(url.format(gateway_port), args.model, procs[1].pid, args.tokens))
         finally:
             for proc in reversed(procs):
-                stop(proc)
+                stop(proc, grace_s=12)  # uvicorn's own grace is 10 s
     text = json.dumps(result, indent=2)
     print(text)
     if args.json_out:

@@ -44,11 +44,7 @@ from cascade.engines.embedded import embedded_config
 from cascade.engines.models import load_card, prepare
 from cascade.errors import ConfigError
 from cascade.router.outcomes import load_outcomes
-
-
-def fail(message: str) -> int:
-    print(f"greedy_logprobs: {message}", file=sys.stderr)
-    return 2
+from cascade.testing import fail
 
 
 def worker_of(config: CascadeConfig, tier: TierConfig) -> WorkerConfig:

@@ -67,10 +67,8 @@ async def measure(config: CascadeConfig, names: list[str] | None) -> dict[str, A
     before = used_gb()
     with tempfile.TemporaryDirectory() as logs:
         workers = [Worker(w, prepare(load_card(w.model)), Path(logs)) for w in chosen]
-        supervisor = Supervisor(workers)
         started = time.perf_counter()
-        try:
-            await supervisor.start()
+        async with Supervisor(workers):  # every worker stopped on the way out, whatever happens
             start_s = time.perf_counter() - started
             async with httpx.AsyncClient(trust_env=False, timeout=300) as client:
                 for worker in workers:
@@ -81,8 +79,6 @@ async def measure(config: CascadeConfig, names: list[str] | None) -> dict[str, A
                     (await client.post(f"{worker.url}/v1/chat/completions", json=body)).raise_for_status()
             result = {"workers": [w.name for w in chosen], "start_s": round(start_s, 1), **memory(workers),
                       "system_used_gb": round(used_gb() - before, 2)}
-        finally:
-            supervisor.stop()
     return result
 
 

@@ -44,16 +44,14 @@ import httpx
 import msgspec
 import numpy as np
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))  # tests.servers, tests.gateway.gateway_process
-from cascade.config import load_config  # noqa: E402
-from cascade.data.datasets import load  # noqa: E402
-from cascade.data.outcomes import read_rows  # noqa: E402
-from cascade.data.records import RequestRecord, read_request_records  # noqa: E402
-from cascade.engines.fake_server import FakeEngine, FakeScript, ScriptHook  # noqa: E402
-from tests.gateway.gateway_process import CASCADE, serve_config  # noqa: E402
-from tests.servers import serve_asgi  # noqa: E402
+from cascade.config import load_config
+from cascade.data.datasets import load
+from cascade.data.outcomes import read_rows
+from cascade.data.records import RequestRecord, read_request_records
+from cascade.engines.fake_server import FakeEngine, FakeScript, ScriptHook
+from cascade.testing import CASCADE, serve_asgi, serve_config
 
+REPO = Path(__file__).resolve().parents[1]
 OUTCOMES = REPO / "models/outcomes/gsm8k-train-embedded-v6.jsonl"
 EMBEDDED = REPO / "cascade/engines/embedded.toml"
 

@@ -35,17 +35,19 @@ import itertools
 import json
 import os
 import resource
-import signal
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.request
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from cascade.engines.supervisor import free_port
+from cascade.testing import process, wait_http
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -112,29 +114,14 @@ def fake_server(ttft_ms: float, itl_ms: float, tokens: int, nice: int) -> Iterat
     port = free_port()
     cmd = [sys.executable, os.path.abspath(__file__), "--serve", str(port), "--ttft-ms", str(ttft_ms),
            "--itl-ms", str(itl_ms), "--tokens", str(tokens), "--nice", str(nice)]
-    proc = subprocess.Popen(cmd, cwd=ROOT, start_new_session=True, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.PIPE, text=True)
     url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 20
-        while True:
-            try:
-                with urllib.request.urlopen(f"{url}/health", timeout=1):
-                    break
-            except OSError:
-                if proc.poll() is not None or time.monotonic() > deadline:
-                    detail = proc.stderr.read() if proc.stderr else ""
-                    raise RuntimeError(f"fake server did not start: {detail}") from None
-                time.sleep(0.1)
-        yield url, proc.pid
-    finally:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGTERM)
+    with tempfile.TemporaryDirectory(prefix="loadgen-timing-") as tmp, \
+            process(cmd, Path(tmp) / "fake.log", cwd=ROOT, grace_s=5) as proc:
         try:
-            proc.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait(timeout=5)
+            wait_http(f"{url}/health", proc, Path(tmp) / "fake.log", timeout_s=20)
+        except RuntimeError as exc:
+            raise RuntimeError(f"fake server did not start: {exc}") from None
+        yield url, proc.pid
 
 
 # --- measurements common to every client ---------------------------------------------------------

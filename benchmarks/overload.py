@@ -32,8 +32,7 @@ from typing import Any
 import httpx
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repo root: tests.gateway.gateway_process
-from tests.gateway.gateway_process import cascade_serve, fake_engine
+from cascade.testing import cascade_serve, fake_engine
 
 
 class Tally:

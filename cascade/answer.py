@@ -1,8 +1,11 @@
-"""A tier's answer to one conversation: the one function the gateway, `cascade label` and `cascade bench` call.
+"""A tier's answer to one conversation: the one path the gateway, `cascade label` and `cascade bench` take.
 
-One branch: each choice is one upstream request, streamed and collected by the tier's replica pool (which
-retries a failed answer on another replica). Reasoning branches (SART): per choice, `settings.n` sampled
-branches through the branch runner, which stops early, prunes and votes.
+`answer`, whole: one branch: each choice is one upstream request, streamed and collected by the tier's replica
+pool (which retries a failed answer on another replica). Reasoning branches (SART): per choice, `settings.n`
+sampled branches through the branch runner, which stops early, prunes and votes.
+
+`open_answer`, live (the gateway's streamed single-branch answer): the same upstream requests, the same slots,
+handed back as open streams with their first deltas read, for the caller to relay and then `aclose`.
 
 Sampling is the same wherever the answer is asked for, so `cascade label` labels exactly what the gateway
 serves for the same request: cascade/upstream.py gives every upstream request its seed and its request id
@@ -11,38 +14,31 @@ serves for the same request: cascade/upstream.py gives every upstream request it
 
 Slots: every upstream stream holds one of `slots` (the tier's branch slots in the gateway, the benchmark's
 own in `cascade bench`) from before it starts until it ends; a branch gives its slot back the moment it
-finishes, is pruned or early-stopped, so the freed slot admits a waiting request.
+finishes, is pruned or early-stopped, so the freed slot admits a waiting request. A live answer's streams give
+theirs back when it is closed.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable, Iterable
+import time
+from collections.abc import AsyncGenerator, Awaitable, Callable, Iterable
+from dataclasses import dataclass
 from typing import TypeVar
 
 import msgspec
 
 from cascade import upstream
-from cascade.branches.backend import GenerationRequest, GenerationResult
+from cascade.branches.backend import GenerationRequest, GenerationResult, StreamDelta
 from cascade.branches.confidence import TokenConfidence, confidence_of, token_logprobs
 from cascade.branches.runner import BranchReport, BranchRun, BranchRunner, BranchSettings
 from cascade.branches.slots import BranchSlots
 from cascade.schemas import ChatMessage
-from cascade.tiers import Tier, tier_request
+from cascade.tiers import Tier
+from cascade.upstream import Sampling
 
 _T = TypeVar("_T")
-
-
-class Sampling(msgspec.Struct, frozen=True, kw_only=True):
-    """How to sample: the request's own fields (None leaves the choice to the engine or the tier)."""
-
-    max_tokens: int | None = None  # None: the tier's default_max_tokens
-    temperature: float | None = None
-    top_p: float | None = None
-    stop: list[str] = msgspec.field(default_factory=list)
-    seed: int | None = None
-    # Forwarded request fields (tools, logprobs, response_format, ...): cascade.schemas.PASSTHROUGH.
-    extra: dict[str, object] = msgspec.field(default_factory=dict)
+Streams = list[AsyncGenerator[StreamDelta, None]]
 
 
 class Answer(msgspec.Struct, kw_only=True):
@@ -88,7 +84,7 @@ async def answer(
     """`choices` answers of `tier` to `messages`: one branch each when `settings` is None (or has n = 1),
     else SART branches. Raises BackendError when the tier fails, Overloaded when no slots come in time.
     `on_admitted` is called once the slots are held, just before the first upstream request."""
-    template = _template(tier, messages, sampling)
+    template = upstream.template(tier.config, messages, sampling)
     branches = settings.n if settings is not None and settings.n > 1 else 1
     held = _Held(slots, branches * choices)
     await held.acquire(slot_wait_s)
@@ -111,16 +107,54 @@ async def _one(tier: Tier, request: GenerationRequest, held: _Held) -> Generatio
         held.release_one()
 
 
-def choice_requests(tier: Tier, messages: list[ChatMessage], sampling: Sampling, choices: int
-                    ) -> list[GenerationRequest]:
-    """What a single-branch answer sends upstream: one request per choice (for a caller that streams them)."""
-    return upstream.choice_requests(_template(tier, messages, sampling), choices)
+@dataclass
+class Opened:
+    """A live single-branch answer: its upstream streams (one per choice) with their first deltas read (None: the
+    stream was empty), holding the answer's slots until `aclose`."""
+
+    tier: Tier
+    streams: Streams
+    firsts: list[StreamDelta | None]
+    start: float
+    held: _Held
+
+    async def aclose(self) -> None:
+        """Close every upstream stream, then give the answer's slots back."""
+        try:
+            await close_all(self.streams)
+        finally:
+            self.held.release_rest()
 
 
-def _template(tier: Tier, messages: list[ChatMessage], sampling: Sampling) -> GenerationRequest:
-    template = tier_request(tier, messages, sampling.max_tokens, sampling.temperature, sampling.top_p,
-                            list(sampling.stop), sampling.seed)
-    return msgspec.structs.replace(template, extra=dict(sampling.extra)) if sampling.extra else template
+async def open_answer(tier: Tier, messages: list[ChatMessage], sampling: Sampling, choices: int = 1,
+                      slots: BranchSlots | None = None, slot_wait_s: float | None = None) -> Opened:
+    """`choices` single-branch answers of `tier` as live streams: the requests `answer` would send, one slot per
+    stream held as `answer` holds them. Every stream's first delta is read, so a fault before any token raises
+    here (every stream closed, the slots given back), and so does Overloaded when no slots come in time."""
+    start = time.perf_counter()
+    held = _Held(slots, choices)
+    await held.acquire(slot_wait_s)
+    streams: Streams = []
+    firsts: list[StreamDelta | None] = []
+    try:
+        requests = upstream.choice_requests(upstream.template(tier.config, messages, sampling), choices)
+        streams += [tier.backend.stream(r) for r in requests]
+        for stream in streams:
+            firsts.append(await anext(stream, None))
+    except BaseException:
+        try:
+            await close_all(streams)
+        finally:
+            held.release_rest()
+        raise
+    return Opened(tier, streams, firsts, start, held)
+
+
+async def close_all(streams: Streams) -> None:
+    for stream in streams:
+        aclose = getattr(stream, "aclose", None)
+        if aclose is not None:
+            await aclose()
 
 
 async def _branched(tier: Tier, template: GenerationRequest, question: str, settings: BranchSettings,

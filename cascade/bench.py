@@ -32,7 +32,7 @@ from collections.abc import Callable
 import msgspec
 import numpy as np
 
-from cascade.answer import Sampling, answer
+from cascade.answer import answer
 from cascade.branches.runner import BranchRun, BranchSettings
 from cascade.branches.slots import BranchSlots
 from cascade.data.arrivals import schedule
@@ -41,6 +41,7 @@ from cascade.data.records import Prompt
 from cascade.errors import CascadeError
 from cascade.schemas import ChatMessage
 from cascade.tiers import Tier
+from cascade.upstream import Sampling
 
 METHODS = ("vanilla", "self_consistency", "sart", "early_stop_only", "prune_only")
 

@@ -30,9 +30,9 @@ import numpy as np
 from cascade.bench import BenchSettings, RequestRecord, run_key, run_method, summarize
 from cascade.config import CascadeConfig
 from cascade.data.records import Prompt
-from cascade.engines.supervisor import Supervisor, Worker
+from cascade.engines.supervisor import Worker
 from cascade.errors import ConfigError
-from cascade.tiers import build_tiers
+from cascade.ladder import running_ladder
 
 
 class BenchRun(msgspec.Struct, frozen=True, kw_only=True):
@@ -83,12 +83,8 @@ async def run_benchmark(
             owner.setdefault(key, run)
         left = {key: [i for i, p in enumerate(prompts) if p.id not in results.finished(key)] for key in owner}
         needed = sorted({owner[key].tier for key, todo in left.items() if todo})
-        workers = workers_for(needed) if needed else {}
-        supervisor = Supervisor(list(workers.values()))
-        tiers = {t.name: t for t in build_tiers(config, workers, needed)}
         summaries: dict[str, dict[str, Any]] = {}
-        await supervisor.start()
-        try:
+        async with running_ladder(config, needed, workers=workers_for(needed) if needed else {}) as ladder:
             with tqdm(total=sum(map(len, left.values())), desc="bench branches", unit="request") as bar:
                 for run, key in zip(runs, keys, strict=True):
                     if key in summaries:
@@ -96,17 +92,11 @@ async def run_benchmark(
                     todo = left[key]
                     if todo:
                         bar.set_postfix_str(f"{run.method} N={run.settings.n} M={run.settings.m}")
-                        await run_method(tiers[run.tier], run.method, run.settings, [prompts[i] for i in todo],
+                        await run_method(ladder.tier(run.tier), run.method, run.settings, [prompts[i] for i in todo],
                                          offsets[todo] - offsets[todo].min(), results.recorder(run, key, bar.update),
                                          None if sink is None else sink.writer(run, key))
                     records = [results.latest[key][p.id] for p in prompts]
                     summaries[key] = {**summarize(records), "resumed": len(prompts) - len(todo)}
-        finally:
-            for t in tiers.values():
-                await t.backend.aclose()
-                if t.scorer is not None:
-                    await t.scorer.aclose()
-            supervisor.stop()
     finally:
         results.close()
         if sink is not None:

@@ -41,9 +41,8 @@ def _label(args: argparse.Namespace) -> int:
 
     from cascade.config import load_config
     from cascade.engines.embedded import embedded_config
-    from cascade.engines.supervisor import Supervisor
     from cascade.label import label, read_done_ids, select_prompts
-    from cascade.tiers import build_tiers, make_workers
+    from cascade.ladder import running_ladder
 
     config = load_config(args.config) if args.config else embedded_config()
     prompts = select_prompts(args.dataset, args.n, args.seed)
@@ -56,21 +55,13 @@ def _label(args: argparse.Namespace) -> int:
 
     async def run() -> tuple[int, int]:
         # As `cascade serve` (logs never beside --out), but only the workers the labelled tiers run on.
-        workers = make_workers(config, Path.cwd() / "logs", wanted)
-        supervisor = Supervisor(list(workers.values()))
-        tiers = build_tiers(config, workers, wanted)
-        await supervisor.start()
-        try:
+        async with running_ladder(config, wanted, log_dir=Path.cwd() / "logs") as ladder:
             with tqdm(total=len(prompts), desc="label", unit="prompt") as bar:
                 done = read_done_ids(out)
                 bar.update(sum(1 for p in prompts if p.id in done))
-                return await label(tiers, prompts, out, args.concurrency, args.max_tokens, args.seed,
+                return await label(ladder.tiers, prompts, out, args.concurrency, args.max_tokens, args.seed,
                                    args.with_text, on_row=lambda _: bar.update(1),
                                    on_failed=lambda row: bar.write(_not_written(row)), logprobs=args.logprobs)
-        finally:
-            for tier in tiers:
-                await tier.backend.aclose()
-            supervisor.stop()
 
     written, failed = asyncio.run(run())
     retry = (f"; {failed} prompts failed on some tier and were not written (re-run to retry; lower "

@@ -25,8 +25,8 @@ from pathlib import Path
 
 import numpy as np
 
-from cascade.answer import Sampling, answer
-from cascade.branches.confidence import DEFAULT_GROUP, LOGPROBS_REQUEST
+from cascade.answer import answer
+from cascade.branches.confidence import DEFAULT_GROUP
 from cascade.branches.slots import BranchSlots
 from cascade.data.datasets import DatasetError, load, sample
 from cascade.data.grading import extract, grade
@@ -35,6 +35,7 @@ from cascade.data.records import Prompt
 from cascade.errors import CascadeError, ConfigError
 from cascade.schemas import ChatMessage
 from cascade.tiers import Tier, branch_settings
+from cascade.upstream import label_sampling
 
 
 def read_done_ids(path: Path) -> set[str]:
@@ -75,8 +76,7 @@ async def answer_on_tier(tier: Tier, prompt: Prompt, max_tokens: int | None, see
     settings = branch_settings(tier)
     branched = settings.n > 1
     logprobs = logprobs and tier.returns_logprobs
-    sampling = Sampling(max_tokens=max_tokens, temperature=None if branched else 0.0, seed=seed,
-                        extra=dict(LOGPROBS_REQUEST) if logprobs else {})
+    sampling = label_sampling(max_tokens, seed, branched, logprobs)
     start = time.perf_counter()
     try:
         whole = await answer(tier, [ChatMessage(role="user", content=prompt.prompt)], sampling,

@@ -1,6 +1,6 @@
-"""The ladder as live objects: config tiers → backends (replica pools), embedded workers, and the
-request a tier sends upstream. Shared by the gateway and by offline commands (`cascade label`),
-so that both talk to the tiers the same way."""
+"""The ladder as live objects: config tiers → backends (replica pools), embedded workers, scorers. Shared by
+the gateway and by offline commands (`cascade label`), so that both talk to the tiers the same way (what a tier
+sends upstream: cascade/upstream.py)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from pathlib import Path
 
 import msgspec
 
-from cascade.branches.backend import Backend, GenerationRequest
+from cascade.branches.backend import Backend
 from cascade.branches.confidence import LOGPROBS_REQUEST
 from cascade.branches.cpu_scorer import CPUScorer
 from cascade.branches.openai_client import OpenAIBackend
@@ -30,8 +30,6 @@ from cascade.config import (
 )
 from cascade.engines.supervisor import Worker, free_port, sampling_fields
 from cascade.errors import ConfigError
-from cascade.schemas import ChatMessage
-from cascade.upstream import new_base
 
 
 class Tier(msgspec.Struct, kw_only=True):
@@ -144,22 +142,3 @@ def branch_settings(tier: Tier) -> BranchSettings:
                           prune=tier.scorer is not None, score_every_steps=cfg.score_every_steps,
                           aggregation=cfg.aggregation, prune_confidence=cfg.prune_confidence,
                           confidence_group=cfg.confidence_group)
-
-
-def tier_request(
-    tier: Tier,
-    messages: list[ChatMessage],
-    max_tokens: int | None = None,
-    temperature: float | None = None,
-    top_p: float | None = None,
-    stop: list[str] | None = None,
-    seed: int | None = None,
-) -> GenerationRequest:
-    """What `tier` sends upstream for `messages`: its reasoning instruction first, its default length. A
-    template: cascade/upstream.py turns it into the requests sent, its `request_id` into their rids."""
-    if tier.config.system_prompt:
-        messages = [ChatMessage(role="system", content=tier.config.system_prompt), *messages]
-    return GenerationRequest(
-        messages=messages, max_tokens=max_tokens or tier.config.default_max_tokens, temperature=temperature,
-        top_p=top_p, stop=stop or [], seed=seed, request_id=new_base(),
-    )

@@ -1,7 +1,13 @@
-"""What one answer sends upstream: a template request turned into one GenerationRequest per choice and
-branch, each with its own seed and its own request id. Every caller that sends a tier's answer upstream
-(the gateway, `cascade label`, `cascade bench`, through cascade/answer.py) gets its requests here, so
-that the rules below hold everywhere.
+"""What one answer sends upstream: a request's sampling turned into one GenerationRequest per choice and branch,
+each with its own seed and its own request id. Every caller that sends a tier's answer upstream (the gateway,
+`cascade label`, `cascade bench`, through cascade/answer.py) gets its requests here, so that the rules below hold
+everywhere and a streamed answer sends exactly what a whole one does.
+
+* `Sampling`: how to sample, from a client's request (`sampling_of`), `cascade label` (`label_sampling`) or
+  `cascade bench` (its own decoding);
+* `template`: what a tier sends for it: the tier's reasoning instruction first, its default length, the
+  forwarded fields, and token logprobs when cascade itself reads them;
+* `choice_requests` / `branch_requests`: the template per choice and branch, with seeds and rids.
 
 Seeds (distinct samples, reproducible: `cascade label` labels exactly what the gateway serves):
 
@@ -30,9 +36,57 @@ import uuid
 import msgspec
 
 from cascade.branches.backend import GenerationRequest
+from cascade.branches.confidence import LOGPROBS_REQUEST
+from cascade.config import TierConfig
+from cascade.schemas import PASSTHROUGH, ChatCompletionRequest, ChatMessage
 
 RID_PREFIX = "cascade-"
 _MIN_WIDTH = 2  # `c00-b07`: aligned in logs for the usual counts, wider only when a count needs it
+
+
+class Sampling(msgspec.Struct, frozen=True, kw_only=True):
+    """How to sample: the request's own fields (None leaves the choice to the engine or the tier)."""
+
+    max_tokens: int | None = None  # None: the tier's default_max_tokens
+    temperature: float | None = None
+    top_p: float | None = None
+    stop: list[str] = msgspec.field(default_factory=list)
+    seed: int | None = None
+    # Forwarded request fields (tools, logprobs, response_format, ...): cascade.schemas.PASSTHROUGH.
+    extra: dict[str, object] = msgspec.field(default_factory=dict)
+    # Ask the engine for token logprobs for cascade's own reading (answer confidence, pruning): LOGPROBS_REQUEST.
+    token_logprobs: bool = False
+
+
+def sampling_of(req: ChatCompletionRequest, max_tokens: int) -> Sampling:
+    """A client's request as sampling (`max_tokens` 0: the tier's default)."""
+    extra = {name: value for name in PASSTHROUGH if (value := getattr(req, name)) is not None}
+    return Sampling(max_tokens=max_tokens or None, temperature=req.temperature, top_p=req.top_p, stop=stops(req),
+                    seed=req.seed, extra=extra)
+
+
+def label_sampling(max_tokens: int | None, seed: int, branched: bool, token_logprobs: bool = False) -> Sampling:
+    """What `cascade label` asks a tier: the prompt sent with `seed`, decoded greedily on a single-branch tier so
+    that its row is reproducible (a tier with reasoning branches samples them at its branch temperature, seeded)."""
+    return Sampling(max_tokens=max_tokens, temperature=None if branched else 0.0, seed=seed,
+                    token_logprobs=token_logprobs)
+
+
+def stops(req: ChatCompletionRequest) -> list[str]:
+    return [req.stop] if isinstance(req.stop, str) else list(req.stop or [])
+
+
+def template(tier: TierConfig, messages: list[ChatMessage], sampling: Sampling) -> GenerationRequest:
+    """What `tier` sends upstream for `messages`: its reasoning instruction first, its default length, a fresh
+    rid base. A template: `choice_requests` / `branch_requests` turn it into the requests sent."""
+    if tier.system_prompt:
+        messages = [ChatMessage(role="system", content=tier.system_prompt), *messages]
+    extra = {**sampling.extra, **LOGPROBS_REQUEST} if sampling.token_logprobs else dict(sampling.extra)
+    return GenerationRequest(
+        messages=messages, max_tokens=sampling.max_tokens or tier.default_max_tokens,
+        temperature=sampling.temperature, top_p=sampling.top_p, stop=list(sampling.stop), seed=sampling.seed,
+        request_id=new_base(), extra=extra,
+    )
 
 
 def new_base() -> str:

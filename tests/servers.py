@@ -1,60 +1,21 @@
-"""Real HTTP servers for tests: an ASGI app served by uvicorn on 127.0.0.1 (port 0) in a thread.
-
-Every server has a bounded lifetime: `serve_asgi` stops it when its block exits, even on failure.
-`Replay` is a canned upstream: it answers each route with fixed bytes and records what it was sent.
-`dead_url` is a loopback URL that refuses connections; `eventually` polls a condition with a bound.
+"""Real HTTP servers for tests. `serve_asgi` (an ASGI app served by uvicorn on 127.0.0.1 in a thread, stopped
+when its block exits) and `eventually` (poll a condition with a bound) live in cascade/testing.py, shared with
+the benchmarks. `Replay` is a canned upstream: it answers each route with fixed bytes and records what it was
+sent. `dead_url` is a loopback URL that refuses connections.
 """
 
 from __future__ import annotations
 
 import threading
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any, Literal
+from typing import Any
 
 import msgspec
-import uvicorn
 
 from cascade.engines.supervisor import free_port
 
 Scope = dict[str, Any]
-
-
-@contextmanager
-def serve_asgi(
-    app: Any, lifespan: Literal["off", "on"] = "off", startup_timeout_s: float = 10.0
-) -> Iterator[str]:
-    """Serve `app` on 127.0.0.1 at a free port and yield its base URL (`http://127.0.0.1:PORT`)."""
-    config = uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning", lifespan=lifespan,
-                            access_log=False, timeout_graceful_shutdown=1)
-    server = uvicorn.Server(config)
-    thread = threading.Thread(target=server.run, name=f"test-server-{type(app).__name__}", daemon=True)
-    thread.start()
-    try:
-        deadline = time.monotonic() + startup_timeout_s
-        while not server.started:
-            if not thread.is_alive() or time.monotonic() > deadline:
-                raise RuntimeError("the test server did not start")
-            time.sleep(0.002)
-        port = server.servers[0].sockets[0].getsockname()[1]
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        server.should_exit = True
-        thread.join(timeout=5)
-        if thread.is_alive():  # a handler that ignores cancellation: stop waiting for it
-            server.force_exit = True
-            thread.join(timeout=5)
-
-
-def eventually(condition: Callable[[], bool], within_s: float = 2.0) -> bool:
-    """Poll `condition` (e.g. a fake engine's stats) until it holds or `within_s` has passed."""
-    deadline = time.monotonic() + within_s
-    while not condition():
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.01)
-    return True
 
 
 def dead_url() -> str:

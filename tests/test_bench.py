@@ -7,7 +7,7 @@ from pathlib import Path
 
 from cascade.cli import main
 from cascade.engines.fake_server import FakeEngine, FakeScript
-from tests.servers import serve_asgi
+from cascade.testing import serve_asgi
 
 RIGHT = "3_*_6_=_18.|So_the_answer_is_18.|####_18"
 

@@ -11,7 +11,7 @@ from typing import Any
 
 from cascade.cli import main
 from cascade.engines.fake_server import FakeEngine, FakeScript
-from tests.servers import serve_asgi
+from cascade.testing import serve_asgi
 from tests.test_bench import write_inputs
 
 QUESTIONS = 3

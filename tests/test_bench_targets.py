@@ -23,8 +23,8 @@ from cascade.engines.fake_server import FakeEngine, FakeScript
 from cascade.engines.supervisor import Worker
 from cascade.errors import ConfigError
 from cascade.label import select_prompts
+from cascade.testing import serve_asgi
 from cascade.tiers import workers_of
-from tests.servers import serve_asgi
 from tests.test_bench import write_inputs
 
 IDLE = [sys.executable, "-c", "import time; time.sleep(60)"]  # the worker's process; HTTP is the fake engine

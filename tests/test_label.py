@@ -10,8 +10,8 @@ import time
 
 from cascade.cli import main
 from cascade.engines.fake_server import FakeEngine, FakeScript
+from cascade.testing import eventually, serve_asgi
 from tests.gateway.gateway_setup import small_and_thinker_toml
-from tests.servers import eventually, serve_asgi
 
 RIGHT = "3_*_6_=_18.|####_18"
 WRONG = "3_*_6_=_19.|####_19"

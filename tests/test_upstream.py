@@ -5,12 +5,14 @@ from __future__ import annotations
 import re
 from itertools import pairwise
 
+import msgspec
 import pytest
 
 from cascade import upstream
 from cascade.branches.backend import GenerationRequest
-from cascade.config import Limits
-from cascade.schemas import ChatMessage
+from cascade.branches.confidence import LOGPROBS_REQUEST
+from cascade.config import Limits, TierConfig
+from cascade.schemas import ChatCompletionRequest, ChatMessage
 
 MAX_N = 128  # OpenAI's own limit on `n`, above cascade's default (Limits.max_n)
 READABLE = re.compile(r"cascade-[0-9a-f]{32}-c\d{2,}-b\d{2,}")
@@ -81,3 +83,22 @@ def test_branches_get_seed_plus_choice_times_n_plus_branch_and_the_branch_temper
 def test_branches_without_a_seed_still_get_distinct_seeds() -> None:
     seeds = [r.seed for row in upstream.branch_requests(template(seed=None), 2, 4) for r in row]
     assert None not in seeds and len(set(seeds)) == 8
+
+
+def test_a_tier_sends_its_instruction_first_its_default_length_and_logprobs_only_where_cascade_reads_them() -> None:
+    tier = TierConfig(name="t", backends=[], system_prompt="Think.", default_max_tokens=99)
+    req = msgspec.convert({"model": "cascade", "messages": [{"role": "user", "content": "Q"}], "stop": "##",
+                           "seed": 3, "tools": [{"type": "function", "function": {"name": "f"}}]},
+                          ChatCompletionRequest)
+    sampling = upstream.sampling_of(req, 0)
+    sent = upstream.template(tier, req.messages, sampling)
+    assert [m.role for m in sent.messages] == ["system", "user"] and sent.messages[0].content == "Think."
+    assert (sent.max_tokens, sent.stop, sent.seed) == (99, ["##"], 3) and set(sent.extra) == {"tools"}
+    read = upstream.template(tier, req.messages, msgspec.structs.replace(sampling, token_logprobs=True, max_tokens=5))
+    assert read.max_tokens == 5 and read.extra == {**sent.extra, **LOGPROBS_REQUEST}
+    assert sent.request_id != read.request_id  # a fresh rid base per answer
+
+
+def test_label_decodes_a_single_branch_tier_greedily_and_leaves_branches_to_their_temperature() -> None:
+    assert upstream.label_sampling(64, 0, branched=False).temperature == 0.0
+    assert upstream.label_sampling(64, 0, branched=True).temperature is None

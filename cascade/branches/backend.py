@@ -121,7 +121,7 @@ async def collect(deltas: AsyncGenerator[StreamDelta, None]) -> GenerationResult
     if finish_reason is None:
         # A stream that ended without saying why it ended is not an answer (clients raise on this too;
         # this guards every Backend).
-        raise BackendFailed("the backend's stream ended without a finish reason (the answer is incomplete)")
+        raise incomplete()
     return GenerationResult(
         text="".join(text),
         reasoning="".join(reasoning),
@@ -132,6 +132,11 @@ async def collect(deltas: AsyncGenerator[StreamDelta, None]) -> GenerationResult
         tool_calls=join_tool_calls(calls) or None,
         logprobs=logprobs,
     )
+
+
+def incomplete() -> BackendFailed:
+    """What `collect` raises for a stream that ended without a finish reason."""
+    return BackendFailed("the backend's stream ended without a finish reason (the answer is incomplete)")
 
 
 def join_tool_calls(pieces: list[ToolCallDelta]) -> list[ToolCall]:

@@ -28,7 +28,7 @@ from typing import Literal
 
 import msgspec
 
-from cascade.branches.backend import Backend, GenerationRequest, GenerationResult, StreamDelta, collect
+from cascade.branches.backend import Backend, GenerationRequest, GenerationResult, StreamDelta, collect, incomplete
 from cascade.config import FailoverConfig
 from cascade.errors import BackendError, BackendUnavailable, CascadeError, Overloaded
 
@@ -181,40 +181,34 @@ class ReplicaPool:
     async def generate(self, request: GenerationRequest) -> GenerationResult:
         """The whole answer, streamed from a replica; any fault, even mid-answer, is retried on another
         replica (nothing has reached the client yet). `retries` on the result counts the failovers."""
-        tried: set[int] = set()
-        last: CascadeError | None = None
-        for attempt in range(self._attempts()):
-            replica = self._start(attempt, tried, last)
-            try:
-                result = await collect(replica.backend.stream(request))
-            except (BackendError, Overloaded) as exc:
-                self._failed(replica, exc)
-                last = exc
-                continue
-            except BaseException:
-                self._released(replica)
-                raise
-            finally:
-                replica.outstanding -= 1
-            self._succeeded(replica)
-            result.retries = attempt
-            return result
-        assert last is not None
-        raise last
+        async with aclosing(self._failover(request, whole=True)) as deltas:
+            return await collect(deltas)
 
-    async def stream(self, request: GenerationRequest) -> AsyncGenerator[StreamDelta, None]:
+    def stream(self, request: GenerationRequest) -> AsyncGenerator[StreamDelta, None]:
+        return self._failover(request, whole=False)  # the loop itself: no extra hop per delta on the hot path
+
+    async def _failover(self, request: GenerationRequest, whole: bool) -> AsyncGenerator[StreamDelta, None]:
+        """The one failover loop. Each attempt's deltas pass on as they come, and a fault once one has passed
+        is not retried; `whole`: an attempt's deltas are held until it has answered (a stream that ends without
+        a finish reason is a fault), so a fault anywhere is retried. The first delta carries `retries`."""
         tried: set[int] = set()
         last: CascadeError | None = None
         for attempt in range(self._attempts()):
             replica = self._start(attempt, tried, last)
+            held: list[StreamDelta] = []
             started = False
             try:
                 async with aclosing(replica.backend.stream(request)) as deltas:
                     async for delta in deltas:
-                        if not started:
-                            started = True
+                        if not (started or held):
                             delta.retries = attempt
+                        if whole:
+                            held.append(delta)
+                            continue
+                        started = True
                         yield delta
+                if whole and all(d.finish_reason is None for d in held):
+                    raise incomplete()
             except (BackendError, Overloaded) as exc:
                 self._failed(replica, exc)
                 if started:
@@ -227,6 +221,8 @@ class ReplicaPool:
             finally:
                 replica.outstanding -= 1
             self._succeeded(replica)
+            for delta in held:
+                yield delta
             return
         assert last is not None
         raise last

@@ -199,7 +199,9 @@ async def _first_generation(client: httpx.AsyncClient, worker: Worker, deadline:
 
 
 class Supervisor:
-    """Owns the workers: `start()` brings them all up; `watch()` restarts crashed ones."""
+    """Owns the workers: `start()` brings them all up; `watch()` restarts crashed ones; `stop()` (idempotent)
+    ends them all. As an async context manager it starts them on entry and stops them on any exit, an
+    exception or a cancellation included (a start that fails or is cancelled stops what it started)."""
 
     def __init__(self, workers: list[Worker], check_every_s: float = 1.0) -> None:
         self.workers = workers
@@ -236,6 +238,13 @@ class Supervisor:
                 if self._stopping:
                     return
                 worker.start()
+
+    async def __aenter__(self) -> Supervisor:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        self.stop()
 
     def stop(self) -> None:
         self._stopping = True

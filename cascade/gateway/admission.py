@@ -3,6 +3,8 @@
 A stalled tier fills only its own places (a 429 for that tier), so the other tiers keep answering. Where a tier's
 engines report their own queue (cascade/gateway/engine_load.py), `[routing.engine_load] max_queue` refuses the
 tier while they queue that many requests, whoever sent them; without a reading, only this gateway's places count.
+`Admission` is also the router's live load view (cascade/router/load.py `TierLoad`): each tier's requests in
+flight and its engines' own report.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from cascade.config import Limits
 from cascade.errors import Overloaded
 from cascade.gateway.engine_load import TierEngines
 from cascade.gateway.metrics import GatewayMetrics
+from cascade.router.load import EngineView
 from cascade.tiers import Tier
 
 
@@ -61,3 +64,9 @@ class Admission:
         self.tier_load[tier.index] -= 1
         self.streams_open -= streams
         self._tier_gauges[tier.index].dec()
+
+    def requests(self, tier: int) -> int:
+        return self.tier_load[tier]
+
+    def engine(self, tier: int) -> EngineView | None:
+        return None if self.engines is None else self.engines.view(tier)

@@ -11,9 +11,10 @@ import msgspec
 from litestar import Litestar, Request, Response, get, post
 from litestar.exceptions import HTTPException
 
-from cascade.errors import CascadeError, InvalidRequest, PayloadTooLarge, Unauthorized
+from cascade.errors import CascadeError, InvalidRequest
 from cascade.gateway.chat_asgi import ChatCompletionsASGI
-from cascade.gateway.errors import error_response, openai_error, status_for
+from cascade.gateway.errors import error_reply, error_response, internal_error
+from cascade.gateway.intake import check_auth, read_body
 from cascade.gateway.openapi import openapi_json
 from cascade.gateway.service import ChatService
 from cascade.schemas import ChatCompletionRequest
@@ -31,37 +32,15 @@ def create_app(
     on_startup: list[Callable[[], Awaitable[None]]] | None = None,
     on_shutdown: list[Callable[[], Awaitable[None]]] | None = None,
 ) -> ChatCompletionsASGI:
-    max_body = service.limits.max_body_bytes
     keys = frozenset(api_keys)
-
-    def check_auth(request: Request[Any, Any, Any]) -> None:
-        if not keys:
-            return
-        header = request.headers.get("authorization", "")
-        scheme, _, token = header.partition(" ")
-        if scheme.lower() != "bearer" or token not in keys:
-            raise Unauthorized("missing or invalid API key: send `Authorization: Bearer <key>`")
-
-    async def read_body(request: Request[Any, Any, Any]) -> bytes:
-        declared = request.headers.get("content-length")
-        if declared is not None and declared.isdigit() and int(declared) > max_body:
-            raise PayloadTooLarge(f"request body is {declared} bytes; the limit is {max_body}", None,
-                                  "request_too_large")
-        chunks: list[bytes] = []
-        size = 0
-        async for chunk in request.stream():
-            size += len(chunk)
-            if size > max_body:
-                raise PayloadTooLarge(f"request body exceeds the limit of {max_body} bytes", None,
-                                      "request_too_large")
-            chunks.append(chunk)
-        return b"".join(chunks)
 
     @post("/v1/route", status_code=200)
     async def route(request: Request[Any, Any, Any]) -> Response[bytes]:
         """The routing decision for a chat request, without generating (same body as chat completions)."""
-        check_auth(request)
-        req = decode_chat_request(await read_body(request))
+        check_auth(keys, request.headers.get("authorization", ""))
+        raw = await read_body(request.stream(), request.headers.get("content-length"),
+                              service.limits.max_body_bytes)
+        req = decode_chat_request(raw)
         decision, _ = service.prepare(req, request.headers.get("x-cascade-quality"))
         return Response(_encode(service.route_decision(decision)), media_type=_JSON,
                         headers={"X-Cascade-Tier": decision.tier.name})
@@ -98,12 +77,9 @@ def create_app(
         return Response(openapi_body, media_type=_JSON)
 
     def handle_cascade_error(request: Request[Any, Any, Any], exc: CascadeError) -> Response[bytes]:
-        status = status_for(exc)
-        if status < 500:
-            service.metrics.client_errors.labels(str(status)).inc()
-        else:
-            log.warning("%s %s -> %d: %s", request.method, request.url.path, status, exc.message)
-        return _error(exc, status)
+        status, body, extra = error_reply(exc, service.metrics, request.method, request.url.path)
+        return Response(body, status_code=status, media_type=_JSON,
+                        headers={k.decode("latin-1"): v.decode("latin-1") for k, v in extra} or None)
 
     def handle_http_exception(request: Request[Any, Any, Any], exc: HTTPException) -> Response[bytes]:
         status = exc.status_code
@@ -119,10 +95,7 @@ def create_app(
         return Response(error_response(message, kind), status_code=status, media_type=_JSON, headers=headers)
 
     def handle_unexpected(request: Request[Any, Any, Any], exc: Exception) -> Response[bytes]:
-        # Never a traceback to the client; the log has it.
-        log.exception("unhandled error on %s %s", request.method, request.url.path)
-        return Response(error_response("internal error in the gateway", "server_error"), status_code=500,
-                        media_type=_JSON)
+        return Response(internal_error(request.method, request.url.path), status_code=500, media_type=_JSON)
 
     litestar = Litestar(
         route_handlers=[route, models, health, ready, metrics, openapi],
@@ -194,10 +167,6 @@ def _validation_param(message: str) -> tuple[str, str | None]:
         path = f"{path}.{field}" if path else field
         return f"missing required parameter: `{path}`", path
     return (f"invalid value for `{path}`: {text}" if path else text), path
-
-
-def _error(exc: CascadeError, status: int) -> Response[bytes]:
-    return Response(openai_error(exc, status), status_code=status, media_type=_JSON)
 
 
 __all__ = ["create_app", "decode_chat_request"]

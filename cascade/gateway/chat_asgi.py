@@ -18,13 +18,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import logging
-from collections.abc import Awaitable, Callable, MutableMapping
+from collections.abc import AsyncIterator, Awaitable, Callable, MutableMapping
 from typing import Any
 
 import msgspec
 
-from cascade.errors import CascadeError, PayloadTooLarge, Unauthorized
+from cascade.errors import CascadeError
 from cascade.gateway.decision import Decision
 from cascade.gateway.drain import (
     DRAIN_KEY,
@@ -36,7 +35,8 @@ from cascade.gateway.drain import (
     shutdown_error,
     shutdown_stream_end,
 )
-from cascade.gateway.errors import error_response, openai_error, retry_after, status_for
+from cascade.gateway.errors import error_reply, error_response, internal_error
+from cascade.gateway.intake import check_auth, read_body
 from cascade.gateway.service import ChatService
 from cascade.schemas import ChatCompletionRequest
 
@@ -45,7 +45,6 @@ Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
 Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
 ASGIApp = Callable[..., Awaitable[None]]  # Litestar's own ASGI types are narrower than these
 
-log = logging.getLogger("cascade.gateway")
 _encode = msgspec.json.Encoder().encode
 PATH = "/v1/chat/completions"
 YIELD_EVERY = 256  # frames sent between explicit yields to the event loop (see _stream)
@@ -112,21 +111,16 @@ class ChatCompletionsASGI:
         except CascadeError as exc:
             if started:
                 raise
-            status = status_for(exc)
-            if status < 500:
-                self.service.metrics.client_errors.labels(str(status)).inc()
-            else:
-                log.warning("POST %s -> %d: %s", PATH, status, exc.message)
-            await _respond(send, status, openai_error(exc, status), retry_after(exc))
+            await _respond(send, *error_reply(exc, self.service.metrics, "POST", PATH))
         except Exception:
-            log.exception("unhandled error on POST %s", PATH)
-            if not started:  # never a traceback to the client; the log has it
-                await _respond(send, 500, error_response("internal error in the gateway", "server_error"))
+            body = internal_error("POST", PATH)
+            if not started:
+                await _respond(send, 500, body)
 
     async def _handle(self, scope: Scope, receive: Receive, send: Send) -> None:
         headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in scope["headers"]}
-        self._check_auth(headers)
-        raw = await self._read_body(headers, receive)
+        check_auth(self.keys, headers.get("authorization", ""))
+        raw = await read_body(_body_chunks(receive), headers.get("content-length"), self.service.limits.max_body_bytes)
         service = self.service
         req = self.decode(raw)
         decision, max_tokens = service.prepare(req, headers.get("x-cascade-quality"))
@@ -146,31 +140,16 @@ class ChatCompletionsASGI:
             guard.close()
             service.release()
 
-    def _check_auth(self, headers: dict[str, str]) -> None:
-        if not self.keys:
-            return
-        scheme, _, token = headers.get("authorization", "").partition(" ")
-        if scheme.lower() != "bearer" or token not in self.keys:
-            raise Unauthorized("missing or invalid API key: send `Authorization: Bearer <key>`")
 
-    async def _read_body(self, headers: dict[str, str], receive: Receive) -> bytes:
-        limit = self.service.limits.max_body_bytes
-        declared = headers.get("content-length")
-        if declared is not None and declared.isdigit() and int(declared) > limit:
-            raise PayloadTooLarge(f"request body is {declared} bytes; the limit is {limit}", None, "request_too_large")
-        chunks: list[bytes] = []
-        size = 0
-        while True:
-            message = await receive()
-            if message["type"] == "http.disconnect":
-                raise ClientGone()
-            chunk = message.get("body", b"")
-            size += len(chunk)
-            if size > limit:
-                raise PayloadTooLarge(f"request body exceeds the limit of {limit} bytes", None, "request_too_large")
-            chunks.append(chunk)
-            if not message.get("more_body", False):
-                return b"".join(chunks)
+async def _body_chunks(receive: Receive) -> AsyncIterator[bytes]:
+    """The request body's chunks as the server receives them; a disconnect before its end is ClientGone."""
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            raise ClientGone()
+        yield message.get("body", b"")
+        if not message.get("more_body", False):
+            return
 
 
 async def _stream(service: ChatService, req: ChatCompletionRequest, decision: Decision, max_tokens: int,

@@ -1,4 +1,5 @@
-"""A request's decision: its way along the ladder (router/escalation.py) and, once served, what answered it."""
+"""A request's decision: its way along the ladder (the router's `Routing`, router/router.py), the branches it runs
+on each tier it may reach and, once served, what answered it. Frozen: `prepare` makes it once, `served` a copy."""
 
 from __future__ import annotations
 
@@ -8,22 +9,22 @@ import msgspec
 
 from cascade.branches.runner import BranchSettings
 from cascade.router.escalation import Itinerary, Served
-from cascade.router.policy import Assessment, QualityHint
+from cascade.router.policy import Assessment
 from cascade.schemas import Degradation
 from cascade.tiers import Tier
 
 
-class Decision(msgspec.Struct, kw_only=True):
+class Decision(msgspec.Struct, frozen=True, kw_only=True):
     itinerary: Itinerary
     tier: Tier  # the tier asked first; once served, the tier that answered
     hint: str  # the quality hint's label, or "bypass" when the client named a tier
-    quality: QualityHint | None = None  # None when the client named a tier
     escalations: int = 0
     confidence: float | None = None  # cascade mode: the accepted answer's confidence
     fallback_from: str | None = None  # route mode: the tier that failed before this one answered
     note: str | None = None  # shown as cascade.note
     degraded: Degradation | None = None  # load-reactive routing served it below what it asked for
-    # The request's branch settings per reachable tier index, checked once before anything is sent.
+    # The request's branch settings per reachable tier index, checked once before anything is sent (a route-mode
+    # fallback tier, checked only when needed, is not among them).
     branches: dict[int, BranchSettings | None] = msgspec.field(default_factory=dict)
 
     @property

@@ -1,8 +1,11 @@
-"""CascadeError classes to HTTP statuses and OpenAI error bodies."""
+"""CascadeError classes to HTTP statuses and OpenAI error bodies, and the reply every route gives to an error
+(the Litestar routes and the plain-ASGI chat completions route alike)."""
 
 from __future__ import annotations
 
+import logging
 import math
+from typing import TYPE_CHECKING
 
 import msgspec
 
@@ -18,6 +21,11 @@ from cascade.errors import (
     UnknownModel,
 )
 from cascade.schemas import ErrorBody, ErrorResponse
+
+if TYPE_CHECKING:
+    from cascade.gateway.metrics import GatewayMetrics
+
+log = logging.getLogger("cascade.gateway")
 
 # Most specific first: PayloadTooLarge is an InvalidRequest.
 _STATUS: tuple[tuple[type[CascadeError], int], ...] = (
@@ -70,3 +78,22 @@ def openai_error(exc: CascadeError, status: int) -> bytes:
     if status == 404:
         code, param = "model_not_found", "model"
     return error_response(exc.message, kind, param, code)
+
+
+def error_reply(exc: CascadeError, metrics: GatewayMetrics, method: str, path: str
+                ) -> tuple[int, bytes, list[tuple[bytes, bytes]]]:
+    """Status, OpenAI error body and extra headers (`Retry-After`) for a request that failed with `exc`: a
+    client's error is counted, a server-side one logged."""
+    status = status_for(exc)
+    if status < 500:
+        metrics.client_errors.labels(str(status)).inc()
+    else:
+        log.warning("%s %s -> %d: %s", method, path, status, exc.message)
+    return status, openai_error(exc, status), retry_after(exc)
+
+
+def internal_error(method: str, path: str) -> bytes:
+    """The 500 body for an unexpected exception, logged with its traceback (which never reaches the client).
+    Call it from the `except` block."""
+    log.exception("unhandled error on %s %s", method, path)
+    return error_response("internal error in the gateway", "server_error")

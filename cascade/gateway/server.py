@@ -11,18 +11,16 @@ from typing import Any
 
 from cascade.config import CascadeConfig, load_config
 from cascade.engines.sglang_launch import is_loopback
-from cascade.engines.supervisor import Supervisor
 from cascade.errors import ConfigError
 from cascade.gateway.app import create_app
 from cascade.gateway.chat_asgi import ChatCompletionsASGI
 from cascade.gateway.engine_load import EngineLoadCollector, TierEngines
 from cascade.gateway.metrics import GatewayMetrics
-from cascade.gateway.service import ChatService
+from cascade.gateway.service import ChatService, ServiceConfig
 from cascade.gateway.traffic import TrafficLog
+from cascade.ladder import Ladder
 from cascade.plan import load_plan
-from cascade.router.escalation import serving_mode
-from cascade.router.policy import HeuristicSignal, RoutingPolicy, RoutingSignal
-from cascade.tiers import build_tiers, make_workers
+from cascade.router.policy import HeuristicSignal, RoutingSignal
 
 log = logging.getLogger("cascade.gateway")
 
@@ -40,9 +38,9 @@ class Gateway:
 
     def __init__(self, config: CascadeConfig, plan_path: str | None = None, log_dir: Path | None = None) -> None:
         self.config = config
-        self.workers = make_workers(config, log_dir or Path.cwd() / "logs") if config.workers else {}
-        self.supervisor = Supervisor(list(self.workers.values()))
-        tiers = build_tiers(config, self.workers)
+        # Built now (the service needs its tiers), started by `start` and closed by `stop` (cascade/ladder.py).
+        self.ladder = Ladder(config, log_dir=log_dir)
+        self.workers, tiers = self.ladder.workers, self.ladder.tiers
         points, accept, mode = dict(config.routing.operating_points), dict(config.routing.accept), config.routing.mode
         if plan_path:
             plan = load_plan(plan_path)
@@ -54,13 +52,10 @@ class Gateway:
         if self.engines.monitor.pollers:
             self.metrics.registry.register(EngineLoadCollector(self.engines))
         self.service = ChatService(
-            tiers, RoutingPolicy(len(tiers), points, routing_signal(config, [t.name for t in tiers])),
-            config.gateway.limits, self.metrics,
-            config.gateway.default_quality, config.gateway.keepalive_s,
-            TrafficLog(config.gateway.traffic_log) if config.gateway.traffic_log else None,
-            config.gateway.failover,
-            serving_mode(mode, len(tiers), accept, config.gateway.failover.tier_fallback),
-            config.routing.load, config.routing.confidence, self.engines,
+            tiers, ServiceConfig.of(config, mode=mode, operating_points=points, accept=accept), self.metrics,
+            signal=routing_signal(config, [t.name for t in tiers]),
+            traffic=TrafficLog(config.gateway.traffic_log) if config.gateway.traffic_log else None,
+            engines=self.engines,
         )
         self.metrics.watch_pools(lambda: [t.backend for t in self.service.tiers])
         self.app = create_app(
@@ -74,21 +69,17 @@ class Gateway:
         if self.workers:
             log.info("starting %d embedded workers (first start loads the models; ~1 min on 2 cores)",
                      len(self.workers))
-            await self.supervisor.start()
+        await self.ladder.start()
         log.info("tiers: %s", ", ".join(t.name for t in self.service.tiers))
 
     async def stop(self) -> None:
         """After the drain (cascade/gateway/drain.py): no request is in flight any more."""
         try:
             await self.engines.aclose()
-            for tier in self.service.tiers:
-                await tier.backend.aclose()
-                if tier.scorer is not None:
-                    await tier.scorer.aclose()
             if self.service.telemetry.traffic is not None:
                 self.service.telemetry.traffic.close()
         finally:
-            self.supervisor.stop()  # whatever failed above, the embedded workers stop
+            await self.ladder.aclose()  # every backend and scorer closed, the embedded workers stopped
 
     async def ready(self) -> dict[str, Any]:
         """Tier health (every tier needs one replica that passes its health check and is not benched),
@@ -142,7 +133,7 @@ def run(
         uvicorn.run(gateway.app, **options)
     finally:
         # uvicorn runs on_shutdown on SIGINT/SIGTERM; this also covers a failed startup.
-        gateway.supervisor.stop()
+        gateway.ladder.supervisor.stop()
 
 
 def exposure_warning(host: str, api_keys: tuple[str, ...]) -> str | None:

@@ -1,9 +1,11 @@
 """Streamed answers as SSE frames: a live relay of upstream deltas, or a whole answer sent when known.
 
-* `relay`: one tier's upstream streams, already opened (their first deltas read, so a fault before any token
-  became an HTTP error or a fallback), relayed frame by frame; the hot path of the gateway.
-* `deferred`: an answer known only at the end (cascade mode judges it, reasoning branches vote): SSE comments
-  keep the connection alive meanwhile, then the answer goes out at once, so TTFT honestly includes the wait.
+* `relay`: a live answer (cascade/answer.py `Opened`: one tier's upstream streams, their first deltas read, so a
+  fault before any token became an HTTP error or a fallback), relayed frame by frame; the hot path of the gateway.
+  Its `StreamLadder` closes it at the end: the upstreams, the tier's slots and admission.
+* `deferred`: an answer known only at the end (cascade mode judges it, reasoning branches vote), served over an
+  `AnswerLadder`: SSE comments keep the connection alive meanwhile, then the answer goes out at once, so TTFT
+  honestly includes the wait.
 
 Headers are gone once a frame is out: a later fault ends the stream with an in-band error event.
 """
@@ -13,51 +15,26 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
-from collections.abc import AsyncGenerator, Awaitable, Callable
-from dataclasses import dataclass
+from collections.abc import AsyncGenerator
 
-from cascade.answer import Answer
+from cascade.answer import Answer, Opened, Streams
 from cascade.branches.backend import GenerationResult, StreamDelta
 from cascade.errors import BackendError, CascadeError, Overloaded
 from cascade.gateway.decision import Decision
 from cascade.gateway.frames import ChunkFrames
+from cascade.gateway.ladders import AnswerLadder, StreamLadder
 from cascade.gateway.responses import cascade_info, in_band_error, whole_answer_frames
 from cascade.gateway.telemetry import Telemetry
 from cascade.schemas import Usage
-from cascade.tiers import Tier
 
 # SSE comment sent while a cascade (or branches) works before the first token: proxies and clients
 # with idle timeouts keep the connection, and OpenAI SDKs ignore comments.
 KEEPALIVE = b": keep-alive\n\n"
-Streams = list[AsyncGenerator[StreamDelta, None]]
 
 
-@dataclass
-class Opened:
-    """A tier's upstream streams (one per choice) with their first deltas read (None: the stream was empty)."""
-
-    tier: Tier
-    streams: Streams
-    firsts: list[StreamDelta | None]
-    start: float
-
-
-async def open_streams(tier: Tier, streams: Streams) -> Opened:
-    """Read every stream's first delta, so a fault before any token raises here; on a fault all are closed."""
-    start = time.perf_counter()
-    firsts: list[StreamDelta | None] = []
-    try:
-        for stream in streams:
-            firsts.append(await anext(stream, None))
-    except BaseException:
-        await close_all(streams)
-        raise
-    return Opened(tier, streams, firsts, start)
-
-
-async def relay(opened: Opened, decision: Decision, include_usage: bool, telemetry: Telemetry,
-                release: Callable[[], None]) -> AsyncGenerator[bytes, None]:
-    """The frames of `opened`'s streams; `release` is called once every upstream stream is closed."""
+async def relay(opened: Opened, ladder: StreamLadder, decision: Decision, include_usage: bool, telemetry: Telemetry
+                ) -> AsyncGenerator[bytes, None]:
+    """The frames of `opened`'s streams; `ladder` closes it at the end, whatever ends it."""
     tier, streams, firsts, start = opened.tier, opened.streams, opened.firsts, opened.start
     frames = ChunkFrames(f"chatcmpl-{uuid.uuid4().hex}", int(time.time()), tier.name)
     prompt_tokens = 0
@@ -113,9 +90,8 @@ async def relay(opened: Opened, decision: Decision, include_usage: bool, telemet
         try:
             if merged is not None:
                 await merged.aclose()
-            await close_all(streams)
         finally:
-            release()
+            await ladder.close(opened)
     total_completion = sum(completion_tokens)
     usage = None
     if include_usage:
@@ -126,10 +102,10 @@ async def relay(opened: Opened, decision: Decision, include_usage: bool, telemet
     telemetry.success(decision, time.perf_counter() - start, prompt_tokens, total_completion, stream=True)
 
 
-async def deferred(work: Callable[[], Awaitable[tuple[Decision, Answer]]], keepalive_s: float, include_usage: bool,
-                   telemetry: Telemetry) -> AsyncGenerator[bytes, None]:
+async def deferred(ladder: AnswerLadder, keepalive_s: float, include_usage: bool, telemetry: Telemetry
+                   ) -> AsyncGenerator[bytes, None]:
     start = time.perf_counter()
-    task = asyncio.ensure_future(work())  # made here: a stream never started leaves no coroutine behind
+    task = asyncio.ensure_future(ladder.serve())  # made here: a stream never started leaves no coroutine behind
     try:
         while True:
             done, _ = await asyncio.wait({task}, timeout=keepalive_s)
@@ -154,13 +130,6 @@ async def deferred(work: Callable[[], Awaitable[tuple[Decision, Answer]]], keepa
     results = answer.results
     telemetry.success(decision, time.perf_counter() - start, results[0].prompt_tokens,
                       sum(r.completion_tokens for r in results), answer, stream=True)
-
-
-async def close_all(streams: Streams) -> None:
-    for stream in streams:
-        aclose = getattr(stream, "aclose", None)
-        if aclose is not None:
-            await aclose()
 
 
 async def merge(streams: Streams, firsts: list[StreamDelta | None]) -> AsyncGenerator[tuple[int, StreamDelta], None]:

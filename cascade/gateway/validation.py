@@ -15,6 +15,7 @@ from cascade.config import Limits
 from cascade.errors import InvalidRequest
 from cascade.schemas import ONE_ANSWER, PASSTHROUGH, ChatCompletionRequest
 from cascade.tiers import Tier, branch_settings
+from cascade.upstream import stops
 
 
 def validate(req: ChatCompletionRequest, lim: Limits) -> int:
@@ -110,7 +111,3 @@ def forwarded(req: ChatCompletionRequest) -> set[str]:
 def one_answer_field(req: ChatCompletionRequest) -> str | None:
     """The first field the request sets that asks for the engine's one answer (tools, logprobs, a format)."""
     return next((name for name in ONE_ANSWER if getattr(req, name) not in (None, False)), None)
-
-
-def stops(req: ChatCompletionRequest) -> list[str]:
-    return [req.stop] if isinstance(req.stop, str) else list(req.stop or [])

@@ -28,6 +28,7 @@ whole group terminated (SIGTERM, then SIGKILL), so that no engine outlives the c
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import importlib.util
 import logging
 import math
@@ -283,25 +284,34 @@ async def _supervise(supervisor: Supervisor, config_toml: str, config_out: Path,
     stop = asyncio.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
+    started = asyncio.Event()
+
+    async def engines_up() -> None:
+        async with supervisor:  # stops every engine on any exit, a cancelled start included
+            started.set()
+            _write_config(config_out, config_toml, private)
+            for worker in supervisor.workers:
+                say(f"{worker.config.name}: {worker.url} (pid {worker.process.pid if worker.process else '?'})")
+            say(f"{len(supervisor.workers)} engine(s) up; gateway config: {config_out}"
+                f"{' (holds the engine API key; mode 0600)' if private else ''}. Run the gateway with "
+                f"`cascade serve --config {config_out} --plan {plan_path}`. Ctrl-C (or SIGTERM) stops every engine.")
+            await stop.wait()
+            say("stopping the engines")
+
+    running = asyncio.create_task(engines_up())
     stopping = asyncio.create_task(stop.wait())
-    starting = asyncio.create_task(supervisor.start())
     try:
-        await asyncio.wait({starting, stopping}, return_when=asyncio.FIRST_COMPLETED)
-        if not starting.done():  # a signal while the engines start: stop them (start() cleans up)
-            starting.cancel()
+        await asyncio.wait({running, stopping}, return_when=asyncio.FIRST_COMPLETED)
+        if not started.is_set() and not running.done():  # a signal while the engines start: stop them
+            running.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await running
             say("stopping before every engine was healthy")
             return 0
-        starting.result()  # a worker that failed to start raises here
-        _write_config(config_out, config_toml, private)
-        for worker in supervisor.workers:
-            say(f"{worker.config.name}: {worker.url} (pid {worker.process.pid if worker.process else '?'})")
-        say(f"{len(supervisor.workers)} engine(s) up; gateway config: {config_out}"
-            f"{' (holds the engine API key; mode 0600)' if private else ''}. Run the gateway with "
-            f"`cascade serve --config {config_out} --plan {plan_path}`. Ctrl-C (or SIGTERM) stops every engine.")
-        await stopping
-        say("stopping the engines")
+        await running  # a worker that failed to start raises here
         return 0
     finally:
+        running.cancel()
         stopping.cancel()
         supervisor.stop()
         for sig in (signal.SIGINT, signal.SIGTERM):

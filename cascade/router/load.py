@@ -15,12 +15,12 @@ too, whoever sent it (another gateway, another tier on the same engine): the tie
 queue (every one of them, for `[routing.engine_load] queue_for_s`) or hold its capacity x its branches, and
 pressed by the engines' own TTFT percentile. Without a fresh view, the gateway's own counters are all there is.
 
-`LoadReactive.adjust` moves a request with a named hint (`balanced`, and `best` when `degrade_best`) whose
-itinerary would load a full or pressed tier to the next cheaper operating point (`best` -> `balanced` ->
-`fast`) whose first tier is neither, and says why; when no cheaper point helps, the request keeps its own (and a
-reasoning tier runs fewer branches). Numeric hints are never moved: they keep their accuracy target, and
-admission answers 429 when the tier is at its limit. Plain data, a clock passed in: every rule is tested
-without a server.
+The router (cascade/router/router.py) moves a request with a named hint (`balanced`, and `best` when
+`degrade_best`) whose itinerary would load a full or pressed tier to the next cheaper operating point (`best` ->
+`balanced` -> `fast`) whose first tier is neither, and says why; when no cheaper point helps, the request keeps its
+own (and a reasoning tier runs fewer branches). Numeric hints are never moved: they keep their accuracy target,
+and admission answers 429 when the tier is at its limit. Plain data, the live load read through one small
+protocol (`TierLoad`, with a fake: `StaticLoad`), a clock passed in: every rule is tested without a server.
 """
 
 from __future__ import annotations
@@ -28,16 +28,13 @@ from __future__ import annotations
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
+from typing import Protocol
 
 import msgspec
 import numpy as np
 
 from cascade.config import LoadReactiveConfig
-from cascade.router.escalation import Itinerary
-from cascade.router.policy import QualityHint
-from cascade.schemas import Degradation
 
-CHEAPER = {"best": "balanced", "balanced": "fast"}
 _REFRESH_S = 0.1  # pressure is recomputed at most this often (a percentile per tier is not free per request)
 
 
@@ -49,6 +46,42 @@ class EngineView(msgspec.Struct, frozen=True, kw_only=True):
     queued: int
     saturated: bool  # every engine has had requests waiting for at least `queue_for_s`
     ttft_s: float | None = None  # the engines' TTFT `percentile` over `window_s` (None: too few answers)
+
+
+class TierShape(msgspec.Struct, frozen=True):
+    """A tier as load-reactive routing sees it: its name, its branch slots (0: none), its branches per request."""
+
+    name: str
+    branch_slots: int = 0
+    branches: int = 1
+
+
+class TierLoad(Protocol):
+    """The live load view, read per request: the gateway's requests in flight on each tier, and each tier's
+    engines' own report where they publish one."""
+
+    def requests(self, tier: int) -> int:
+        """This gateway's requests in flight on `tier` now."""
+        ...
+
+    def engine(self, tier: int) -> EngineView | None:
+        """Tier `tier`'s engines as they report themselves (None: not known now)."""
+        ...
+
+
+class StaticLoad:
+    """A `TierLoad` read from lists a caller sets (tests, tools): `load[i]` requests in flight on tier i, and its
+    engines' view `views[i]`."""
+
+    def __init__(self, load: list[int], views: list[EngineView | None] | None = None) -> None:
+        self.load = load
+        self.views = views if views is not None else [None] * len(load)
+
+    def requests(self, tier: int) -> int:
+        return self.load[tier]
+
+    def engine(self, tier: int) -> EngineView | None:
+        return self.views[tier]
 
 
 class TierPressure(msgspec.Struct, frozen=True, kw_only=True):
@@ -76,20 +109,18 @@ class _Window:
 
 
 class Headroom:
-    """Each tier's live pressure and pressed flag. `load(i)` is tier i's requests in flight now; `capacity[i]`
-    the requests it holds when full (None: load not watched). `engine(i)`, where given, is tier i's engines' own
-    view (None: not known now), and `streams[i]` the engine requests one of its requests makes (its branches)."""
+    """Each tier's live pressure and pressed flag. `load` is the live view (each tier's requests in flight now,
+    its engines' own report); `capacity[i]` the requests tier i holds when full (None: load not watched), and
+    `streams[i]` the engine requests one of its requests makes (its branches)."""
 
     def __init__(self, names: Sequence[str], config: LoadReactiveConfig, capacity: Sequence[int | None],
-                 load: Callable[[int], int], clock: Callable[[], float] = time.monotonic,
-                 engine: Callable[[int], EngineView | None] | None = None, streams: Sequence[int] | None = None
+                 load: TierLoad, clock: Callable[[], float] = time.monotonic, streams: Sequence[int] | None = None
                  ) -> None:
         self.names = list(names)
         self.config = config
         self.capacity = list(capacity)
         self.load = load
         self.clock = clock
-        self.engine = engine or (lambda tier: None)
         self.streams = list(streams or [1] * len(self.names))
         self.ttft = [_Window() for _ in names]
         self.e2el = [_Window() for _ in names]
@@ -117,10 +148,10 @@ class Headroom:
     def _full(self, tier: int) -> str | None:
         """Why the tier is full now (its requests in flight reached its capacity, or its engines say so), or None."""
         cap = self.capacity[tier]
-        load = self.load(tier) if cap else 0
+        load = self.load.requests(tier) if cap else 0
         if cap and load >= cap:
             return f"{load} in flight of {cap}"
-        view = self.engine(tier)
+        view = self.load.engine(tier)
         if view is None:
             return None
         if view.saturated:
@@ -155,61 +186,14 @@ class Headroom:
                 if value is not None:
                     signals.append((value * 1000 / slo_ms,
                                     f"{name} p{c.percentile:g} {value:.2f} s against the {slo_ms / 1000:.2f} s SLO"))
-        view = self.engine(tier) if c.ttft_ms else None
+        view = self.load.engine(tier) if c.ttft_ms else None
         if view is not None and view.ttft_s is not None:
             signals.append((view.ttft_s * 1000 / c.ttft_ms, f"engine ttft p{c.percentile:g} {view.ttft_s:.2f} s "
                                                             f"against the {c.ttft_ms / 1000:.2f} s SLO"))
         return max(signals, key=lambda s: s[0])
 
 
-class LoadReactive:
-    """Moves named hints to a cheaper operating point while the tier they would load is full or pressed."""
-
-    def __init__(self, config: LoadReactiveConfig, headroom: Headroom) -> None:
-        self.config = config
-        self.headroom = headroom
-
-    def movable(self, hint: QualityHint) -> bool:
-        """Named hints give way to load; `best` only when configured; numeric targets never."""
-        if not self.config.enabled or hint.name is None:
-            return False
-        return hint.name != "best" or self.config.degrade_best
-
-    def adjust(self, hint: QualityHint, itinerary: Itinerary, itinerary_for: Callable[[QualityHint], Itinerary]
-               ) -> tuple[Itinerary, Degradation | None]:
-        """`itinerary`, or the first cheaper operating point's whose first tier is free (and that changes
-        something) when `itinerary` would load a pressed tier."""
-        if not self.movable(hint):
-            return itinerary, None
-        hot = next(((i, why) for i in itinerary.reachable() if (why := self.headroom.hot(i)) is not None), None)
-        if hot is None:
-            return itinerary, None
-        assert hint.name is not None
-        name = hint.name
-        while name in CHEAPER:
-            name = CHEAPER[name]
-            candidate = itinerary_for(QualityHint(name=name))
-            if self.headroom.hot(candidate.first) is not None:
-                continue
-            if candidate.first == itinerary.first and candidate.thresholds == itinerary.thresholds:
-                continue  # the same way along the ladder: nothing gained, nothing to report
-            return candidate, Degradation(requested=hint.name, served=name, tier=self.headroom.names[hot[0]],
-                                          reason=hot[1])
-        return itinerary, None
-
-    def branches(self, hint: QualityHint, tier: int, n: int, m: int) -> Degradation | None:
-        """Fewer branches on a full or pressed tier: a movable request runs the M that must finish instead of N."""
-        if not (self.config.shed_branches and n > m and self.movable(hint)):
-            return None
-        why = self.headroom.hot(tier)
-        if why is None:
-            return None
-        assert hint.name is not None
-        return Degradation(requested=hint.name, served=hint.name, tier=self.headroom.names[tier], reason=why,
-                           branches=m)
-
-
-def capacities(config: LoadReactiveConfig, tiers: Sequence[tuple[str, int, int]]) -> list[int | None]:
-    """Per tier (name, branch_slots, branches): the requests it holds when full, or None (load not watched)."""
-    return [config.max_in_flight.get(name) or (slots // branches if slots else None)
-            for name, slots, branches in tiers]
+def capacities(config: LoadReactiveConfig, tiers: Sequence[TierShape]) -> list[int | None]:
+    """Per tier: the requests it holds when full, or None (load not watched)."""
+    return [config.max_in_flight.get(t.name) or (t.branch_slots // t.branches if t.branch_slots else None)
+            for t in tiers]

@@ -4,13 +4,12 @@ the static one never degrades, the reactive one moves requests off the full dire
 from __future__ import annotations
 
 import json
-import os
-import signal
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+
+from cascade.testing import run
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "benchmarks" / "load_reactive.py"
@@ -20,15 +19,9 @@ SCRIPT = ROOT / "benchmarks" / "load_reactive.py"
 def test_a_short_ramp_runs_every_arm_on_the_same_arrivals_and_only_reactive_arms_degrade(tmp_path: Path) -> None:
     command = [sys.executable, str(SCRIPT), "--rate", "1.5", "--steps", "1,3", "--phase-s", "5", "--bin-s", "5",
                "--out", str(tmp_path / "r.json"), "--plot", str(tmp_path / "r.png")]
-    proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
-    try:
-        out, err = proc.communicate(timeout=280)
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait(timeout=10)
-    assert proc.returncode == 0, err.decode()[-3000:]
-    result = json.loads(out)
+    done = run(command, timeout_s=280)
+    assert done.returncode == 0, done.stderr.decode()[-3000:]
+    result = json.loads(done.stdout)
     arms = result["arms"]
     assert list(arms) == ["static", "reactive_latency", "reactive"]
     for arm in arms.values():

@@ -4,8 +4,6 @@ replay through the simulator, and the engine stopped afterwards."""
 from __future__ import annotations
 
 import json
-import os
-import signal
 import socket
 import subprocess
 import sys
@@ -13,6 +11,8 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 import pytest
+
+from cascade.testing import run
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "benchmarks" / "simulator_vs_loadgen.py"
@@ -28,15 +28,8 @@ def test_replaying_a_load_test_on_the_fake_engine_predicts_its_p95_within_25_per
                "--profile-repeats", "2", "--profile-max-batch", "4", "--profile-output-tokens", "16",
                "--profile-time-limit-s", "15", "--calibrate-n", "20", "--out", str(tmp_path / "run"), "--json-out", str(tmp_path / "r.json")]
     # Its own session: a timeout kills the script, its loadgen and its fake engine together.
-    proc = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                            stdin=subprocess.DEVNULL, start_new_session=True)
-    try:
-        _, stderr = proc.communicate(timeout=75)
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait(5)
-    assert proc.returncode == 0, stderr.decode()[-2000:]
+    done = run(command, timeout_s=75, cwd=ROOT)
+    assert done.returncode == 0, done.stderr.decode()[-2000:]
     result = json.loads((tmp_path / "r.json").read_text())
 
     assert result["workload"]["completed"] == 25 and result["workload"]["failed"] == 0

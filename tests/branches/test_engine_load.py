@@ -18,7 +18,10 @@ from cascade.branches.engine_poller import EngineMonitor, EnginePoller
 from cascade.config import EngineLoadConfig
 from cascade.engines.fake_script import FakeScript
 from cascade.engines.fake_sglang import FakeSGLang
-from tests.servers import Replay, Reply, dead_url, eventually, open_streams, serve_asgi
+from cascade.testing import eventually, serve_asgi
+
+# What SGLang's multiprocess collector writes, cut down: two data-parallel ranks with priority scheduling (each
+from tests.servers import Replay, Reply, dead_url, open_streams
 
 # What SGLang's multiprocess collector writes, cut down: two data-parallel ranks with priority scheduling (each
 # total under priority="", each priority beside it), other series with similar names, TTFT streamed and not.

@@ -15,7 +15,7 @@ from cascade.branches.http_connection import HIGH_WATER, ConnectFailed, Connecti
 from cascade.branches.http_stream import StreamPool
 from cascade.engines.fake_server import FakeEngine, FakeScript
 from cascade.engines.supervisor import free_port
-from tests.servers import eventually, serve_asgi
+from cascade.testing import eventually, serve_asgi
 
 HEADERS = {"Content-Type": "application/json"}
 

@@ -28,7 +28,8 @@ from cascade.branches.prm_client import (
 from cascade.branches.scoring import Scorer, split_steps
 from cascade.config import Timeouts
 from cascade.errors import BackendError, BackendFailed, BackendTimeout, BackendUnavailable, ConfigError
-from tests.servers import Replay, Reply, dead_url, serve_asgi
+from cascade.testing import serve_asgi
+from tests.servers import Replay, Reply, dead_url
 
 FIXTURES = Path(__file__).parents[1] / "fixtures" / "sglang"
 CLASSIFY = ("POST", "/classify")

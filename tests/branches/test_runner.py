@@ -21,7 +21,7 @@ from cascade.config import Timeouts
 from cascade.engines.fake_server import FakeEngine, FakeScript
 from cascade.errors import BackendError
 from cascade.schemas import ChatMessage
-from tests.servers import eventually, serve_asgi
+from cascade.testing import eventually, serve_asgi
 
 RIGHT = "3_*_6_=_18.|So_the_answer_is_18.|####_18"
 WRONG = "3_*_6_=_19.|So_the_answer_is_19.|####_19"

@@ -13,7 +13,7 @@ from cascade.branches.runner import BranchRun, BranchRunner, BranchSettings
 from cascade.config import Timeouts
 from cascade.engines.fake_server import FakeEngine, FakeScript
 from cascade.schemas import ChatMessage
-from tests.servers import serve_asgi
+from cascade.testing import serve_asgi
 
 ANSWER = "[fake answer=3_*_6_=_18.|So_the_answer_is_18.|####_18 itl_ms=10]"
 PRUNING = BranchSettings(n=3, m=2, prune=False, prune_confidence=0.5, confidence_group=4)

@@ -28,7 +28,8 @@ from cascade.branches.scoring import Scorer, split_steps
 from cascade.config import Timeouts
 from cascade.engines.fake_server import read_body, send_json
 from cascade.errors import BackendError, BackendUnavailable
-from tests.servers import dead_url, serve_asgi
+from cascade.testing import serve_asgi
+from tests.servers import dead_url
 
 TIMEOUTS = Timeouts(connect_s=1.0, read_s=5.0, total_s=10.0)
 QUESTION = "Tom has 12 apples and 5 pears. He buys 7 more apples. How many fruits does he have?"

@@ -26,7 +26,7 @@ from cascade.engines.fake_server import FakeScript
 from cascade.engines.fake_sglang import FakeSGLang
 from cascade.errors import BackendFailed, InvalidRequest
 from cascade.schemas import ChatMessage
-from tests.servers import eventually, serve_asgi
+from cascade.testing import eventually, serve_asgi
 
 T = TypeVar("T")
 Served = tuple[str, FakeSGLang]

@@ -24,6 +24,7 @@ from cascade.engines.fake_asgi import Receive, Scope, Send, read_body
 from cascade.engines.fake_script import FakeScript
 from cascade.engines.fake_sglang import FakeSGLang
 from cascade.gateway.server import Gateway
+from cascade.testing import serve_asgi
 from tests.contract.sglang_protocol import SGLangProtocol
 from tests.contract.sglang_wire import (
     FIXTURES,
@@ -34,7 +35,6 @@ from tests.contract.sglang_wire import (
     sse_events,
     validate_request,
 )
-from tests.servers import serve_asgi
 
 MODEL = "Qwen/Qwen3-8B"
 TOOLS = [

@@ -16,8 +16,8 @@ from cascade.engines.models import load_card, prepare
 from cascade.engines.scorer_server import ScorerApp
 from cascade.engines.supervisor import Supervisor
 from cascade.engines.verifier_model import VerifierModel
+from cascade.testing import serve_asgi
 from cascade.tiers import build_tiers, make_workers
-from tests.servers import serve_asgi
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(180)]
 

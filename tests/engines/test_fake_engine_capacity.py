@@ -8,7 +8,7 @@ import httpx
 import msgspec
 
 from cascade.engines.fake_server import FakeEngine, FakeScript
-from tests.servers import serve_asgi
+from cascade.testing import serve_asgi
 
 
 def ask(url: str, text: str = "hi", model: str = "m") -> httpx.Response:

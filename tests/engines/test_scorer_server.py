@@ -19,8 +19,8 @@ from cascade.config import PRMScorerConfig, Timeouts, decode_config
 from cascade.engines.scorer_server import ScorerApp, scorer_command
 from cascade.engines.supervisor import Worker
 from cascade.errors import BackendFailed, ConfigError
+from cascade.testing import serve_asgi
 from cascade.tiers import make_scorer, workers_of
-from tests.servers import serve_asgi
 
 TIMEOUTS = Timeouts(connect_s=1.0, read_s=5.0, total_s=10.0)
 QUESTION = "Tom has 12 apples and buys 7 more. How many apples does he have?"

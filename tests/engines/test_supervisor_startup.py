@@ -14,8 +14,8 @@ from cascade.config import WorkerConfig
 from cascade.engines.fake_server import FakeEngine, FakeScript
 from cascade.engines.supervisor import Supervisor, Worker, worker_command, worker_env
 from cascade.errors import ConfigError
+from cascade.testing import serve_asgi
 from tests.branches.test_sglang_health import SlowHealth
-from tests.servers import serve_asgi
 
 # A stand-in process for the engine: the HTTP side is the in-process fake engine on `port`.
 IDLE = [sys.executable, "-c", "import time; time.sleep(60)"]

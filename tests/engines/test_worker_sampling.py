@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from cascade.answer import Sampling, answer
+from cascade.answer import answer
 from cascade.config import Limits, decode_config
 from cascade.engines.fake_server import FakeEngine, FakeScript
 from cascade.engines.supervisor import Supervisor, Worker, sampling_fields
@@ -22,6 +22,7 @@ from cascade.errors import InvalidRequest
 from cascade.gateway.validation import branches_for
 from cascade.schemas import BranchOverride, ChatCompletionRequest, ChatMessage
 from cascade.tiers import build_tiers
+from cascade.upstream import Sampling
 
 IDLE = [sys.executable, "-c", "import time; time.sleep(60)"]  # the process; HTTP is the fake engine
 
@@ -70,7 +71,7 @@ def test_the_generation_config_is_the_models_own_with_sampling_on(tmp_path) -> N
 
 
 def test_a_sampling_worker_sends_its_generation_config_at_start_up_and_with_every_request(tmp_path) -> None:
-    from tests.servers import serve_asgi
+    from cascade.testing import serve_asgi
 
     bodies: list[dict[str, Any]] = []
 

@@ -1,4 +1,5 @@
-"""A gateway over real HTTP in front of the fake engine, for the gateway tests."""
+"""A gateway over real HTTP in front of the fake engine, for the gateway tests (its three-tier config,
+`ladder_toml` and `TIERS`, is cascade/testing.py's, shared with the benchmarks)."""
 
 from __future__ import annotations
 
@@ -10,22 +11,7 @@ import httpx
 from cascade.config import decode_config
 from cascade.engines.fake_server import FakeEngine, FakeScript
 from cascade.gateway.server import Gateway
-from tests.servers import serve_asgi
-
-TIERS = ("tier-small", "tier-medium", "tier-large")
-
-
-def ladder_toml(engine_url: str, extra: str = "", read_s: float = 5.0, dead_url: str | None = None) -> str:
-    tiers = []
-    for i, name in enumerate(TIERS):
-        url = dead_url if (dead_url and i == len(TIERS) - 1) else engine_url
-        tiers.append(f"""
-[[tiers]]
-name = "{name}"
-default_max_tokens = 32
-backends = [{{ kind = "openai", url = "{url}", model = "fake-{i}", timeouts = {{ connect_s = 1.0, read_s = {read_s} }} }}]
-""")
-    return extra + "\n" + "".join(tiers)
+from cascade.testing import ladder_toml, serve_asgi
 
 
 @contextmanager

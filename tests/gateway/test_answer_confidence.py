@@ -13,8 +13,8 @@ import pytest
 from cascade.config import decode_config
 from cascade.engines.fake_server import FakeEngine, FakeScript
 from cascade.gateway.server import Gateway
-from tests.gateway.gateway_setup import TIERS, post_chat, running_gateway, small_and_thinker_toml, user
-from tests.servers import serve_asgi
+from cascade.testing import TIERS, serve_asgi
+from tests.gateway.gateway_setup import post_chat, running_gateway, small_and_thinker_toml, user
 
 LOWEST_GROUP = '[routing]\nmode = "cascade"\n[routing.confidence]\nsource = "lowest_group"\ngroup_tokens = 4\n'
 UNSURE_ON_TIER_0 = "[fake@fake-0 logprob=-3] What is 2 + 2?"  # exp(-3) = 0.05; the default -0.05 is 0.95

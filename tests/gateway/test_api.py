@@ -7,7 +7,8 @@ import openai
 import pytest
 
 from cascade.engines.fake_server import FakeScript
-from tests.gateway.gateway_setup import TIERS, post_chat, running_gateway, user
+from cascade.testing import TIERS
+from tests.gateway.gateway_setup import post_chat, running_gateway, user
 
 
 @pytest.fixture(scope="module")

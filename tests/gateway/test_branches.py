@@ -16,8 +16,8 @@ import pytest
 from cascade.config import decode_config
 from cascade.engines.fake_server import FakeEngine, FakeScript
 from cascade.gateway.server import Gateway
+from cascade.testing import eventually, serve_asgi
 from tests.gateway.gateway_setup import post_chat, user
-from tests.servers import eventually, serve_asgi
 
 RIGHT = "3_*_6_=_18.|So_the_answer_is_18.|####_18"
 WRONG = "3_*_6_=_19.|So_the_answer_is_19.|####_19"

@@ -16,8 +16,8 @@ import pytest
 from cascade.config import decode_config
 from cascade.engines.fake_server import FakeScript
 from cascade.gateway.server import Gateway
-from tests.gateway.gateway_setup import TIERS, ladder_toml, post_chat, running_gateway, user
-from tests.servers import serve_asgi
+from cascade.testing import TIERS, ladder_toml, serve_asgi
+from tests.gateway.gateway_setup import post_chat, running_gateway, user
 
 CASCADE = '[routing]\nmode = "cascade"\n'
 CUT_OFF_ON_TIER_0 = "[fake@fake-0 tokens=100] What is 2 + 2?"

@@ -19,9 +19,8 @@ import uvicorn
 from cascade.config import decode_config
 from cascade.gateway import server
 from cascade.gateway.connections import GatewayProtocol, connection_cap
-from tests.gateway.gateway_process import Served, cascade_serve, fake_engine
-from tests.gateway.gateway_setup import ladder_toml, user
-from tests.servers import eventually
+from cascade.testing import Served, cascade_serve, eventually, fake_engine, ladder_toml
+from tests.gateway.gateway_setup import user
 
 TIMEOUT_S = 1.0
 LIMITED = f"""

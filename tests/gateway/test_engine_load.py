@@ -15,8 +15,9 @@ from cascade.config import decode_config
 from cascade.engines.fake_server import FakeEngine, FakeScript
 from cascade.engines.fake_sglang import FakeSGLang
 from cascade.gateway.server import Gateway
+from cascade.testing import eventually, serve_asgi
 from tests.gateway.gateway_setup import post_chat, user
-from tests.servers import eventually, open_streams, serve_asgi
+from tests.servers import open_streams
 
 MEDIUM = "What is 2 + 2?"  # `balanced` routes it to tier-medium
 LADDER = """

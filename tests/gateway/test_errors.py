@@ -14,7 +14,8 @@ import pytest
 
 from cascade.engines.fake_server import FakeScript
 from cascade.engines.supervisor import free_port
-from tests.gateway.gateway_setup import TIERS, post_chat, running_gateway, user
+from cascade.testing import TIERS
+from tests.gateway.gateway_setup import post_chat, running_gateway, user
 
 LIMITS = "[gateway.limits]\nmax_body_bytes = 20000\nmax_n = 4\nmax_tokens = 1000\nmax_messages = 50\n"
 # The module's gateway is shared by tests that each inject a fault: a breaker that benched the one replica

@@ -19,8 +19,9 @@ import pytest
 from cascade.config import decode_config
 from cascade.engines.fake_server import FakeEngine, FakeScript
 from cascade.gateway.server import Gateway
+from cascade.testing import eventually, serve_asgi
 from tests.gateway.gateway_setup import post_chat, user
-from tests.servers import Replay, Reply, eventually, serve_asgi
+from tests.servers import Replay, Reply
 
 FULL = "t0 t1 t2 t3 "  # what a FakeScript(tokens=4) engine answers
 _CHUNK = b'data: {"choices":[{"index":0,"delta":{"content":"t0 "},"finish_reason":null}]}\n\n'

@@ -16,8 +16,9 @@ from cascade.engines.fake_server import FakeScript
 from cascade.gateway.app import create_app
 from cascade.gateway.server import Gateway
 from cascade.schemas import RouteDecision
-from tests.gateway.gateway_setup import TIERS, post_chat, running_gateway, user
-from tests.servers import Replay, Reply, dead_url, serve_asgi
+from cascade.testing import TIERS, serve_asgi
+from tests.gateway.gateway_setup import post_chat, running_gateway, user
+from tests.servers import Replay, Reply, dead_url
 
 SSE_OK = (b'data: {"choices":[{"index":0,"delta":{"content":"hi"},"finish_reason":null}]}\n\n'
           b'data: {"choices":[{"index":0,"delta":{},"finish_reason":"stop"}]}\n\n')

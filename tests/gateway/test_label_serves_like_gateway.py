@@ -16,9 +16,9 @@ from cascade.data.records import Prompt
 from cascade.engines.fake_server import FakeEngine, FakeScript
 from cascade.gateway.server import Gateway
 from cascade.label import answer_on_tier
+from cascade.testing import serve_asgi
 from cascade.tiers import build_tiers
 from tests.gateway.gateway_setup import small_and_thinker_toml
-from tests.servers import serve_asgi
 
 SEED = 5
 # Branches with seeds 5 and 6 say 18, seed 7 says 19, any other seed 20: a vote over seeds 5..7 gives 18.

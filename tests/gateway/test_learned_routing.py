@@ -13,7 +13,8 @@ from cascade.cli import main
 from cascade.config import decode_config
 from cascade.errors import ConfigError
 from cascade.gateway.server import Gateway
-from tests.gateway.gateway_setup import TIERS, ladder_toml, post_chat, running_gateway, user
+from cascade.testing import TIERS, ladder_toml
+from tests.gateway.gateway_setup import post_chat, running_gateway, user
 
 EASY = "Sam buys 3 apples for $2 each. How much does he pay in total?"
 HARD = ". ".join(f"Sam buys {k + 11} apples for ${k + 2} each" for k in range(6)) + ". How much does he pay in total?"

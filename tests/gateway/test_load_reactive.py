@@ -12,8 +12,8 @@ import httpx
 from cascade.config import decode_config
 from cascade.engines.fake_server import FakeEngine, FakeScript
 from cascade.gateway.server import Gateway
-from tests.gateway.gateway_setup import TIERS, post_chat, running_gateway, user
-from tests.servers import serve_asgi
+from cascade.testing import TIERS, serve_asgi
+from tests.gateway.gateway_setup import post_chat, running_gateway, user
 
 # 100 ms E2E SLO; two answers are evidence; they are forgotten after 1 s.
 LOAD = """

@@ -22,7 +22,8 @@ from cascade.errors import InvalidRequest
 from cascade.gateway.app import decode_chat_request
 from cascade.gateway.openapi import openapi_document
 from cascade.schemas import ChatCompletion, ChatCompletionChunk, ErrorResponse, ModelList, RouteDecision
-from tests.gateway.gateway_setup import TIERS, running_gateway
+from cascade.testing import TIERS
+from tests.gateway.gateway_setup import running_gateway
 
 README = Path(__file__).resolve().parents[2] / "README.md"
 # DESIGN.md §5 (HTTP contract), plus POST /v1/route (README) and the document itself.

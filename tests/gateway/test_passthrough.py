@@ -18,8 +18,9 @@ import pytest
 from cascade.config import decode_config, load_config
 from cascade.engines.fake_server import FakeEngine, FakeScript
 from cascade.gateway.server import Gateway
+from cascade.testing import serve_asgi
 from tests.gateway.gateway_setup import post_chat, user
-from tests.servers import Replay, Reply, serve_asgi
+from tests.servers import Replay, Reply
 
 
 def sse(*chunks: dict) -> bytes:

@@ -15,15 +15,13 @@ import pytest
 
 from cascade.config import decode_config
 from cascade.engines.fake_server import FakeEngine, FakeScript
-from cascade.errors import BackendError, InvalidRequest
+from cascade.errors import BackendError, InvalidRequest, Overloaded
 from cascade.gateway.metrics import GatewayMetrics
-from cascade.gateway.service import ChatService
-from cascade.router.escalation import serving_mode
-from cascade.router.policy import RoutingPolicy
+from cascade.gateway.service import ChatService, ServiceConfig
 from cascade.schemas import ChatCompletionRequest
+from cascade.testing import TIERS, ladder_toml, serve_asgi
 from cascade.tiers import build_tiers
-from tests.gateway.gateway_setup import TIERS, ladder_toml, user
-from tests.servers import serve_asgi
+from tests.gateway.gateway_setup import user
 
 T = TypeVar("T")
 
@@ -44,8 +42,7 @@ def with_service(mode: str, work: Callable[[ChatService], Awaitable[T]], extra: 
 
         async def run() -> T:
             tiers = build_tiers(config, {})
-            service = ChatService(tiers, RoutingPolicy(len(tiers)), config.gateway.limits, GatewayMetrics(),
-                                  mode=serving_mode(mode, len(tiers)))
+            service = ChatService(tiers, ServiceConfig.of(config, mode=mode), GatewayMetrics())
             try:
                 return await work(service)
             finally:
@@ -131,3 +128,67 @@ def test_route_mode_falls_back_only_to_a_tier_that_can_serve_the_request_as_aske
 
     completion, _ = with_service("route", work, edit=lambda toml: toml.replace(f'name = "{TIERS[1]}"\n', slotted_middle))
     assert completion.model == TIERS[2] and completion.cascade.fallback_from == TIERS[0]
+
+
+ONE_SLOT = f'name = "{TIERS[0]}"\nbranch_slots = 1\n'  # the cheapest tier holds one upstream stream at a time
+
+
+def one_slot(toml: str) -> str:
+    return toml.replace(f'name = "{TIERS[0]}"\n', ONE_SLOT)
+
+
+def test_a_streamed_single_branch_answer_holds_a_branch_slot_as_a_whole_answer_does() -> None:
+    async def work(service: ChatService) -> tuple[int, list[str], int]:
+        slots = service.tiers[0].slots
+        assert slots is not None
+        req = request(model=TIERS[0], stream=True, messages=user("[fake@fake-0 itl_ms=40] hi"))
+        decision, max_tokens = service.prepare(req, None)
+        _, frames = await service.open_stream(req, decision, max_tokens)
+        try:
+            body = [await anext(frames)]
+            held = slots.free
+            refused = []
+            for stream in (True, False):  # a second request on the tier, streamed or whole: the same 429
+                again = request(model=TIERS[0], stream=stream)
+                decision, max_tokens = service.prepare(again, None)
+                with pytest.raises(Overloaded) as info:
+                    if stream:
+                        await service.open_stream(again, decision, max_tokens)
+                    else:
+                        await service.complete(again, decision, max_tokens)
+                refused.append(info.value.message)
+            body += [frame async for frame in frames]
+        finally:
+            await frames.aclose()
+        return held, refused, slots.free
+
+    (held, refused, free), engine = with_service("route", work, "[gateway.limits]\nmax_slot_wait_s = 0.1\n",
+                                                 edit=one_slot)
+    assert held == 0 and free == 1 and engine.stats.requests == 1
+    assert all("no 1 free branch slots within 0.1 s" in message for message in refused)
+
+
+def test_a_stream_waiting_for_a_branch_slot_starts_once_the_stream_holding_it_closes() -> None:
+    async def work(service: ChatService) -> tuple[bool, list[bytes], int]:
+        first = request(model=TIERS[0], stream=True, messages=user("[fake@fake-0 itl_ms=20] hi"))
+        decision, max_tokens = service.prepare(first, None)
+        _, frames = await service.open_stream(first, decision, max_tokens)
+        second = request(model=TIERS[0], stream=True)
+        decision, max_tokens = service.prepare(second, None)
+        waiting = asyncio.create_task(service.open_stream(second, decision, max_tokens))
+        try:
+            await anext(frames)
+            await asyncio.sleep(0.2)
+            waited = not waiting.done()
+            [frame async for frame in frames]  # the first stream ends: its slot goes to the waiting one
+            _, later = await waiting
+            body = [frame async for frame in later]
+        finally:
+            await frames.aclose()
+        slots = service.tiers[0].slots
+        assert slots is not None
+        return waited, body, slots.free
+
+    (waited, body, free), engine = with_service("route", work, edit=one_slot)
+    assert waited and body[-1].endswith(b"data: [DONE]\n\n") and free == 1
+    assert engine.stats.streams_finished == 2

@@ -17,8 +17,8 @@ from cascade.config import decode_config
 from cascade.engines.fake_server import FakeScript
 from cascade.engines.fake_sglang import FakeSGLang
 from cascade.gateway.server import Gateway
+from cascade.testing import eventually, serve_asgi
 from tests.gateway.gateway_setup import post_chat, user
-from tests.servers import eventually, serve_asgi
 
 RIGHT = "3_*_6_=_18.|So_the_answer_is_18.|####_18"
 HANG_BOUND_S = 20  # the client's timeout: a request that hangs fails the test instead of the suite

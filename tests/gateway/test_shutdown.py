@@ -14,9 +14,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.gateway.gateway_process import Served, cascade_serve, fake_engine
+from cascade.testing import Served, cascade_serve, eventually, fake_engine
 from tests.gateway.gateway_setup import user
-from tests.servers import eventually
 
 GRACE_S = 2.0
 EXIT_BOUND_S = GRACE_S + 8.0  # the grace, the ended requests' last bytes, uvicorn's and the app's shutdown

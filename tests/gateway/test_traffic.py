@@ -5,7 +5,8 @@ from __future__ import annotations
 import httpx
 
 from cascade.gateway.traffic import read_traffic
-from tests.gateway.gateway_setup import TIERS, post_chat, running_gateway, user
+from cascade.testing import TIERS
+from tests.gateway.gateway_setup import post_chat, running_gateway, user
 
 
 def test_every_served_request_is_logged_without_its_text(tmp_path) -> None:

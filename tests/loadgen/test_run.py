@@ -12,9 +12,10 @@ import pytest
 
 from cascade.cli import main
 from cascade.engines.fake_server import FakeEngine, FakeScript
+from cascade.testing import serve_asgi
 from loadgen.run import LoadConfig, run_load
 from tests.gateway.gateway_setup import running_gateway
-from tests.servers import dead_url, serve_asgi
+from tests.servers import dead_url
 
 CONTRACT_KEYS = {"requests", "completed", "failed", "achieved_rate_rps", "ttft_ms", "tpot_ms", "itl_ms", "e2el_ms",
                  "goodput_rps", "slo_attainment", "accuracy"}

@@ -29,8 +29,9 @@ from cascade.optimizer.profile import (
 )
 from cascade.optimizer.simulator import simulate, unloaded_percentile
 from cascade.profiler import Settings, measure
+from cascade.testing import serve_asgi
 from tests.optimizer.batching_engine import BatchingEngine
-from tests.servers import dead_url, serve_asgi
+from tests.servers import dead_url
 
 FAST = Settings(url="", prompt_tokens=(32, 256, 1024), repeats=2, max_batch=8, output_tokens=12, time_limit_s=60.0)
 

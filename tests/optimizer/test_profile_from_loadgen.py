@@ -16,8 +16,8 @@ import pytest
 from cascade.errors import CascadeError
 from cascade.optimizer.profile import TracedRequest, fit_trace, load_profile
 from cascade.profiler import profile_from_loadgen
+from cascade.testing import serve_asgi
 from tests.optimizer.batching_engine import BatchingEngine
-from tests.servers import serve_asgi
 
 
 def engine_trace(arrivals: np.ndarray, prompts: np.ndarray, outputs: np.ndarray, *, prefill: tuple[float, float],

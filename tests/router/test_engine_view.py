@@ -7,17 +7,16 @@ import pytest
 
 from cascade.config import LoadReactiveConfig, decode_config
 from cascade.errors import ConfigError
-from cascade.router.load import EngineView, Headroom, LoadReactive
+from cascade.router.load import EngineView, Headroom, StaticLoad
 from cascade.router.policy import QualityHint
 from cascade.schemas import Degradation
-from tests.router.test_load import NAMES, TIER, Clock, adjust, routing
+from tests.router.test_load import NAMES, TIER, Clock, route, router
 
 
 def room(config: LoadReactiveConfig, views: list[EngineView | None], load: list[int], capacity: list[int | None],
          streams: list[int] | None = None) -> tuple[Headroom, Clock]:
     clock = Clock()
-    return Headroom(NAMES, config, capacity, lambda i: load[i], clock, engine=lambda i: views[i],
-                    streams=streams), clock
+    return Headroom(NAMES, config, capacity, StaticLoad(load, views), clock, streams=streams), clock
 
 
 def test_a_tier_whose_engines_queue_is_full_though_this_gateway_sent_nothing() -> None:
@@ -65,9 +64,9 @@ def test_the_engines_ttft_presses_a_tier_with_the_same_hysteresis() -> None:
 
 def test_balanced_moves_off_a_tier_whose_engines_queue() -> None:
     views: list[EngineView | None] = [None, EngineView(running=4, queued=2, saturated=True), None]
-    headroom, _ = room(LoadReactiveConfig(enabled=True), views, [0, 0, 0], [None, None, None])
-    load = LoadReactive(LoadReactiveConfig(enabled=True), headroom)
-    itinerary, degraded = adjust(routing(), load, QualityHint(name="balanced"))
+    reactive = router(LoadReactiveConfig(enabled=True), StaticLoad([0, 0, 0], views), Clock(),
+                      capacity=[None, None, None])
+    itinerary, degraded = route(reactive, QualityHint(name="balanced"))
     assert itinerary.first == 0 and isinstance(degraded, Degradation)
     assert (degraded.tier, degraded.reason) == ("medium", "its engines queue 2 requests (4 running)")
 

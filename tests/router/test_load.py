@@ -1,14 +1,18 @@
-"""Load-reactive operating points (cascade/router/load.py): pressure, hysteresis, and which requests move."""
+"""Load-reactive operating points (cascade/router/load.py, cascade/router/router.py): pressure, hysteresis, and
+which requests move."""
 
 from __future__ import annotations
 
+import msgspec
 import pytest
 
-from cascade.config import LoadReactiveConfig, decode_config
+from cascade.config import LoadReactiveConfig, RoutingConfig, decode_config
 from cascade.errors import ConfigError
-from cascade.router.escalation import CascadeMode, Itinerary, RouteMode
-from cascade.router.load import Headroom, LoadReactive, capacities
-from cascade.router.policy import QualityHint, RoutingPolicy
+from cascade.router.escalation import CascadeMode, Itinerary
+from cascade.router.load import Headroom, StaticLoad, TierLoad, TierShape, capacities
+from cascade.router.policy import QualityHint
+from cascade.router.router import Router
+from cascade.schemas import Degradation
 
 NAMES = ("small", "medium", "large")
 MEDIUM_PROMPT = "What is 2 + 2?"  # heuristic difficulty 0.47: `balanced` routes it to tier 1 of 3
@@ -29,7 +33,7 @@ def headroom(config: LoadReactiveConfig, load: list[int] | None = None, capacity
              ) -> tuple[Headroom, Clock, list[int]]:
     clock = Clock()
     live = load if load is not None else [0, 0, 0]
-    return Headroom(NAMES, config, capacity or [None, 4, None], lambda i: live[i], clock), clock, live
+    return Headroom(NAMES, config, capacity or [None, 4, None], StaticLoad(live), clock), clock, live
 
 
 def test_a_full_tier_is_read_live_and_only_while_its_requests_in_flight_reach_its_capacity() -> None:
@@ -93,95 +97,94 @@ def test_ttft_pressure_compares_the_percentile_with_the_ttft_slo() -> None:
     assert not room.state(0).pressed
 
 
-def routing(mode: str = "route") -> tuple[RoutingPolicy, RouteMode | CascadeMode]:
-    return RoutingPolicy(3), RouteMode(3) if mode == "route" else CascadeMode(3)
+def router(config: LoadReactiveConfig, load: TierLoad, clock: Clock, mode: str = "route",
+           capacity: list[int | None] | None = None) -> Router:
+    """A router over NAMES whose tiers hold `capacity` requests (default: the middle tier 4)."""
+    held = capacity or [None, 4, None]
+    config = msgspec.structs.replace(config, max_in_flight={n: c for n, c in zip(NAMES, held, strict=True) if c})
+    return Router([TierShape(n) for n in NAMES], RoutingConfig(mode=mode, load=config), load=load, clock=clock)
 
 
-def adjust(policy_mode: tuple[RoutingPolicy, RouteMode | CascadeMode], load: LoadReactive, hint: QualityHint,
-           text: str = MEDIUM_PROMPT) -> tuple[Itinerary, object]:
-    policy, mode = policy_mode
-    route = policy.route(text, hint)
-    return load.adjust(hint, mode.itinerary(route, hint),
-                       lambda other: mode.itinerary(policy.reroute(route, other), other))
+def route(router: Router, hint: QualityHint, text: str = MEDIUM_PROMPT) -> tuple[Itinerary, Degradation | None]:
+    routing = router.itinerary(text, hint)
+    return routing.itinerary, routing.degraded
 
 
 def test_balanced_moves_to_fast_while_its_tier_is_pressed_and_back_when_it_is_free() -> None:
-    config = LoadReactiveConfig(enabled=True, hold_s=1.0)
-    room, clock, load = headroom(config)
-    reactive = LoadReactive(config, room)
+    clock, load = Clock(), [0, 0, 0]
+    reactive = router(LoadReactiveConfig(enabled=True, hold_s=1.0), StaticLoad(load), clock)
     balanced = QualityHint(name="balanced")
-    itinerary, degraded = adjust(routing(), reactive, balanced)
+    itinerary, degraded = route(reactive, balanced)
     assert itinerary.first == 1 and degraded is None
     load[1] = 4
     clock.advance(1)
-    itinerary, degraded = adjust(routing(), reactive, balanced)
+    itinerary, degraded = route(reactive, balanced)
     assert itinerary.first == 0
     assert degraded is not None and (degraded.requested, degraded.served, degraded.tier) == ("balanced", "fast",
                                                                                               "medium")
     assert degraded.reason == "4 in flight of 4" and degraded.branches is None
     load[1] = 0
     clock.advance(2)
-    itinerary, degraded = adjust(routing(), reactive, balanced)
+    itinerary, degraded = route(reactive, balanced)
     assert itinerary.first == 1 and degraded is None
 
 
 def test_numeric_targets_keep_their_point_and_best_moves_only_when_configured() -> None:
-    room, clock, load = headroom(LoadReactiveConfig(enabled=True), capacity=[None, None, 4])
-    load[2] = 4
-    clock.advance(1)
+    clock, load = Clock(), StaticLoad([0, 0, 4])
+    full_top = [None, None, 4]
     target = QualityHint(target=0.99)  # thresholds near 0: the top tier
-    assert adjust(routing(), LoadReactive(LoadReactiveConfig(enabled=True), room), target)[0].first == 2
+    assert route(router(LoadReactiveConfig(enabled=True), load, clock, capacity=full_top), target)[0].first == 2
     best = QualityHint(name="best")
-    itinerary, degraded = adjust(routing(), LoadReactive(LoadReactiveConfig(enabled=True), room), best)
+    itinerary, degraded = route(router(LoadReactiveConfig(enabled=True), load, clock, capacity=full_top), best)
     assert itinerary.first == 2 and degraded is None
-    itinerary, degraded = adjust(routing(), LoadReactive(LoadReactiveConfig(enabled=True, degrade_best=True), room), best)
+    itinerary, degraded = route(router(LoadReactiveConfig(enabled=True, degrade_best=True), load, clock,
+                                       capacity=full_top), best)
     assert itinerary.first == 1 and degraded is not None and degraded.served == "balanced"
 
 
 def test_a_request_stays_put_when_every_cheaper_point_loads_a_pressed_tier_too() -> None:
-    room, clock, load = headroom(LoadReactiveConfig(enabled=True), capacity=[4, 4, None])
-    load[0] = load[1] = 4
-    clock.advance(1)
-    itinerary, degraded = adjust(routing(), LoadReactive(LoadReactiveConfig(enabled=True), room), QualityHint(name="balanced"))
+    reactive = router(LoadReactiveConfig(enabled=True), StaticLoad([4, 4, 0]), Clock(), capacity=[4, 4, None])
+    itinerary, degraded = route(reactive, QualityHint(name="balanced"))
     assert itinerary.first == 1 and degraded is None
 
 
 def test_disabled_moves_nothing() -> None:
-    room, clock, load = headroom(LoadReactiveConfig(enabled=False))
-    load[1] = 4
-    clock.advance(1)
-    itinerary, degraded = adjust(routing(), LoadReactive(LoadReactiveConfig(enabled=False), room), QualityHint(name="balanced"))
+    reactive = router(LoadReactiveConfig(enabled=False), StaticLoad([0, 4, 0]), Clock())
+    assert reactive.headroom is None
+    itinerary, degraded = route(reactive, QualityHint(name="balanced"))
     assert itinerary.first == 1 and degraded is None
 
 
 def test_cascade_mode_lowers_acceptance_while_an_escalation_target_is_pressed() -> None:
-    config = LoadReactiveConfig(enabled=True)
-    room, clock, load = headroom(config, capacity=[None, None, 4])
-    load[2] = 4
-    clock.advance(1)
-    itinerary, degraded = adjust(routing("cascade"), LoadReactive(config, room), QualityHint(name="balanced"))
+    reactive = router(LoadReactiveConfig(enabled=True), StaticLoad([0, 0, 4]), Clock(), "cascade",
+                      capacity=[None, None, 4])
+    itinerary, degraded = route(reactive, QualityHint(name="balanced"))
     assert degraded is not None and degraded.served == "fast" and degraded.tier == "large"
     balanced = CascadeMode(3).accept(QualityHint(name="balanced"))
     assert itinerary.thresholds is not None and itinerary.thresholds != balanced
 
 
 def test_a_pressed_reasoning_tier_runs_only_the_branches_that_must_finish() -> None:
-    config = LoadReactiveConfig(enabled=True)
-    room, clock, load = headroom(config)
-    reactive = LoadReactive(config, room)
-    assert reactive.branches(QualityHint(name="balanced"), 1, n=4, m=2) is None
-    load[1] = 4
+    # Tiers 0 and 1 full: no cheaper point helps, so `balanced` stays on tier 1 and runs only its M branches there.
+    clock, load = Clock(), [0, 0, 0]
+    reactive = router(LoadReactiveConfig(enabled=True), StaticLoad(load), clock, capacity=[4, 4, None])
+    balanced = QualityHint(name="balanced")
+    assert reactive.itinerary(MEDIUM_PROMPT, balanced).shed({1: (4, 2)}) == ({}, None)
+    load[0] = load[1] = 4
     clock.advance(1)
-    cut = reactive.branches(QualityHint(name="balanced"), 1, n=4, m=2)
-    assert cut is not None and cut.branches == 2 and cut.served == "balanced"
-    assert reactive.branches(QualityHint(target=0.5), 1, n=4, m=2) is None  # numeric: kept
-    assert LoadReactive(LoadReactiveConfig(enabled=True, shed_branches=False), room).branches(
-        QualityHint(name="balanced"), 1, n=4, m=2) is None
+    cut, degraded = reactive.itinerary(MEDIUM_PROMPT, balanced).shed({1: (4, 2)})
+    assert cut == {1: 2} and degraded is not None and degraded.branches == 2 and degraded.served == "balanced"
+    assert degraded.tier == "medium" and degraded.reason == "4 in flight of 4"
+    assert reactive.itinerary(MEDIUM_PROMPT, balanced).shed({1: (2, 2)}) == ({}, None)  # nothing to shed
+    assert reactive.itinerary(MEDIUM_PROMPT, QualityHint(target=0.5)).shed({1: (4, 2)}) == ({}, None)  # numeric
+    unshed = router(LoadReactiveConfig(enabled=True, shed_branches=False), StaticLoad(load), clock,
+                    capacity=[4, 4, None])
+    assert unshed.itinerary(MEDIUM_PROMPT, balanced).shed({1: (4, 2)}) == ({}, None)
 
 
 def test_capacity_is_the_configured_limit_else_what_the_branch_slots_hold() -> None:
     config = LoadReactiveConfig(max_in_flight={"a": 3})
-    assert capacities(config, [("a", 16, 4), ("b", 16, 4), ("c", 0, 1)]) == [3, 4, None]
+    assert capacities(config, [TierShape("a", 16, 4), TierShape("b", 16, 4), TierShape("c")]) == [3, 4, None]
 
 
 TIER = '[[tiers]]\nname = "{}"\nbackends = [{{ kind = "openai", url = "http://127.0.0.1:1", model = "m" }}]\n'

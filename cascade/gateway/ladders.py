@@ -1,0 +1,166 @@
+"""The gateway's two sides of the router's `Ladder` (cascade/router/escalation.py): how one request is answered on
+one tier. The router's itinerary reaches back into the gateway only through them.
+
+* `AnswerLadder`: whole answers (cascade/answer.py `answer`), whose evidence cascade mode reads;
+* `StreamLadder`: a live single-branch answer (cascade/answer.py `open_answer`), relayed as it comes
+  (cascade/gateway/streaming.py); only an itinerary that does not judge answers serves one.
+
+Both answer inside the tier's admission (its request places and the stream budget, cascade/gateway/admission.py),
+with the request's sampling as cascade/upstream.py makes it and the tier's branch slots held the same way; both
+count backend faults and moves (cascade/gateway/telemetry.py).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import msgspec
+
+from cascade.answer import Answer, Opened, answer, open_answer
+from cascade.branches.runner import BranchReport, BranchSettings
+from cascade.config import AnswerConfidenceConfig, Limits
+from cascade.errors import BackendError, InvalidRequest
+from cascade.gateway.admission import Admission
+from cascade.gateway.decision import Decision
+from cascade.gateway.telemetry import Telemetry
+from cascade.gateway.validation import branches_for, check_tier
+from cascade.router.acceptance import calibrated
+from cascade.router.escalation import Evidence, Move
+from cascade.schemas import ChatCompletionRequest
+from cascade.tiers import Tier
+from cascade.upstream import Sampling, sampling_of
+
+
+@dataclass(frozen=True)
+class Rungs:
+    """What the ladders answer with, one per gateway: the tiers and the gateway's share of them."""
+
+    tiers: list[Tier]
+    limits: Limits
+    admission: Admission
+    telemetry: Telemetry
+    confidence: AnswerConfidenceConfig
+
+
+class _OneRequest:
+    """What both ladders share: one request, decided, on the gateway's tiers."""
+
+    def __init__(self, rungs: Rungs, req: ChatCompletionRequest, decision: Decision, max_tokens: int) -> None:
+        self.rungs = rungs
+        self.req = req
+        self.decision = decision
+        self.sampling = sampling_of(req, max_tokens)
+
+    def can_take(self, tier: int) -> bool:
+        """A replica is up, and the tier can serve the request as asked (a fallback tier is checked only here)."""
+        candidate = self.rungs.tiers[tier]
+        if not candidate.backend.available():
+            return False
+        try:
+            check_tier(self.req, candidate, self.rungs.limits)
+        except InvalidRequest:
+            return False
+        return True
+
+    def moved(self, from_tier: int, to_tier: int, why: Move) -> None:
+        self.rungs.telemetry.moved(self.rungs.tiers[from_tier], self.rungs.tiers[to_tier], why)
+
+    def settings(self, tier: Tier) -> BranchSettings | None:
+        """The request's branch settings on `tier`: checked in `prepare` for every reachable tier, so only a
+        route-mode fallback tier (checked by `can_take`) computes them here."""
+        if tier.index in self.decision.branches:
+            return self.decision.branches[tier.index]
+        return branches_for(self.req, tier, self.rungs.limits)
+
+    def sampling_on(self, tier: Tier, settings: BranchSettings | None) -> Sampling:
+        """The request's sampling on `tier`, with token logprobs the client did not ask for where cascade reads
+        them: cascade mode's answer confidence below the top tier (which always accepts), or pruning on it; only
+        where the engine returns them (they cost llama.cpp's server 8x its decode time)."""
+        if self.req.logprobs or not tier.returns_logprobs:
+            return self.sampling
+        judges = self.decision.itinerary.judges_answers and self.rungs.confidence.source != "prior"
+        pruning = settings is not None and settings.prune_confidence > 0
+        if pruning or (judges and tier.index < len(self.rungs.tiers) - 1):
+            return msgspec.structs.replace(self.sampling, token_logprobs=True)
+        return self.sampling
+
+
+class AnswerLadder(_OneRequest):
+    """Whole answers: all `n` choices of a tier at once, read for their evidence."""
+
+    async def serve(self) -> tuple[Decision, Answer]:
+        served = await self.decision.itinerary.serve(self)
+        return self.decision.served(served, self.rungs.tiers), served.answer
+
+    async def answer(self, tier: int) -> Answer:
+        on = self.rungs.tiers[tier]
+        settings = self.settings(on)
+        sampling = self.sampling_on(on, settings)
+        streams = self.req.n * (settings.n if settings is not None else 1)
+        admission, telemetry = self.rungs.admission, self.rungs.telemetry
+        admission.enter(on, streams)
+        try:
+            whole = await answer(on, self.req.messages, sampling, settings, self.req.n, on.slots,
+                                 self.rungs.limits.max_slot_wait_s)
+        except BackendError as exc:
+            telemetry.backend_error(on, exc)
+            raise
+        finally:
+            admission.leave(on, streams)
+        telemetry.branches(on, whole.reports)
+        confidence = self.rungs.confidence
+        if self.decision.itinerary.judges_answers and confidence.source != "prior":
+            calibration = confidence.calibration.get(on.name)
+            whole.confidence = [None if c is None else calibrated(c.read(confidence.source), calibration)
+                                for c in whole.token_confidence(confidence.group_tokens)]
+        if sampling.token_logprobs:  # ours (the client did not ask): read above, never passed on
+            for result in whole.results:
+                result.logprobs = None
+        return whole
+
+    def evidence(self, answer: Answer) -> list[Evidence]:
+        agreements = [_agreement(r) for r in answer.reports] or [None] * len(answer.results)
+        confidence = answer.confidence or [None] * len(answer.results)
+        return [Evidence(finish_reason=r.finish_reason, text=r.text, tool_calls=bool(r.tool_calls), agreement=a,
+                         token_confidence=c)
+                for r, a, c in zip(answer.results, agreements, confidence, strict=True)]
+
+
+class StreamLadder(_OneRequest):
+    """A live single-branch answer: a tier's upstream streams, one per choice, their first deltas read. The tier's
+    admission and slots stay held until the relay closes them (`close`)."""
+
+    async def serve(self) -> tuple[Decision, Opened]:
+        served = await self.decision.itinerary.serve(self)
+        return self.decision.served(served, self.rungs.tiers), served.answer
+
+    async def answer(self, tier: int) -> Opened:
+        on = self.rungs.tiers[tier]
+        admission = self.rungs.admission
+        admission.enter(on, self.req.n)
+        try:
+            return await open_answer(on, self.req.messages, self.sampling_on(on, None), self.req.n, on.slots,
+                                     self.rungs.limits.max_slot_wait_s)
+        except BaseException as exc:
+            if isinstance(exc, BackendError):
+                self.rungs.telemetry.backend_error(on, exc)
+            admission.leave(on, self.req.n)
+            raise
+
+    def evidence(self, answer: Opened) -> list[Evidence]:
+        raise TypeError("a live stream is relayed as it comes, never judged: an itinerary that judges answers "
+                        "is served whole (AnswerLadder)")
+
+    async def close(self, opened: Opened) -> None:
+        """Close the answer's upstream streams (its slots go back), then leave the tier's admission."""
+        try:
+            await opened.aclose()
+        finally:
+            self.rungs.admission.leave(opened.tier, len(opened.streams))
+
+
+def _agreement(report: BranchReport) -> float | None:
+    """Share of the finished branches that gave the voted answer (None with fewer than two)."""
+    if report.finished < 2 or report.answer is None:
+        return None
+    return report.votes.get(report.answer, 0) / report.finished
