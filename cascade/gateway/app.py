@@ -41,9 +41,8 @@ def create_app(
         raw = await read_body(request.stream(), request.headers.get("content-length"),
                               service.limits.max_body_bytes)
         req = decode_chat_request(raw)
-        decision, _ = service.prepare(req, request.headers.get("x-cascade-quality"))
-        return Response(_encode(service.route_decision(decision)), media_type=_JSON,
-                        headers={"X-Cascade-Tier": decision.tier.name})
+        decision = service.route(req, hint_header=request.headers.get("x-cascade-quality"))
+        return Response(_encode(decision), media_type=_JSON, headers={"X-Cascade-Tier": decision.tier_name})
 
     @get("/v1/models")
     async def models() -> Response[bytes]:

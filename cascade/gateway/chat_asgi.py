@@ -7,6 +7,10 @@ per response, a middleware wrapper around every `send`) cost about a fifth of th
 /metrics, 404/405 for unknown routes) stays in Litestar; both share ChatService, the body reader's
 limits and the OpenAI error objects, and the same tests run against both.
 
+The route is an adapter: read the body (gateway/intake.py), make one call (`ChatService.chat`, which validates,
+routes, admits and serves), write its reply: a whole response, or a started stream relayed frame by frame and then
+closed (which gives the request's place back).
+
 Disconnects: after the body is read, a watcher awaits `http.disconnect` and cancels the work, which
 closes the upstream streams (the engine stops; SGLang also gets `/abort_request`).
 
@@ -24,7 +28,6 @@ from typing import Any
 import msgspec
 
 from cascade.errors import CascadeError
-from cascade.gateway.decision import Decision
 from cascade.gateway.drain import (
     DRAIN_KEY,
     LIMITS_KEY,
@@ -37,7 +40,7 @@ from cascade.gateway.drain import (
 )
 from cascade.gateway.errors import error_reply, error_response, internal_error
 from cascade.gateway.intake import check_auth, read_body
-from cascade.gateway.service import ChatService
+from cascade.gateway.service import ChatService, StreamReply, WholeReply
 from cascade.schemas import ChatCompletionRequest
 
 Scope = MutableMapping[str, Any]
@@ -121,24 +124,26 @@ class ChatCompletionsASGI:
         headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in scope["headers"]}
         check_auth(self.keys, headers.get("authorization", ""))
         raw = await read_body(_body_chunks(receive), headers.get("content-length"), self.service.limits.max_body_bytes)
-        service = self.service
         req = self.decode(raw)
-        decision, max_tokens = service.prepare(req, headers.get("x-cascade-quality"))
-        service.admit()
         guard = _DisconnectGuard(receive, self.drain)
         try:
-            if req.stream:
-                await guard.run(_stream(service, req, decision, max_tokens, send))
-            else:
-                completion = await guard.run(service.complete(req, decision, max_tokens))
-                await _respond(send, 200, _encode(completion), [(b"x-cascade-tier", completion.model.encode())])
-        except ClientGone:
-            # Counted here, once, and only for a client that left (a drain's cancel is not a disconnect).
-            service.metrics.disconnects.labels(decision.tier.name).inc()
-            raise
+            await guard.run(self._reply(req, headers.get("x-cascade-quality"), guard, send))
         finally:
             guard.close()
-            service.release()
+
+    async def _reply(self, req: ChatCompletionRequest, hint: str | None, guard: _DisconnectGuard, send: Send) -> None:
+        reply = await self.service.chat(req, hint_header=hint, client=guard)
+        if isinstance(reply, WholeReply):
+            completion = reply.completion
+            await _respond(send, 200, _encode(completion), [(b"x-cascade-tier", completion.model.encode())])
+            return
+        try:
+            await _stream(reply, send)
+        except ClientGone:
+            guard.gone = True  # the service counts the disconnect when the stream closes, below
+            raise
+        finally:
+            await reply.frames.aclose()
 
 
 async def _body_chunks(receive: Receive) -> AsyncIterator[bytes]:
@@ -152,30 +157,23 @@ async def _body_chunks(receive: Receive) -> AsyncIterator[bytes]:
             return
 
 
-async def _stream(service: ChatService, req: ChatCompletionRequest, decision: Decision, max_tokens: int,
-                  send: Send) -> None:
-    decision, frames = await service.open_stream(req, decision, max_tokens)
-    try:
-        # Started before anything else can fail: closing a started generator is what closes the upstreams.
-        first = await anext(frames)
-        headers = [(b"content-type", b"text/event-stream"), (b"cache-control", b"no-cache"),
-                   (b"x-accel-buffering", b"no"), (b"x-cascade-tier", decision.tier.name.encode())]
-        if decision.itinerary.judges_answers:
-            # The answering tier is known only at the end: the chunks' `model` and `cascade` name it.
-            headers.append((b"x-cascade-mode", b"cascade"))
-        await send({"type": "http.response.start", "status": 200, "headers": headers})
-        await send({"type": "http.response.body", "body": first, "more_body": True})
-        sent = 0
-        async for frame in frames:
-            await send({"type": "http.response.body", "body": frame, "more_body": True})
-            sent += 1
-            if not sent % YIELD_EVERY:
-                # After a disconnect uvicorn's send returns at once, and an upstream that always has data
-                # buffered never suspends this loop: yield now and then so the disconnect watcher can stop it.
-                await asyncio.sleep(0)
-        await send({"type": "http.response.body", "body": b"", "more_body": False})
-    finally:
-        await frames.aclose()
+async def _stream(reply: StreamReply, send: Send) -> None:
+    headers = [(b"content-type", b"text/event-stream"), (b"cache-control", b"no-cache"),
+               (b"x-accel-buffering", b"no"), (b"x-cascade-tier", reply.tier.encode())]
+    if reply.judged:
+        # The answering tier is known only at the end: the chunks' `model` and `cascade` name it.
+        headers.append((b"x-cascade-mode", b"cascade"))
+    await send({"type": "http.response.start", "status": 200, "headers": headers})
+    await send({"type": "http.response.body", "body": reply.first, "more_body": True})
+    sent = 0
+    async for frame in reply.frames:
+        await send({"type": "http.response.body", "body": frame, "more_body": True})
+        sent += 1
+        if not sent % YIELD_EVERY:
+            # After a disconnect uvicorn's send returns at once, and an upstream that always has data
+            # buffered never suspends this loop: yield now and then so the disconnect watcher can stop it.
+            await asyncio.sleep(0)
+    await send({"type": "http.response.body", "body": b"", "more_body": False})
 
 
 class _DisconnectGuard:

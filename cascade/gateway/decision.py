@@ -1,5 +1,5 @@
 """A request's decision: its way along the ladder (the router's `Routing`, router/router.py), the branches it runs
-on each tier it may reach and, once served, what answered it. Frozen: `prepare` makes it once, `served` a copy."""
+on each tier it may reach and, once served, what answered it. Frozen: the service makes it once, `served` a copy."""
 
 from __future__ import annotations
 

@@ -3,7 +3,8 @@ one tier. The router's itinerary reaches back into the gateway only through them
 
 * `AnswerLadder`: whole answers (cascade/answer.py `answer`), whose evidence cascade mode reads;
 * `StreamLadder`: a live single-branch answer (cascade/answer.py `open_answer`), relayed as it comes
-  (cascade/gateway/streaming.py); only an itinerary that does not judge answers serves one.
+  (cascade/gateway/streaming.py); only an itinerary that does not judge answers serves one (a route-mode fallback
+  to a tier with branches is answered whole there, and sent as one SSE body).
 
 Both answer inside the tier's admission (its request places and the stream budget, cascade/gateway/admission.py),
 with the request's sampling as cascade/upstream.py makes it and the tier's branch slots held the same way; both
@@ -12,6 +13,7 @@ count backend faults and moves (cascade/gateway/telemetry.py).
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass
 
 import msgspec
@@ -49,6 +51,7 @@ class _OneRequest:
         self.rungs = rungs
         self.req = req
         self.decision = decision
+        self.max_tokens = max_tokens
         self.sampling = sampling_of(req, max_tokens)
 
     def can_take(self, tier: int) -> bool:
@@ -66,7 +69,7 @@ class _OneRequest:
         self.rungs.telemetry.moved(self.rungs.tiers[from_tier], self.rungs.tiers[to_tier], why)
 
     def settings(self, tier: Tier) -> BranchSettings | None:
-        """The request's branch settings on `tier`: checked in `prepare` for every reachable tier, so only a
+        """The request's branch settings on `tier`: checked before serving for every reachable tier, so only a
         route-mode fallback tier (checked by `can_take`) computes them here."""
         if tier.index in self.decision.branches:
             return self.decision.branches[tier.index]
@@ -128,14 +131,18 @@ class AnswerLadder(_OneRequest):
 
 class StreamLadder(_OneRequest):
     """A live single-branch answer: a tier's upstream streams, one per choice, their first deltas read. The tier's
-    admission and slots stay held until the relay closes them (`close`)."""
+    admission and slots stay held until the relay closes them (`close`). A route-mode fallback to a tier with
+    branches is answered whole instead (they vote), as an `AnswerLadder` does, in a task already under way."""
 
-    async def serve(self) -> tuple[Decision, Opened]:
+    async def serve(self) -> tuple[Decision, Opened | asyncio.Task[Answer]]:
         served = await self.decision.itinerary.serve(self)
         return self.decision.served(served, self.rungs.tiers), served.answer
 
-    async def answer(self, tier: int) -> Opened:
+    async def answer(self, tier: int) -> Opened | asyncio.Task[Answer]:
         on = self.rungs.tiers[tier]
+        if self.settings(on) is not None:  # only a fallback tier: the first tier's were checked before any ladder
+            return asyncio.ensure_future(AnswerLadder(self.rungs, self.req, self.decision, self.max_tokens)
+                                         .answer(tier))
         admission = self.rungs.admission
         admission.enter(on, self.req.n)
         try:
@@ -147,7 +154,7 @@ class StreamLadder(_OneRequest):
             admission.leave(on, self.req.n)
             raise
 
-    def evidence(self, answer: Opened) -> list[Evidence]:
+    def evidence(self, answer: Opened | asyncio.Task[Answer]) -> list[Evidence]:
         raise TypeError("a live stream is relayed as it comes, never judged: an itinerary that judges answers "
                         "is served whole (AnswerLadder)")
 

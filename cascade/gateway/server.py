@@ -41,18 +41,14 @@ class Gateway:
         # Built now (the service needs its tiers), started by `start` and closed by `stop` (cascade/ladder.py).
         self.ladder = Ladder(config, log_dir=log_dir)
         self.workers, tiers = self.ladder.workers, self.ladder.tiers
-        points, accept, mode = dict(config.routing.operating_points), dict(config.routing.accept), config.routing.mode
-        if plan_path:
-            plan = load_plan(plan_path)
-            mode = plan.routing  # the plan was optimised for its own mode
-            (accept if mode == "cascade" else points).update(plan.thresholds_by_hint(len(tiers)))
+        service_config = ServiceConfig.of(config, load_plan(plan_path) if plan_path else None)
         self.metrics = GatewayMetrics()
         # Tiers on SGLang read their engines' own load (/metrics), polled while the gateway runs.
         self.engines = TierEngines(tiers, config.routing.engine_load, config.routing.load)
         if self.engines.monitor.pollers:
             self.metrics.registry.register(EngineLoadCollector(self.engines))
         self.service = ChatService(
-            tiers, ServiceConfig.of(config, mode=mode, operating_points=points, accept=accept), self.metrics,
+            tiers, service_config, self.metrics,
             signal=routing_signal(config, [t.name for t in tiers]),
             traffic=TrafficLog(config.gateway.traffic_log) if config.gateway.traffic_log else None,
             engines=self.engines,

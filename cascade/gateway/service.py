@@ -1,12 +1,14 @@
-"""The chat service: one pass per request, from the OpenAI request to the answer, with no web framework here.
+"""The chat service: one entry per request, from the OpenAI request to the reply, with no web framework here.
 
-    prepare   validate the request; ask the router its way along the ladder (one call: cascade/router/router.py);
-              check every tier it may reach; the frozen Decision
-    admit     take one of the gateway's request places (chat_asgi releases it)
-    complete  the itinerary serves the request over an `AnswerLadder` (cascade/gateway/ladders.py): whole answers
-              on a tier (cascade/answer.py) inside that tier's admission; then the completion (responses.py)
-    stream    the same, or, for a single-branch answer no one judges, over a `StreamLadder`: the first tier's
-              upstreams opened before any header, then relayed (streaming.py)
+    chat      validate the request; ask the router its way along the ladder (one call: cascade/router/router.py);
+              check every tier it may reach (the frozen Decision); take one of the gateway's request places; serve:
+              * whole: the itinerary over an `AnswerLadder` (cascade/gateway/ladders.py): whole answers on a tier
+                (cascade/answer.py) inside that tier's admission; then the completion (responses.py); the place goes
+                back before `chat` returns
+              * streamed: the same, sent as one SSE body when known (streaming.py `deferred`), or, for a
+                single-branch answer no one judges, over a `StreamLadder`: the first tier's upstreams opened before
+                any header, then relayed (streaming.py `relay`); the place goes back when the stream is closed
+    route     the same decision, without serving (`POST /v1/route`)
 
 Where a request goes and when it moves on is the router's; what is sent upstream is cascade/upstream.py's; the
 answer on one tier is cascade/answer.py's, shared with `cascade label` and `cascade bench`.
@@ -14,12 +16,15 @@ answer on one tier is cascade/answer.py's, shared with `cascade label` and `casc
 
 from __future__ import annotations
 
+import asyncio
 import time
-from collections.abc import AsyncGenerator, Sequence
+from collections.abc import AsyncGenerator, Awaitable, Sequence
+from dataclasses import dataclass
+from typing import Protocol
 
 import msgspec
 
-from cascade.answer import question_of
+from cascade.answer import Answer, Opened, question_of
 from cascade.config import AnswerConfidenceConfig, CascadeConfig, Limits, RoutingConfig
 from cascade.errors import UnknownModel
 from cascade.gateway import responses, streaming
@@ -31,6 +36,7 @@ from cascade.gateway.metrics import GatewayMetrics
 from cascade.gateway.telemetry import Telemetry
 from cascade.gateway.traffic import TrafficLog
 from cascade.gateway.validation import check_tier, forwarded, one_answer_field, validate
+from cascade.plan import Plan
 from cascade.router.load import TierShape
 from cascade.router.policy import NAMED_HINTS, QualityHint, RoutingSignal, parse_hint
 from cascade.router.router import Router, Routing
@@ -51,14 +57,17 @@ class ServiceConfig(msgspec.Struct, frozen=True, kw_only=True):
     tier_fallback: bool = True
 
     @classmethod
-    def of(cls, config: CascadeConfig, *, mode: str | None = None, operating_points: dict[str, list[float]] | None
-           = None, accept: dict[str, list[float]] | None = None) -> ServiceConfig:
-        """`config`'s, with a plan's `mode`, `operating_points` and `accept` instead of `[routing]`'s where given."""
+    def of(cls, config: CascadeConfig, plan: Plan | None = None) -> ServiceConfig:
+        """`config`'s; with a `plan`, its mode and its thresholds per hint over `[routing]`'s (the plan was optimised
+        for its own mode: route-mode operating points, or cascade-mode acceptance thresholds)."""
         routing, gateway = config.routing, config.gateway
-        routing = msgspec.structs.replace(
-            routing, mode=mode or routing.mode,
-            operating_points=routing.operating_points if operating_points is None else operating_points,
-            accept=routing.accept if accept is None else accept)
+        if plan is not None:
+            thresholds = plan.thresholds_by_hint(len(config.tiers))
+            if plan.routing == "cascade":
+                routing = msgspec.structs.replace(routing, mode=plan.routing, accept={**routing.accept, **thresholds})
+            else:
+                routing = msgspec.structs.replace(routing, mode=plan.routing,
+                                                  operating_points={**routing.operating_points, **thresholds})
         return cls(routing=routing, limits=gateway.limits, default_quality=gateway.default_quality,
                    keepalive_s=gateway.keepalive_s, tier_fallback=gateway.failover.tier_fallback)
 
@@ -95,7 +104,59 @@ class ChatService:
         ids = [ROUTED_MODEL, *(f"{ROUTED_MODEL}:{h}" for h in NAMED_HINTS), *self.by_name]
         return ModelList(data=[ModelCard(id=i) for i in ids])
 
-    def prepare(self, req: ChatCompletionRequest, header_hint: str | None) -> tuple[Decision, int]:
+    def route(self, req: ChatCompletionRequest, *, hint_header: str | None = None) -> RouteDecision:
+        """What `chat` would do with `req`, without serving it (`POST /v1/route`); a bad request fails the same."""
+        decision, _ = self._decide(req, hint_header)
+        return responses.route_decision(decision, self.tiers)
+
+    async def chat(self, req: ChatCompletionRequest, *, hint_header: str | None = None,
+                   client: Client | None = None) -> ChatReply:
+        """Serve `req` (`hint_header`: X-Cascade-Quality), inside one of the gateway's request places.
+
+        A bad request, a full gateway (Overloaded) or a fault before any answer raises its CascadeError. Whole: the
+        place goes back before this returns. Streamed: the stream has started (its first frame is read), and the
+        place goes back, with its upstreams, when its frames end or are closed (`aclose`; the caller must).
+        `client`: whether the client has left, read when the work is cancelled or the stream closed early (a
+        disconnect, counted once per request)."""
+        decision, max_tokens = self._decide(req, hint_header)
+        asked = decision.tier.name
+        self.admission.admit()
+        frames = None
+        try:
+            if not req.stream:
+                return WholeReply(await self._complete(req, decision, max_tokens))
+            served, opened = await self._open_stream(req, decision, max_tokens)
+            frames = self._relayed(opened, asked, client)
+            first = await anext(frames)  # started: from here closing `frames` is what releases
+            return StreamReply(served.tier.name, served.itinerary.judges_answers, first, frames)
+        except asyncio.CancelledError:
+            if frames is None:  # a started stream counts its own
+                self._left(asked, client)
+            raise
+        finally:
+            if frames is None:
+                self.admission.release()
+
+    async def _relayed(self, frames: AsyncGenerator[bytes, None], asked: str, client: Client | None
+                       ) -> AsyncGenerator[bytes, None]:
+        ended = False
+        try:
+            async for frame in frames:
+                yield frame
+            ended = True
+        finally:
+            try:
+                await frames.aclose()  # the upstreams, the tier's slots and admission
+            finally:
+                self.admission.release()
+                if not ended:
+                    self._left(asked, client)
+
+    def _left(self, asked: str, client: Client | None) -> None:
+        if client is not None and client.gone:
+            self.metrics.disconnects.labels(asked).inc()
+
+    def _decide(self, req: ChatCompletionRequest, header_hint: str | None) -> tuple[Decision, int]:
         """Validate, route, and check every tier the request may reach: a bad request fails here, before any
         header. Returns the decision and the max_tokens to use (0: each tier's default)."""
         max_tokens = validate(req, self.limits)
@@ -134,18 +195,9 @@ class ChatService:
             self.metrics.out_of_domain.inc()
         return routing
 
-    def route_decision(self, decision: Decision) -> RouteDecision:
-        return responses.route_decision(decision, self.tiers)
-
-    def admit(self) -> None:
-        self.admission.admit()
-
-    def release(self) -> None:
-        self.admission.release()
-
     # --- answering --------------------------------------------------------------------------------
 
-    async def complete(self, req: ChatCompletionRequest, decision: Decision, max_tokens: int) -> ChatCompletion:
+    async def _complete(self, req: ChatCompletionRequest, decision: Decision, max_tokens: int) -> ChatCompletion:
         start = time.perf_counter()
         decision, whole = await AnswerLadder(self.rungs, req, decision, max_tokens).serve()
         usage = responses.usage_of(whole)
@@ -153,18 +205,53 @@ class ChatService:
                                whole)
         return responses.completion(decision, whole)
 
-    async def open_stream(
+    async def _open_stream(
         self, req: ChatCompletionRequest, decision: Decision, max_tokens: int
     ) -> tuple[Decision, AsyncGenerator[bytes, None]]:
         """Start the upstream streams and wait for their first delta, so that a backend fault becomes
         an HTTP error status (or a fallback to another tier) instead of a broken 200 stream. Returns the
-        decision that will answer and the SSE frame iterator. The caller must start the iterator
-        (`anext`) before anything else can fail, and `aclose` it: that is what closes the upstreams."""
+        decision that will answer and the SSE frame iterator, not started (`chat` starts it)."""
         include_usage = bool(req.stream_options and req.stream_options.include_usage)
-        # The first tier is reachable: its branch settings were checked in `prepare`.
+        keepalive_s = self.config.keepalive_s
+        # The first tier is reachable: its branch settings were checked in `_decide`.
         if decision.itinerary.judges_answers or decision.branches[decision.tier.index] is not None:
-            whole = AnswerLadder(self.rungs, req, decision, max_tokens)
-            return decision, streaming.deferred(whole, self.config.keepalive_s, include_usage, self.telemetry)
+            whole = AnswerLadder(self.rungs, req, decision, max_tokens).serve()
+            return decision, streaming.deferred(whole, keepalive_s, include_usage, self.telemetry)
         live = StreamLadder(self.rungs, req, decision, max_tokens)
         decision, opened = await live.serve()
-        return decision, streaming.relay(opened, live, decision, include_usage, self.telemetry)
+        if isinstance(opened, Opened):
+            return decision, streaming.relay(opened, live, decision, include_usage, self.telemetry)
+        # A route-mode fallback to a tier with branches: they vote, so it is served whole, as on a branched tier.
+        return decision, streaming.deferred(_answered(decision, opened), keepalive_s, include_usage, self.telemetry)
+
+
+async def _answered(decision: Decision, answer: Awaitable[Answer]) -> tuple[Decision, Answer]:
+    return decision, await answer
+
+
+class Client(Protocol):
+    """The client's side of a request, as the service reads it: whether the client has left."""
+
+    @property
+    def gone(self) -> bool: ...
+
+
+@dataclass(frozen=True)
+class WholeReply:
+    """A whole answer: its completion names the tier that served it (`model`)."""
+
+    completion: ChatCompletion
+
+
+@dataclass(frozen=True)
+class StreamReply:
+    """A started SSE stream: `first` frame read, the rest in `frames`, which the caller must `aclose` (closing it
+    closes the upstreams and gives the request's place back)."""
+
+    tier: str  # the tier that answers (cascade mode: the first asked; the chunks name the one that answered)
+    judged: bool  # cascade mode: the answering tier is known only at the end
+    first: bytes
+    frames: AsyncGenerator[bytes, None]
+
+
+ChatReply = WholeReply | StreamReply

@@ -3,9 +3,9 @@
 * `relay`: a live answer (cascade/answer.py `Opened`: one tier's upstream streams, their first deltas read, so a
   fault before any token became an HTTP error or a fallback), relayed frame by frame; the hot path of the gateway.
   Its `StreamLadder` closes it at the end: the upstreams, the tier's slots and admission.
-* `deferred`: an answer known only at the end (cascade mode judges it, reasoning branches vote), served over an
-  `AnswerLadder`: SSE comments keep the connection alive meanwhile, then the answer goes out at once, so TTFT
-  honestly includes the wait.
+* `deferred`: an answer known only at the end (cascade mode judges it, reasoning branches vote, on the first tier or
+  a route-mode fallback's), served over an `AnswerLadder`: SSE comments keep the connection alive meanwhile, then
+  the answer goes out at once, so TTFT honestly includes the wait.
 
 Headers are gone once a frame is out: a later fault ends the stream with an in-band error event.
 """
@@ -15,14 +15,14 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, Awaitable
 
 from cascade.answer import Answer, Opened, Streams
 from cascade.branches.backend import GenerationResult, StreamDelta
 from cascade.errors import BackendError, CascadeError, Overloaded
 from cascade.gateway.decision import Decision
 from cascade.gateway.frames import ChunkFrames
-from cascade.gateway.ladders import AnswerLadder, StreamLadder
+from cascade.gateway.ladders import StreamLadder
 from cascade.gateway.responses import cascade_info, in_band_error, whole_answer_frames
 from cascade.gateway.telemetry import Telemetry
 from cascade.schemas import Usage
@@ -102,10 +102,12 @@ async def relay(opened: Opened, ladder: StreamLadder, decision: Decision, includ
     telemetry.success(decision, time.perf_counter() - start, prompt_tokens, total_completion, stream=True)
 
 
-async def deferred(ladder: AnswerLadder, keepalive_s: float, include_usage: bool, telemetry: Telemetry
-                   ) -> AsyncGenerator[bytes, None]:
+async def deferred(serve: Awaitable[tuple[Decision, Answer]], keepalive_s: float, include_usage: bool,
+                   telemetry: Telemetry) -> AsyncGenerator[bytes, None]:
+    """`serve`'s answer (an `AnswerLadder`'s, usually) as one SSE body, with keep-alives while it works; the caller
+    starts this at once (the service's `chat` does), so that `serve` is always awaited or cancelled."""
     start = time.perf_counter()
-    task = asyncio.ensure_future(ladder.serve())  # made here: a stream never started leaves no coroutine behind
+    task = asyncio.ensure_future(serve)
     try:
         while True:
             done, _ = await asyncio.wait({task}, timeout=keepalive_s)

@@ -1,7 +1,8 @@
 """The chat service without the gateway's HTTP: ChatService called directly, in front of a real fake engine.
 
-The same request path the HTTP tests cover, one pass each: prepare (validate, decide, check every reachable
-tier), complete, open_stream. The upstream is the fake engine over real HTTP on 127.0.0.1.
+The same request path the HTTP tests cover, one entry each (`chat`: validate, decide, check every reachable tier,
+admit, serve; `route`: the decision alone), and the request's place given back however it ends. The upstream is the
+fake engine over real HTTP on 127.0.0.1.
 """
 
 from __future__ import annotations
@@ -17,8 +18,8 @@ from cascade.config import decode_config
 from cascade.engines.fake_server import FakeEngine, FakeScript
 from cascade.errors import BackendError, InvalidRequest, Overloaded
 from cascade.gateway.metrics import GatewayMetrics
-from cascade.gateway.service import ChatService, ServiceConfig
-from cascade.schemas import ChatCompletionRequest
+from cascade.gateway.service import ChatService, ServiceConfig, StreamReply, WholeReply
+from cascade.schemas import ChatCompletion, ChatCompletionRequest
 from cascade.testing import TIERS, ladder_toml, serve_asgi
 from cascade.tiers import build_tiers
 from tests.gateway.gateway_setup import user
@@ -42,7 +43,8 @@ def with_service(mode: str, work: Callable[[ChatService], Awaitable[T]], extra: 
 
         async def run() -> T:
             tiers = build_tiers(config, {})
-            service = ChatService(tiers, ServiceConfig.of(config, mode=mode), GatewayMetrics())
+            routed = msgspec.structs.replace(config, routing=msgspec.structs.replace(config.routing, mode=mode))
+            service = ChatService(tiers, ServiceConfig.of(routed), GatewayMetrics())
             try:
                 return await work(service)
             finally:
@@ -52,11 +54,33 @@ def with_service(mode: str, work: Callable[[ChatService], Awaitable[T]], extra: 
         return asyncio.run(run()), engine
 
 
+async def whole(service: ChatService, req: ChatCompletionRequest) -> ChatCompletion:
+    reply = await service.chat(req)
+    assert isinstance(reply, WholeReply)
+    return reply.completion
+
+
+async def streamed(service: ChatService, req: ChatCompletionRequest) -> StreamReply:
+    reply = await service.chat(req)
+    assert isinstance(reply, StreamReply)
+    return reply
+
+
+class Left:
+    """A client that has left."""
+
+    gone = True
+
+
+def disconnects(service: ChatService) -> float:
+    return sum(sample.value for metric in service.metrics.disconnects.collect() for sample in metric.samples
+               if sample.name.endswith("_total"))
+
+
 def test_route_mode_answers_on_the_routed_tier_in_one_pass() -> None:
     async def work(service: ChatService):
         req = request(model="cascade:fast")
-        decision, max_tokens = service.prepare(req, None)
-        return await service.complete(req, decision, max_tokens)
+        return await whole(service, req)
 
     completion, engine = with_service("route", work)
     assert completion.model == TIERS[0] and completion.cascade.router == "heuristic"
@@ -66,8 +90,7 @@ def test_route_mode_answers_on_the_routed_tier_in_one_pass() -> None:
 def test_cascade_mode_climbs_past_a_cut_off_answer() -> None:
     async def work(service: ChatService):
         req = request(model="cascade:balanced", messages=user("[fake@fake-0 tokens=100] What is 2 + 2?"))
-        decision, max_tokens = service.prepare(req, None)
-        return await service.complete(req, decision, max_tokens)
+        return await whole(service, req)
 
     completion, engine = with_service("cascade", work)
     assert completion.model == TIERS[1] and completion.cascade.escalations == 1
@@ -80,7 +103,8 @@ def test_a_bad_branch_override_for_any_reachable_tier_fails_before_anything_is_s
         # top tier has 4 branch slots, so the request is refused before any tier is asked.
         req = request(model="cascade:balanced", stream=True, branches={"n": 8})
         with pytest.raises(InvalidRequest) as info:
-            service.prepare(req, None)
+            await service.chat(req)
+        assert service.admission.in_flight == 0
         return info.value
 
     error, engine = with_service("cascade", work, SLOTTED_TOP)
@@ -90,9 +114,9 @@ def test_a_bad_branch_override_for_any_reachable_tier_fails_before_anything_is_s
 def test_a_named_tier_that_fails_is_not_answered_elsewhere() -> None:
     async def work(service: ChatService) -> BackendError:
         req = request(model=TIERS[1], messages=user("[fake@fake-1 status=500] hi"))
-        decision, max_tokens = service.prepare(req, None)
         with pytest.raises(BackendError) as info:
-            await service.complete(req, decision, max_tokens)
+            await service.chat(req)
+        assert service.admission.in_flight == 0 and service.admission.streams_open == 0
         return info.value
 
     _, engine = with_service("route", work)
@@ -102,17 +126,13 @@ def test_a_named_tier_that_fails_is_not_answered_elsewhere() -> None:
 def test_a_stream_is_opened_before_its_frames_and_closes_its_upstream() -> None:
     async def work(service: ChatService) -> tuple[str, list[bytes], int]:
         req = request(model="cascade:fast", stream=True)
-        decision, max_tokens = service.prepare(req, None)
-        service.admit()
-        try:
-            decision, frames = await service.open_stream(req, decision, max_tokens)
-            body = [frame async for frame in frames]
-        finally:
-            service.release()
-        return decision.tier.name, body, service.admission.streams_open
+        reply = await streamed(service, req)
+        held = service.admission.in_flight
+        body = [reply.first, *[frame async for frame in reply.frames]]
+        return reply.tier, body, (held, service.admission.in_flight, service.admission.streams_open)
 
-    (tier, body, streams_open), engine = with_service("route", work)
-    assert tier == TIERS[0] and body[-1].endswith(b"data: [DONE]\n\n") and streams_open == 0
+    (tier, body, admission), engine = with_service("route", work)
+    assert tier == TIERS[0] and body[-1].endswith(b"data: [DONE]\n\n") and admission == (1, 0, 0)
     assert engine.stats.streams_finished == 1
 
 
@@ -123,8 +143,7 @@ def test_route_mode_falls_back_only_to_a_tier_that_can_serve_the_request_as_aske
 
     async def work(service: ChatService):
         req = request(model="cascade:fast", messages=user("[fake@fake-0 status=500] hi"), branches={"n": 8})
-        decision, max_tokens = service.prepare(req, None)
-        return await service.complete(req, decision, max_tokens)
+        return await whole(service, req)
 
     completion, _ = with_service("route", work, edit=lambda toml: toml.replace(f'name = "{TIERS[1]}"\n', slotted_middle))
     assert completion.model == TIERS[2] and completion.cascade.fallback_from == TIERS[0]
@@ -142,24 +161,17 @@ def test_a_streamed_single_branch_answer_holds_a_branch_slot_as_a_whole_answer_d
         slots = service.tiers[0].slots
         assert slots is not None
         req = request(model=TIERS[0], stream=True, messages=user("[fake@fake-0 itl_ms=40] hi"))
-        decision, max_tokens = service.prepare(req, None)
-        _, frames = await service.open_stream(req, decision, max_tokens)
+        reply = await streamed(service, req)
         try:
-            body = [await anext(frames)]
             held = slots.free
             refused = []
             for stream in (True, False):  # a second request on the tier, streamed or whole: the same 429
-                again = request(model=TIERS[0], stream=stream)
-                decision, max_tokens = service.prepare(again, None)
                 with pytest.raises(Overloaded) as info:
-                    if stream:
-                        await service.open_stream(again, decision, max_tokens)
-                    else:
-                        await service.complete(again, decision, max_tokens)
+                    await service.chat(request(model=TIERS[0], stream=stream))
                 refused.append(info.value.message)
-            body += [frame async for frame in frames]
+            [frame async for frame in reply.frames]
         finally:
-            await frames.aclose()
+            await reply.frames.aclose()
         return held, refused, slots.free
 
     (held, refused, free), engine = with_service("route", work, "[gateway.limits]\nmax_slot_wait_s = 0.1\n",
@@ -171,20 +183,16 @@ def test_a_streamed_single_branch_answer_holds_a_branch_slot_as_a_whole_answer_d
 def test_a_stream_waiting_for_a_branch_slot_starts_once_the_stream_holding_it_closes() -> None:
     async def work(service: ChatService) -> tuple[bool, list[bytes], int]:
         first = request(model=TIERS[0], stream=True, messages=user("[fake@fake-0 itl_ms=20] hi"))
-        decision, max_tokens = service.prepare(first, None)
-        _, frames = await service.open_stream(first, decision, max_tokens)
-        second = request(model=TIERS[0], stream=True)
-        decision, max_tokens = service.prepare(second, None)
-        waiting = asyncio.create_task(service.open_stream(second, decision, max_tokens))
+        reply = await streamed(service, first)
+        waiting = asyncio.create_task(streamed(service, request(model=TIERS[0], stream=True)))
         try:
-            await anext(frames)
             await asyncio.sleep(0.2)
             waited = not waiting.done()
-            [frame async for frame in frames]  # the first stream ends: its slot goes to the waiting one
-            _, later = await waiting
-            body = [frame async for frame in later]
+            [frame async for frame in reply.frames]  # the first stream ends: its slot goes to the waiting one
+            later = await waiting
+            body = [later.first, *[frame async for frame in later.frames]]
         finally:
-            await frames.aclose()
+            await reply.frames.aclose()
         slots = service.tiers[0].slots
         assert slots is not None
         return waited, body, slots.free
@@ -192,3 +200,72 @@ def test_a_stream_waiting_for_a_branch_slot_starts_once_the_stream_holding_it_cl
     (waited, body, free), engine = with_service("route", work, edit=one_slot)
     assert waited and body[-1].endswith(b"data: [DONE]\n\n") and free == 1
     assert engine.stats.streams_finished == 2
+
+
+def test_a_stream_the_client_abandons_mid_way_gives_its_place_and_upstream_back() -> None:
+    async def work(service: ChatService) -> tuple[int, tuple[int, int, int], float]:
+        req = request(model=TIERS[0], stream=True, messages=user("[fake@fake-0 tokens=2000 itl_ms=5] hi"))
+        reply = await service.chat(req, client=Left())
+        assert isinstance(reply, StreamReply)
+        await anext(reply.frames)
+        held = service.admission.in_flight
+        await reply.frames.aclose()  # what the route does when the client leaves mid-stream
+        slots = service.tiers[0].slots
+        assert slots is not None
+        return held, (service.admission.in_flight, service.admission.streams_open, slots.free), disconnects(service)
+
+    (held, after, gone), _ = with_service("route", work, edit=one_slot)
+    assert held == 1 and after == (0, 0, 1) and gone == 1
+
+
+def test_a_whole_answer_cancelled_when_the_client_leaves_gives_its_place_back_and_counts_once() -> None:
+    async def work(service: ChatService) -> tuple[int, int, float]:
+        req = request(model=TIERS[0], messages=user("[fake@fake-0 itl_ms=50] hi"))  # 32 tokens: 1.6 s
+        task = asyncio.create_task(service.chat(req, client=Left()))
+        await asyncio.sleep(0.2)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        return service.admission.in_flight, service.admission.streams_open, disconnects(service)
+
+    (in_flight, streams_open, gone), _ = with_service("route", work)
+    assert (in_flight, streams_open, gone) == (0, 0, 1)
+
+
+def test_a_stream_whose_upstream_fails_before_any_token_gives_its_place_back() -> None:
+    async def work(service: ChatService) -> tuple[int, int, float]:
+        req = request(model=TIERS[1], stream=True, messages=user("[fake@fake-1 status=500] hi"))
+        with pytest.raises(BackendError):
+            await service.chat(req, client=Left())
+        return service.admission.in_flight, service.admission.streams_open, disconnects(service)
+
+    assert with_service("route", work)[0] == (0, 0, 0)  # a fault is not a disconnect
+
+
+def test_the_route_entry_decides_without_serving_or_admitting() -> None:
+    async def work(service: ChatService) -> tuple[str, int]:
+        decision = service.route(request(model="cascade:fast"))
+        return decision.tier_name, service.admission.in_flight
+
+    (tier, in_flight), engine = with_service("route", work)
+    assert tier == TIERS[0] and in_flight == 0 and engine.stats.requests == 0
+
+
+def test_a_streamed_route_mode_fallback_to_a_tier_with_branches_is_voted_and_sent_whole() -> None:
+    # As a stream asked of a branched tier: the fallback's branches vote, and the answer goes out as one SSE body.
+    branched_middle = f'name = "{TIERS[1]}"\nbranches = 3\nbranches_to_finish = 3\n'
+
+    async def work(service: ChatService) -> tuple[str, dict[str, object], int]:
+        req = request(model="cascade:fast", stream=True, messages=user("[fake@fake-0 status=500] hi"))
+        reply = await streamed(service, req)
+        body = b"".join([reply.first, *[frame async for frame in reply.frames]])
+        chunks = [msgspec.json.decode(line[6:]) for line in body.split(b"\n\n")
+                  if line.startswith(b"data: {")]
+        assert chunks[-1]["model"] == TIERS[1]
+        return reply.tier, chunks[-1]["cascade"], service.admission.in_flight
+
+    (tier, info, in_flight), engine = with_service(
+        "route", work, edit=lambda toml: toml.replace(f'name = "{TIERS[1]}"\n', branched_middle))
+    assert tier == TIERS[1] and info["fallback_from"] == TIERS[0]
+    assert info["branches"]["launched"] == 3 and in_flight == 0  # type: ignore[index]
+    assert engine.stats.requests == 4  # the failed one, then three branches
