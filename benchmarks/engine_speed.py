@@ -34,7 +34,7 @@ import psutil
 
 from cascade.config import WorkerConfig
 from cascade.engines.models import load_card, prepare
-from cascade.engines.supervisor import Worker, sampling_fields, wait_healthy
+from cascade.engines.supervisor import Supervisor, Worker, sampling_fields
 
 GSM8K_TEST = Path(__file__).resolve().parents[2] / "shared" / "data" / "gsm8k" / "test.jsonl"
 
@@ -82,9 +82,7 @@ async def measure(args: argparse.Namespace) -> dict[str, Any]:
     with tempfile.TemporaryDirectory() as logs:
         worker = Worker(config, model_dir, Path(logs))
         started = time.perf_counter()
-        worker.start()
-        try:
-            await wait_healthy(worker, config.startup_timeout_s)
+        async with Supervisor([worker]):  # as `cascade serve` starts it: healthy after one generation
             start_s = time.perf_counter() - started
             log(f"{args.model}: started in {start_s:.1f} s")
             extra = sampling_fields(model_dir, config) if args.temperature > 0 else {}
@@ -96,8 +94,6 @@ async def measure(args: argparse.Namespace) -> dict[str, Any]:
                     passes.append(result)
             assert worker.process is not None
             rss = tree_rss_gb(worker.process.pid)
-        finally:
-            worker.stop()
     return {"model": args.model, "temperature": args.temperature, "max_tokens": args.max_tokens,
             "cb_num_blocks": config.cb_num_blocks, "start_s": round(start_s, 1), "rss_gb": rss, "passes": passes}
 
