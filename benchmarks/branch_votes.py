@@ -6,7 +6,8 @@ top_p) are chosen on GSM8K train with this, never on test.
 
 Input
   * `--branches FILE`: `cascade bench branches --methods self_consistency --n B --m B --save-branches FILE` (every
-    branch run to completion, with its text: local only, never committed).
+    branch run to completion, with its text: local only, never committed); or `--outcomes ROWS --tier T`: the same
+    branches as `benchmarks/branch_outcomes.py` writes them (answers, correctness, tokens; no text: committable).
   * `--greedy DIR_OR_FILE`: the same questions answered greedily: `cascade bench branches --methods vanilla --out
     DIR` (its requests.jsonl), on the tier of the same model whose worker decodes greedily.
 
@@ -36,6 +37,7 @@ from branch_outcomes import read_saved
 
 from cascade.data.datasets import prompts_of
 from cascade.data.grading import answer_key, grade
+from cascade.data.outcomes import read_rows
 
 
 def vote_correct(keys: list[str | None], lengths: list[int], correct: list[bool], subset: tuple[int, ...]) -> bool:
@@ -75,18 +77,36 @@ def interval(values: np.ndarray) -> list[float]:
     return [round(float(np.percentile(values, 2.5)), 3), round(float(np.percentile(values, 97.5)), 3)]
 
 
-def analyse(branches: Path, greedy_path: Path, n_branches: int, resamples: int, seed: int) -> dict[str, Any]:
-    saved = read_saved(branches)
-    greedy = read_greedy(greedy_path)
+Branch = tuple[str | None, int, bool]  # a finished branch's answer key, length and correctness
+
+
+def from_saved(path: Path) -> dict[str, list[Branch]]:
+    """Branches with their text (bench --save-branches): keyed and graded here, lengths in words."""
+    saved = read_saved(path)
     prompts = prompts_of(set(saved))
-    ids = sorted(q for q, b in saved.items() if len(b) >= n_branches and q in greedy and q in prompts)
+    return {q: [(answer_key(b.text), len(b.text.split()), grade(b.text, prompts[q].reference or ""))
+                for b in branches]
+            for q, branches in saved.items() if q in prompts}
+
+
+def from_outcomes(path: Path, tier: str) -> dict[str, list[Branch]]:
+    """Branches without text (benchmarks/branch_outcomes.py rows, committable): the grader's extracted answer as
+    the key (for numeric GSM8K answers the same as the vote's key), lengths in the model's tokens."""
+    out: dict[str, list[Branch]] = {}
+    for _, row in read_rows(str(path)):
+        outcome = row.tiers.get(tier)
+        if row.id is not None and outcome is not None and outcome.branches:
+            out[row.id] = [(b.answer, b.output_tokens, b.correct) for b in outcome.branches]
+    return out
+
+
+def analyse(by_question: dict[str, list[Branch]], greedy: dict[str, bool], n_branches: int, resamples: int,
+            seed: int) -> dict[str, Any]:
+    ids = sorted(q for q, b in by_question.items() if len(b) >= n_branches and q in greedy)
     per_branch, majority, any_correct = [], [], []
     for q in ids:
-        chosen = saved[q][:n_branches]
-        reference = prompts[q].reference or ""
-        correct = [grade(b.text, reference) for b in chosen]
-        m, a = question_curves([answer_key(b.text) for b in chosen], [len(b.text.split()) for b in chosen],
-                               correct, n_branches)
+        keys, lengths, correct = (list(column) for column in zip(*by_question[q][:n_branches], strict=True))
+        m, a = question_curves(keys, lengths, correct, n_branches)
         per_branch.append(sum(correct) / n_branches)
         majority.append(m)
         any_correct.append(a)
@@ -136,7 +156,10 @@ def plot(result: dict[str, Any], path: Path, title: str) -> None:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--branches", type=Path, required=True, help="bench --save-branches JSONL (with text)")
+    source = parser.add_mutually_exclusive_group(required=True)
+    source.add_argument("--branches", type=Path, help="bench --save-branches JSONL (with text)")
+    source.add_argument("--outcomes", type=Path, help="benchmarks/branch_outcomes.py rows (no text); with --tier")
+    parser.add_argument("--tier", help="with --outcomes: the tier whose branches vote")
     parser.add_argument("--greedy", type=Path, required=True, help="bench --out DIR (or its requests.jsonl), vanilla")
     parser.add_argument("--n", type=int, default=8, help="branches per question B (questions with fewer are skipped)")
     parser.add_argument("--resamples", type=int, default=2000)
@@ -145,7 +168,10 @@ def main() -> int:
     parser.add_argument("--title", default="sampled branches vs greedy")
     args = parser.parse_args()
     try:
-        result = analyse(args.branches, args.greedy, args.n, args.resamples, args.seed)
+        if args.outcomes is not None and not args.tier:
+            parser.error("--outcomes needs --tier")
+        by_question = from_saved(args.branches) if args.branches else from_outcomes(args.outcomes, args.tier)
+        result = analyse(by_question, read_greedy(args.greedy), args.n, args.resamples, args.seed)
     except OSError as exc:
         print(f"branch_votes: {exc}", file=sys.stderr)
         return 2
