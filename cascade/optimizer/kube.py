@@ -1,0 +1,76 @@
+"""`cascade deploy --gateways N`: Kubernetes manifests for N `cascade serve` gateways (docs/scaling.md).
+
+A Deployment (readiness on `/ready`, which a draining gateway fails, liveness on `/health`; the config
+and plan from the ConfigMap `cascade-config`, which holds no secret of ours: create it with kubectl), a
+Service, a PodDisruptionBudget (one gateway down at a time) and a HorizontalPodAutoscaler on the
+gateways' own metric `cascade_in_flight_requests` per pod (a Pods metric: it needs a custom-metrics
+adapter, e.g. prometheus-adapter, that serves it from the pods' /metrics). Plain dicts; written as JSON,
+which kubectl reads like YAML.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from cascade.errors import ConfigError
+
+NAME = "cascade"
+PORT = 8000
+IN_FLIGHT_METRIC = "cascade_in_flight_requests"  # cascade/gateway/metrics.py
+CONFIG_DIR = "/etc/cascade"
+
+
+@dataclass(frozen=True)
+class Gateways:
+    """What the manifests deploy: `replicas` gateways of `image`, scaled between them and `max_replicas` to
+    keep about `in_flight_per_pod` requests on each; `grace_s` lets streams finish on a scale-down."""
+
+    replicas: int
+    image: str
+    max_replicas: int
+    in_flight_per_pod: int = 8
+    grace_s: int = 60
+
+
+def manifests(g: Gateways) -> dict[str, dict[str, object]]:
+    """File stem -> manifest."""
+    if g.max_replicas < g.replicas:
+        raise ConfigError(f"--max-gateways {g.max_replicas} is below --gateways {g.replicas}")
+    if g.in_flight_per_pod < 1:
+        raise ConfigError(f"--hpa-in-flight must be at least 1, got {g.in_flight_per_pod}")
+    labels = {"app.kubernetes.io/name": NAME}
+    meta: dict[str, object] = {"name": NAME, "labels": labels}
+    return {"deployment": _deployment(g, meta, labels),
+            "service": {"apiVersion": "v1", "kind": "Service", "metadata": meta, "spec": {
+                "selector": labels, "ports": [{"name": "http", "port": PORT, "targetPort": "http"}]}},
+            "pdb": {"apiVersion": "policy/v1", "kind": "PodDisruptionBudget", "metadata": meta,
+                    "spec": {"maxUnavailable": 1, "selector": {"matchLabels": labels}}},
+            "hpa": {"apiVersion": "autoscaling/v2", "kind": "HorizontalPodAutoscaler", "metadata": meta, "spec": {
+                "scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": NAME},
+                "minReplicas": g.replicas, "maxReplicas": g.max_replicas,
+                "metrics": [{"type": "Pods", "pods": {
+                    "metric": {"name": IN_FLIGHT_METRIC},
+                    "target": {"type": "AverageValue", "averageValue": str(g.in_flight_per_pod)}}}],
+                # Scale down slowly: a removed gateway drains its streams first.
+                "behavior": {"scaleDown": {"stabilizationWindowSeconds": 300,
+                                           "policies": [{"type": "Pods", "value": 1, "periodSeconds": 120}]}}}}}
+
+
+def _deployment(g: Gateways, meta: dict[str, object], labels: dict[str, str]) -> dict[str, object]:
+    args = ["serve", "--config", f"{CONFIG_DIR}/cascade.toml", "--plan", f"{CONFIG_DIR}/plan.json",
+            "--host", "0.0.0.0", "--port", str(PORT)]
+    container = {
+        "name": "gateway", "image": g.image, "command": ["cascade"], "args": args,
+        "ports": [{"name": "http", "containerPort": PORT}],
+        "readinessProbe": {"httpGet": {"path": "/ready", "port": "http"}, "periodSeconds": 2, "failureThreshold": 2},
+        "livenessProbe": {"httpGet": {"path": "/health", "port": "http"}, "periodSeconds": 10, "failureThreshold": 3},
+        "volumeMounts": [{"name": "config", "mountPath": CONFIG_DIR, "readOnly": True}],
+    }
+    return {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": meta, "spec": {
+        "replicas": g.replicas, "selector": {"matchLabels": labels},
+        "strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": 0, "maxSurge": 1}},
+        "template": {
+            "metadata": {"labels": labels, "annotations": {
+                "prometheus.io/scrape": "true", "prometheus.io/port": str(PORT), "prometheus.io/path": "/metrics"}},
+            "spec": {"terminationGracePeriodSeconds": g.grace_s, "containers": [container],
+                     "volumes": [{"name": "config", "configMap": {"name": "cascade-config"}}]}}}}
