@@ -233,6 +233,8 @@ def build_parser() -> argparse.ArgumentParser:
     add_bench_commands(sub)
     from cascade.profiler_cli import add_profile_command
     add_profile_command(sub)
+    from cascade.keys_cli import add_keys_commands
+    add_keys_commands(sub)
     return parser
 
 

@@ -35,12 +35,30 @@ class Unauthorized(CascadeError):
     pass
 
 
+class Forbidden(CascadeError):
+    """The API key is valid but may not use what the request asks for (a quality hint, a tier)."""
+
+    def __init__(self, message: str, param: str | None = None) -> None:
+        super().__init__(message)
+        self.param = param
+
+
 class Overloaded(CascadeError):
     """Admission control refused the request; the client should retry later (`retry_after_s`)."""
 
     def __init__(self, message: str, retry_after_s: float = 1.0) -> None:
         super().__init__(message)
         self.retry_after_s = retry_after_s
+
+
+class RateLimited(Overloaded):
+    """An API key is over its `limit` ("requests" or "tokens" per minute); `headers` are the x-ratelimit-* ones."""
+
+    def __init__(self, message: str, limit: str, retry_after_s: float, headers: list[tuple[bytes, bytes]]) -> None:
+        super().__init__(message, retry_after_s)
+        self.limit = limit
+        self.code = "rate_limit_exceeded"
+        self.headers = headers
 
 
 class BackendError(CascadeError):

@@ -31,7 +31,7 @@ from cascade.config.base import (
     Strict,
     UnitFloat,
 )
-from cascade.config.gateway import FailoverConfig, GatewayConfig, Limits
+from cascade.config.gateway import ApiKey, FailoverConfig, GatewayConfig, Limits
 from cascade.config.load import CascadeConfig, decode_config, load_config, resolve_paths
 from cascade.config.routing import (
     AnswerConfidenceConfig,
@@ -44,9 +44,10 @@ from cascade.config.tiers import PRM_TIMEOUTS, PRMScorerConfig, TierConfig
 from cascade.config.workers import WorkerConfig
 
 __all__ = [
-    "PRM_TIMEOUTS", "TRANSFORMERS_SERVE_UNSUPPORTED", "AnswerConfidenceConfig", "BackendConfig", "CascadeConfig",
-    "EngineLoadConfig", "FailoverConfig", "GatewayConfig", "Limits", "LoadReactiveConfig", "Name", "NonNegativeFloat",
-    "NonNegativeInt", "OpenAIBackendConfig", "PRMScorerConfig", "Port", "PositiveFloat", "PositiveInt", "RoutingConfig",
+    "PRM_TIMEOUTS", "TRANSFORMERS_SERVE_UNSUPPORTED", "AnswerConfidenceConfig", "ApiKey", "BackendConfig",
+    "CascadeConfig", "EngineLoadConfig", "FailoverConfig", "GatewayConfig", "Limits", "LoadReactiveConfig", "Name",
+    "NonNegativeFloat", "NonNegativeInt", "OpenAIBackendConfig", "PRMScorerConfig", "Port", "PositiveFloat",
+    "PositiveInt", "RoutingConfig",
     "SGLangBackendConfig", "Strict", "TierConfig", "Timeouts", "UnitFloat", "WorkerBackendConfig", "WorkerConfig",
     "check_routing", "decode_config", "load_config", "resolve_paths",
 ]

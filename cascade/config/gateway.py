@@ -69,11 +69,30 @@ class FailoverConfig(Strict, frozen=True):
     tier_fallback: bool = True
 
 
+class ApiKey(Strict, frozen=True):
+    """One `[[gateway.keys]]` entry: a client (tenant) by the sha256 of its key (`cascade keys add` makes both), its
+    rate limits and what it may ask for. `name` labels its metrics; the key itself is never stored."""
+
+    name: str
+    sha256: str  # hex digest of the whole key as sent after `Bearer `
+    # Per minute, as token buckets refilled continuously (a full minute's worth may arrive at once); 0: unlimited.
+    requests_per_minute: Annotated[int, msgspec.Meta(ge=0)] = 0
+    # Prompt tokens (estimated at admission: the messages' JSON bytes / 4) + max_tokens x n reserved per request,
+    # then corrected to the usage the engine reports.
+    tokens_per_minute: Annotated[int, msgspec.Meta(ge=0)] = 0
+    # Quality hints it may use with `cascade` models (fast, balanced, best; "numeric" for a number); empty: all.
+    hints: tuple[str, ...] = ()
+    # Tiers it may name as its model (bypassing the router); empty: all.
+    tiers: tuple[str, ...] = ()
+
+
 class GatewayConfig(Strict, frozen=True):
     host: str = "127.0.0.1"
     port: Port = 8000
     # Empty: no authentication (the default binds loopback only).
     api_keys: tuple[str, ...] = ()
+    # Keys as tenants, each with its own limits (ApiKey); either or both of these may be set.
+    keys: tuple[ApiKey, ...] = ()
     default_quality: str = "balanced"
     # Seconds between SSE keep-alive comments while a stream waits for its first token (cascade mode).
     keepalive_s: PositiveFloat = 2.0

@@ -13,7 +13,7 @@ import msgspec
 from cascade import files
 from cascade.config.backends import SGLangBackendConfig
 from cascade.config.base import Strict
-from cascade.config.gateway import GatewayConfig
+from cascade.config.gateway import ApiKey, GatewayConfig
 from cascade.config.routing import RoutingConfig, check_routing
 from cascade.config.tiers import TierConfig, check_tier
 from cascade.config.workers import WorkerConfig
@@ -41,6 +41,7 @@ def _check(config: CascadeConfig) -> None:
     names = [t.name for t in config.tiers]
     if len(set(names)) != len(names):
         raise ConfigError(f"`tiers` names must be unique, got {names}")
+    check_keys(config.gateway.keys, names)
     workers = {w.name: w for w in config.workers}
     if len(workers) != len(config.workers):
         raise ConfigError("`workers` names must be unique")
@@ -48,6 +49,28 @@ def _check(config: CascadeConfig) -> None:
         check_tier(tier, i, workers)
     check_routing(config.routing, names, any(t.branch_slots for t in config.tiers),
                   any(isinstance(b, SGLangBackendConfig) for t in config.tiers for b in t.backends))
+
+
+KEY_HINTS = ("fast", "balanced", "best", "numeric")  # what `[[gateway.keys]] hints` may list
+
+
+def check_keys(keys: tuple[ApiKey, ...], tiers: list[str]) -> None:
+    seen: set[str] = set()
+    for i, key in enumerate(keys):
+        where = f"`gateway.keys[{i}]`"
+        if not key.name or not key.name.replace("-", "").replace("_", "").replace(".", "").isalnum():
+            raise ConfigError(f"{where}.name must be a non-empty name of letters, digits, '-', '_' or '.' (it labels "
+                              f"metrics), got {key.name!r}")
+        if key.name in seen:
+            raise ConfigError(f"{where}.name `{key.name}` is used twice: names must be unique")
+        seen.add(key.name)
+        if len(key.sha256) != 64 or any(c not in "0123456789abcdef" for c in key.sha256):
+            raise ConfigError(f"{where}.sha256 must be the 64 lowercase hex digits of the key's sha256 (`cascade keys "
+                              "add` prints it), never the key itself")
+        if unknown := sorted(set(key.hints) - set(KEY_HINTS)):
+            raise ConfigError(f"{where}.hints: unknown {', '.join(unknown)}; choose from {', '.join(KEY_HINTS)}")
+        if unknown := sorted(set(key.tiers) - set(tiers)):
+            raise ConfigError(f"{where}.tiers: unknown {', '.join(unknown)}; the tiers are {', '.join(tiers)}")
 
 
 def decode_config(data: bytes | str, source: str = "cascade.toml") -> CascadeConfig:

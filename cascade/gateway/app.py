@@ -11,12 +11,15 @@ import msgspec
 from litestar import Litestar, Request, Response, get, post
 from litestar.exceptions import HTTPException
 
+from cascade.config import ApiKey
 from cascade.errors import CascadeError, InvalidRequest
 from cascade.gateway.chat_asgi import ChatCompletionsASGI
 from cascade.gateway.errors import error_reply, error_response, internal_error
-from cascade.gateway.intake import check_auth, read_body
+from cascade.gateway.intake import read_body
 from cascade.gateway.openapi import openapi_json
+from cascade.gateway.ratelimit import LocalRateLimiter, RateLimiter
 from cascade.gateway.service import ChatService
+from cascade.gateway.tenants import Keyring, Tenants
 from cascade.schemas import ChatCompletionRequest
 
 log = logging.getLogger("cascade.gateway")
@@ -31,13 +34,19 @@ def create_app(
     ready_check: Callable[[], Awaitable[dict[str, Any]]] | None = None,
     on_startup: list[Callable[[], Awaitable[None]]] | None = None,
     on_shutdown: list[Callable[[], Awaitable[None]]] | None = None,
+    keys: tuple[ApiKey, ...] = (),
+    limiter: RateLimiter | None = None,
 ) -> ChatCompletionsASGI:
-    keys = frozenset(api_keys)
+    """`api_keys`: plain keys (no limits); `keys`: keys as tenants, with their limits kept by `limiter` (default:
+    this process's buckets)."""
+    keyring = Keyring(keys, api_keys)
+    tenants = Tenants(limiter or LocalRateLimiter(), service.metrics, list(service.by_name),
+                      service.config.default_quality)
 
     @post("/v1/route", status_code=200)
     async def route(request: Request[Any, Any, Any]) -> Response[bytes]:
         """The routing decision for a chat request, without generating (same body as chat completions)."""
-        check_auth(keys, request.headers.get("authorization", ""))
+        keyring.authenticate(request.headers.get("authorization", ""))
         raw = await read_body(request.stream(), request.headers.get("content-length"),
                               service.limits.max_body_bytes)
         req = decode_chat_request(raw)
@@ -69,7 +78,7 @@ def create_app(
     async def metrics() -> Response[bytes]:
         return Response(service.metrics.render(), media_type="text/plain; version=0.0.4; charset=utf-8")
 
-    openapi_body = openapi_json(service, auth=bool(keys))  # encoded once; Litestar's own OpenAPI is off
+    openapi_body = openapi_json(service, auth=bool(keyring))  # encoded once; Litestar's own OpenAPI is off
 
     @get("/openapi.json")
     async def openapi() -> Response[bytes]:
@@ -112,7 +121,7 @@ def create_app(
         debug=False,
     )
     # The hot route bypasses the framework (cascade/gateway/chat_asgi.py says why).
-    return ChatCompletionsASGI(litestar, service, api_keys, decode_chat_request)
+    return ChatCompletionsASGI(litestar, service, keyring, tenants, decode_chat_request)
 
 
 def decode_chat_request(raw: bytes) -> ChatCompletionRequest:

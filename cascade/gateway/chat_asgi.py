@@ -39,8 +39,10 @@ from cascade.gateway.drain import (
     shutdown_stream_end,
 )
 from cascade.gateway.errors import error_reply, error_response, internal_error
-from cascade.gateway.intake import check_auth, read_body
+from cascade.gateway.intake import read_body
 from cascade.gateway.service import ChatService, StreamReply, WholeReply
+from cascade.gateway.telemetry import METER, Meter
+from cascade.gateway.tenants import Keyring, Pass, Tenants
 from cascade.schemas import ChatCompletionRequest
 
 Scope = MutableMapping[str, Any]
@@ -58,11 +60,12 @@ class ClientGone(Exception):
 
 
 class ChatCompletionsASGI:
-    def __init__(self, app: ASGIApp, service: ChatService, api_keys: tuple[str, ...],
+    def __init__(self, app: ASGIApp, service: ChatService, keyring: Keyring, tenants: Tenants,
                  decode: Callable[[bytes], ChatCompletionRequest]) -> None:
         self.app = app
         self.service = service
-        self.keys = frozenset(api_keys)
+        self.keyring = keyring
+        self.tenants = tenants
         self.decode = decode
         self.drain = Drain()  # `cascade serve` sets its grace
 
@@ -122,23 +125,38 @@ class ChatCompletionsASGI:
 
     async def _handle(self, scope: Scope, receive: Receive, send: Send) -> None:
         headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in scope["headers"]}
-        check_auth(self.keys, headers.get("authorization", ""))
+        tenant = self.keyring.authenticate(headers.get("authorization", ""))
         raw = await read_body(_body_chunks(receive), headers.get("content-length"), self.service.limits.max_body_bytes)
         req = self.decode(raw)
+        hint = headers.get("x-cascade-quality")
+        granted = None if tenant is None else self.tenants.admit(tenant, req, hint)
         guard = _DisconnectGuard(receive, self.drain)
+        meter = Meter()
+        token = METER.set(meter)
         try:
-            await guard.run(self._reply(req, headers.get("x-cascade-quality"), guard, send))
+            await guard.run(self._reply(req, hint, guard, send, granted, meter))
+        except BaseException:
+            if granted is not None and not meter.replied:
+                self.tenants.settle(granted, None)  # failed before an answer: its tokens go back
+                granted = None
+            raise
         finally:
+            METER.reset(token)
             guard.close()
+            if granted is not None:
+                self.tenants.settle(granted, meter)
 
-    async def _reply(self, req: ChatCompletionRequest, hint: str | None, guard: _DisconnectGuard, send: Send) -> None:
+    async def _reply(self, req: ChatCompletionRequest, hint: str | None, guard: _DisconnectGuard, send: Send,
+                     granted: Pass | None, meter: Meter) -> None:
         reply = await self.service.chat(req, hint_header=hint, client=guard)
+        meter.replied = True
+        limits = [] if granted is None else granted.allowance.headers()
         if isinstance(reply, WholeReply):
             completion = reply.completion
-            await _respond(send, 200, _encode(completion), [(b"x-cascade-tier", completion.model.encode())])
+            await _respond(send, 200, _encode(completion), [(b"x-cascade-tier", completion.model.encode()), *limits])
             return
         try:
-            await _stream(reply, send)
+            await _stream(reply, send, limits)
         except ClientGone:
             guard.gone = True  # the service counts the disconnect when the stream closes, below
             raise
@@ -157,9 +175,9 @@ async def _body_chunks(receive: Receive) -> AsyncIterator[bytes]:
             return
 
 
-async def _stream(reply: StreamReply, send: Send) -> None:
+async def _stream(reply: StreamReply, send: Send, limits: list[tuple[bytes, bytes]]) -> None:
     headers = [(b"content-type", b"text/event-stream"), (b"cache-control", b"no-cache"),
-               (b"x-accel-buffering", b"no"), (b"x-cascade-tier", reply.tier.encode())]
+               (b"x-accel-buffering", b"no"), (b"x-cascade-tier", reply.tier.encode()), *limits]
     if reply.judged:
         # The answering tier is known only at the end: the chunks' `model` and `cascade` name it.
         headers.append((b"x-cascade-mode", b"cascade"))

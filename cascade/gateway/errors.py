@@ -14,9 +14,11 @@ from cascade.errors import (
     BackendTimeout,
     BackendUnavailable,
     CascadeError,
+    Forbidden,
     InvalidRequest,
     Overloaded,
     PayloadTooLarge,
+    RateLimited,
     Unauthorized,
     UnknownModel,
 )
@@ -32,6 +34,7 @@ _STATUS: tuple[tuple[type[CascadeError], int], ...] = (
     (PayloadTooLarge, 413),
     (InvalidRequest, 400),
     (Unauthorized, 401),
+    (Forbidden, 403),
     (UnknownModel, 404),
     (Overloaded, 429),
     (BackendFailed, 502),
@@ -48,11 +51,13 @@ def status_for(exc: CascadeError) -> int:
 
 
 def retry_after(exc: CascadeError) -> list[tuple[bytes, bytes]]:
-    """`Retry-After` (whole seconds) for a 429 or 503, as the header list of an ASGI response."""
+    """`Retry-After` (whole seconds) for a 429 or 503, as the header list of an ASGI response (with a key's
+    x-ratelimit-* headers when it is over its limits)."""
     seconds = getattr(exc, "retry_after_s", None)
     if seconds is None or status_for(exc) not in (429, 503):
         return []
-    return [(b"retry-after", str(max(1, math.ceil(seconds))).encode())]
+    extra = exc.headers if isinstance(exc, RateLimited) else []
+    return [(b"retry-after", str(max(1, math.ceil(seconds))).encode()), *extra]
 
 
 MAX_MESSAGE_CHARS = 1000  # an error message (which may quote input) is cut here
@@ -73,8 +78,13 @@ def openai_error(exc: CascadeError, status: int) -> bytes:
     """The OpenAI error body for `exc` answered with `status`."""
     param = getattr(exc, "param", None)
     code = getattr(exc, "code", None)
-    kind = {400: "invalid_request_error", 401: "authentication_error", 404: "invalid_request_error",
-            413: "invalid_request_error", 429: "rate_limit_error"}.get(status, "server_error")
+    kind = {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",
+            404: "invalid_request_error", 413: "invalid_request_error",
+            429: "rate_limit_error"}.get(status, "server_error")
+    if isinstance(exc, RateLimited):
+        kind = exc.limit  # as OpenAI: "requests" or "tokens", code "rate_limit_exceeded"
+    elif status == 403:
+        code = "permission_denied"
     if status == 404:
         code, param = "model_not_found", "model"
     return error_response(exc.message, kind, param, code)

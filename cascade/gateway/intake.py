@@ -1,22 +1,12 @@
-"""What every route does with a request before its work: the API key check and reading the body under the
-size limit. One copy for the Litestar routes (cascade/gateway/app.py) and the plain-ASGI chat completions
-route (cascade/gateway/chat_asgi.py), so both refuse the same requests with the same errors."""
+"""What every route does with a request before its work (after the API key check, cascade/gateway/tenants.py):
+reading the body under the size limit. One copy for the Litestar routes (cascade/gateway/app.py) and the plain-ASGI
+chat completions route (cascade/gateway/chat_asgi.py), so both refuse the same requests with the same errors."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Collection
+from collections.abc import AsyncIterator
 
-from cascade.errors import PayloadTooLarge, Unauthorized
-
-
-def check_auth(keys: Collection[str], authorization: str) -> None:
-    """Raise Unauthorized unless `authorization` (the header, "" if absent) is `Bearer <key>` with a key of
-    `keys`; with no keys configured, every request passes."""
-    if not keys:
-        return
-    scheme, _, token = authorization.partition(" ")
-    if scheme.lower() != "bearer" or token not in keys:
-        raise Unauthorized("missing or invalid API key: send `Authorization: Bearer <key>`")
+from cascade.errors import PayloadTooLarge
 
 
 async def read_body(chunks: AsyncIterator[bytes], declared: str | None, limit: int) -> bytes:

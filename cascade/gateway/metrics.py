@@ -70,6 +70,14 @@ class GatewayMetrics:
             registry=r,
         )
 
+        # Per API key (`[[gateway.keys]]`): `key` is its configured name, so the labels are bounded by the config.
+        self.key_requests = Counter("cascade_key_requests", "Requests served per API key and tier", ["key", "tier"],
+                                    registry=r)
+        self.key_tokens = Counter("cascade_key_tokens", "Tokens per API key and tier: in (prompt) and out "
+                                  "(completion)", ["key", "tier", "direction"], registry=r)
+        self.key_rate_limited = Counter("cascade_key_rate_limited", "Requests refused (429) because an API key was "
+                                        "over a limit", ["key", "limit"], registry=r)
+
     def watch_headroom(self, headroom: Headroom) -> None:
         """Export load-reactive routing's view of each tier (pressure, pressed), read at scrape time."""
         self.registry.register(_HeadroomCollector(headroom))

@@ -110,7 +110,8 @@ def openapi_document(model_ids: Sequence[str] = (), limits: Limits | None = None
     }
     if auth:
         document["components"]["securitySchemes"] = {
-            "bearerAuth": {"type": "http", "scheme": "bearer", "description": "One of `[gateway] api_keys`."}}
+            "bearerAuth": {"type": "http", "scheme": "bearer", "description":
+                           "One of `[gateway] api_keys` or `[[gateway.keys]]`."}}
     return document
 
 

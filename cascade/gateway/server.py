@@ -56,7 +56,7 @@ class Gateway:
         self.metrics.watch_pools(lambda: [t.backend for t in self.service.tiers])
         self.app = create_app(
             self.service, config.gateway.api_keys, ready_check=self.ready,
-            on_startup=[self.start], on_shutdown=[self.stop],
+            on_startup=[self.start], on_shutdown=[self.stop], keys=config.gateway.keys,
         )
         self.app.drain.grace_s = config.gateway.shutdown_grace_s
 
@@ -108,7 +108,7 @@ def run(
     from cascade.gateway.connections import GatewayProtocol, raise_open_files_limit
 
     _configure_logging(log_level)
-    if warning := exposure_warning(host, config.gateway.api_keys):
+    if warning := exposure_warning(host, (*config.gateway.api_keys, *(k.name for k in config.gateway.keys))):
         log.warning(warning)
     before, after = raise_open_files_limit()  # inherited by --processes children
     if after != before:
@@ -137,7 +137,7 @@ def exposure_warning(host: str, api_keys: tuple[str, ...]) -> str | None:
     if api_keys or is_loopback(host):
         return None
     return (f"the gateway listens on {host}, reachable from the network, without API keys: set [gateway] api_keys "
-            "to require a bearer token, or bind 127.0.0.1")
+            "(or [[gateway.keys]], `cascade keys add`) to require a bearer token, or bind 127.0.0.1")
 
 
 _CONFIG_ENV, _PLAN_ENV = "CASCADE_GATEWAY_CONFIG", "CASCADE_GATEWAY_PLAN"

@@ -85,7 +85,7 @@ def test_document_is_valid_openapi_3_1(auth) -> None:
 def test_document_of_a_gateway_with_api_keys_requires_a_bearer_token_on_the_model_routes() -> None:
     document = openapi_document(MODEL_IDS, Limits(), auth=True)
     assert document["components"]["securitySchemes"]["bearerAuth"] == {
-        "type": "http", "scheme": "bearer", "description": "One of `[gateway] api_keys`."}
+        "type": "http", "scheme": "bearer", "description": "One of `[gateway] api_keys` or `[[gateway.keys]]`."}
     for method, path in ROUTES:
         operation = document["paths"][path][method]
         guarded = path in ("/v1/chat/completions", "/v1/route")

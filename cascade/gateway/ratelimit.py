@@ -1,0 +1,129 @@
+"""Per-key rate limits: requests and tokens per minute, as token buckets.
+
+`RateLimiter` is the seam: this process's buckets (`LocalRateLimiter`) today; a shared store (Redis) can implement
+the same two calls later. A request `acquire`s 1 request and its estimated tokens at admission, all or nothing; when
+it ends, `settle` corrects the tokens to what it used (a refund, or a debt that may take the bucket below zero).
+
+Each bucket holds at most a minute's limit and refills continuously at limit/60 per second. The numbers a decision
+carries are what OpenAI sends as `x-ratelimit-*` headers: the limit, what remains, and how long until the bucket is
+full again ("1s", "6m0s", "250ms").
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Protocol
+
+LIMITS = ("requests", "tokens")
+
+
+@dataclass(frozen=True)
+class Limit:
+    """One bucket's state after a decision; `limit` 0 means unlimited (no headers)."""
+
+    limit: int
+    remaining: int
+    reset_s: float  # until the bucket is full again
+    retry_after_s: float = 0.0  # until the request would fit (refused requests)
+
+
+@dataclass(frozen=True)
+class Allowance:
+    """The outcome of `acquire`: `refused` names the limit the request is over ("requests", "tokens") or is None."""
+
+    requests: Limit
+    tokens: Limit
+    refused: str | None = None
+
+    @property
+    def retry_after_s(self) -> float:
+        return self.requests.retry_after_s if self.refused == "requests" else self.tokens.retry_after_s
+
+    def headers(self) -> list[tuple[bytes, bytes]]:
+        """OpenAI's x-ratelimit-* headers for the limits that are set."""
+        out: list[tuple[bytes, bytes]] = []
+        for name, state in (("requests", self.requests), ("tokens", self.tokens)):
+            if state.limit:
+                out += [(f"x-ratelimit-limit-{name}".encode(), str(state.limit).encode()),
+                        (f"x-ratelimit-remaining-{name}".encode(), str(max(0, state.remaining)).encode()),
+                        (f"x-ratelimit-reset-{name}".encode(), duration(state.reset_s).encode())]
+        return out
+
+
+class RateLimiter(Protocol):
+    def acquire(self, key: str, rpm: int, tpm: int, tokens: int) -> Allowance:
+        """Take 1 request and `tokens` from `key`'s buckets (limits `rpm`, `tpm` per minute; 0: unlimited), or
+        nothing if either is short."""
+        ...
+
+    def settle(self, key: str, tpm: int, reserved: int, used: int) -> None:
+        """Correct `key`'s token bucket: the request reserved `reserved` tokens and used `used`."""
+        ...
+
+
+class _Bucket:
+    __slots__ = ("level", "stamp")
+
+    def __init__(self, level: float, stamp: float) -> None:
+        self.level = level
+        self.stamp = stamp
+
+
+class LocalRateLimiter:
+    """Buckets in this process (each `cascade serve --processes` worker has its own)."""
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self.clock = clock
+        self._buckets: dict[tuple[str, str], _Bucket] = {}
+
+    def _bucket(self, key: str, kind: str, limit: int, now: float) -> _Bucket:
+        bucket = self._buckets.get((key, kind))
+        if bucket is None:
+            bucket = self._buckets[(key, kind)] = _Bucket(float(limit), now)
+        bucket.level = min(float(limit), bucket.level + (now - bucket.stamp) * limit / 60.0)
+        bucket.stamp = now
+        return bucket
+
+    def acquire(self, key: str, rpm: int, tpm: int, tokens: int) -> Allowance:
+        now = self.clock()
+        req = self._bucket(key, "requests", rpm, now) if rpm else None
+        tok = self._bucket(key, "tokens", tpm, now) if tpm else None
+        refused = "requests" if req is not None and req.level < 1 else None
+        if refused is None and tok is not None and (tok.level < tokens or tokens > tpm):
+            refused = "tokens"
+        if refused is None:
+            if req is not None:
+                req.level -= 1
+            if tok is not None:
+                tok.level -= tokens
+        return Allowance(_state(req, rpm, 1), _state(tok, tpm, tokens), refused)
+
+    def settle(self, key: str, tpm: int, reserved: int, used: int) -> None:
+        if not tpm or used == reserved:
+            return
+        bucket = self._bucket(key, "tokens", tpm, self.clock())
+        bucket.level = min(float(tpm), bucket.level + reserved - used)
+
+
+def _state(bucket: _Bucket | None, limit: int, need: int) -> Limit:
+    if bucket is None:
+        return Limit(0, 0, 0.0)
+    rate = limit / 60.0
+    short = min(need, limit) - bucket.level  # a request larger than the limit waits for a full bucket, then fails
+    return Limit(limit, math.floor(bucket.level), (limit - bucket.level) / rate, max(0.0, short / rate))
+
+
+def duration(seconds: float) -> str:
+    """A reset time as OpenAI writes it: "250ms", "1s", "6m0s", "1h2m3s" (whole milliseconds, rounded up)."""
+    ms = math.ceil(max(0.0, seconds) * 1000)
+    if ms < 1000:
+        return f"{ms}ms"
+    hours, rest = divmod(ms, 3_600_000)
+    minutes, rest = divmod(rest, 60_000)
+    secs = f"{rest / 1000:.3f}".rstrip("0").rstrip(".")
+    if hours:
+        return f"{hours}h{minutes}m{secs}s"
+    return f"{minutes}m{secs}s" if minutes else f"{secs}s"
