@@ -61,6 +61,16 @@ class RateLimited(Overloaded):
         self.headers = headers
 
 
+class LimitsUnavailable(CascadeError):
+    """The shared store of the limits (`[gateway] redis_url`) did not answer and `redis_failure = "closed"`: the
+    request is refused (a 503) rather than admitted uncounted; the client should retry after `retry_after_s`."""
+
+    def __init__(self, message: str, retry_after_s: float = 1.0) -> None:
+        super().__init__(message)
+        self.retry_after_s = retry_after_s
+        self.code = "limits_unavailable"
+
+
 class BackendError(CascadeError):
     """Base class for faults of an upstream engine, never of the client."""
 

@@ -3,8 +3,9 @@
 Processes: `start` runs a command in its own process group (so that stopping it reaches whatever it started),
 `stop` ends the group (SIGTERM, then SIGKILL after a grace), `process` does both around a block, `run` runs a
 command to completion with a bound, `wait_http` waits, bounded, for a URL to answer while watching the process.
-On top: `fake_engine` (`cascade fake-server`), `serve_config` and `cascade_serve` (`cascade serve`), each on
-127.0.0.1 at a free port and killed when its block exits, whatever happened. In-process: `serve_asgi` serves an
+On top: `fake_engine` (`cascade fake-server`), `serve_config` and `cascade_serve` (`cascade serve`), and
+`redis_server` (Debian's `redis-server`, for the shared limits), each on 127.0.0.1 at a free port and killed when its
+block exits, whatever happened. In-process: `serve_asgi` serves an
 ASGI app with uvicorn in a thread. `eventually` polls a condition with a bound; `fail` is a benchmark's one-line
 error exit.
 
@@ -207,6 +208,69 @@ default_max_tokens = 32
 backends = [{{ kind = "openai", url = "{url}", model = "fake-{i}", timeouts = {timeouts} }}]
 """)
     return extra + "\n" + "".join(tiers)
+
+
+class RedisServer:
+    """A `redis-server` on 127.0.0.1 (no persistence) that a test may kill, pause and start again on its port."""
+
+    def __init__(self, log_dir: Path, binary: str) -> None:
+        self.binary, self.port = binary, free_port()
+        self.url = f"redis://127.0.0.1:{self.port}/0"
+        self.log = log_dir / f"redis-{self.port}.log"
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self, within_s: float = 10.0) -> None:
+        argv = [self.binary, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"]
+        self.proc = start(argv, self.log, append=True)
+        deadline = time.monotonic() + within_s
+        while not self.ping():
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"redis-server did not start on port {self.port}:\n{_tail(self.log)}")
+            time.sleep(0.05)
+
+    def ping(self) -> bool:
+        import socket
+
+        try:
+            with socket.create_connection(("127.0.0.1", self.port), timeout=0.5) as conn:
+                conn.sendall(b"PING\r\n")
+                return conn.recv(16).startswith(b"+PONG")
+        except OSError:
+            return False
+
+    def kill(self) -> None:
+        """SIGKILL: gone at once, with its data."""
+        if self.proc is not None:
+            stop(self.proc, grace_s=0)
+            self.proc = None
+
+    def pause(self) -> None:
+        """SIGSTOP: connections stay open and nothing answers (a hung Redis) until `resume`."""
+        assert self.proc is not None
+        os.kill(self.proc.pid, signal.SIGSTOP)
+
+    def resume(self) -> None:
+        assert self.proc is not None
+        os.kill(self.proc.pid, signal.SIGCONT)
+
+
+@contextmanager
+def redis_server(log_dir: Path, binary: str = "redis-server") -> Iterator[RedisServer]:
+    """A `RedisServer` started (PING answered) on a free loopback port, always killed when the block exits."""
+    import shutil
+
+    found = shutil.which(binary)
+    if found is None:
+        raise FileNotFoundError(f"{binary} is not installed")
+    server = RedisServer(log_dir, found)
+    try:
+        server.start()
+        yield server
+    finally:
+        if server.proc is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(server.proc.pid, signal.SIGCONT)  # a paused one must not outlive the test either
+        server.kill()
 
 
 # --- in-process servers ----------------------------------------------------------------------------

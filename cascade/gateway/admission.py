@@ -5,11 +5,18 @@ engines report their own queue (cascade/gateway/engine_load.py), `[routing.engin
 tier while they queue that many requests, whoever sent them; without a reading, only this gateway's places count.
 `Admission` is also the router's live load view (cascade/router/load.py `TierLoad`): each tier's requests in
 flight and its engines' own report.
+
+With `[gateway] redis_url`, the gateway's limit and the tiers' places are also counted across every gateway
+(`SharedPlaces`: cascade/gateway/admission_redis.py): a request takes this process's place first, then the shared
+one. This process's own limits still hold (with Redis away and `redis_failure = "open"`, they are what is left);
+the backend stream budget and the engines' queue stay per process. The counts in this class, and so the router's
+load view and the `cascade_*in_flight*` gauges, are this process's requests.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Protocol
 
 from cascade.config import Limits
 from cascade.errors import Overloaded
@@ -19,12 +26,25 @@ from cascade.router.load import EngineView
 from cascade.tiers import Tier
 
 
+class SharedPlaces(Protocol):
+    """Places counted across gateways, by scope ("gateway", "tier:NAME")."""
+
+    async def take(self, scope: str, cap: int) -> bool:
+        """Take one of the scope's `cap` places; False when they are all held (by any gateway)."""
+        ...
+
+    def give(self, scope: str) -> None:
+        """Give one back (without waiting)."""
+        ...
+
+
 class Admission:
     def __init__(self, tiers: Sequence[Tier], limits: Limits, metrics: GatewayMetrics,
-                 engines: TierEngines | None = None) -> None:
+                 engines: TierEngines | None = None, shared: SharedPlaces | None = None) -> None:
         self.limits = limits
         self.metrics = metrics
         self.engines = engines
+        self.shared = shared
         self.max_engine_queue = engines.config.max_queue if engines is not None else 0
         self.in_flight = 0
         self.tier_caps = [t.config.max_in_flight or limits.max_in_flight_per_tier for t in tiers]
@@ -32,18 +52,33 @@ class Admission:
         self._tier_gauges = [metrics.tier_in_flight.labels(t.name) for t in tiers]  # no label lookup per request
         self.streams_open = 0
 
-    def admit(self) -> None:
+    async def admit(self) -> None:
         """Take one of the gateway's request places, or raise Overloaded (a 429)."""
-        if self.in_flight >= self.limits.max_in_flight:
-            raise Overloaded(f"the gateway is at its limit of {self.limits.max_in_flight} requests in flight")
-        self.in_flight += 1
+        cap = self.limits.max_in_flight
+        if self.in_flight >= cap:
+            raise Overloaded(f"the gateway is at its limit of {cap} requests in flight")
+        self.in_flight += 1  # held while the shared place is asked for, so that waiting requests count
         self.metrics.in_flight.inc()
+        if self.shared is not None:
+            try:
+                taken = await self.shared.take("gateway", cap)
+            except BaseException:
+                self._release()
+                raise
+            if not taken:
+                self._release()
+                raise Overloaded(f"the gateways are at their shared limit of {cap} requests in flight")
 
     def release(self) -> None:
+        self._release()
+        if self.shared is not None:
+            self.shared.give("gateway")
+
+    def _release(self) -> None:
         self.in_flight -= 1
         self.metrics.in_flight.dec()
 
-    def enter(self, tier: Tier, streams: int) -> None:
+    async def enter(self, tier: Tier, streams: int) -> None:
         """Occupy one of the tier's request places and `streams` upstream streams, or raise Overloaded."""
         cap = self.tier_caps[tier.index]
         if self.tier_load[tier.index] >= cap:
@@ -59,8 +94,22 @@ class Admission:
         self.tier_load[tier.index] += 1
         self.streams_open += streams
         self._tier_gauges[tier.index].inc()
+        if self.shared is not None:
+            try:
+                taken = await self.shared.take(f"tier:{tier.name}", cap)
+            except BaseException:
+                self._leave(tier, streams)
+                raise
+            if not taken:
+                self._leave(tier, streams)
+                raise Overloaded(f"tier `{tier.name}` is at its limit of {cap} requests in flight across the gateways")
 
     def leave(self, tier: Tier, streams: int) -> None:
+        self._leave(tier, streams)
+        if self.shared is not None:
+            self.shared.give(f"tier:{tier.name}")
+
+    def _leave(self, tier: Tier, streams: int) -> None:
         self.tier_load[tier.index] -= 1
         self.streams_open -= streams
         self._tier_gauges[tier.index].dec()

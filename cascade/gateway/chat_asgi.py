@@ -129,7 +129,7 @@ class ChatCompletionsASGI:
         raw = await read_body(_body_chunks(receive), headers.get("content-length"), self.service.limits.max_body_bytes)
         req = self.decode(raw)
         hint = headers.get("x-cascade-quality")
-        granted = None if tenant is None else self.tenants.admit(tenant, req, hint)
+        granted = None if tenant is None else await self.tenants.admit(tenant, req, hint)
         guard = _DisconnectGuard(receive, self.drain)
         meter = Meter()
         token = METER.set(meter)

@@ -16,6 +16,7 @@ from cascade.errors import (
     CascadeError,
     Forbidden,
     InvalidRequest,
+    LimitsUnavailable,
     Overloaded,
     PayloadTooLarge,
     RateLimited,
@@ -39,6 +40,7 @@ _STATUS: tuple[tuple[type[CascadeError], int], ...] = (
     (Overloaded, 429),
     (BackendFailed, 502),
     (BackendUnavailable, 503),
+    (LimitsUnavailable, 503),
     (BackendTimeout, 504),
 )
 
@@ -97,7 +99,7 @@ def error_reply(exc: CascadeError, metrics: GatewayMetrics, method: str, path: s
     status = status_for(exc)
     if status < 500:
         metrics.client_errors.labels(str(status)).inc()
-    else:
+    elif not isinstance(exc, LimitsUnavailable):  # logged where Redis failed, a line per 10 s, not per request
         log.warning("%s %s -> %d: %s", method, path, status, exc.message)
     return status, openai_error(exc, status), retry_after(exc)
 

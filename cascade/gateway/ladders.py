@@ -101,7 +101,7 @@ class AnswerLadder(_OneRequest):
         sampling = self.sampling_on(on, settings)
         streams = self.req.n * (settings.n if settings is not None else 1)
         admission, telemetry = self.rungs.admission, self.rungs.telemetry
-        admission.enter(on, streams)
+        await admission.enter(on, streams)
         try:
             whole = await answer(on, self.req.messages, sampling, settings, self.req.n, on.slots,
                                  self.rungs.limits.max_slot_wait_s)
@@ -144,7 +144,7 @@ class StreamLadder(_OneRequest):
             return asyncio.ensure_future(AnswerLadder(self.rungs, self.req, self.decision, self.max_tokens)
                                          .answer(tier))
         admission = self.rungs.admission
-        admission.enter(on, self.req.n)
+        await admission.enter(on, self.req.n)
         try:
             return await open_answer(on, self.req.messages, self.sampling_on(on, None), self.req.n, on.slots,
                                      self.rungs.limits.max_slot_wait_s)

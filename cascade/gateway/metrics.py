@@ -78,6 +78,14 @@ class GatewayMetrics:
         self.key_rate_limited = Counter("cascade_key_rate_limited", "Requests refused (429) because an API key was "
                                         "over a limit", ["key", "limit"], registry=r)
 
+        self._redis: RedisSeries | None = None
+
+    def redis(self) -> RedisSeries:
+        """The shared limits' Redis series, made on first use (exported only when `[gateway] redis_url` is set)."""
+        if self._redis is None:
+            self._redis = RedisSeries(self.registry)
+        return self._redis
+
     def watch_headroom(self, headroom: Headroom) -> None:
         """Export load-reactive routing's view of each tier (pressure, pressed), read at scrape time."""
         self.registry.register(_HeadroomCollector(headroom))
@@ -88,6 +96,20 @@ class GatewayMetrics:
 
     def render(self) -> bytes:
         return generate_latest(self.registry)
+
+
+class RedisSeries:
+    """The shared limits' store (cascade/gateway/redis_store.py); `op`: acquire, settle, admit, release, heartbeat."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.errors = Counter("cascade_redis_errors", "Redis calls of the shared limits that failed or timed out",
+                              ["op"], registry=registry)
+        self.fail_open = Counter("cascade_redis_fail_open", "Requests admitted on this gateway's own limits because "
+                                 "Redis did not answer (redis_failure = open)", ["op"], registry=registry)
+        self.fail_closed = Counter("cascade_redis_fail_closed", "Requests refused with 503 because Redis did not "
+                                   "answer (redis_failure = closed)", ["op"], registry=registry)
+        self.up = Gauge("cascade_redis_up", "1 while the last Redis call of the shared limits succeeded",
+                        registry=registry)
 
 
 class _PoolCollector(Collector):

@@ -1,8 +1,10 @@
 """Per-key rate limits: requests and tokens per minute, as token buckets.
 
-`RateLimiter` is the seam: this process's buckets (`LocalRateLimiter`) today; a shared store (Redis) can implement
-the same two calls later. A request `acquire`s 1 request and its estimated tokens at admission, all or nothing; when
-it ends, `settle` corrects the tokens to what it used (a refund, or a debt that may take the bucket below zero).
+`RateLimiter` is the seam: this process's buckets (`LocalRateLimiter`), or buckets in Redis shared by every gateway
+(`RedisRateLimiter`, cascade/gateway/ratelimit_redis.py, when `[gateway] redis_url` is set). A request `acquire`s 1
+request and its estimated tokens at admission, all or nothing (awaited: a shared store answers over the network);
+when it ends, `settle` corrects the tokens to what it used (a refund, or a debt that may take the bucket below zero).
+`settle` never waits: it runs as a request ends, perhaps cancelled, so a shared store sends it in the background.
 
 Each bucket holds at most a minute's limit and refills continuously at limit/60 per second. The numbers a decision
 carries are what OpenAI sends as `x-ratelimit-*` headers: the limit, what remains, and how long until the bucket is
@@ -54,13 +56,13 @@ class Allowance:
 
 
 class RateLimiter(Protocol):
-    def acquire(self, key: str, rpm: int, tpm: int, tokens: int) -> Allowance:
+    async def acquire(self, key: str, rpm: int, tpm: int, tokens: int) -> Allowance:
         """Take 1 request and `tokens` from `key`'s buckets (limits `rpm`, `tpm` per minute; 0: unlimited), or
         nothing if either is short."""
         ...
 
     def settle(self, key: str, tpm: int, reserved: int, used: int) -> None:
-        """Correct `key`'s token bucket: the request reserved `reserved` tokens and used `used`."""
+        """Correct `key`'s token bucket: the request reserved `reserved` tokens and used `used` (without waiting)."""
         ...
 
 
@@ -87,7 +89,11 @@ class LocalRateLimiter:
         bucket.stamp = now
         return bucket
 
-    def acquire(self, key: str, rpm: int, tpm: int, tokens: int) -> Allowance:
+    async def acquire(self, key: str, rpm: int, tpm: int, tokens: int) -> Allowance:
+        return self.take(key, rpm, tpm, tokens)
+
+    def take(self, key: str, rpm: int, tpm: int, tokens: int) -> Allowance:
+        """`acquire`, for a caller outside the event loop."""
         now = self.clock()
         req = self._bucket(key, "requests", rpm, now) if rpm else None
         tok = self._bucket(key, "tokens", tpm, now) if tpm else None
@@ -99,7 +105,8 @@ class LocalRateLimiter:
                 req.level -= 1
             if tok is not None:
                 tok.level -= tokens
-        return Allowance(_state(req, rpm, 1), _state(tok, tpm, tokens), refused)
+        return Allowance(state(None if req is None else req.level, rpm, 1),
+                         state(None if tok is None else tok.level, tpm, tokens), refused)
 
     def settle(self, key: str, tpm: int, reserved: int, used: int) -> None:
         if not tpm or used == reserved:
@@ -108,12 +115,13 @@ class LocalRateLimiter:
         bucket.level = min(float(tpm), bucket.level + reserved - used)
 
 
-def _state(bucket: _Bucket | None, limit: int, need: int) -> Limit:
-    if bucket is None:
+def state(level: float | None, limit: int, need: int) -> Limit:
+    """A bucket at `level` (None: no limit) as a decision reports it, for a request that needs `need`."""
+    if level is None or not limit:
         return Limit(0, 0, 0.0)
     rate = limit / 60.0
-    short = min(need, limit) - bucket.level  # a request larger than the limit waits for a full bucket, then fails
-    return Limit(limit, math.floor(bucket.level), (limit - bucket.level) / rate, max(0.0, short / rate))
+    short = min(need, limit) - level  # a request larger than the limit waits for a full bucket, then fails
+    return Limit(limit, math.floor(level), (limit - level) / rate, max(0.0, short / rate))
 
 
 def duration(seconds: float) -> str:

@@ -12,10 +12,13 @@ from typing import Any
 from cascade.config import CascadeConfig, load_config
 from cascade.engines.sglang_launch import is_loopback
 from cascade.errors import ConfigError
+from cascade.gateway.admission_redis import RedisPlaces
 from cascade.gateway.app import create_app
 from cascade.gateway.chat_asgi import ChatCompletionsASGI
 from cascade.gateway.engine_load import EngineLoadCollector, TierEngines
 from cascade.gateway.metrics import GatewayMetrics
+from cascade.gateway.ratelimit_redis import RedisRateLimiter
+from cascade.gateway.redis_store import RedisStore
 from cascade.gateway.service import ChatService, ServiceConfig
 from cascade.gateway.traffic import TrafficLog
 from cascade.ladder import Ladder
@@ -47,20 +50,28 @@ class Gateway:
         self.engines = TierEngines(tiers, config.routing.engine_load, config.routing.load)
         if self.engines.monitor.pollers:
             self.metrics.registry.register(EngineLoadCollector(self.engines))
+        # Keys' buckets and admission places in Redis, shared with the other gateways, when a URL is set.
+        gateway = config.gateway
+        self.redis = (RedisStore(gateway.redis_url, self.metrics.redis(), timeout_s=gateway.redis_timeout_s,
+                                 failure=gateway.redis_failure) if gateway.redis_url else None)
+        self.places = RedisPlaces(self.redis) if self.redis is not None else None
         self.service = ChatService(
             tiers, service_config, self.metrics,
             signal=routing_signal(config, [t.name for t in tiers]),
             traffic=TrafficLog(config.gateway.traffic_log) if config.gateway.traffic_log else None,
-            engines=self.engines,
+            engines=self.engines, places=self.places,
         )
         self.metrics.watch_pools(lambda: [t.backend for t in self.service.tiers])
         self.app = create_app(
             self.service, config.gateway.api_keys, ready_check=self.ready,
             on_startup=[self.start], on_shutdown=[self.stop], keys=config.gateway.keys,
+            limiter=RedisRateLimiter(self.redis) if self.redis is not None else None,
         )
         self.app.drain.grace_s = config.gateway.shutdown_grace_s
 
     async def start(self) -> None:
+        if self.redis is not None:
+            await self.redis.start()
         await self.engines.start()
         if self.workers:
             log.info("starting %d embedded workers (first start loads the models; ~1 min on 2 cores)",
@@ -71,6 +82,10 @@ class Gateway:
     async def stop(self) -> None:
         """After the drain (cascade/gateway/drain.py): no request is in flight any more."""
         try:
+            if self.places is not None:
+                await self.places.aclose()
+            if self.redis is not None:
+                await self.redis.aclose()
             await self.engines.aclose()
             if self.service.telemetry.traffic is not None:
                 self.service.telemetry.traffic.close()
@@ -101,8 +116,8 @@ def run(
 ) -> None:
     """Serve until SIGINT/SIGTERM, then drain (cascade/gateway/drain.py). `processes` > 1 runs that many
     gateway processes on one socket (uvicorn workers), for when one event loop is the bottleneck; each
-    process has its own admission counter, connection limit and /metrics, and embedded workers need the
-    single-process mode. Connection limits: cascade/gateway/connections.py."""
+    process has its own admission counter (shared with `[gateway] redis_url`), connection limit and /metrics, and
+    embedded workers need the single-process mode. Connection limits: cascade/gateway/connections.py."""
     import uvicorn
 
     from cascade.gateway.connections import GatewayProtocol, raise_open_files_limit

@@ -28,7 +28,7 @@ from cascade.answer import Answer, Opened, question_of
 from cascade.config import AnswerConfidenceConfig, CascadeConfig, Limits, RoutingConfig
 from cascade.errors import UnknownModel
 from cascade.gateway import responses, streaming
-from cascade.gateway.admission import Admission
+from cascade.gateway.admission import Admission, SharedPlaces
 from cascade.gateway.decision import Decision
 from cascade.gateway.engine_load import TierEngines
 from cascade.gateway.ladders import AnswerLadder, Rungs, StreamLadder
@@ -79,9 +79,10 @@ class ServiceConfig(msgspec.Struct, frozen=True, kw_only=True):
 class ChatService:
     def __init__(self, tiers: Sequence[Tier], config: ServiceConfig, metrics: GatewayMetrics, *,
                  signal: RoutingSignal | None = None, traffic: TrafficLog | None = None,
-                 engines: TierEngines | None = None) -> None:
+                 engines: TierEngines | None = None, places: SharedPlaces | None = None) -> None:
         """`signal`: the routing signal (None: the heuristic); `traffic`: the traffic log (None: off);
-        `engines`: the tiers' engines' own load, where read (routing and admission then count every client's)."""
+        `engines`: the tiers' engines' own load, where read (routing and admission then count every client's);
+        `places`: admission places shared with other gateways (None: this process's only)."""
         self.tiers = list(tiers)
         self.by_name = {t.name: t for t in self.tiers}
         self.config = config
@@ -90,7 +91,7 @@ class ChatService:
         default = parse_hint(config.default_quality, "gateway.default_quality")
         assert default is not None
         self.default_hint: QualityHint = default
-        self.admission = Admission(self.tiers, config.limits, metrics, engines)
+        self.admission = Admission(self.tiers, config.limits, metrics, engines, places)
         shapes = [TierShape(t.name, t.config.branch_slots, t.config.branches) for t in self.tiers]
         self.router = Router(shapes, config.routing, signal, self.admission, fallback=config.tier_fallback)
         if self.router.headroom is not None:
@@ -120,7 +121,7 @@ class ChatService:
         disconnect, counted once per request)."""
         decision, max_tokens = self._decide(req, hint_header)
         asked = decision.tier.name
-        self.admission.admit()
+        await self.admission.admit()
         frames = None
         try:
             if not req.stream:

@@ -82,12 +82,14 @@ class Tenants:
         self.tier_names = tier_names
         self.default_quality = default_quality
 
-    def admit(self, tenant: Tenant, req: ChatCompletionRequest, hint_header: str | None) -> Pass:
+    async def admit(self, tenant: Tenant, req: ChatCompletionRequest, hint_header: str | None) -> Pass:
         """Check what `req` asks for against `tenant`'s hints and tiers (Forbidden: a 403) and take its request and
-        estimated tokens from its buckets (RateLimited: a 429)."""
+        estimated tokens from its buckets (RateLimited: a 429; LimitsUnavailable, a 503, when the buckets are in a
+        Redis that does not answer and `redis_failure = "closed"`)."""
         self._permit(tenant, req, hint_header)
         reserved = estimate_tokens(req)
-        allowance = self.limiter.acquire(tenant.name, tenant.requests_per_minute, tenant.tokens_per_minute, reserved)
+        allowance = await self.limiter.acquire(tenant.name, tenant.requests_per_minute, tenant.tokens_per_minute,
+                                               reserved)
         if allowance.refused is not None:
             self.metrics.key_rate_limited.labels(tenant.name, allowance.refused).inc()
             raise RateLimited(_refusal(tenant, allowance, reserved), allowance.refused, allowance.retry_after_s,

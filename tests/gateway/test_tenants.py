@@ -175,17 +175,17 @@ def test_plain_api_keys_still_work_as_unlimited_tenants() -> None:
 def test_buckets_refill_at_the_limit_per_minute_and_settle_corrects_tokens() -> None:
     now = [0.0]
     limiter = LocalRateLimiter(clock=lambda: now[0])
-    assert limiter.acquire("k", 60, 0, 0).refused is None  # 60/min: one a second
+    assert limiter.take("k", 60, 0, 0).refused is None  # 60/min: one a second
     for _ in range(59):
-        limiter.acquire("k", 60, 0, 0)
-    refused = limiter.acquire("k", 60, 0, 0)
+        limiter.take("k", 60, 0, 0)
+    refused = limiter.take("k", 60, 0, 0)
     assert refused.refused == "requests" and refused.retry_after_s == pytest.approx(1.0)
     now[0] = 1.0
-    assert limiter.acquire("k", 60, 0, 0).refused is None
-    tokens = limiter.acquire("t", 0, 600, 500)
+    assert limiter.take("k", 60, 0, 0).refused is None
+    tokens = limiter.take("t", 0, 600, 500)
     assert tokens.tokens.remaining == 100 and tokens.requests.limit == 0
     limiter.settle("t", 600, reserved=500, used=100)
-    assert limiter.acquire("t", 0, 600, 500).tokens.remaining == 0
+    assert limiter.take("t", 0, 600, 500).tokens.remaining == 0
 
 
 @pytest.mark.parametrize(("seconds", "text"), [(0.25, "250ms"), (1.0, "1s"), (360.0, "6m0s"), (3723.0, "1h2m3s"),
