@@ -2,10 +2,15 @@
 
 `bootstrap` is an Envoy v3 bootstrap (JSON, which Envoy reads like YAML): one listener, one cluster of the
 N gateways with active health checks on `/ready` (a draining gateway answers 503 there and leaves the
-rotation), outlier detection on 5xx, and retries only before the first response byte (a refused or reset
-connection before the request went out; never a 5xx, never a stream that has begun). No timeout cuts a
-long reasoning stream: the route timeout and the stream idle timeout are 0 (off) and no max stream
-duration is set. `gateway_commands` is the shell script that starts the N gateways.
+rotation at the next check), outlier detection on refused connections, and retries only where no gateway
+served the request: a connection refused or reset before a byte of the request went out, and a gateway's
+503, which cascade answers only for a request it did not serve (draining, connection limit, no engine
+reachable). Never on another 5xx, never once a stream has begun: one client request, one answer. No panic
+mode (Envoy's default sends to every gateway, dead ones too, once under half are healthy), no circuit
+breaker below what the gateways take, round robin (least request favours a gateway that refuses
+connections), and Envoy's own replies are OpenAI error objects. No timeout cuts a long reasoning stream:
+the route timeout and the stream idle timeout are 0 (off) and no max stream duration is set.
+`gateway_commands` is the shell script that starts the N gateways.
 """
 
 from __future__ import annotations
@@ -18,12 +23,26 @@ from dataclasses import dataclass
 from cascade.errors import ConfigError
 
 CLUSTER = "cascade_gateways"
-# Retried only when no byte of the request reached a gateway (connection refused or reset before the
+# Retried only when no byte of the request reached an upstream (connection refused or reset before the
 # request, HTTP/2 refused stream): a chat completion is never sent twice, a begun stream never re-sent.
 RETRY_ON = "connect-failure,refused-stream,reset-before-request"
+# In front of gateways, also a gateway's 503, which cascade answers only for a request it did not serve
+# (draining after SIGTERM, connection limit, no engine replica reachable): another gateway may take it.
+RETRY_ON_GATEWAYS = f"{RETRY_ON},retriable-status-codes"
+RETRIABLE_STATUS = 503
+# Per gateway, as many as one `cascade serve` takes by default ([gateway.limits] max_connections): Envoy's
+# circuit breakers (default 1,024 requests and 3 concurrent retries per cluster) must not be the lower limit.
+PER_GATEWAY = 4096
+# Below the gateways' keep-alive ([gateway.limits] keepalive_timeout_s, 15 s): Envoy closes an idle
+# connection before the gateway does, so it never sends a request on a connection being closed.
+UPSTREAM_IDLE = "10s"
 _HCM = "type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager"
 _ROUTER = "type.googleapis.com/envoy.extensions.filters.http.router.v3.Router"
 _PREVIOUS_HOSTS = "type.googleapis.com/envoy.extensions.retry.host.previous_hosts.v3.PreviousHostsPredicate"
+_HTTP_OPTIONS = "type.googleapis.com/envoy.extensions.upstreams.http.v3.HttpProtocolOptions"
+# Envoy's own replies (no healthy gateway; a gateway gone before its response) as OpenAI error objects.
+_LOCAL_REPLY = {"body_format": {"json_format": {"error": {
+    "message": "%LOCAL_REPLY_BODY%", "type": "server_error", "param": None, "code": "upstream_unavailable"}}}}
 
 
 @dataclass(frozen=True)
@@ -62,7 +81,8 @@ def bootstrap(upstreams: list[Gateway], listen_host: str, listen_port: int, admi
         "cluster": CLUSTER,
         "timeout": "0s",  # no upstream response deadline: a reasoning stream may run for many minutes
         "retry_policy": {
-            "retry_on": RETRY_ON,
+            "retry_on": RETRY_ON_GATEWAYS,
+            "retriable_status_codes": [RETRIABLE_STATUS],
             "num_retries": 3,
             "retry_host_predicate": [{"name": "envoy.retry_host_predicates.previous_hosts",
                                       "typed_config": {"@type": _PREVIOUS_HOSTS}}],
@@ -75,28 +95,49 @@ def bootstrap(upstreams: list[Gateway], listen_host: str, listen_port: int, admi
         "codec_type": "AUTO",
         "stream_idle_timeout": "0s",  # off: a slow first token (long thinking) is not an idle stream
         "request_timeout": "0s",
+        "local_reply_config": _LOCAL_REPLY,
         "route_config": {"name": "cascade", "virtual_hosts": [
             {"name": "cascade", "domains": ["*"], "routes": [{"match": {"prefix": "/"}, "route": route}]}]},
         "http_filters": [{"name": "envoy.filters.http.router", "typed_config": {"@type": _ROUTER}}],
     }
     interval = f"{health_interval_s:g}s"
+    limit = PER_GATEWAY * len(upstreams)
     cluster = {
         "name": CLUSTER,
         "type": "STATIC" if all(_is_ip(g.host) for g in upstreams) else "STRICT_DNS",
         "connect_timeout": "2s",
-        "lb_policy": "LEAST_REQUEST",  # long streams: balance by requests open, not by turn
+        # Round robin, not least request: a gateway that refuses connections has no request open, so least
+        # request picks it first (a retry too) until it is ejected; a turn moves on. The gateways only relay
+        # (the engines behind them are shared and balanced by each gateway), so turns balance them well enough.
+        "lb_policy": "ROUND_ROBIN",
+        "common_lb_config": {
+            # Off: by default, once under half the gateways are healthy Envoy "panics" and sends to all of
+            # them, the dead and the draining ones too. Better the healthy ones only, or a 503 if none is.
+            "healthy_panic_threshold": {"value": 0},
+            "update_merge_window": "0s",  # a health check's verdict applies at once (default: 1 s later)
+        },
+        "circuit_breakers": {"thresholds": [{
+            "priority": "DEFAULT", "max_connections": limit, "max_pending_requests": limit,
+            "max_requests": limit, "max_retries": limit}]},
+        "typed_extension_protocol_options": {"envoy.extensions.upstreams.http.v3.HttpProtocolOptions": {
+            "@type": _HTTP_OPTIONS, "common_http_protocol_options": {"idle_timeout": UPSTREAM_IDLE},
+            "explicit_http_config": {"http_protocol_options": {}}}},
         "load_assignment": {"cluster_name": CLUSTER, "endpoints": [
             {"lb_endpoints": [{"endpoint": {"address": _address(g.host, g.port)}} for g in upstreams]}]},
         "health_checks": [{
+            # A 503 from /ready (draining, or a tier without a healthy replica) marks the gateway unhealthy
+            # at once; a refused or timed-out check needs unhealthy_threshold in a row.
             "timeout": "1s", "interval": interval, "no_traffic_interval": interval,
             "unhealthy_threshold": 2, "healthy_threshold": 1,
             "http_health_check": {"path": "/ready"},
         }],
         "outlier_detection": {
             "consecutive_5xx": 5, "interval": "5s",
-            # A refused or failed connection counts apart from 5xx answers: two in a row eject the gateway.
+            # A refused or failed connection counts apart from 5xx answers: two in a row eject the gateway
+            # until its next passing health check (or base_ejection_time), however many are out already (at
+            # 50 %, with one of three gateways dead, a second one refusing connections stayed in).
             "split_external_local_origin_errors": True, "consecutive_local_origin_failure": 2,
-            "base_ejection_time": "30s", "max_ejection_percent": 50,
+            "base_ejection_time": "30s", "max_ejection_percent": 100,
         },
     }
     return {

