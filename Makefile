@@ -17,7 +17,7 @@ install-serve:
 	scripts/bootstrap.sh embedded
 
 install-test:
-	scripts/bootstrap.sh embedded,dev,router,optimizer,plots,datasets,embeddings,scaleout,redis
+	scripts/bootstrap.sh embedded,dev,router,optimizer,plots,datasets,embeddings,scaleout,extproc,redis
 
 lint:
 	$(VENV)/bin/ruff check .

@@ -116,7 +116,7 @@ def _fake_server(args: argparse.Namespace) -> int:
         return 0
     script = FakeScript(ttft_ms=args.ttft_ms, itl_ms=args.itl_ms, tokens=args.tokens, model=args.model,
                         fault=args.fault)
-    serve(args.host, args.port, script)
+    serve(args.host, args.port, script, max_running=args.max_running, itl_batch_slope=args.itl_batch_slope)
     return 0
 
 
@@ -190,6 +190,10 @@ def build_parser() -> argparse.ArgumentParser:
     fake.add_argument("--ttft-ms", type=float, default=0.0, help="time to first token")
     fake.add_argument("--itl-ms", type=float, default=0.0, help="time between tokens")
     fake.add_argument("--tokens", type=int, default=16, help="output tokens per request")
+    fake.add_argument("--max-running", type=int, default=0,
+                      help="batch slots (SGLang's --max-running-requests): requests beyond them queue (0: no limit)")
+    fake.add_argument("--itl-batch-slope", type=float, default=0.0,
+                      help="time between tokens grows with the batch: itl x (1 + slope x (streams decoding - 1))")
     fake.add_argument("--model", default="fake-model")
     # Kept in step with cascade.engines.fake_script.FAULTS (not imported: --help stays instant).
     fake.add_argument("--fault", default="", metavar="MODE",
@@ -235,6 +239,8 @@ def build_parser() -> argparse.ArgumentParser:
     add_profile_command(sub)
     from cascade.keys_cli import add_keys_commands
     add_keys_commands(sub)
+    from cascade.extproc.cli import add_extproc_command
+    add_extproc_command(sub)
     return parser
 
 

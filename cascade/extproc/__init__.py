@@ -1,0 +1,14 @@
+"""cascade as an Envoy external processor: stage 1 of an inference gateway (docs/scaling.md).
+
+Envoy sends each chat completion's headers and whole body over its ext_proc gRPC stream; cascade decides the tier
+as `cascade serve` would (the same hint parsing, router and request checks: `ChatService.route`), and answers with
+`x-cascade-tier` and the body rewritten for that tier's engine, so that Envoy's route on the header picks the
+tier's cluster (in Kubernetes, an InferencePool per tier). Route mode only: escalation and reasoning branches stay
+in `cascade serve`, which can sit behind Envoy as one more cluster.
+
+    engines.py       each tier's engines as Envoy reaches them (one cluster per tier) and what the body names
+    picker.py        headers + body -> `Routed` (tier, headers, body) or `Refused` (an OpenAI error): no gRPC here
+    processor.py     the ext_proc gRPC service over the picker (envoy-data-plane types, grpcio server)
+    envoy_config.py  the Envoy bootstrap: ext_proc filter, one route and one cluster per tier
+    cli.py           `cascade extproc`
+"""

@@ -1,0 +1,99 @@
+"""`cascade extproc`: serve Envoy's ext_proc API as the inference gateway's model picker, or print the Envoy
+bootstrap that uses it (`--print-envoy`). Only argparse here at import time: `cascade --help` stays instant."""
+
+from __future__ import annotations
+
+import argparse
+from typing import TYPE_CHECKING
+
+from cascade.errors import ConfigError
+
+if TYPE_CHECKING:
+    from cascade.config import CascadeConfig
+    from cascade.extproc.engines import Endpoint
+
+
+def add_extproc_command(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = sub.add_parser(
+        "extproc", help="serve Envoy's ext_proc API: pick each chat request's tier, for Envoy to route (route mode)",
+        description="Stage 1 of an inference gateway: Envoy sends each POST /v1/chat/completions (headers and whole "
+        "body) to this gRPC server, which decides the tier as `cascade serve` would (quality hint, router, request "
+        "checks, API keys) and answers with the header `x-cascade-tier` and the body rewritten for that tier's "
+        "engine (its model name, the tier's system prompt and default max_tokens); Envoy then routes on the header "
+        "to the tier's cluster (in Kubernetes, an InferencePool per tier). A bad request gets the gateway's OpenAI "
+        "error at once. Route mode only: escalation and reasoning branches stay in `cascade serve`, which can sit "
+        "behind Envoy as one more cluster (--gateway). With --print-envoy, print the Envoy bootstrap instead "
+        "(docs/scaling.md).",
+    )
+    p.add_argument("--config", required=True, help="cascade.toml: the tiers (their backends are the engines Envoy "
+                   "routes to), [routing] and [gateway] limits and keys, as `cascade serve` reads them")
+    p.add_argument("--plan", help="plan.json from `cascade optimize plan` (route mode): operating points per hint")
+    p.add_argument("--host", default="127.0.0.1", help="bind address of the gRPC server (default 127.0.0.1)")
+    p.add_argument("--port", type=int, default=9002, help="port of the gRPC server (default 9002)")
+    p.add_argument("--gateway", metavar="HOST:PORT",
+                   help="a `cascade serve` behind Envoy: requests for reasoning branches go to it (pinned to the "
+                   "picked tier), and so does every path but chat completions")
+    p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
+    envoy = p.add_argument_group("Envoy bootstrap (--print-envoy)")
+    envoy.add_argument("--print-envoy", action="store_true",
+                       help="print the Envoy bootstrap (JSON; `envoy -c FILE`) for these tiers and exit")
+    envoy.add_argument("--listen", default="127.0.0.1:8080", metavar="HOST:PORT",
+                       help="Envoy's client address (default 127.0.0.1:8080; 0.0.0.0:8080 for every interface)")
+    envoy.add_argument("--admin-port", type=int, default=9901, help="Envoy's admin port, bound to 127.0.0.1 (9901)")
+    envoy.add_argument("--extproc-address", metavar="HOST:PORT",
+                       help="where Envoy reaches this server (default: --host:--port, loopback for 0.0.0.0)")
+    envoy.add_argument("--message-timeout-ms", type=int, default=1000,
+                       help="Envoy's wait for each answer of the processor before failing the request (1000)")
+    p.set_defaults(func=_extproc)
+
+
+def _extproc(args: argparse.Namespace) -> int:
+    from cascade.config import load_config
+    from cascade.plan import load_plan
+
+    config = load_config(args.config)
+    plan = load_plan(args.plan) if args.plan else None
+    gateway = endpoint(args.gateway, "--gateway") if args.gateway else None
+    if args.print_envoy:
+        return _print_envoy(args, config, gateway)
+    import asyncio
+    import logging
+
+    try:
+        from cascade.extproc.picker import TierPicker
+        from cascade.extproc.processor import serve
+    except ImportError as exc:
+        raise ConfigError(f"cascade extproc needs the `extproc` extra ({exc.name} is missing): "
+                          "pip install -e '.[extproc]'") from None
+
+    logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    picker = TierPicker(config, plan, gateway=gateway is not None)
+    asyncio.run(serve(picker, args.host, args.port))
+    return 0
+
+
+def _print_envoy(args: argparse.Namespace, config: CascadeConfig, gateway: Endpoint | None) -> int:
+    from cascade.extproc.engines import Endpoint, tier_engines
+    from cascade.extproc.envoy_config import bootstrap
+    from cascade.optimizer.envoy import to_json
+
+    if args.message_timeout_ms < 1:
+        raise ConfigError("--message-timeout-ms must be at least 1")
+    host = "127.0.0.1" if args.host in ("0.0.0.0", "::") else args.host
+    extproc = endpoint(args.extproc_address, "--extproc-address") if args.extproc_address else Endpoint(host, args.port)
+    document = bootstrap(tier_engines(config), extproc, endpoint(args.listen, "--listen"), args.admin_port,
+                         gateway=gateway, max_body_bytes=config.gateway.limits.max_body_bytes,
+                         message_timeout_ms=args.message_timeout_ms)
+    print(to_json(document), end="")
+    return 0
+
+
+def endpoint(text: str, flag: str) -> Endpoint:
+    """`host:port` (`[v6]:port`) as an Endpoint; ConfigError naming `flag` otherwise."""
+    from cascade.extproc.engines import Endpoint
+
+    host, _, port = text.rpartition(":")
+    host = host.removeprefix("[").removesuffix("]")
+    if not host or not port.isdigit() or not 1 <= int(port) <= 65535:
+        raise ConfigError(f"{flag} {text!r}: expected HOST:PORT")
+    return Endpoint(host, int(port))

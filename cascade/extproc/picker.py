@@ -1,0 +1,176 @@
+"""The model picker: a chat completion's headers and body in, where Envoy sends it out. No gRPC here.
+
+    picker = TierPicker(config, plan)                    # once: the gateway's own ChatService, in route mode
+    verdict = await picker.pick(headers, body)           # per request: Routed, Refused, or None (not a chat)
+
+Every check and the decision are `cascade serve`'s own: the API key (`Keyring`), the body limit (`read_body`),
+decoding (`decode_chat_request`), `ChatService.route` (validation, the quality hint: body, `X-Cascade-Quality`,
+`cascade:<hint>`, default; the router, heuristic or learned, with `[routing]`'s and the plan's operating points; the
+checks of the tiers it picks), then the key's hints, tiers and rate limits (`Tenants.admit`; last, so that a request
+the gateway will serve is counted by the gateway alone). A failure is `Refused` with the gateway's status, OpenAI
+error body and headers.
+
+`Routed` names the tier (`x-cascade-tier`, which Envoy's routes match) and carries the body rewritten as `cascade
+serve` would send it to that tier's engine: `model` the engine's, the tier's system prompt first, the tier's
+default `max_tokens` when the client set none, without cascade's own fields (`quality`, `branches`); the engines'
+credentials replace the client's. With a gateway behind Envoy (`gateway=True`), a request for reasoning branches
+(it sets `branches`, or its tier runs them) goes to the gateway instead (`x-cascade-via: gateway`), its body
+naming the picked tier as its model so that the gateway serves that tier without deciding again.
+
+Route mode only, and the router alone decides: load-reactive routing is off (the replicas' load is stage 2's, the
+endpoint picker of each tier's pool), and a cascade-mode plan is refused (its thresholds are acceptance thresholds).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator, Mapping
+
+import msgspec
+
+from cascade.config import CascadeConfig
+from cascade.errors import CascadeError, ConfigError, InvalidRequest
+from cascade.extproc.engines import TierEngine, tier_engines
+from cascade.gateway.app import decode_chat_request
+from cascade.gateway.errors import error_reply, error_response
+from cascade.gateway.intake import read_body
+from cascade.gateway.metrics import GatewayMetrics
+from cascade.gateway.ratelimit import LocalRateLimiter
+from cascade.gateway.ratelimit_redis import RedisRateLimiter
+from cascade.gateway.redis_store import RedisStore
+from cascade.gateway.server import routing_signal
+from cascade.gateway.service import ChatService, ServiceConfig
+from cascade.gateway.tenants import Keyring, Tenants
+from cascade.plan import Plan
+from cascade.router.policy import RoutingSignal
+from cascade.schemas import ChatCompletionRequest, ChatMessage, RouteDecision
+from cascade.tiers import build_tiers
+
+log = logging.getLogger("cascade.extproc")
+
+CHAT_PATH = "/v1/chat/completions"
+TIER_HEADER = "x-cascade-tier"
+VIA_HEADER = "x-cascade-via"
+HINT_HEADER = "x-cascade-quality"
+_encode = msgspec.json.Encoder().encode
+
+
+class Routed(msgspec.Struct, frozen=True, kw_only=True):
+    """Send the request on to `tier` (its engines, or the gateway), with these headers and this body."""
+
+    tier: str
+    via_gateway: bool
+    body: bytes
+    set_headers: tuple[tuple[str, str], ...]
+    remove_headers: tuple[str, ...]
+    decision: RouteDecision
+
+
+class Refused(msgspec.Struct, frozen=True, kw_only=True):
+    """Answer the client at once: `status`, an OpenAI error body, extra headers (Retry-After, Allow)."""
+
+    status: int
+    body: bytes
+    headers: tuple[tuple[str, str], ...] = ()
+
+
+Verdict = Routed | Refused | None  # None: not a chat completion, left as it is
+
+
+class TierPicker:
+    def __init__(self, config: CascadeConfig, plan: Plan | None = None, *, gateway: bool = False,
+                 signal: RoutingSignal | None = None) -> None:
+        """`gateway`: a `cascade serve` sits behind Envoy for reasoning branches; `signal`: the routing signal
+        (default: the config's, as `cascade serve` loads it)."""
+        if plan is not None and plan.routing == "cascade":
+            raise ConfigError("the plan is for cascade mode (escalation), which only `cascade serve` runs: give "
+                              "cascade extproc a route-mode plan (the problem's `[routing] mode = \"route\"`)")
+        if config.routing.mode == "cascade":
+            log.info("[routing] mode = \"cascade\" is the gateway's: cascade extproc routes (one tier per request)")
+        self.engines = tier_engines(config)
+        self.gateway = gateway
+        tiers = build_tiers(config, {})  # no backend is ever called: ChatService checks requests against them
+        names = [t.name for t in tiers]
+        if not gateway and (branched := [t.name for t in tiers if t.config.branches > 1]):
+            log.warning("tier(s) %s run reasoning branches in `cascade serve`; without --gateway their engines "
+                        "answer each request once", ", ".join(branched))
+        service = ServiceConfig.of(config, plan)
+        routing = msgspec.structs.replace(
+            service.routing, mode="route", load=msgspec.structs.replace(service.routing.load, enabled=False))
+        metrics = GatewayMetrics()
+        self.service = ChatService(tiers, msgspec.structs.replace(service, routing=routing), metrics,
+                                   signal=signal or routing_signal(config, names))
+        gw = config.gateway
+        self.keyring = Keyring(gw.keys, gw.api_keys)
+        # A key's buckets: in Redis, shared with the gateways, when `[gateway] redis_url` is set (as `cascade serve`
+        # keeps them), else this process's. Its tokens count as estimated at admission: the answer's usage never
+        # passes through the processor.
+        self.redis = (RedisStore(gw.redis_url, metrics.redis(), timeout_s=gw.redis_timeout_s,
+                                 failure=gw.redis_failure) if gw.redis_url else None)
+        limiter = LocalRateLimiter() if self.redis is None else RedisRateLimiter(self.redis)
+        self.tenants = Tenants(limiter, metrics, names, gw.default_quality)
+
+    async def start(self) -> None:
+        if self.redis is not None:
+            await self.redis.start()
+
+    async def aclose(self) -> None:
+        if self.redis is not None:
+            await self.redis.aclose()
+
+    async def pick(self, headers: Mapping[str, str], body: bytes) -> Verdict:
+        """`headers`: the request's, lower-case names, pseudo-headers (`:path`, `:method`) included."""
+        path = headers.get(":path", "").partition("?")[0]
+        if path != CHAT_PATH:
+            return None
+        method = headers.get(":method", "POST")
+        if method != "POST":
+            message = f"method {method} is not allowed on {CHAT_PATH}"
+            return Refused(status=405, body=error_response(message, "invalid_request_error"),
+                           headers=(("allow", "POST"),))
+        try:
+            return await self._pick(headers, body)
+        except CascadeError as exc:
+            status, error, extra = error_reply(exc, self.service.metrics, method, CHAT_PATH)
+            return Refused(status=status, body=error,
+                           headers=tuple((k.decode("latin-1"), v.decode("latin-1")) for k, v in extra))
+
+    async def _pick(self, headers: Mapping[str, str], body: bytes) -> Routed:
+        tenant = self.keyring.authenticate(headers.get("authorization", ""))
+        raw = await read_body(_chunks(body), headers.get("content-length"), self.service.limits.max_body_bytes)
+        req = decode_chat_request(raw)
+        hint = headers.get(HINT_HEADER)
+        decision = self.service.route(req, hint_header=hint)
+        if self.gateway and (req.branches is not None or self.service.tiers[decision.tier].config.branches > 1):
+            return self._to_gateway(req, decision)  # the gateway checks the key's limits itself: counted once
+        if req.branches is not None:
+            raise InvalidRequest("`branches` runs in `cascade serve`, and no gateway is behind this proxy: leave "
+                                 "`branches` out", "branches")
+        if tenant is not None:
+            await self.tenants.admit(tenant, req, hint)  # nothing can fail after it: no tokens to give back
+        return self._to_engine(req, decision, self.engines[decision.tier])
+
+    def _to_engine(self, req: ChatCompletionRequest, decision: RouteDecision, engine: TierEngine) -> Routed:
+        tier = self.service.tiers[decision.tier].config
+        messages = req.messages
+        if tier.system_prompt:
+            messages = [ChatMessage(role="system", content=tier.system_prompt), *messages]
+        unset = req.max_tokens is None and req.max_completion_tokens is None
+        body = _encode(msgspec.structs.replace(
+            req, model=engine.model, messages=messages, quality=None, branches=None,
+            max_tokens=tier.default_max_tokens if unset else req.max_tokens))
+        credentials = () if engine.authorization is None else (("authorization", engine.authorization),)
+        return Routed(tier=engine.tier, via_gateway=False, body=body,
+                      set_headers=((TIER_HEADER, engine.tier), ("content-length", str(len(body))), *credentials),
+                      remove_headers=(VIA_HEADER, *(() if credentials else ("authorization",))), decision=decision)
+
+    def _to_gateway(self, req: ChatCompletionRequest, decision: RouteDecision) -> Routed:
+        body = _encode(msgspec.structs.replace(req, model=decision.tier_name))  # the gateway serves that tier
+        return Routed(tier=decision.tier_name, via_gateway=True, body=body,
+                      set_headers=((TIER_HEADER, decision.tier_name), (VIA_HEADER, "gateway"),
+                                   ("content-length", str(len(body)))),
+                      remove_headers=(), decision=decision)
+
+
+async def _chunks(body: bytes) -> AsyncIterator[bytes]:
+    yield body

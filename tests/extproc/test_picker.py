@@ -1,0 +1,182 @@
+"""The model picker: headers and body in, the tier and the rewritten request (or the gateway's OpenAI error) out.
+The decision is `cascade serve`'s own: the same config, the same hints, the same router, the same refusals."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+
+import msgspec
+import pytest
+
+from cascade.config import decode_config
+from cascade.errors import ConfigError
+from cascade.extproc.engines import tier_engines
+from cascade.extproc.picker import Refused, Routed, TierPicker, Verdict
+from cascade.plan import Plan
+from tests.extproc.extproc_setup import TOML, chat
+
+KEY = "csk-test-key"
+
+
+def picker(extra: str = "", *, gateway: bool = False, toml: str = TOML) -> TierPicker:
+    return TierPicker(decode_config(extra + toml), gateway=gateway)
+
+
+def pick(p: TierPicker, body: bytes, path: str = "/v1/chat/completions", method: str = "POST",
+         **headers: str) -> Verdict:
+    fields = {":path": path, ":method": method, **{k.replace("_", "-"): v for k, v in headers.items()}}
+    return asyncio.run(p.pick(fields, body))
+
+
+def routed(verdict: Verdict) -> tuple[Routed, dict]:
+    assert isinstance(verdict, Routed), verdict
+    return verdict, json.loads(verdict.body)
+
+
+def refused(verdict: Verdict, status: int) -> dict:
+    assert isinstance(verdict, Refused), verdict
+    assert verdict.status == status, verdict
+    error = json.loads(verdict.body)["error"]
+    assert set(error) == {"message", "type", "param", "code"}
+    return error
+
+
+def test_a_fast_hint_routes_to_the_cheapest_tier_with_its_engine_model_and_no_cascade_fields() -> None:
+    verdict, body = routed(pick(picker(), chat(quality="fast", temperature=0.2)))
+    assert verdict.tier == "small" and not verdict.via_gateway
+    assert dict(verdict.set_headers)["x-cascade-tier"] == "small"
+    assert dict(verdict.set_headers)["content-length"] == str(len(verdict.body))
+    assert body == {"model": "m-small", "messages": [{"role": "user", "content": "What is 2 + 2?"}],
+                    "max_tokens": 64, "temperature": 0.2}  # the tier's default max_tokens, as the gateway sends
+
+
+@pytest.mark.parametrize(("fields", "headers"), [
+    ({"quality": "best"}, {}),
+    ({}, {"x_cascade_quality": "best"}),
+    ({"model": "cascade:best"}, {}),
+    ({"model": "large"}, {}),  # a tier named as the model: pinned, as in the gateway
+])
+def test_best_from_the_body_the_header_the_model_alias_or_the_tier_name_reaches_the_top_tier(
+        fields: dict, headers: dict) -> None:
+    verdict, body = routed(pick(picker(), chat(**fields), **headers))
+    assert verdict.tier == "large" and body["model"] == "m-large"
+
+
+def test_the_engines_credentials_replace_the_clients_and_a_tier_without_them_gets_none() -> None:
+    large, _ = routed(pick(picker(), chat(quality="best"), authorization="Bearer client"))
+    assert dict(large.set_headers)["authorization"] == "Bearer sk-engine"
+    small, _ = routed(pick(picker(), chat(quality="fast"), authorization="Bearer client"))
+    assert "authorization" in small.remove_headers and "authorization" not in dict(small.set_headers)
+
+
+def test_the_tiers_system_prompt_comes_first_and_the_clients_own_length_and_stream_are_kept() -> None:
+    verdict, body = routed(pick(picker(), chat(model="medium", max_completion_tokens=7, stream=True,
+                                               stream_options={"include_usage": True})))
+    assert verdict.tier == "medium" and body["model"] == ""  # SGLang's default model, as the gateway sends it
+    assert body["messages"][0] == {"role": "system", "content": "Think step by step."}
+    assert body["max_completion_tokens"] == 7 and "max_tokens" not in body
+    assert body["stream"] is True and body["stream_options"] == {"include_usage": True}
+
+
+@pytest.mark.parametrize(("body", "status", "param", "code"), [
+    (b"{not json", 400, None, "invalid_json"),
+    (b"", 400, None, "invalid_json"),
+    (chat(quality="fastest"), 400, "quality", None),
+    (chat(temperature=3), 400, "temperature", None),
+    (chat(surprise=1), 400, "surprise", "invalid_type"),
+    (chat(model="gpt-9"), 404, "model", "model_not_found"),
+    (chat(messages=[{"role": "user", "content": "x" * 2_000_000}]), 413, None, "request_too_large"),
+])
+def test_a_bad_request_gets_the_gateways_status_and_openai_error(body: bytes, status: int, param: str | None,
+                                                                  code: str | None) -> None:
+    error = refused(pick(picker(), body), status)
+    assert (error["param"], error["code"]) == (param, code)
+
+
+def test_another_method_is_405_and_another_path_is_left_alone() -> None:
+    verdict = pick(picker(), b"", method="GET")
+    assert refused(verdict, 405) and isinstance(verdict, Refused) and ("allow", "POST") in verdict.headers
+    assert pick(picker(), b"", path="/v1/models", method="GET") is None
+
+
+def test_api_keys_are_checked_as_the_gateway_checks_them() -> None:
+    keyed = picker(f'[gateway]\napi_keys = ["{KEY}"]\n')
+    assert refused(pick(keyed, chat()), 401)["type"] == "authentication_error"
+    verdict, _ = routed(pick(keyed, chat(quality="fast"), authorization=f"Bearer {KEY}"))
+    assert "authorization" in verdict.remove_headers  # the gateway's key never reaches an engine
+
+
+def test_a_keys_limits_hold_a_forbidden_hint_is_403_and_past_its_rpm_429_with_retry_after() -> None:
+    digest = hashlib.sha256(KEY.encode()).hexdigest()
+    keyed = picker(f'[[gateway.keys]]\nname = "team"\nsha256 = "{digest}"\nrequests_per_minute = 1\n'
+                   'hints = ["fast"]\n')
+    auth = {"authorization": f"Bearer {KEY}"}
+    assert refused(pick(keyed, chat(quality="best"), **auth), 403)["param"] == "quality"
+    routed(pick(keyed, chat(quality="fast"), **auth))
+    verdict = pick(keyed, chat(quality="fast"), **auth)
+    assert refused(verdict, 429)["code"] == "rate_limit_exceeded"
+    assert isinstance(verdict, Refused) and "retry-after" in dict(verdict.headers)
+
+
+def test_branches_go_to_the_gateway_pinned_to_the_picked_tier_or_are_refused_without_one() -> None:
+    branched = chat(quality="best", branches={"n": 2})
+    assert refused(pick(picker(), branched), 400)["param"] == "branches"
+    verdict, body = routed(pick(picker(gateway=True), branched))
+    assert verdict.via_gateway and dict(verdict.set_headers)["x-cascade-via"] == "gateway"
+    assert body["model"] == "large" and body["branches"] == {"n": 2}  # the gateway serves that tier, no re-routing
+
+
+def test_a_tier_that_runs_branches_is_served_by_the_gateway_when_there_is_one() -> None:
+    toml = TOML.replace('name = "large"', 'name = "large"\nbranches = 3\nscorer = "none"')
+    verdict, _ = routed(pick(picker(toml=toml, gateway=True), chat(quality="best")))
+    assert verdict.via_gateway and verdict.tier == "large"
+    assert not routed(pick(picker(toml=toml, gateway=True), chat(quality="fast")))[0].via_gateway
+
+
+def test_config_operating_points_pick_the_tier_and_a_cascade_mode_config_still_routes() -> None:
+    extra = '[routing]\nmode = "cascade"\noperating_points = { balanced = [0.0, 1.5] }\n'
+    verdict, _ = routed(pick(picker(extra), chat(quality="balanced")))
+    assert verdict.tier == "medium"  # any difficulty >= 0 passes the first threshold, none reaches 1.5
+
+
+def test_a_cascade_mode_plan_is_refused() -> None:
+    plan = msgspec.convert({"tiers": ["small", "medium", "large"], "routing": "cascade", "operating_points": []},
+                           Plan)
+    with pytest.raises(ConfigError, match="cascade mode"):
+        TierPicker(decode_config(TOML), plan)
+
+
+@pytest.mark.parametrize(("backends", "match"), [
+    ('[{ kind = "worker", worker = "w" }]', "embedded worker"),
+    ('[{ kind = "openai", url = "http://a:1", model = "x" }, { kind = "openai", url = "http://b:1", model = "y" }]',
+     "interchangeable"),
+    ('[{ kind = "openai", url = "http://a:1/v1", model = "x" }, { kind = "openai", url = "http://b:1", model = "x" }]',
+     "interchangeable"),
+])
+def test_a_tier_envoy_cannot_balance_as_one_cluster_is_a_config_error(backends: str, match: str) -> None:
+    workers = '[[workers]]\nname = "w"\nmodel = "qwen2.5-0.5b"\n' if "worker" in backends else ""
+    config = decode_config(f'{workers}[[tiers]]\nname = "only"\nbackends = {backends}\n')
+    with pytest.raises(ConfigError, match=match):
+        tier_engines(config)
+
+
+def test_each_tier_is_one_cluster_of_its_backends_hosts() -> None:
+    small, medium, large = tier_engines(decode_config(TOML))
+    assert [(e.host, e.port) for e in medium.endpoints] == [("127.0.0.1", 9102), ("127.0.0.1", 9103)]
+    assert (medium.prefix, medium.tls, small.prefix) == ("/engine", False, "")
+    assert large.tls and large.endpoints[0].port == 8443 and large.authorization == "Bearer sk-engine"
+    assert len({small.cluster, medium.cluster, large.cluster}) == 3
+
+
+def test_a_request_for_the_gateway_is_left_to_the_gateways_own_key_limits_so_it_counts_once() -> None:
+    digest = hashlib.sha256(KEY.encode()).hexdigest()
+    keyed = picker(f'[[gateway.keys]]\nname = "team"\nsha256 = "{digest}"\nrequests_per_minute = 1\n', gateway=True)
+    auth = {"authorization": f"Bearer {KEY}"}
+    for _ in range(2):  # two, past the key's one per minute: the gateway behind counts them, not the picker
+        verdict, _ = routed(pick(keyed, chat(quality="best", branches={"n": 2}), **auth))
+        assert verdict.via_gateway and "authorization" not in verdict.remove_headers  # the gateway checks the key
+    routed(pick(keyed, chat(quality="fast"), **auth))
+    assert refused(pick(keyed, chat(quality="fast"), **auth), 429)
+    assert refused(pick(keyed, chat(quality="fast")), 401)
