@@ -24,13 +24,18 @@ included) and lockstep latency (tokens until the request ends), each also as a r
 self-consistency's on the same questions (N branches to completion). Branch order within a question
 is the saved order (seeded sampling): the first N saved branches of each question are used.
 
+`--rows FILE --tier NAME` (one setting: single --m, --alpha, --beta, --k values; pruning when alpha and beta are
+set) also writes one outcome row per question, as `cascade label` writes them (cascade/data/outcomes.py: the voted
+answer, whether it is right, the chosen branch's tokens, all branches' decode tokens; no text): the tier's label at
+that setting, derived from branches already run instead of running the tier again.
+
 Queueing is not modelled: under load, fewer decode tokens also mean shorter waits for slots, which
 only the live benchmark measures.
 
 Usage:
   .venv/bin/python benchmarks/sart_replay.py --branches FILE [--n 4] [--m 1,2] [--alpha 0,0.3,0.5]
       [--beta 0,1,2] [--k 1,2] [--max-tokens 400] [--scorer heuristic|verifier:qwen2.5-coder-0.5b]
-      [--scores-cache F] [--json-out F]
+      [--scores-cache F] [--json-out F] [--rows F --tier NAME]
 """
 
 from __future__ import annotations
@@ -42,6 +47,7 @@ import json
 import sys
 import time
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -49,7 +55,9 @@ from cascade.branches.cpu_scorer import CPUScorer
 from cascade.branches.sart import Finished, Scored, to_prune, vote
 from cascade.branches.scoring import split_steps
 from cascade.branches.verifier import PROMPTS
-from cascade.data.datasets import prompts_by_id
+from cascade.data.datasets import prompts_by_id, prompts_of
+from cascade.data.grading import extract
+from cascade.data.outcomes import OutcomeRow, TierOutcome, write_row
 from cascade.engines.models import load_card, model_dir
 
 
@@ -167,6 +175,7 @@ class Outcome:
     correct: bool
     tokens: int
     latency: int
+    chosen: int = 0  # the voted branch
 
 
 def replay(branches: list[SavedBranch], m: int, alpha: float, beta: int, prune: bool) -> Outcome:
@@ -210,7 +219,7 @@ def replay(branches: list[SavedBranch], m: int, alpha: float, beta: int, prune: 
             break
     result = vote([Finished(i, b.text, score[i], b.tokens, not b.capped)
                    for i, b in enumerate(branches) if state[i] == "finished"])
-    return Outcome(correct=branches[result.chosen].correct, tokens=sum(ended_at), latency=end)
+    return Outcome(correct=branches[result.chosen].correct, tokens=sum(ended_at), latency=end, chosen=result.chosen)
 
 
 def summarize(outcomes: list[Outcome], baseline: list[Outcome]) -> dict[str, float]:
@@ -223,6 +232,21 @@ def summarize(outcomes: list[Outcome], baseline: list[Outcome]) -> dict[str, flo
             "tokens_vs_sc": round(tok / mean([o.tokens for o in baseline]), 3),
             "latency_vs_sc": round(lat / mean([o.latency for o in baseline]), 3),
             "accuracy_minus_sc": round(acc - mean([float(o.correct) for o in baseline]), 4)}
+
+
+def write_rows(path: Path, tier: str, by_question: dict[str, list[SavedBranch]],
+               run: Callable[[list[SavedBranch]], Outcome]) -> None:
+    """Each question's replayed answer as an outcome row of `tier` (the voted answer, no text)."""
+    references = {i: p.reference for i, p in prompts_of(set(by_question)).items()}
+    with path.open("wb") as out:
+        for qid, branches in by_question.items():
+            o = run(branches)
+            chosen = branches[o.chosen]
+            reference = references.get(qid)
+            answer = extract(chosen.text, reference) if reference else None
+            outcome = TierOutcome(correct=o.correct, answer=answer, output_tokens=chosen.tokens,
+                                  finish_reason="length" if chosen.capped else "stop", decode_tokens=o.tokens)
+            write_row(out, OutcomeRow(id=qid, dataset=qid.rpartition(":")[0], tiers={tier: outcome}))
 
 
 def floats(text: str) -> list[float]:
@@ -244,8 +268,12 @@ def main() -> int:
                    "(an embedded model judging the steps, e.g. verifier:qwen2.5-coder-0.5b)")
     p.add_argument("--scores-cache", type=Path, help="JSONL of a verifier's scores, reused and appended to")
     p.add_argument("--json-out", type=Path)
+    p.add_argument("--rows", type=Path, help="with one setting: write each question's outcome row here (JSONL)")
+    p.add_argument("--tier", help="with --rows: the tier name the rows are keyed by")
     args = p.parse_args()
     ks = [int(x) for x in args.k.split(",")]
+    if args.rows is not None and (args.tier is None or len(ks) > 1 or "," in args.m + args.alpha + args.beta):
+        p.error("--rows needs --tier and exactly one value each of --m, --alpha, --beta and --k")
     scorer = StepScorer(args.scorer, args.scores_cache)
     try:
         data = load(args.branches, args.n, args.max_tokens, ks, scorer)
@@ -274,6 +302,10 @@ def main() -> int:
                "best_within_2pts": sorted([r for r in results if r["accuracy_minus_sc"] >= -0.02],
                                           key=lambda r: r["tokens_vs_sc"])[: args.top],
                "all": results}
+    if args.rows is not None:
+        alpha, beta, m = float(args.alpha), int(args.beta), int(args.m)
+        write_rows(args.rows, args.tier, {q: data[ks[0]][q] for q in questions},
+                   lambda bs: replay(bs, m=m, alpha=alpha, beta=beta, prune=bool(alpha and beta)))
     text = json.dumps(payload, indent=1)
     if args.json_out:
         args.json_out.write_text(text + "\n")

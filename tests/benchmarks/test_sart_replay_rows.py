@@ -1,0 +1,59 @@
+"""benchmarks/sart_replay.py --rows: a tier's label at one SART setting, derived from saved branches, as outcome
+rows (the voted answer and its correctness, decode tokens of every branch; no text)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from cascade.data.datasets import load
+from cascade.data.grading import reference_answer
+
+ROOT = Path(__file__).resolve().parents[2]
+SCRIPT = ROOT / "benchmarks" / "sart_replay.py"
+TIER = "qwen2.5-coder-1.5b-reason"
+
+
+def _saved(tmp_path: Path) -> tuple[Path, dict[str, str]]:
+    """Three branches for each of two GSM8K training questions: two agree on the reference, one is wrong and
+    longest; on the second question the wrong answer is the majority."""
+    prompts = load("gsm8k-train")[:2]
+    answers = {p.id: reference_answer(p.reference) for p in prompts}
+    rows = []
+    for q, (qid, ref) in enumerate(answers.items()):
+        wrong = str(int(float(ref)) + 1)
+        picks = [ref, ref, wrong] if q == 0 else [wrong, wrong, ref]
+        for b, answer in enumerate(picks):
+            text = "First we add the numbers.\n\n" * (b + 1) + f"The answer is {answer}."
+            rows.append({"id": qid, "branch": b, "text": text, "correct": answer == ref, "state": "finished"})
+    path = tmp_path / "saved.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path, answers
+
+
+def test_rows_carry_the_voted_answer_its_grade_and_every_branchs_tokens(tmp_path: Path) -> None:
+    saved, answers = _saved(tmp_path)
+    out = tmp_path / "rows.jsonl"
+    done = subprocess.run([sys.executable, str(SCRIPT), "--branches", str(saved), "--n", "3", "--m", "3",
+                           "--alpha", "0", "--beta", "0", "--k", "1", "--rows", str(out), "--tier", TIER],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    rows = {r["id"]: r for r in map(json.loads, out.read_text().splitlines())}
+    assert set(rows) == set(answers)
+    (id1, ref1), (id2, ref2) = answers.items()
+    first, second = rows[id1]["tiers"][TIER], rows[id2]["tiers"][TIER]
+    assert first["correct"] is True and first["answer"] == ref1
+    assert second["correct"] is False and second["answer"] != ref2
+    # M = N, no pruning: every branch ran to its end, so decode tokens are all three branches' lengths.
+    assert first["decode_tokens"] > 3 * first["output_tokens"] // 2
+    assert all(r["dataset"] == "gsm8k-train" and "text" not in json.dumps(r) for r in rows.values())
+
+
+def test_rows_need_one_setting(tmp_path: Path) -> None:
+    saved, _ = _saved(tmp_path)
+    done = subprocess.run([sys.executable, str(SCRIPT), "--branches", str(saved), "--n", "3", "--m", "1,2",
+                           "--rows", str(tmp_path / "r.jsonl"), "--tier", TIER],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2 and "exactly one value" in done.stderr
