@@ -217,7 +217,8 @@ def replay(branches: list[SavedBranch], m: int, alpha: float, beta: int, prune: 
                 cut(j, t, "stopped")
             end = t
             break
-    result = vote([Finished(i, b.text, score[i], b.tokens, not b.capped)
+    # Without pruning the runner has no scorer (cascade/branches/runner.py): its ties go to the shorter branch.
+    result = vote([Finished(i, b.text, score[i] if prune else None, b.tokens, not b.capped)
                    for i, b in enumerate(branches) if state[i] == "finished"])
     return Outcome(correct=branches[result.chosen].correct, tokens=sum(ended_at), latency=end, chosen=result.chosen)
 

@@ -57,3 +57,22 @@ def test_rows_need_one_setting(tmp_path: Path) -> None:
                            "--rows", str(tmp_path / "r.jsonl"), "--tier", TIER],
                           capture_output=True, text=True, timeout=60)
     assert done.returncode == 2 and "exactly one value" in done.stderr
+
+
+def test_without_pruning_a_tie_goes_to_the_shorter_branch_as_in_the_runner() -> None:
+    """The live runner has no scorer when it does not prune (self-consistency, early stop only), so its ties go to
+    the shorter branch; replaying them by score made self-consistency 0.79 where the live run measured 0.75."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("sart_replay", SCRIPT)
+    assert spec is not None and spec.loader is not None
+    replay_module = importlib.util.module_from_spec(spec)
+    sys.modules["sart_replay"] = replay_module
+    spec.loader.exec_module(replay_module)
+    saved = replay_module.SavedBranch
+    short_wrong = saved(text="The answer is 5.", correct=False, tokens=10, capped=False, events=[], final_score=0.1)
+    long_right = saved(text="The answer is 7.", correct=True, tokens=20, capped=False, events=[], final_score=0.9)
+    unpruned = replay_module.replay([long_right, short_wrong], m=2, alpha=0.0, beta=0, prune=False)
+    assert unpruned.correct is False and unpruned.chosen == 1
+    scored = replay_module.replay([long_right, short_wrong], m=2, alpha=0.05, beta=1, prune=True)
+    assert scored.correct is True and scored.chosen == 0
