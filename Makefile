@@ -13,8 +13,9 @@ test: install-test
 	$(MAKE) lint
 	$(VENV)/bin/python -m pytest -q
 
+# `router`: the embedded default routes with a learned router (scikit-learn, skops); tests/test_setup.py checks it.
 install-serve:
-	scripts/bootstrap.sh embedded
+	scripts/bootstrap.sh embedded,router
 
 install-test:
 	scripts/bootstrap.sh embedded,dev,router,optimizer,plots,datasets,embeddings,scaleout,extproc,redis
