@@ -93,6 +93,13 @@ def logprob_entries(script: FakeScript, pieces: list[str]) -> list[dict[str, Any
     return [{"token": p, "logprob": script.logprob, "bytes": list(p.encode()), "top_logprobs": []} for p in pieces]
 
 
+def batch_itl_ms(itl_ms: float, batch: int, slope: float) -> float:
+    """One stream's time between tokens while `batch` streams decode together: `itl_ms` x (1 + `slope` x (batch - 1)).
+    A decode step reads the weights once for the whole batch but its attention and sampling grow with it, so a
+    real engine's per-token latency rises with its batch (slope 0: flat, the scripted `itl_ms` at any batch)."""
+    return itl_ms * (1.0 + slope * max(0, batch - 1))
+
+
 def tokens_before_break(script: FakeScript, pieces: list[str]) -> int:
     """How many tokens a truncated, stalled or killed response sends before it breaks."""
     return min(len(pieces), script.stall_after if script.stall_after >= 0 else len(pieces) // 2)

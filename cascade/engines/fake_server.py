@@ -28,7 +28,14 @@ from typing import Any
 import msgspec
 
 from cascade.engines.fake_asgi import Receive, Scope, Send, disconnected_within, read_body, send_bytes, send_json
-from cascade.engines.fake_script import FakeScript, logprob_entries, script_for, token_pieces, tokens_before_break
+from cascade.engines.fake_script import (
+    FakeScript,
+    batch_itl_ms,
+    logprob_entries,
+    script_for,
+    token_pieces,
+    tokens_before_break,
+)
 
 # FakeScript is part of this module's API: tests build an engine from one.
 __all__ = ["FakeEngine", "FakeScript", "FakeStats", "serve"]
@@ -75,15 +82,21 @@ class FakeEngine:
 
     `max_running` > 0 makes it an engine of that many batch slots (SGLang's --max-running-requests): a request
     beyond them waits for a free one before its first token, so its TTFT grows with the queue, as on a real
-    engine at capacity. `hook` (benchmarks) may change each request's script from its body, e.g. answer a
-    dataset question as a labelled outcome says that model did."""
+    engine at capacity. `itl_batch_slope` > 0 makes its time between tokens grow with the streams decoding at once
+    (fake_script.batch_itl_ms: `itl_ms` x (1 + slope x (batch - 1)), read at every token of a stream and at the
+    start of a non-streamed answer), so that a fuller batch decodes each stream slower, as on a real engine.
+    `hook` (benchmarks) may change each request's script from its body, e.g. answer a dataset question as a
+    labelled outcome says that model did."""
 
-    def __init__(self, script: FakeScript | None = None, max_running: int = 0, hook: ScriptHook | None = None
-                 ) -> None:
+    def __init__(self, script: FakeScript | None = None, max_running: int = 0, hook: ScriptHook | None = None,
+                 itl_batch_slope: float = 0.0) -> None:
+        if itl_batch_slope < 0:
+            raise ValueError(f"itl_batch_slope must be >= 0, got {itl_batch_slope:g}")
         self.script = script or FakeScript()
         self.stats = FakeStats()
         self.max_running = max_running
         self.hook = hook
+        self.itl_batch_slope = itl_batch_slope
         self._slots: asyncio.Semaphore | None = None
         self._ids = itertools.count()
         logging.getLogger("uvicorn.error").addFilter(_QUIET_KILLS)  # idempotent
@@ -180,7 +193,7 @@ class FakeEngine:
             elif stream:
                 await self._stream(receive, send, script, pieces, finish, rid, body)
             else:
-                delay_s = (script.ttft_ms + script.itl_ms * max(0, len(pieces) - 1)) / 1000
+                delay_s = (script.ttft_ms + self.itl_now(script) * max(0, len(pieces) - 1)) / 1000
                 if script.stall_after >= 0:
                     delay_s = 3600.0
                 if delay_s > 0 and await disconnected_within(receive, delay_s):
@@ -207,6 +220,10 @@ class FakeEngine:
         finally:
             self.stats.in_flight -= 1
 
+    def itl_now(self, script: FakeScript, batch: int | None = None) -> float:
+        """One stream's time between tokens now (ms), at `batch` streams (None: the requests generating now)."""
+        return batch_itl_ms(script.itl_ms, self.stats.in_flight if batch is None else batch, self.itl_batch_slope)
+
     def _count(self, fault: str) -> None:
         self.stats.faults[fault] = self.stats.faults.get(fault, 0) + 1
 
@@ -230,12 +247,15 @@ class FakeEngine:
         start = time.perf_counter()
         ending = script.fault if script.fault in ("truncated", "stall_mid", "kill_mid") else ""
         with_logprobs = bool(body.get("logprobs"))
+        offset_ms = script.ttft_ms
         try:
             for i, piece in enumerate(pieces[:tokens_before_break(script, pieces)] if ending else pieces):
                 if i == script.stall_after:
                     await disconnected.wait()
-                # Sleep to an absolute schedule so that scripted TTFT/ITL do not drift with load.
-                due = start + (script.ttft_ms + script.itl_ms * i) / 1000
+                # Sleep to a schedule from the stream's start so that scripted TTFT/ITL do not drift with load;
+                # each step's length is the ITL at the batch now.
+                offset_ms += self.itl_now(script) if i else 0.0
+                due = start + offset_ms / 1000
                 delay = due - time.perf_counter()
                 if delay > 0.1:
                     # A long scripted wait (slow first token) ends early when the client leaves.
@@ -278,8 +298,9 @@ class FakeEngine:
             watcher.cancel()
 
 
-def serve(host: str, port: int, script: FakeScript) -> None:
+def serve(host: str, port: int, script: FakeScript, max_running: int = 0, itl_batch_slope: float = 0.0) -> None:
     """Run the fake engine until interrupted (used by `cascade fake-server` and benchmarks)."""
     import uvicorn
 
-    uvicorn.run(FakeEngine(script), host=host, port=port, log_level="warning", access_log=False)
+    engine = FakeEngine(script, max_running=max_running, itl_batch_slope=itl_batch_slope)
+    uvicorn.run(engine, host=host, port=port, log_level="warning", access_log=False)

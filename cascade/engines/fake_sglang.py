@@ -60,9 +60,11 @@ class FakeSGLang(FakeEngine):
 
     def __init__(
         self, script: FakeScript | None = None, reasoning: str = "", disconnect_abort_s: float = 2.0,
-        max_running: int = 0,
+        max_running: int = 0, itl_batch_slope: float = 0.0,
     ) -> None:
-        super().__init__(script, max_running=max_running)
+        # itl_batch_slope: each token's wait grows with the requests running (FakeEngine's; the batch here is the
+        # scheduler's running requests).
+        super().__init__(script, max_running=max_running, itl_batch_slope=itl_batch_slope)
         # Batch slots (max_running > 0: the rest queue) and /metrics in SGLang's names: fake_sglang_metrics.py.
         self.scheduler = FakeScheduler(lambda: self.script.model, max_running)
         self.stats = FakeSGLangStats()
@@ -158,9 +160,10 @@ class FakeSGLang(FakeEngine):
     ) -> None:
         """Generate tokens on the scripted schedule until all are out or the generation is stopped;
         `emit(field, text)` sends each one (streams only)."""
-        start = time.perf_counter()
+        start, offset_ms = time.perf_counter(), script.ttft_ms
         for i, (field, text) in enumerate(tokens):
-            due = start + (script.ttft_ms + script.itl_ms * i) / 1000
+            offset_ms += self.itl_now(script, self.scheduler.running) if i else 0.0
+            due = start + offset_ms / 1000
             delay = None if i == script.stall_after else due - time.perf_counter()  # None: stall
             if delay is None or delay > 0:
                 try:
