@@ -89,19 +89,46 @@ class _OneRequest:
 
 
 class AnswerLadder(_OneRequest):
-    """Whole answers: all `n` choices of a tier at once, read for their evidence."""
+    """Whole answers: all `n` choices of a tier at once, read for their evidence.
+
+    A stream served whole (`deferred`) takes its first tier's admission ahead, before its headers (`hold_first`),
+    so that a full tier is a 429 rather than an in-band error in a 200: the first tier's `answer` answers inside
+    that place, and `let_go` gives it back where no answer took it (the stream ended or was cancelled first)."""
+
+    def __init__(self, rungs: Rungs, req: ChatCompletionRequest, decision: Decision, max_tokens: int) -> None:
+        super().__init__(rungs, req, decision, max_tokens)
+        self._held: int | None = None  # streams held on the first tier ahead of its answer
 
     async def serve(self) -> tuple[Decision, Answer]:
         served = await self.decision.itinerary.serve(self)
         return self.decision.served(served, self.rungs.tiers), served.answer
 
+    async def hold_first(self) -> None:
+        """Take the first tier's admission now (its request place, its streams; Overloaded: a 429)."""
+        on = self.decision.tier
+        streams = self._streams(self.settings(on))
+        await self.rungs.admission.enter(on, streams)
+        self._held = streams
+
+    def let_go(self) -> None:
+        """Give back what `hold_first` took, unless the first tier's answer took it over."""
+        if self._held is not None:
+            self.rungs.admission.leave(self.decision.tier, self._held)
+            self._held = None
+
+    def _streams(self, settings: BranchSettings | None) -> int:
+        return self.req.n * (settings.n if settings is not None else 1)
+
     async def answer(self, tier: int) -> Answer:
         on = self.rungs.tiers[tier]
         settings = self.settings(on)
         sampling = self.sampling_on(on, settings)
-        streams = self.req.n * (settings.n if settings is not None else 1)
+        streams = self._streams(settings)
         admission, telemetry = self.rungs.admission, self.rungs.telemetry
-        await admission.enter(on, streams)
+        if tier == self.decision.tier.index and self._held is not None:
+            self._held = None  # answered inside the place taken ahead (the first tier is asked once)
+        else:
+            await admission.enter(on, streams)
         try:
             whole = await answer(on, self.req.messages, sampling, settings, self.req.n, on.slots,
                                  self.rungs.limits.max_slot_wait_s)

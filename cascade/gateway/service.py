@@ -5,9 +5,10 @@
               * whole: the itinerary over an `AnswerLadder` (cascade/gateway/ladders.py): whole answers on a tier
                 (cascade/answer.py) inside that tier's admission; then the completion (responses.py); the place goes
                 back before `chat` returns
-              * streamed: the same, sent as one SSE body when known (streaming.py `deferred`), or, for a
-                single-branch answer no one judges, over a `StreamLadder`: the first tier's upstreams opened before
-                any header, then relayed (streaming.py `relay`); the place goes back when the stream is closed
+              * streamed: the same, sent as one SSE body when known (streaming.py `deferred`; the first tier's
+                admission taken before any header, the wait for branch slots after), or, for a single-branch
+                answer no one judges, over a `StreamLadder`: the first tier's upstreams opened before any header,
+                then relayed (streaming.py `relay`); the place goes back when the stream is closed
     route     the same decision, without serving (`POST /v1/route`)
 
 Where a request goes and when it moves on is the router's; what is sent upstream is cascade/upstream.py's; the
@@ -216,8 +217,12 @@ class ChatService:
         keepalive_s = self.config.keepalive_s
         # The first tier is reachable: its branch settings were checked in `_decide`.
         if decision.itinerary.judges_answers or decision.branches[decision.tier.index] is not None:
-            whole = AnswerLadder(self.rungs, req, decision, max_tokens).serve()
-            return decision, streaming.deferred(whole, keepalive_s, include_usage, self.telemetry)
+            # Served whole: the first tier's admission is decided here, before any header (a full tier is a 429);
+            # only the wait for branch slots, and any later tier, come after the keep-alives start.
+            ladder = AnswerLadder(self.rungs, req, decision, max_tokens)
+            await ladder.hold_first()
+            return decision, streaming.deferred(ladder.serve(), keepalive_s, include_usage, self.telemetry,
+                                                ladder.let_go)
         live = StreamLadder(self.rungs, req, decision, max_tokens)
         decision, opened = await live.serve()
         if isinstance(opened, Opened):

@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
-from collections.abc import AsyncGenerator, Awaitable
+from collections.abc import AsyncGenerator, Awaitable, Callable
 
 from cascade.answer import Answer, Opened, Streams
 from cascade.branches.backend import GenerationResult, StreamDelta
@@ -103,9 +103,10 @@ async def relay(opened: Opened, ladder: StreamLadder, decision: Decision, includ
 
 
 async def deferred(serve: Awaitable[tuple[Decision, Answer]], keepalive_s: float, include_usage: bool,
-                   telemetry: Telemetry) -> AsyncGenerator[bytes, None]:
+                   telemetry: Telemetry, after: Callable[[], None] | None = None) -> AsyncGenerator[bytes, None]:
     """`serve`'s answer (an `AnswerLadder`'s, usually) as one SSE body, with keep-alives while it works; the caller
-    starts this at once (the service's `chat` does), so that `serve` is always awaited or cancelled."""
+    starts this at once (the service's `chat` does), so that `serve` is always awaited or cancelled. `after` is
+    called once `serve` has ended or been cancelled, however (the ladder's `let_go`: the place it took ahead)."""
     start = time.perf_counter()
     task = asyncio.ensure_future(serve)
     try:
@@ -123,9 +124,13 @@ async def deferred(serve: Awaitable[tuple[Decision, Answer]], keepalive_s: float
         yield in_band_error(exc)
         return
     finally:
-        if not task.done():
-            task.cancel()
-            await asyncio.gather(task, return_exceptions=True)
+        try:
+            if not task.done():
+                task.cancel()
+                await asyncio.gather(task, return_exceptions=True)
+        finally:
+            if after is not None:
+                after()
     telemetry.first_token(decision.tier, time.perf_counter() - start)
     body = whole_answer_frames(decision, answer, include_usage)
     yield body

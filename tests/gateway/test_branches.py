@@ -147,6 +147,45 @@ def test_a_config_with_fewer_slots_than_branches_is_refused() -> None:
         decode_config(config("http://127.0.0.1:9", tier="branch_slots = 2"))
 
 
+@pytest.mark.parametrize(("model", "asked", "tier", "extra"), [
+    ("thinker", {}, "max_in_flight = 1", ""),
+    ("plain", {"branches": {"n": 3, "m": 2}}, "", "[gateway.limits]\nmax_in_flight_per_tier = 1\n"),
+], ids=["tier_with_branches", "request_asking_for_branches"])
+def test_a_stream_to_a_full_branched_tier_gets_a_429_with_retry_after_and_the_admitted_one_its_answer(
+        model: str, asked: dict, tier: str, extra: str) -> None:
+    extra = f"[gateway]\nkeepalive_s = 0.05\n{extra}"
+    with gateway(tier=tier, extra=extra) as (base, engine):
+        async def two() -> tuple[int, bytes, httpx.Response]:
+            async with httpx.AsyncClient(timeout=30) as client:
+                body = {"model": model, "messages": user(f"Q [fake {SLOW}]"), "seed": 0, "max_tokens": 30,
+                        "stream": True, **asked}
+
+                async def admitted() -> tuple[int, bytes]:
+                    async with client.stream("POST", f"{base}/v1/chat/completions", json=body) as r:
+                        return r.status_code, b"".join([chunk async for chunk in r.aiter_bytes()])
+
+                first = asyncio.create_task(admitted())
+                while engine.stats.in_flight == 0:  # the first holds the tier's one place, its branches running
+                    await asyncio.sleep(0.01)
+                refused = await client.post(f"{base}/v1/chat/completions", json=body)
+                status, raw = await first
+                return status, raw, refused
+
+        status, raw, refused = asyncio.run(two())
+        counted = httpx.get(f"{base}/metrics", timeout=5).text
+    assert refused.status_code == 429 and refused.headers["retry-after"] == "1"
+    assert refused.headers["content-type"].startswith("application/json")
+    error = refused.json()["error"]
+    assert error["type"] == "rate_limit_error" and f"tier `{model}` is at its limit of 1" in error["message"]
+    assert 'cascade_client_errors_total{status="429"} 1.0' in counted  # once
+    events = [e for e in raw.split(b"\n\n") if e]
+    assert status == 200 and events[0] == b": keep-alive" and events[-1] == b"data: [DONE]"
+    answer = json.loads(events[-2].removeprefix(b"data: "))
+    assert answer["model"] == model and answer["cascade"]["branches"]["launched"] == 3
+    assert any(json.loads(e.removeprefix(b"data: "))["choices"][0]["delta"].get("content")
+               for e in events if e.startswith(b"data: {"))
+
+
 def test_a_streamed_request_that_cannot_get_slots_ends_with_an_in_band_error_not_a_dropped_connection() -> None:
     extra = "[gateway]\nkeepalive_s = 0.05\n[gateway.limits]\nmax_slot_wait_s = 0.3\n"
     with gateway(tier="branch_slots = 3", extra=extra) as (base, _):

@@ -269,3 +269,27 @@ def test_a_streamed_route_mode_fallback_to_a_tier_with_branches_is_voted_and_sen
     assert tier == TIERS[1] and info["fallback_from"] == TIERS[0]
     assert info["branches"]["launched"] == 3 and in_flight == 0  # type: ignore[index]
     assert engine.stats.requests == 4  # the failed one, then three branches
+
+
+def test_a_cascaded_stream_is_admitted_to_its_first_tier_before_its_first_frame_and_a_full_tier_refuses_at_once(
+) -> None:
+    # Cascade mode reads answers whole: the stream keeps alive meanwhile, but its first tier admits it (n = 2: two
+    # upstream streams) before anything is sent, so a second stream finds the tier full and is refused (a 429).
+    async def work(service: ChatService) -> tuple[bytes, int, int, str, tuple[int, int, int]]:
+        req = request(stream=True, n=2, messages=user("[fake itl_ms=200] hi"))
+        first = service.by_name[service.route(req).tier_name].index
+        admission = service.admission
+        reply = await streamed(service, req)
+        try:
+            load, streams = admission.tier_load[first], admission.streams_open
+            with pytest.raises(Overloaded) as info:
+                await service.chat(request(stream=True))
+        finally:
+            await reply.frames.aclose()  # the client leaves before the answer: everything goes back
+        return reply.first, load, streams, info.value.message, \
+            (admission.in_flight, admission.streams_open, sum(admission.tier_load))
+
+    (first, load, streams, refused, after), _ = with_service(
+        "cascade", work, "[gateway]\nkeepalive_s = 0.05\n[gateway.limits]\nmax_in_flight_per_tier = 1\n")
+    assert first == b": keep-alive\n\n" and (load, streams) == (1, 2)
+    assert "is at its limit of 1 requests in flight" in refused and after == (0, 0, 0)
