@@ -139,7 +139,8 @@ def end_to_end(config_text: str, engine: str, folder: Path, requests: int, log: 
     config = folder / "cascade.toml"
     config.write_text(config_text)
     extproc_port, via, direct, admin = free_port(), free_port(), free_port(), free_port()
-    argv = [*CASCADE, "extproc", "--config", str(config), "--port", str(extproc_port), "--log-level", "warning"]
+    argv = [*CASCADE, "extproc", "--config", str(config), "--port", str(extproc_port), "--log-level", "warning",
+            "--metrics-port", "0"]
     printed = subprocess.run([*argv, "--print-envoy", "--listen", f"127.0.0.1:{via}", "--admin-port", str(admin)],
                              capture_output=True, timeout=120, check=True).stdout
     document = with_direct_listener(json.loads(printed), direct, "cascade_tier_0")

@@ -22,14 +22,18 @@ def add_extproc_command(sub: argparse._SubParsersAction[argparse.ArgumentParser]
         "engine (its model name, the tier's system prompt and default max_tokens); Envoy then routes on the header "
         "to the tier's cluster (in Kubernetes, an InferencePool per tier). A bad request gets the gateway's OpenAI "
         "error at once. Route mode only: escalation and reasoning branches stay in `cascade serve`, which can sit "
-        "behind Envoy as one more cluster (--gateway). With --print-envoy, print the Envoy bootstrap instead "
-        "(docs/scaling.md).",
+        "behind Envoy as one more cluster (--gateway). Prometheus metrics and a health check: plain HTTP on "
+        "--metrics-port. With --print-envoy, print the Envoy bootstrap instead (docs/scaling.md).",
     )
     p.add_argument("--config", required=True, help="cascade.toml: the tiers (their backends are the engines Envoy "
                    "routes to), [routing] and [gateway] limits and keys, as `cascade serve` reads them")
     p.add_argument("--plan", help="plan.json from `cascade optimize plan` (route mode): operating points per hint")
     p.add_argument("--host", default="127.0.0.1", help="bind address of the gRPC server (default 127.0.0.1)")
     p.add_argument("--port", type=int, default=9002, help="port of the gRPC server (default 9002)")
+    p.add_argument("--metrics-port", type=int, default=9003,
+                   help="plain HTTP port on --host for Prometheus (`/metrics`: cascade_extproc_* decisions per tier, "
+                   "refusals per status, decision latency, requests sent to the gateway, open gRPC streams) and "
+                   "`/health` (200, for Kubernetes probes); 0 = off (default 9003)")
     p.add_argument("--gateway", metavar="HOST:PORT",
                    help="a `cascade serve` behind Envoy: requests for reasoning branches go to it (pinned to the "
                    "picked tier), and so does every path but chat completions")
@@ -54,6 +58,10 @@ def _extproc(args: argparse.Namespace) -> int:
     config = load_config(args.config)
     plan = load_plan(args.plan) if args.plan else None
     gateway = endpoint(args.gateway, "--gateway") if args.gateway else None
+    if not 0 <= args.metrics_port <= 65535:
+        raise ConfigError(f"--metrics-port {args.metrics_port}: expected 0 (off) to 65535")
+    if args.metrics_port == args.port and not args.print_envoy:
+        raise ConfigError(f"--metrics-port {args.metrics_port} is the gRPC --port: give it another (or 0, off)")
     if args.print_envoy:
         return _print_envoy(args, config, gateway)
     import asyncio
@@ -68,7 +76,7 @@ def _extproc(args: argparse.Namespace) -> int:
 
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     picker = TierPicker(config, plan, gateway=gateway is not None)
-    asyncio.run(serve(picker, args.host, args.port))
+    asyncio.run(serve(picker, args.host, args.port, metrics_port=args.metrics_port))
     return 0
 
 

@@ -8,7 +8,8 @@ decoding (`decode_chat_request`), `ChatService.route` (validation, the quality h
 `cascade:<hint>`, default; the router, heuristic or learned, with `[routing]`'s and the plan's operating points; the
 checks of the tiers it picks), then the key's hints, tiers and rate limits (`Tenants.admit`; last, so that a request
 the gateway will serve is counted by the gateway alone). A failure is `Refused` with the gateway's status, OpenAI
-error body and headers.
+error body and headers. Each verdict on a chat completion is counted in `picker.metrics` (its tier or status, and its
+time: cascade/extproc/metrics.py).
 
 `Routed` names the tier (`x-cascade-tier`, which Envoy's routes match) and carries the body rewritten as `cascade
 serve` would send it to that tier's engine: `model` the engine's, the tier's system prompt first, the tier's
@@ -24,6 +25,7 @@ endpoint picker of each tier's pool), and a cascade-mode plan is refused (its th
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import AsyncIterator, Mapping
 
 import msgspec
@@ -31,6 +33,7 @@ import msgspec
 from cascade.config import CascadeConfig
 from cascade.errors import CascadeError, ConfigError, InvalidRequest
 from cascade.extproc.engines import TierEngine, tier_engines
+from cascade.extproc.metrics import ExtprocMetrics
 from cascade.gateway.app import decode_chat_request
 from cascade.gateway.errors import error_reply, error_response
 from cascade.gateway.intake import read_body
@@ -109,6 +112,7 @@ class TierPicker:
                                  failure=gw.redis_failure) if gw.redis_url else None)
         limiter = LocalRateLimiter() if self.redis is None else RedisRateLimiter(self.redis)
         self.tenants = Tenants(limiter, metrics, names, gw.default_quality)
+        self.metrics = ExtprocMetrics(names)  # the picker's own series (`cascade_extproc_*`), served on --metrics-port
 
     async def start(self) -> None:
         if self.redis is not None:
@@ -123,6 +127,16 @@ class TierPicker:
         path = headers.get(":path", "").partition("?")[0]
         if path != CHAT_PATH:
             return None
+        start = time.perf_counter()
+        verdict = await self._verdict(headers, body)
+        self.metrics.observe(time.perf_counter() - start)
+        if isinstance(verdict, Routed):
+            self.metrics.decided(verdict.tier, via_gateway=verdict.via_gateway)
+        else:
+            self.metrics.refused(verdict.status)
+        return verdict
+
+    async def _verdict(self, headers: Mapping[str, str], body: bytes) -> Routed | Refused:
         method = headers.get(":method", "POST")
         if method != "POST":
             message = f"method {method} is not allowed on {CHAT_PATH}"

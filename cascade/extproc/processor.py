@@ -13,7 +13,7 @@ body; each message gets exactly one answer:
 Protocol types: the envoy-data-plane package (betterproto2 dataclasses of Envoy's API, with their own wire codec);
 server: grpcio's asyncio server (its C core speaks HTTP/2: ~1.5 ms less per request than grpclib's pure-Python h2
 in benchmarks/extproc_latency.py on this machine), which also answers the standard gRPC health check (Kubernetes'
-grpc probe).
+grpc probe). Its Prometheus series (cascade/extproc/metrics.py) are served over plain HTTP on another port.
 """
 
 from __future__ import annotations
@@ -40,6 +40,7 @@ from envoy_data_plane.envoy.service.ext_proc.v3 import (
 from envoy_data_plane.envoy.type.v3 import HttpStatus, StatusCode
 from grpclib.health.v1 import health_pb2  # the standard health messages (protobuf), shipped with grpclib
 
+from cascade.extproc.metrics import MetricsListener
 from cascade.extproc.picker import Refused, Routed, TierPicker, Verdict
 from cascade.gateway.errors import error_response
 
@@ -65,6 +66,7 @@ class Exchange:
         if (body := message.request_body) is not None:
             if not body.end_of_stream:  # BUFFERED_PARTIAL past the buffer, or STREAMED: not the whole body
                 text = "request body exceeds the proxy's buffer (its per-connection buffer limit)"
+                self.picker.metrics.refused(413)
                 return _reply(Refused(status=413, body=error_response(text, "invalid_request_error", None,
                                                                       "request_too_large")), body=True)
             return _reply(await self.picker.pick(self.headers, body.body), body=True)
@@ -115,15 +117,21 @@ def _unchanged(message: ProcessingRequest) -> ProcessingResponse:
 async def process(picker: TierPicker, messages: AsyncIterator[ProcessingRequest]) -> AsyncIterator[ProcessingResponse]:
     """One ext_proc stream: an answer per message, in order."""
     exchange = Exchange(picker)
-    async for message in messages:
-        if message.observability_mode:
-            continue  # answers would be ignored
-        try:
-            yield await exchange.answer(message)
-        except Exception:  # a bug must not become a hung stream: the client gets a 500 OpenAI error
-            log.exception("ext_proc: unexpected error")
-            yield _reply(Refused(status=500, body=error_response("internal error in the model picker",
-                                                                 "server_error")), body=True)
+    streams = picker.metrics.streams
+    streams.inc()
+    try:
+        async for message in messages:
+            if message.observability_mode:
+                continue  # answers would be ignored
+            try:
+                yield await exchange.answer(message)
+            except Exception:  # a bug must not become a hung stream: the client gets a 500 OpenAI error
+                log.exception("ext_proc: unexpected error")
+                picker.metrics.refused(500)
+                yield _reply(Refused(status=500, body=error_response("internal error in the model picker",
+                                                                     "server_error")), body=True)
+    finally:
+        streams.dec()
 
 
 def handlers(picker: TierPicker) -> tuple[grpc.GenericRpcHandler, ...]:
@@ -145,9 +153,9 @@ def handlers(picker: TierPicker) -> tuple[grpc.GenericRpcHandler, ...]:
             grpc.method_handlers_generic_handler("grpc.health.v1.Health", {"Check": health}))
 
 
-async def serve(picker: TierPicker, host: str, port: int, grace_s: float = 5.0) -> None:
+async def serve(picker: TierPicker, host: str, port: int, grace_s: float = 5.0, metrics_port: int = 0) -> None:
     """Serve ext_proc (and the gRPC health check) on host:port until SIGINT/SIGTERM, then let the streams in
-    flight finish (at most `grace_s`)."""
+    flight finish (at most `grace_s`). `metrics_port` (0: none): `/metrics` and `/health` over plain HTTP on host."""
     # A message carries the whole body (and its rewrite): room for the largest body the gateway accepts.
     size = max(4 << 20, 2 * picker.service.limits.max_body_bytes)
     server = grpc.aio.server(options=[("grpc.max_receive_message_length", size),
@@ -158,12 +166,18 @@ async def serve(picker: TierPicker, host: str, port: int, grace_s: float = 5.0) 
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stopping.set)
-    await picker.start()
+    listener = MetricsListener(picker.metrics, host, metrics_port).start() if metrics_port else None
     try:
-        await server.start()
-        log.info("cascade extproc: ext_proc gRPC on %s:%d, tiers %s", host, port,
-                 ", ".join(e.tier for e in picker.engines))
-        await stopping.wait()
-        await server.stop(grace_s)
+        await picker.start()
+        try:
+            await server.start()
+            log.info("cascade extproc: ext_proc gRPC on %s:%d, tiers %s%s", host, port,
+                     ", ".join(e.tier for e in picker.engines),
+                     f"; /metrics and /health on port {metrics_port}" if listener else "")
+            await stopping.wait()
+            await server.stop(grace_s)
+        finally:
+            await picker.aclose()
     finally:
-        await picker.aclose()
+        if listener is not None:
+            listener.stop()

@@ -24,7 +24,7 @@ def test_help_explains_the_command_and_imports_neither_the_gateway_nor_grpc() ->
              f"print(sorted(m for m in {heavy!r} if m in sys.modules))")
     result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, result.stderr
-    assert "x-cascade-tier" in result.stdout and "--print-envoy" in result.stdout
+    assert "x-cascade-tier" in result.stdout and "--print-envoy" in result.stdout and "--metrics-port" in result.stdout
     assert result.stdout.strip().splitlines()[-1] == "[]"
 
 
@@ -49,6 +49,8 @@ def test_print_envoy_writes_one_cluster_per_tier_and_the_processors_address(
     (["--print-envoy", "--listen", "8080"], "--listen '8080': expected HOST:PORT"),
     (["--gateway", "gateway:http"], "--gateway 'gateway:http': expected HOST:PORT"),
     (["--print-envoy", "--message-timeout-ms", "0"], "--message-timeout-ms"),
+    (["--port", "9100", "--metrics-port", "9100"], "--metrics-port 9100 is the gRPC --port"),
+    (["--metrics-port", "70000"], "--metrics-port 70000: expected 0 (off) to 65535"),
 ])
 def test_a_bad_flag_is_a_one_line_error(config: Path, flags: list[str], message: str,
                                         capsys: pytest.CaptureFixture[str]) -> None:
@@ -67,7 +69,8 @@ def test_a_cascade_mode_plan_is_a_one_line_error(config: Path, tmp_path: Path,
 def test_the_server_stops_cleanly_on_sigterm(config: Path, tmp_path: Path) -> None:
     port = free_port()
     log = tmp_path / "extproc.log"
-    with process([*CASCADE, "extproc", "--config", str(config), "--port", str(port)], log) as proc:
+    with process([*CASCADE, "extproc", "--config", str(config), "--port", str(port), "--metrics-port", "0"],
+                 log) as proc:
         wait_port(port, proc, log)
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=10) == 0, log.read_text()

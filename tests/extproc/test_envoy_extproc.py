@@ -79,7 +79,8 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
         gateway = stack.enter_context(serve_config(tmp, toml))
         gw = gateway.url.removeprefix("http://")
         port, listen, admin = free_port(), free_port(), free_port()
-        argv = [*CASCADE, "extproc", "--config", str(config), "--port", str(port), "--gateway", gw]
+        argv = [*CASCADE, "extproc", "--config", str(config), "--port", str(port), "--gateway", gw,
+                "--metrics-port", "0"]
         printed = run([*argv, "--print-envoy", "--listen", f"127.0.0.1:{listen}", "--admin-port", str(admin)], 60)
         assert printed.returncode == 0, printed.stderr.decode()
         (tmp / "envoy.json").write_bytes(printed.stdout)
