@@ -41,13 +41,15 @@ def run(*args: str) -> subprocess.CompletedProcess[str]:
 
 
 def test_fitted_costs_match_the_fake_engines_scripted_ttft_and_itl() -> None:
-    with serve_asgi(FakeEngine(FakeScript(ttft_ms=50, itl_ms=20, tokens=64))) as url:
+    with serve_asgi(FakeEngine(FakeScript(ttft_ms=200, itl_ms=20, tokens=64))) as url:
         profile = asyncio.run(measure(dataclasses.replace(FAST, url=url)))
     assert profile.model == "fake-model" and profile.prompt_tokens_source == "estimate"  # its usage is constant
     assert [p.batch for p in profile.decode_points] == [1, 2, 4, 8]
-    # The fake's TTFT and ITL depend on neither prompt length nor concurrency.
-    assert profile.prefill.fixed_s == pytest.approx(0.050, abs=0.012)
-    assert profile.prefill.per_token_s * 1024 < 0.010
+    # The fake's TTFT and ITL depend on neither prompt length nor concurrency: the fixed TTFT goes to fixed_s, not
+    # to the slope. The bound on the slope is a share of the fixed TTFT, not of noise: on 2 loaded CI cores (load
+    # ~6) a 50 ms TTFT once fitted 32 ms per 1,024 tokens of pure scheduling noise.
+    assert profile.prefill.fixed_s == pytest.approx(0.200, abs=0.03)
+    assert profile.prefill.per_token_s * 1024 < 0.06
     assert profile.decode.fixed_s == pytest.approx(0.020, abs=0.004)
     assert profile.decode.per_sequence_s * 8 < 0.004
     assert profile.decode.per_context_token_s * 1024 < 0.002
