@@ -5,9 +5,12 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from cascade.errors import ConfigError
+
+if TYPE_CHECKING:
+    from cascade.config.tiers import TierConfig
 
 METHOD_HELP = (
     "vanilla: one branch decoded greedily (on a tier whose embedded worker samples, it runs on the config's tier "
@@ -36,11 +39,15 @@ def add_bench_commands(subparsers: Any) -> None:
     br.add_argument("--dataset", default="gsm8k", help="gsm8k (test split, default), gsm8k-train, or a .jsonl file")
     br.add_argument("--n-questions", type=int, default=20, help="seeded sample of questions (default 20)")
     br.add_argument("--rate", type=float, default=0.05, help="Poisson arrival rate, requests/s (default 0.05)")
-    br.add_argument("--n", type=int, default=4, help="branches N (default 4)")
-    br.add_argument("--m", type=int, default=2, help="branches that must finish, M (default 2)")
-    br.add_argument("--alpha", type=float, default=0.3, help="phase-1 prune threshold (default 0.3)")
-    br.add_argument("--beta", type=int, default=1, help="phase-1 prunes per request at most (default 1)")
-    br.add_argument("--k", type=int, default=2, help="score every K reasoning steps (default 2)")
+    # The branch settings default to the tier's own (what it serves), so `--methods sart` alone measures it.
+    br.add_argument("--n", type=int, help="branches N (default: the tier's `branches`, or 4 on an unbranched tier)")
+    br.add_argument("--m", type=int, help="branches that must finish, M (default: the tier's `branches_to_finish`, "
+                    "or 2)")
+    br.add_argument("--alpha", type=float, help="phase-1 prune threshold (default: the tier's `prune_alpha`, or 0.3)")
+    br.add_argument("--beta", type=int, help="phase-1 prunes per request at most (default: the tier's `prune_beta`, "
+                    "or 1)")
+    br.add_argument("--k", type=int, help="score every K reasoning steps (default: the tier's `score_every_steps`, "
+                    "or 2)")
     br.add_argument("--max-tokens", type=int, default=512, help="per branch (default 512)")
     br.add_argument("--temperature", type=float, help="sampling temperature of the branched methods (vanilla is "
                     "greedy). On a tier of embedded workers it is the worker's `temperature`, which its engine "
@@ -48,7 +55,8 @@ def add_bench_commands(subparsers: Any) -> None:
                     "branch_temperature")
     br.add_argument("--top-p", type=float, help="top_p of the branched methods: on a tier of embedded workers the "
                     "worker's (a different value is refused), elsewhere default 1.0")
-    br.add_argument("--slots", type=int, default=0, help="branch slots on the tier (default 4 x N)")
+    br.add_argument("--slots", type=int, default=0, help="branch slots on the tier (default: the tier's "
+                    "`branch_slots`, else 4 x N)")
     br.add_argument("--methods", default=",".join(("vanilla", "self_consistency", "sart", "early_stop_only",
                                                    "prune_only")), help="comma-separated subset, run in this order")
     br.add_argument("--sweep", help="also run sart and self_consistency for each N:M in this list, e.g. 2:1,4:2,8:4")
@@ -61,6 +69,18 @@ def add_bench_commands(subparsers: Any) -> None:
                     "(appended to when resuming; local analysis only: never commit it)")
     br.add_argument("--json", action="store_true", help="print the summary as one JSON object")
     br.set_defaults(func=_branches)
+
+
+def _branch_defaults(args: argparse.Namespace, tier: TierConfig) -> None:
+    """Fill the branch settings not given from `tier`'s own when it is branched (else the former fixed defaults)."""
+    served = tier.branches > 1
+    for name, own, fixed in (("n", tier.branches, 4), ("m", tier.branches_to_finish, 2),
+                             ("alpha", tier.prune_alpha, 0.3), ("beta", tier.prune_beta, 1),
+                             ("k", tier.score_every_steps, 2)):
+        if getattr(args, name) is None:
+            setattr(args, name, own if served else fixed)
+    if not args.slots and served:
+        args.slots = tier.branch_slots
 
 
 def _branches(args: argparse.Namespace) -> int:
@@ -82,8 +102,6 @@ def _branches(args: argparse.Namespace) -> int:
     if unknown or not methods:
         raise ConfigError(f"--methods takes names from {', '.join(METHODS)}, got {args.methods!r}")
     sweep = _parse_sweep(args.sweep)
-    if not 1 <= args.m <= args.n:
-        raise ConfigError(f"--n/--m: need 1 <= M <= N, got N={args.n} M={args.m}")
     if args.rate <= 0 or args.n_questions < 1:
         raise ConfigError("--rate must be > 0 and --n-questions >= 1")
     config = load_config(args.config) if args.config else embedded_config()
@@ -91,6 +109,9 @@ def _branches(args: argparse.Namespace) -> int:
     tier_name = args.tier or names[-1]
     if tier_name not in names:
         raise ConfigError(f"--tier {tier_name!r} is not in the config (tiers: {', '.join(names)})")
+    _branch_defaults(args, config.tiers[names.index(tier_name)])
+    if not 1 <= args.m <= args.n:
+        raise ConfigError(f"--n/--m: need 1 <= M <= N, got N={args.n} M={args.m}")
     branched = bool(sweep) or any(m != "vanilla" for m in methods)
     targets = bench_targets(config, tier_name, vanilla="vanilla" in methods, branched=branched,
                             temperature=args.temperature, top_p=args.top_p)

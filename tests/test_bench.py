@@ -97,3 +97,22 @@ def test_each_requests_branches_reach_the_sink_when_it_completes_not_at_the_end(
     # Each request's branches (one id per call) arrive just before that request is counted done.
     assert [kind for kind, _ in events] == ["branches", "done"] * 3
     assert [events[i][1] for i in range(0, 6, 2)] == [events[i][1] for i in range(1, 6, 2)]
+
+
+def test_branch_settings_not_given_are_the_tiers_own(tmp_path, capsys) -> None:
+    with serve_asgi(FakeEngine(FakeScript(tokens=8))) as url:
+        write_inputs(tmp_path, url)
+        toml = (tmp_path / "cascade.toml").read_text().replace(
+            "default_max_tokens = 200\n", "default_max_tokens = 200\nbranches = 3\nbranches_to_finish = 1\n"
+            "prune_alpha = 0.4\nprune_beta = 2\nscore_every_steps = 1\nbranch_slots = 6\n")
+        (tmp_path / "cascade.toml").write_text(toml)
+        args = ["bench", "branches", "--config", str(tmp_path / "cascade.toml"), "--dataset", str(tmp_path / "q.jsonl"),
+                "--n-questions", "3", "--rate", "20", "--methods", "sart", "--json"]
+        assert main(args) == 0
+        served = json.loads(capsys.readouterr().out)
+        assert main([*args, "--m", "2", "--alpha", "0"]) == 0  # a flag given overrides the tier's own
+        overridden = json.loads(capsys.readouterr().out)
+    picked = {k: served["config"][k] for k in ("n", "m", "alpha", "beta", "k", "slots")}
+    assert picked == {"n": 3, "m": 1, "alpha": 0.4, "beta": 2, "k": 1, "slots": 6}
+    assert served["methods"]["sart"]["branches"]["launched"] == 9
+    assert (overridden["config"]["m"], overridden["config"]["alpha"], overridden["config"]["n"]) == (2, 0, 3)
