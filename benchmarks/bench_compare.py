@@ -95,6 +95,31 @@ def compare(runs: dict[str, dict[str, dict[str, Any]]], resamples: int, seed: in
             "runs": per_run, "pairs": pairs}
 
 
+def plot(result: dict[str, Any], path: Path, title: str) -> None:
+    """Accuracy (95% CI) against mean decode tokens, and mean / p95 latency, one marker per run."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    runs = result["runs"]
+    fig, (left, right) = plt.subplots(1, 2, figsize=(10, 4.2))
+    for name, r in runs.items():
+        low, high = r["accuracy_ci95"]
+        left.errorbar(r["decode_tokens_mean"], r["accuracy"], yerr=[[r["accuracy"] - low], [high - r["accuracy"]]],
+                      marker="o", capsize=4, label=name)
+    left.set(xlabel="decode tokens per question (all branches)", ylabel="accuracy (95% CI)", title=title)
+    left.legend(fontsize=8)
+    x = np.arange(len(runs))
+    right.bar(x - 0.2, [r["latency_s_mean"] for r in runs.values()], 0.4, label="mean")
+    right.bar(x + 0.2, [r["latency_s_p95"] for r in runs.values()], 0.4, label="p95")
+    right.set_xticks(x, list(runs))
+    right.set(ylabel="latency from arrival (s)", title=f"{result['questions']} questions")
+    right.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+
+
 def parse_run(spec: str) -> tuple[str, Path]:
     name, sep, path = spec.partition("=")
     if not sep or not name or not path:
@@ -109,6 +134,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--resamples", type=int, default=10_000, help="bootstrap resamples of the questions")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--json-out", type=Path, help="also write the JSON here")
+    p.add_argument("--plot", type=Path, help="write a PNG: accuracy against decode tokens, and latency, per run")
+    p.add_argument("--title", default="accuracy against decode tokens")
     args = p.parse_args(argv)
     names = [n for n, _ in args.run]
     if len(names) < 2 or len(set(names)) != len(names):
@@ -117,6 +144,8 @@ def main(argv: list[str] | None = None) -> int:
     text = json.dumps(result, indent=2)
     if args.json_out:
         args.json_out.write_text(text + "\n")
+    if args.plot:
+        plot(result, args.plot, args.title)
     print(text)
     return 0
 

@@ -39,10 +39,11 @@ def test_pairs_on_common_questions_with_the_last_record_counting(tmp_path: Path)
     dirs = [_write(tmp_path / n, recs, torn_tail=(n == "a")) for n, recs in (("a", a), ("b", b), ("c", c))]
     out = tmp_path / "cmp.json"
     proc = _run("--run", f"a={dirs[0]}", "--run", f"b={dirs[1]}", "--run", f"c={dirs[2] / 'requests.jsonl'}",
-                "--json-out", str(out))
+                "--json-out", str(out), "--plot", str(tmp_path / "cmp.png"))
     assert proc.returncode == 0, proc.stderr
     result = json.loads(out.read_text())
     assert result == json.loads(proc.stdout)
+    assert (tmp_path / "cmp.png").stat().st_size > 0
     assert result["questions"] == 9 and result["left_out"] == ["q3"]
     assert result["runs"]["a"]["accuracy"] == round(7 / 9, 4)  # q0 counts as answered (its last record)
     assert result["runs"]["b"]["accuracy"] == round(4 / 9, 4)
