@@ -32,7 +32,8 @@ def add_extproc_command(sub: argparse._SubParsersAction[argparse.ArgumentParser]
     p.add_argument("--port", type=int, default=9002, help="port of the gRPC server (default 9002)")
     p.add_argument("--metrics-port", type=int, default=9003,
                    help="plain HTTP port on --host for Prometheus (`/metrics`: cascade_extproc_* decisions per tier, "
-                   "refusals per status, decision latency, requests sent to the gateway, open gRPC streams) and "
+                   "refusals per status, decision latency, requests sent to the gateway, open gRPC streams, decisions "
+                   "per API key; cascade_key_rate_limited and, with redis_url, cascade_redis_*) and "
                    "`/health` (200, for Kubernetes probes); 0 = off (default 9003)")
     p.add_argument("--gateway", metavar="HOST:PORT",
                    help="a `cascade serve` behind Envoy: requests for reasoning branches go to it (pinned to the "

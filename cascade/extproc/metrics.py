@@ -1,8 +1,8 @@
 """The model picker's Prometheus series (`cascade_extproc_*`, a registry of their own: tests run several pickers in
 one process) and the plain HTTP listener that serves them (`/metrics`) and a liveness answer (`/health`).
 
-    metrics = ExtprocMetrics(["small", "medium", "large"])
-    metrics.decided("small"); metrics.refused(429); metrics.observe(seconds)   # pre-bound children: no lookups
+    metrics = ExtprocMetrics(["small", "medium", "large"], shared=gateway_metrics.registry)
+    metrics.decided("small", key="team-a"); metrics.refused(429); metrics.observe(seconds)   # pre-bound children
     listener = MetricsListener(metrics, "127.0.0.1", 9003).start()   # a daemon thread; .stop() at exit
 """
 
@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import socket
 import threading
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from http.server import ThreadingHTTPServer
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.exposition import MetricsHandler
+from prometheus_client.metrics_core import Metric
 
 from cascade.errors import ConfigError
 
@@ -24,8 +25,23 @@ _DECISION_BUCKETS = (5e-5, 1e-4, 2.5e-4, 5e-4, 1e-3, 2.5e-3, 5e-3, 1e-2, 2.5e-2,
 _STATUSES = (400, 401, 403, 404, 405, 413, 429, 500, 503)
 
 
+# The series of the gateway's own registry that the picker moves too (its keys' refusals, the shared limits' Redis
+# store): the rest of that registry (requests served, tokens, branches) belongs to `cascade serve` and stays at 0 here.
+SHARED_PREFIXES = ("cascade_key_rate_limited", "cascade_redis_")
+
+
+class _SharedSeries:
+    """A collector that re-exports the families of `registry` whose names start with SHARED_PREFIXES."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.registry = registry
+
+    def collect(self) -> Iterator[Metric]:
+        return (m for m in self.registry.collect() if m.name.startswith(SHARED_PREFIXES))
+
+
 class ExtprocMetrics:
-    def __init__(self, tiers: Sequence[str]) -> None:
+    def __init__(self, tiers: Sequence[str], shared: CollectorRegistry | None = None) -> None:
         self.registry = r = CollectorRegistry()
         self.decisions = Counter("cascade_extproc_decisions", "Chat completions sent on, by the tier picked",
                                  ["tier"], registry=r)
@@ -38,6 +54,11 @@ class ExtprocMetrics:
                                   "(reasoning branches) instead of the tier's engines", registry=r)
         self.streams = Gauge("cascade_extproc_open_streams", "ext_proc gRPC streams open now (one per HTTP request "
                              "Envoy is processing)", registry=r)
+        # `key` is a configured key's name (`[[gateway.keys]]`), so the labels are bounded by the config.
+        self.key_decisions = Counter("cascade_extproc_key_decisions", "Chat completions of an API key sent on to a "
+                                     "tier's engines (the gateway counts those it serves)", ["key", "tier"], registry=r)
+        if shared is not None:
+            r.register(_SharedSeries(shared))
         # Children bound once: the decision path only increments.
         self._decided = {tier: self.decisions.labels(tier) for tier in tiers}
         self._refused = {status: self.refusals.labels(str(status)) for status in _STATUSES}
@@ -46,10 +67,12 @@ class ExtprocMetrics:
         """The picker's time on one chat completion."""
         self.decision_latency.observe(seconds)
 
-    def decided(self, tier: str, *, via_gateway: bool = False) -> None:
+    def decided(self, tier: str, *, via_gateway: bool = False, key: str | None = None) -> None:
         self._decided[tier].inc()
         if via_gateway:
             self.to_gateway.inc()
+        elif key is not None:
+            self.key_decisions.labels(key, tier).inc()
 
     def refused(self, status: int) -> None:
         child = self._refused.get(status)

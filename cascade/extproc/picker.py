@@ -67,6 +67,7 @@ class Routed(msgspec.Struct, frozen=True, kw_only=True):
     set_headers: tuple[tuple[str, str], ...]
     remove_headers: tuple[str, ...]
     decision: RouteDecision
+    key: str | None = None  # the API key's configured name, when keys are configured
 
 
 class Refused(msgspec.Struct, frozen=True, kw_only=True):
@@ -112,7 +113,9 @@ class TierPicker:
                                  failure=gw.redis_failure) if gw.redis_url else None)
         limiter = LocalRateLimiter() if self.redis is None else RedisRateLimiter(self.redis)
         self.tenants = Tenants(limiter, metrics, names, gw.default_quality)
-        self.metrics = ExtprocMetrics(names)  # the picker's own series (`cascade_extproc_*`), served on --metrics-port
+        # The picker's own series (`cascade_extproc_*`) and, from the gateway's registry, the keys' refusals and the
+        # Redis store's health: served on --metrics-port.
+        self.metrics = ExtprocMetrics(names, shared=metrics.registry)
 
     async def start(self) -> None:
         if self.redis is not None:
@@ -131,7 +134,7 @@ class TierPicker:
         verdict = await self._verdict(headers, body)
         self.metrics.observe(time.perf_counter() - start)
         if isinstance(verdict, Routed):
-            self.metrics.decided(verdict.tier, via_gateway=verdict.via_gateway)
+            self.metrics.decided(verdict.tier, via_gateway=verdict.via_gateway, key=verdict.key)
         else:
             self.metrics.refused(verdict.status)
         return verdict
@@ -162,7 +165,8 @@ class TierPicker:
                                  "`branches` out", "branches")
         if tenant is not None:
             await self.tenants.admit(tenant, req, hint)  # nothing can fail after it: no tokens to give back
-        return self._to_engine(req, decision, self.engines[decision.tier])
+        routed = self._to_engine(req, decision, self.engines[decision.tier])
+        return routed if tenant is None else msgspec.structs.replace(routed, key=tenant.name)
 
     def _to_engine(self, req: ChatCompletionRequest, decision: RouteDecision, engine: TierEngine) -> Routed:
         tier = self.service.tiers[decision.tier].config

@@ -4,6 +4,7 @@ them, with `/health`, on its metrics port."""
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import signal
 import urllib.error
 import urllib.request
@@ -68,6 +69,29 @@ def test_a_request_sent_on_to_the_gateway_counts_for_its_tier_and_the_gateway() 
     pick(p, chat(quality="best", branches={"n": 2}))
     assert value(p.metrics, "cascade_extproc_gateway_requests_total") == 1
     assert value(p.metrics, "cascade_extproc_decisions_total", tier="large") == 1
+
+
+def test_a_keys_decisions_and_refusals_and_the_redis_stores_health_are_on_the_pickers_registry() -> None:
+    digest = hashlib.sha256(b"csk-team").hexdigest()
+    # Redis on a port nothing listens on, failing open: the key's limit is kept in this process instead.
+    p = TierPicker(decode_config(f'[gateway]\nredis_url = "redis://127.0.0.1:{free_port()}"\n'
+                                 f'[[gateway.keys]]\nname = "team"\nsha256 = "{digest}"\nrequests_per_minute = 1\n'
+                                 + TOML))
+
+    async def run() -> None:
+        for _ in range(2):
+            await p.pick({":path": "/v1/chat/completions", ":method": "POST", "authorization": "Bearer csk-team"},
+                         chat(quality="fast"))
+        await p.aclose()
+
+    asyncio.run(run())
+    assert value(p.metrics, "cascade_extproc_key_decisions_total", key="team", tier="small") == 1
+    assert value(p.metrics, "cascade_key_rate_limited_total", key="team", limit="requests") == 1
+    assert value(p.metrics, "cascade_redis_up") == 0
+    assert value(p.metrics, "cascade_redis_fail_open_total", op="acquire") == 2
+    # Only those of the gateway's series: what `cascade serve` counts (requests served, tokens) is not exported here.
+    names = {m.name for m in p.metrics.registry.collect()}
+    assert "cascade_requests" not in names and "cascade_key_requests" not in names
 
 
 def test_a_stream_is_open_while_envoy_sends_and_a_partial_body_counts_as_a_413() -> None:
