@@ -7,7 +7,8 @@ intervals come from resampling questions: every resample draws the same question
 
 Input: `--run NAME=PATH` twice or more, PATH a bench `--out` directory (its requests.jsonl) or the file itself.
 A file that a resumed run appended to holds a question more than once: the last record counts (the bench's own
-rule). Only questions every run answered without an error are compared; the rest are counted and named.
+rule); a file of several methods is refused. Only questions every run answered without an error are compared; the
+rest are counted and named.
 
 Output: one JSON object: per run, n, accuracy (95% CI), mean and p95 latency, mean decode tokens; per pair (A, B)
 in the order given, accuracy A - B, and latency mean / latency p95 / tokens ratios A / B, each with a paired
@@ -26,20 +27,19 @@ from typing import Any
 
 import numpy as np
 
+from cascade.bench_run import RequestRow, request_rows
 
-def read_run(path: Path) -> dict[str, dict[str, Any]]:
+
+def read_run(path: Path) -> dict[str, RequestRow]:
     """Question id -> its last record in a bench requests.jsonl (a directory names its requests.jsonl)."""
     file = path / "requests.jsonl" if path.is_dir() else path
     if not file.is_file():
         raise SystemExit(f"bench_compare: no requests.jsonl at {path}")
-    latest: dict[str, dict[str, Any]] = {}
-    for line in file.read_text().splitlines():
-        try:
-            row = json.loads(line)
-        except ValueError:
-            continue  # a line cut short when the run was stopped
-        if isinstance(row, dict) and "id" in row and "correct" in row:
-            latest[row["id"]] = row
+    latest = {row.id: row for row in request_rows(file)}
+    methods = {row.method for row in latest.values()}
+    if len(methods) > 1:  # a run of several --methods answers each question once per method
+        raise SystemExit(f"bench_compare: {path} holds several methods ({', '.join(sorted(methods))}): "
+                         "compare runs made with one --methods each")
     return latest
 
 
@@ -47,22 +47,26 @@ def _interval(samples: np.ndarray) -> list[float]:
     return [round(float(np.percentile(samples, 2.5)), 4), round(float(np.percentile(samples, 97.5)), 4)]
 
 
-def compare(runs: dict[str, dict[str, dict[str, Any]]], resamples: int, seed: int) -> dict[str, Any]:
+def _reduce(values: np.ndarray, how: str) -> np.ndarray:
+    """Mean or p95 over the last axis: a run's point value (1-d) or one per bootstrap resample (2-d)."""
+    return np.percentile(values, 95, axis=-1) if how == "p95" else values.mean(axis=-1)
+
+
+def compare(runs: dict[str, dict[str, RequestRow]], resamples: int, seed: int) -> dict[str, Any]:
     names = list(runs)
-    answered = [{q for q, r in runs[n].items() if r.get("error") is None} for n in names]
+    answered = [{q for q, r in runs[n].items() if r.error is None} for n in names]
     common = sorted(set.intersection(*answered))
     if not common:
         raise SystemExit("bench_compare: no question was answered without an error by every run")
     left_out = sorted(set.union(*[set(r) for r in runs.values()]) - set(common))
-    columns = {n: {k: np.array([runs[n][q][k] for q in common], dtype=float)
+    columns = {n: {k: np.array([getattr(runs[n][q], k) for q in common], dtype=float)
                    for k in ("correct", "latency_s", "decode_tokens")} for n in names}
     rng = np.random.default_rng(seed)
     picks = rng.integers(0, len(common), size=(resamples, len(common)))
 
     def stat(name: str, key: str, how: str) -> np.ndarray:
         """`how` of column `key` of run `name`, on each resample (rows of picks)."""
-        values = columns[name][key][picks]
-        return np.percentile(values, 95, axis=1) if how == "p95" else values.mean(axis=1)
+        return _reduce(columns[name][key][picks], how)
 
     per_run = {}
     for n in names:
@@ -80,9 +84,7 @@ def compare(runs: dict[str, dict[str, dict[str, Any]]], resamples: int, seed: in
         ratios: dict[str, Any] = {}
         for label, key, how in (("latency_mean", "latency_s", "mean"), ("latency_p95", "latency_s", "p95"),
                                 ("decode_tokens", "decode_tokens", "mean")):
-            point_a = np.percentile(columns[a][key], 95) if how == "p95" else columns[a][key].mean()
-            point_b = np.percentile(columns[b][key], 95) if how == "p95" else columns[b][key].mean()
-            ratios[f"{label}_ratio"] = round(float(point_a / point_b), 4)
+            ratios[f"{label}_ratio"] = round(float(_reduce(columns[a][key], how) / _reduce(columns[b][key], how)), 4)
             ratios[f"{label}_ratio_ci95"] = _interval(stat(a, key, how) / stat(b, key, how))
         diff = columns[a]["correct"] - columns[b]["correct"]
         pairs[f"{a} vs {b}"] = {

@@ -117,7 +117,7 @@ class Results:
         if path is None:
             return
         if not fresh:
-            for row in _rows(path):
+            for row in request_rows(path):
                 if row.key:
                     self.latest[row.key][row.id] = row
         self._file = _open_log(path, append=not fresh, what="--out")
@@ -168,7 +168,8 @@ class BranchSink:
         self._file.close()
 
 
-def _rows(path: Path) -> Iterator[RequestRow]:
+def request_rows(path: Path) -> Iterator[RequestRow]:
+    """The request records of a requests.jsonl in file order (none if it does not exist)."""
     decoder = msgspec.json.Decoder(RequestRow)
     for line in _lines(path):
         try:

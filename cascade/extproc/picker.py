@@ -165,10 +165,10 @@ class TierPicker:
                                  "`branches` out", "branches")
         if tenant is not None:
             await self.tenants.admit(tenant, req, hint)  # nothing can fail after it: no tokens to give back
-        routed = self._to_engine(req, decision, self.engines[decision.tier])
-        return routed if tenant is None else msgspec.structs.replace(routed, key=tenant.name)
+        return self._to_engine(req, decision, self.engines[decision.tier], key=None if tenant is None else tenant.name)
 
-    def _to_engine(self, req: ChatCompletionRequest, decision: RouteDecision, engine: TierEngine) -> Routed:
+    def _to_engine(self, req: ChatCompletionRequest, decision: RouteDecision, engine: TierEngine,
+                   key: str | None = None) -> Routed:
         tier = self.service.tiers[decision.tier].config
         messages = req.messages
         if tier.system_prompt:
@@ -180,7 +180,8 @@ class TierPicker:
         credentials = () if engine.authorization is None else (("authorization", engine.authorization),)
         return Routed(tier=engine.tier, via_gateway=False, body=body,
                       set_headers=((TIER_HEADER, engine.tier), ("content-length", str(len(body))), *credentials),
-                      remove_headers=(VIA_HEADER, *(() if credentials else ("authorization",))), decision=decision)
+                      remove_headers=(VIA_HEADER, *(() if credentials else ("authorization",))), decision=decision,
+                      key=key)
 
     def _to_gateway(self, req: ChatCompletionRequest, decision: RouteDecision) -> Routed:
         body = _encode(msgspec.structs.replace(req, model=decision.tier_name))  # the gateway serves that tier
