@@ -27,7 +27,7 @@ from typing import IO, Any
 import msgspec
 import numpy as np
 
-from cascade.bench import BenchSettings, RequestRecord, run_key, run_method, summarize
+from cascade.bench import BenchSettings, RequestRecord, method_settings, run_key, run_method, summarize
 from cascade.config import CascadeConfig
 from cascade.data.records import Prompt
 from cascade.engines.supervisor import Worker
@@ -91,7 +91,8 @@ async def run_benchmark(
                         continue
                     todo = left[key]
                     if todo:
-                        bar.set_postfix_str(f"{run.method} N={run.settings.n} M={run.settings.m}")
+                        ran = method_settings(run.method, run.settings)
+                        bar.set_postfix_str(f"{run.method} N={ran.n} M={ran.m}")
                         await run_method(ladder.tier(run.tier), run.method, run.settings, [prompts[i] for i in todo],
                                          offsets[todo] - offsets[todo].min(), results.recorder(run, key, bar.update),
                                          None if sink is None else sink.writer(run, key))
@@ -129,8 +130,9 @@ class Results:
         def record(r: RequestRecord) -> None:
             self.latest[key][r.id] = r
             if self._file is not None:
+                # The M that ran: self-consistency and prune_only wait for all N whatever --m says.
                 row = RequestRow(**msgspec.structs.asdict(r), method=run.method, n=run.settings.n,
-                                 m=run.settings.m, tier=run.tier, key=key)
+                                 m=method_settings(run.method, run.settings).m, tier=run.tier, key=key)
                 self._file.write(msgspec.json.encode(row) + b"\n")
                 self._file.flush()
             then()
