@@ -128,3 +128,22 @@ def test_operating_table_reports_unknown_tokens_as_none_and_named_hints_follow_t
     rows = {row.name: row for row in operating_table(p_fail, correct, points, tokens=tokens)}
     assert rows["all weak"].decode_tokens == 5.0 and rows["all strong"].decode_tokens is None
     assert rows["best"].accuracy >= rows["fast"].accuracy
+
+
+def test_each_point_carries_a_paired_interval_against_the_most_accurate_tier() -> None:
+    # Tier 1 is the most accurate (0.8); tier 0 is right on a subset of tier 1's prompts (0.5).
+    n = 200
+    correct = np.zeros((n, 2), dtype=bool)
+    correct[:160, 1] = True
+    correct[:100, 0] = True
+    p_fail = np.c_[np.r_[np.zeros(100), np.ones(100)], np.zeros(n)]  # route score 0.5 on the first 100, 1.0 after
+    points = reference_points(None, 2, ["cheap", "strong"]) | {"routed": [0.75]}
+    rows = {row.name: row for row in operating_table(p_fail, correct, points)}
+    # Alone, the most accurate tier differs from itself by exactly zero on every resample.
+    assert rows["all strong"].vs_most_accurate_ci95 == [0.0, 0.0]
+    # The cheap tier loses 60 of 200 prompts and never wins one: an interval around -0.3, wholly below zero.
+    low, high = rows["all cheap"].vs_most_accurate_ci95
+    assert -0.4 < low < -0.3 < high < -0.2
+    # Routing the prompts tier 0 answers to tier 0 and the rest up loses nothing: the oracle split, exactly zero.
+    assert rows["routed"].accuracy == 0.8 and rows["routed"].vs_most_accurate_ci95 == [0.0, 0.0]
+    assert rows["routed"].cost == 0.5
