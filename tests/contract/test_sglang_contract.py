@@ -203,8 +203,13 @@ def test_choices_and_branches_go_to_sglang_as_requests_of_their_own(served: tupl
     assert sorted(e.body["seed"] for e in recorder.exchanges) == [11, 12, 13]
     recorder.exchanges.clear()
     status, answer = ask(base, CASES["branches"])
-    assert status == 200 and answer["cascade"]["branches"]["launched"] == len(recorder.exchanges) == 3
-    assert len({e.body["seed"] for e in recorder.exchanges}) == 3
+    branches = answer["cascade"]["branches"]
+    assert status == 200 and branches["launched"] == 3
+    # N 3, M 2: once two finish, the third is cancelled, and on a busy machine that can happen before its request
+    # reached the server (seen in a full run on 2 loaded cores). Every request that did arrive is its own, with
+    # its own seed.
+    assert branches["finished"] >= 2 and 2 <= len(recorder.exchanges) <= 3
+    assert len({e.body["seed"] for e in recorder.exchanges}) == len(recorder.exchanges)
 
 
 def test_the_fakes_tool_calls_and_logprobs_reach_the_client(served: tuple[str, str, Recorder]) -> None:
