@@ -1,10 +1,10 @@
 """Load-reactive operating points against static thresholds, on a rate ramp to 2x the nominal rate. Prints JSON.
 
 Method
-  * The embedded default's ladder (its three tier names, branch settings, learned router and operating points)
+  * The embedded default's ladder (its tier names, branch settings, learned router and operating points)
     on fake engines, one per tier, in this process on free 127.0.0.1 ports. Each engine answers a GSM8K
     training question with the answer and output length its model gave in the labelled outcomes
-    (models/outcomes/gsm8k-train-embedded-v6.jsonl): accuracy is the real models', speed is scripted
+    (models/outcomes/gsm8k-train-embedded-v7.jsonl): accuracy is the real models', speed is scripted
     (`--speeds`: TTFT ms / ms per token / batch slots per tier), so a tier is at capacity when its batch slots
     are full and further requests queue for their first token, as on SGLang.
   * The questions: the outcome rows, text and reference read in place from ../shared/data/gsm8k/train.jsonl
@@ -52,7 +52,7 @@ from cascade.engines.fake_server import FakeEngine, FakeScript, ScriptHook
 from cascade.testing import CASCADE, serve_asgi, serve_config
 
 REPO = Path(__file__).resolve().parents[1]
-OUTCOMES = REPO / "models/outcomes/gsm8k-train-embedded-v6.jsonl"
+OUTCOMES = REPO / "models/outcomes/gsm8k-train-embedded-v7.jsonl"
 EMBEDDED = REPO / "cascade/engines/embedded.toml"
 
 
@@ -225,7 +225,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="ramp steps as multiples of --rate")
     parser.add_argument("--phase-s", type=float, default=45.0)
     parser.add_argument("--bin-s", type=float, default=10.0)
-    parser.add_argument("--speeds", default="20/3/32,50/7/4,50/7/32",
+    parser.add_argument("--speeds", default="20/3/32,50/7/4,80/12/4,80/12/32",
                         help="per tier TTFT ms / ms per token / batch slots")
     parser.add_argument("--slo", default="ttft_ms=1000,e2el_ms=5000")
     parser.add_argument("--quality-mix", default="balanced=1.0")

@@ -58,7 +58,6 @@ import msgspec
 import numpy as np
 from scipy import stats
 
-from cascade.config import load_config
 from cascade.data.datasets import load
 from cascade.data.grading import reference_answer
 from cascade.data.outcomes import read_rows
@@ -69,8 +68,11 @@ from cascade.router.learned import LearnedSignal
 from cascade.testing import CASCADE, serve_asgi, serve_config
 
 REPO = Path(__file__).resolve().parents[1]
-EMBEDDED = REPO / "cascade/engines/embedded.toml"
 V6 = REPO / "models/outcomes/gsm8k-train-embedded-v6.jsonl"
+# The former embedded default (before the 1.5B ladder): its router, kept for this comparison, and its tiers.
+V6_ROUTER = REPO / "models/routers/embedded-gsm8k-v6"
+V6_TIERS = [("smollm2-135m", 1, 1, 0.3, 2, 1), ("qwen2.5-coder-0.5b", 1, 1, 0.3, 2, 1),
+            ("qwen2.5-coder-0.5b-reason", 4, 2, 0.3, 2, 1)]  # name, N, M, alpha, beta, score every
 QWEN15 = REPO / "models/outcomes/qwen15-train-bench"
 NEVER = 1.01  # above any routing score
 
@@ -117,20 +119,18 @@ def qwen15_ladder() -> Ladder:
 
 
 def v6_ladder() -> Ladder:
-    config = load_config(EMBEDDED)
-    names = [t.name for t in config.tiers]
+    names = [t[0] for t in V6_TIERS]
     rows = [row for _, row in read_rows(V6)]
     by_id = {p.id: p for p in load("gsm8k-train")}
     prompts = [by_id[row.id] for row in rows]
     answers = {by_id[row.id].prompt: [[(o.answer if isinstance(o.answer, str) else "none", o.output_tokens or 8)]
                                       for o in (row.tiers[n] for n in names)] for row in rows}
-    router = str((EMBEDDED.parent / config.routing.router).resolve())
+    router = str(V6_ROUTER)
     signal = LearnedSignal.load(router, names)
     scores = {p.prompt: signal.assess(p.prompt).score for p in prompts}
-    tiers = [Tier(t.name, f"branches = {t.branches}\nbranches_to_finish = {t.branches_to_finish}\n"
-                          f"prune_alpha = {t.prune_alpha}\nprune_beta = {t.prune_beta}\n"
-                          f"score_every_steps = {t.score_every_steps}\nbranch_slots = {{slots}}", t.branches)
-             for t in config.tiers]
+    tiers = [Tier(name, f"branches = {n}\nbranches_to_finish = {m}\nprune_alpha = {alpha}\nprune_beta = {beta}\n"
+                        f"score_every_steps = {every}\nbranch_slots = {{slots}}", n)
+             for name, n, m, alpha, beta, every in V6_TIERS]
     balanced = signal.operating_points()["balanced"]
     accuracy = [float(np.mean([bool(row.tiers[n].correct) for row in rows])) for n in names]
     return Ladder("v6", tiers, f'policy = "learned"\nrouter = "{router}"', prompts, answers, scores,

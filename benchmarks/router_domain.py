@@ -124,8 +124,8 @@ def main() -> None:
     mmlu = load_outcomes(data / "routellm" / "mmlu", ROUTELLM_TIERS).prompts
     sharegpt = [p.prompt for p in sample(load_sharegpt(), 2000, np.random.default_rng(0))]
     others = {"mmlu": mmlu, "sharegpt": sharegpt, "chat": CHAT}
-    embedded = load_outcomes(ROUTERS.parents[0] / "outcomes" / "gsm8k-train-embedded-v6.jsonl",
-                             ["smollm2-135m", "qwen2.5-coder-0.5b", "qwen2.5-coder-0.5b-reason"])
+    embedded = load_outcomes(ROUTERS.parents[0] / "outcomes" / "gsm8k-train-embedded-v7.jsonl",
+                             ["smollm2-135m", "qwen2.5-coder-0.5b", "qwen2.5-coder-1.5b", "qwen2.5-coder-1.5b-reason"])
     routellm = load_outcomes(data / "routellm" / "gsm8k_responses.csv", ROUTELLM_TIERS)
     train_rows, test_rows = split_indices(len(routellm), 0.5, 0)
     report = {

@@ -139,7 +139,7 @@ def build_parser() -> argparse.ArgumentParser:
         "serve", help="run the gateway (with no --config: start the embedded CPU models too)",
         description="Run the OpenAI-compatible gateway. With no --config, start the embedded default: "
         "one `transformers serve` worker per local model on free loopback ports, supervised, and a "
-        "three-tier ladder in front of them (see cascade/engines/embedded.toml).",
+        "four-tier ladder in front of them (see cascade/engines/embedded.toml).",
     )
     serve.add_argument("--config", help="cascade.toml (tiers, backends, limits); default: embedded CPU ladder")
     serve.add_argument("--plan", help="plan.json from `cascade optimize plan`: routing thresholds per quality hint")

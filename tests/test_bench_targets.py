@@ -156,4 +156,4 @@ def test_the_embedded_ladders_vanilla_runs_on_its_direct_tier_of_the_reasoning_m
 
     config = embedded_config()
     assert bench_targets(config, config.tiers[-1].name, vanilla=True, branched=True) == BenchTargets(
-        tier="qwen2.5-coder-0.5b-reason", vanilla_tier="qwen2.5-coder-0.5b", temperature=0.7, top_p=1.0)
+        tier="qwen2.5-coder-1.5b-reason", vanilla_tier="qwen2.5-coder-1.5b", temperature=0.7, top_p=0.8)

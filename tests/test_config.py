@@ -22,10 +22,11 @@ def test_minimal_config_gets_safe_defaults() -> None:
     assert isinstance(config.tiers[0].backends[0], OpenAIBackendConfig)
 
 
-def test_embedded_default_is_a_three_tier_ladder_on_a_greedy_and_a_sampling_qwen_worker() -> None:
+def test_embedded_default_is_a_four_tier_ladder_topped_by_a_greedy_and_a_sampling_15b_worker() -> None:
     config = embedded_config()
-    assert len(config.tiers) >= 3
-    assert {w.model for w in config.workers} == {"smollm2-135m", "qwen2.5-coder-0.5b"}
+    assert [t.name for t in config.tiers] == ["smollm2-135m", "qwen2.5-coder-0.5b", "qwen2.5-coder-1.5b",
+                                              "qwen2.5-coder-1.5b-reason"]
+    assert {w.model for w in config.workers} == {"smollm2-135m", "qwen2.5-coder-0.5b", "qwen2.5-coder-1.5b"}
     assert config.tiers[-1].branches > 1
     assert all(isinstance(b, WorkerBackendConfig) for t in config.tiers for b in t.backends)
     workers = {w.name: w for w in config.workers}

@@ -130,7 +130,7 @@ def test_labelling_some_tiers_starts_only_their_workers_and_an_unknown_tier_is_r
     from cascade.tiers import workers_of
 
     ladder = embedded_config()
-    assert workers_of(ladder, ["qwen2.5-coder-0.5b-reason"]) == {"qwen-sampling"}  # only the worker its tier runs on
+    assert workers_of(ladder, ["qwen2.5-coder-1.5b-reason"]) == {"qwen15-sampling"}  # only the worker its tier runs on
     assert workers_of(ladder, ["smollm2-135m", "qwen2.5-coder-0.5b"]) == {"smollm2", "qwen"}
     engine = FakeEngine(FakeScript(tokens=8))
     with serve_asgi(engine) as url:

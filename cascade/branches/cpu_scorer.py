@@ -39,7 +39,7 @@ FEATURE_NAMES = ("wrong_claims", "right_claims", "repeated_steps", "repeated_lin
 
 class ScorerWeights(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
     """Logistic weights, one per name in FEATURE_NAMES. Set by hand: signs from each feature's meaning,
-    magnitudes guided by a logistic fit on 192 real branches of the embedded reasoning tier on GSM8K
+    magnitudes guided by a logistic fit on 192 real branches of the former 0.5B embedded reasoning tier on GSM8K
     *train* questions (benchmarks/branch_scorer.py prints that fit; its raw coefficients flip signs
     between correlated features, so they are not used as they are). The question features carry
     most of the signal: a 0.5B model's branch correctness is mostly decided by the question. The

@@ -1,9 +1,9 @@
 """The embedded default: the config `cascade serve` uses when no --config is given.
 
-Two CPU workers (SmolLM2-135M and Qwen2.5-Coder-0.5B) and a ladder of three tiers:
-the small model answering directly; the larger model answering directly; the larger model
-reasoning in several sampled branches, pruned and voted (FACTS.md: the small model is a chat tier,
-the larger one shows a real difficulty gradient on arithmetic).
+Four CPU workers (SmolLM2-135M, Qwen2.5-Coder-0.5B, and Qwen2.5-Coder-1.5B twice: one greedy, one
+sampling) and a ladder of four tiers: each of the three models answering directly; the 1.5B model
+reasoning in several sampled branches on its sampling worker, pruned and voted (FACTS.md: SmolLM2 is a
+chat tier, Qwen2.5-Coder-0.5B already shows a real difficulty gradient on arithmetic).
 """
 
 from __future__ import annotations

@@ -5,10 +5,10 @@ Every ascending threshold vector on a grid of score quantiles is scored by the m
 mean cost of the tiers it picks; the cheapest-for-its-quality points form the frontier. Named hints take the
 cheapest frontier point recovering a share of the quality gap between "all on tier 0" and "all on the most
 accurate tier" (`HINT_GAP_RECOVERED`: fast 50%, balanced 80%, best 95%). The most accurate tier is the top one
-on a well-ordered ladder; on the embedded CPU ladder it is not (Qwen direct at 512 tokens 0.323 against its
-branched reasoning tier's 0.310 on 300 GSM8K questions), and a gap measured to the top tier would send `best`
-below what one cheaper tier alone reaches. A numeric hint (a target accuracy) is answered at serving time by
-`Calibration.thresholds_for_target`.
+on a well-ordered ladder; on the former embedded CPU ladder, whose top tier was Qwen-0.5B reasoning, it was
+not (Qwen direct at 512 tokens 0.323 against its branched reasoning tier's 0.310 on 300 GSM8K questions), and a
+gap measured to the top tier would send `best` below what one cheaper tier alone reaches. A numeric hint (a
+target accuracy) is answered at serving time by `Calibration.thresholds_for_target`.
 """
 
 from __future__ import annotations
