@@ -62,7 +62,8 @@ def add_bench_commands(subparsers: Any) -> None:
     br.add_argument("--sweep", help="also run sart and self_consistency for each N:M in this list, e.g. 2:1,4:2,8:4")
     br.add_argument("--seed", type=int, default=0)
     br.add_argument("--out", help="directory for summary.json, per-request records (requests.jsonl, appended as "
-                    "each request finishes: a rerun of the same command resumes from it) and the sweep PNG")
+                    "each request finishes: a rerun of the same command resumes from it, and one with a larger "
+                    "--n-questions runs only the questions it adds) and the sweep PNG")
     br.add_argument("--fresh", action="store_true", help="ignore the records a previous run left in --out (and "
                     "start --save-branches over)")
     br.add_argument("--save-branches", help="JSONL of every finished self-consistency branch with its correctness "

@@ -2,9 +2,11 @@
 
 Resume (with `--out DIR`): each request's record is appended to DIR/requests.jsonl, and flushed, the moment
 it completes, under its run's key: a hash of everything that decides how it ran (method, N, M, alpha, beta,
-K, slots, max tokens, temperature, top_p, rate, seed, the tier it ran on, the dataset and the number of
-questions). Rerunning the same command reads the file back and runs only the requests that have no record
-under their run's key yet, or whose record is an error; the summary covers all of them and says how many
+K, slots, max tokens, temperature, top_p, rate, seed, the tier it ran on and the dataset). Rerunning the same
+command reads the file back and runs only the requests that have no record under their run's key yet, or whose
+record is an error; the same command with a larger `--n-questions` runs only the questions it adds (the seeded
+sample's first n questions are the same for every n below the dataset's size; a run keyed with the number of
+questions, before 2026-11-26, is not resumed); the summary covers all of them and says how many
 came from a previous run (`resumed`). Only the workers of tiers with requests left are started. With
 `--save-branches FILE` the file is appended to, and a request whose branches it already holds (same key,
 same question) does not write them again. `--fresh` starts both files over.
@@ -54,8 +56,10 @@ class RequestRow(RequestRecord, kw_only=True):
     key: str = ""  # its run's resume_key; a row without one (an older file) is never resumed
 
 
-def resume_key(run: BenchRun, dataset: str, n_questions: int) -> str:
-    raw = run_key(run.method, run.settings, run.tier) + msgspec.json.encode([dataset, n_questions])
+def resume_key(run: BenchRun, dataset: str) -> str:
+    # Not the number of questions: records are kept per question, and the seeded order's first n questions are
+    # the same for every n below the dataset's size, so a run extended from 100 to 200 questions runs 100.
+    raw = run_key(run.method, run.settings, run.tier) + msgspec.json.encode([dataset])
     return hashlib.sha256(raw).hexdigest()[:16]
 
 
@@ -69,7 +73,7 @@ async def run_benchmark(
     run}. `workers_for(tier names)` gives the (unstarted) workers those tiers run on; they are started here."""
     from tqdm import tqdm
 
-    keys = [resume_key(r, dataset, len(prompts)) for r in runs]
+    keys = [resume_key(r, dataset) for r in runs]
     if out is not None:
         try:
             out.mkdir(parents=True, exist_ok=True)

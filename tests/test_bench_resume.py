@@ -18,7 +18,7 @@ QUESTIONS = 3
 N = 2  # self-consistency's branches: N requests to the engine per question, vanilla's one
 
 
-def bench(tmp_path: Path, capsys, *extra: str) -> tuple[dict, int]:
+def bench(tmp_path: Path, capsys, *extra: str, questions: int = QUESTIONS) -> tuple[dict, int]:
     """The same command every time (vanilla and self-consistency on 3 questions): its JSON and the requests the
     (fresh) engine received."""
     bodies: list[dict[str, Any]] = []
@@ -30,7 +30,7 @@ def bench(tmp_path: Path, capsys, *extra: str) -> tuple[dict, int]:
     with serve_asgi(FakeEngine(FakeScript(tokens=8), hook=record)) as url:
         write_inputs(tmp_path, url)
         code = main(["bench", "branches", "--config", str(tmp_path / "cascade.toml"), "--dataset",
-                     str(tmp_path / "q.jsonl"), "--n-questions", str(QUESTIONS), "--rate", "20", "--n", str(N),
+                     str(tmp_path / "q.jsonl"), "--n-questions", str(questions), "--rate", "20", "--n", str(N),
                      "--m", "1", "--methods", "vanilla,self_consistency", "--out", str(tmp_path / "out"),
                      "--save-branches", str(tmp_path / "b.jsonl"), "--json", *extra])
     assert code == 0
@@ -86,3 +86,14 @@ def test_a_changed_command_does_not_reuse_the_records_of_another(tmp_path, capsy
     other, sent = bench(tmp_path, capsys, "--max-tokens", "300")
     assert sent == QUESTIONS * (1 + N) and other["resumed"] == 0
     assert len(lines(tmp_path / "out" / "requests.jsonl")) == 4 * QUESTIONS  # both runs' records, apart
+
+
+def test_more_questions_run_only_the_questions_they_add(tmp_path, capsys) -> None:
+    # The seeded sample of 1 question is the first of the sample of 2 (both below the dataset's 3 rows).
+    first, sent = bench(tmp_path, capsys, questions=1)
+    assert sent == 1 + N and first["resumed"] == 0
+    more, sent = bench(tmp_path, capsys, questions=2)
+    assert sent == 1 + N and more["resumed"] == 2
+    assert all(s["requests"] == 2 for s in more["methods"].values())
+    saved = [json.loads(line)["id"] for line in lines(tmp_path / "b.jsonl")]
+    assert len(saved) == 2 * N and len(set(saved)) == 2  # each question's branches once
