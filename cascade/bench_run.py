@@ -4,10 +4,9 @@ Resume (with `--out DIR`): each request's record is appended to DIR/requests.jso
 it completes, under its run's key: a hash of everything that decides how it ran (method, N, M, alpha, beta,
 K, slots, max tokens, temperature, top_p, rate, seed, the tier it ran on and the dataset). Rerunning the same
 command reads the file back and runs only the requests that have no record under their run's key yet, or whose
-record is an error; the same command with a larger `--n-questions` runs only the questions it adds (the seeded
-sample's first n questions are the same for every n below the dataset's size; a run keyed with the number of
-questions, before 2026-11-26, is not resumed); the summary covers all of them and says how many
-came from a previous run (`resumed`). Only the workers of tiers with requests left are started. With
+record is an error, so a larger `--n-questions` runs only the questions it adds (see `resume_key`; records keyed
+before 2026-11-26 included the question count and are not resumed). The summary covers all of them and says how
+many came from a previous run (`resumed`). Only the workers of tiers with requests left are started. With
 `--save-branches FILE` the file is appended to, and a request whose branches it already holds (same key,
 same question) does not write them again. `--fresh` starts both files over.
 
