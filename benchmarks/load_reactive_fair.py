@@ -9,13 +9,20 @@ answer and length its model gave in labelled outcomes; the questions are those t
     tie to the shortest branch as the gateway breaks it), so a degraded answer is still a real one (0.8x). Routed
     by the heuristic difficulty: no router is trained on this ladder yet. `balanced` sends half the requests to the
     vote (the median difficulty; an operator's choice).
-  * `v6`: the embedded default's ladder, learned router and `balanced` point, as benchmarks/load_reactive.py runs
-    it (models/outcomes/gsm8k-train-embedded-v6.jsonl): SmolLM2-135M 0.01, Qwen2.5-Coder-0.5B 0.28; `fast` is
+  * `v6`: the former embedded default's ladder, learned router and `balanced` point, as benchmarks/load_reactive.py
+    runs it (models/outcomes/gsm8k-train-embedded-v6.jsonl): SmolLM2-135M 0.01, Qwen2.5-Coder-0.5B 0.28; `fast` is
     SmolLM2. The ladder behind the earlier 1.73x (docs/measured.md).
-Engines: `--qwen15-speeds` / `--v6-speeds` per tier (TTFT ms / ms per labelled token alone / batch slots); a
-tier's time between tokens grows with the streams it decodes (FakeEngine `itl_batch_slope`) to `--full-batch-x` x
-at a full batch. An answer is sent `--token-scale` labelled tokens to a chunk (each chunk that many tokens' time):
-the same latencies for a fraction of the gateway's CPU.
+  * `v7`: the embedded default's four tiers (SmolLM2-135M 0.01, Qwen2.5-Coder-0.5B 0.33, the 1.5B direct 0.66, its
+    SART tier 0.72; models/outcomes/gsm8k-train-embedded-v7.jsonl, 384 questions) and its router. `balanced` sends
+    89% to the 1.5B direct and 11% to SmolLM2; `fast` is the router's calibrated point (31% / 29% / 40% to the
+    three direct tiers, 0.40 on these questions), not SmolLM2 alone: an operator who lets load move requests
+    gives them somewhere real to go. The static sweep moves the 0.5B / 1.5B cut (`--v7-shares`: the share sent to
+    the 1.5B or above; the rest above SmolLM2's cut go to the 0.5B). Speeds keep the models' order (ITL 1 : 2 : 4;
+    measured alone 34 / 65 / 152 ms).
+Engines: `--qwen15-speeds` / `--v6-speeds` / `--v7-speeds` per tier (TTFT ms / ms per labelled token alone / batch
+slots); a tier's time between tokens grows with the streams it decodes (FakeEngine `itl_batch_slope`) to
+`--full-batch-x` x at a full batch. An answer is sent `--token-scale` labelled tokens to a chunk (each chunk that
+many tokens' time): the same latencies for a fraction of the gateway's CPU.
 Capacity (1x): from the labels, the rate at which `balanced` fills its busiest tier's slots when every answer
 decodes at a full batch's speed (tier capacity = slots / branches requests; service = TTFT + tokens x ITL, the
 longest of a vote's branches).
@@ -34,7 +41,7 @@ drain (longer for `static`, whose queue has to empty: it does not count); all of
 by one `cascade loadgen` run. Correct goodput: requests graded correct AND within every SLO, per segment second; a
 429, a timeout or an error is neither. Intervals: arms paired by seed (the same arrivals): per-seed ratios, their
 mean with a t 95% interval, and a bootstrap over seeds of the ratio of mean goodputs.
-Usage: .venv/bin/python benchmarks/load_reactive_fair.py [--ladders qwen15,v6] [--seeds 5] [--out F.json]
+Usage: .venv/bin/python benchmarks/load_reactive_fair.py [--ladders qwen15,v6,v7] [--seeds 5] [--out F.json]
 [--plot F.png]
 """
 
@@ -73,6 +80,12 @@ V6 = REPO / "models/outcomes/gsm8k-train-embedded-v6.jsonl"
 V6_ROUTER = REPO / "models/routers/embedded-gsm8k-v6"
 V6_TIERS = [("smollm2-135m", 1, 1, 0.3, 2, 1), ("qwen2.5-coder-0.5b", 1, 1, 0.3, 2, 1),
             ("qwen2.5-coder-0.5b-reason", 4, 2, 0.3, 2, 1)]  # name, N, M, alpha, beta, score every
+# The embedded default's ladder and router (models/outcomes/gsm8k-train-embedded-v7.md): the reasoning tier as
+# cascade/engines/embedded.toml runs it.
+V7 = REPO / "models/outcomes/gsm8k-train-embedded-v7.jsonl"
+V7_ROUTER = REPO / "models/routers/embedded-gsm8k"
+V7_TIERS = [("smollm2-135m", 1, 1, 0.3, 2, 1), ("qwen2.5-coder-0.5b", 1, 1, 0.3, 2, 1),
+            ("qwen2.5-coder-1.5b", 1, 1, 0.3, 2, 1), ("qwen2.5-coder-1.5b-reason", 8, 2, 0.5, 4, 2)]
 QWEN15 = REPO / "models/outcomes/qwen15-train-bench"
 NEVER = 1.01  # above any routing score
 
@@ -94,6 +107,8 @@ class Ladder(msgspec.Struct):
     balanced: list[float]
     accuracy: list[float]  # each tier's labelled accuracy on these questions (a vote: its majority's)
     sources: list[Path]  # the labelled outcomes read
+    swept: int = 0  # the threshold the static sweep moves: the share above it is the swept share
+    fast: list[float] | None = None  # `fast`, where load-reactive routing moves requests (None: the cheapest tier)
 
 
 def qwen15_ladder() -> Ladder:
@@ -118,29 +133,44 @@ def qwen15_ladder() -> Ladder:
                   sources=[QWEN15 / "greedy/requests.jsonl", QWEN15 / "sc-t07/branches.jsonl"])
 
 
-def v6_ladder() -> Ladder:
-    names = [t[0] for t in V6_TIERS]
-    rows = [row for _, row in read_rows(V6)]
+def learned_ladder(name: str, outcomes: Path, router: Path, spec: list[tuple[str, int, int, float, int, int]],
+                   swept: int, calibrated_fast: bool) -> Ladder:
+    """A ladder of labelled outcomes (one answer per tier; a vote's branches all answer as its label did) routed by
+    the router trained on them, at its calibrated `balanced`."""
+    names = [t[0] for t in spec]
+    rows = [row for _, row in read_rows(outcomes)]
     by_id = {p.id: p for p in load("gsm8k-train")}
     prompts = [by_id[row.id] for row in rows]
     answers = {by_id[row.id].prompt: [[(o.answer if isinstance(o.answer, str) else "none", o.output_tokens or 8)]
                                       for o in (row.tiers[n] for n in names)] for row in rows}
-    router = str(V6_ROUTER)
-    signal = LearnedSignal.load(router, names)
+    signal = LearnedSignal.load(str(router), names)
     scores = {p.prompt: signal.assess(p.prompt).score for p in prompts}
-    tiers = [Tier(name, f"branches = {n}\nbranches_to_finish = {m}\nprune_alpha = {alpha}\nprune_beta = {beta}\n"
+    tiers = [Tier(tier, f"branches = {n}\nbranches_to_finish = {m}\nprune_alpha = {alpha}\nprune_beta = {beta}\n"
                         f"score_every_steps = {every}\nbranch_slots = {{slots}}", n)
-             for name, n, m, alpha, beta, every in V6_TIERS]
-    balanced = signal.operating_points()["balanced"]
+             for tier, n, m, alpha, beta, every in spec]
+    points = signal.operating_points()
+    balanced = points["balanced"]
     accuracy = [float(np.mean([bool(row.tiers[n].correct) for row in rows])) for n in names]
-    return Ladder("v6", tiers, f'policy = "learned"\nrouter = "{router}"', prompts, answers, scores,
-                  upper=balanced[1], balanced=balanced, accuracy=accuracy, sources=[V6])
+    return Ladder(name, tiers, f'policy = "learned"\nrouter = "{router}"', prompts, answers, scores,
+                  upper=balanced[swept + 1] if swept + 1 < len(balanced) else NEVER, balanced=balanced,
+                  accuracy=accuracy, sources=[outcomes], swept=swept,
+                  fast=points["fast"] if calibrated_fast else None)
+
+
+def v6_ladder() -> Ladder:
+    return learned_ladder("v6", V6, V6_ROUTER, V6_TIERS, swept=0, calibrated_fast=False)
+
+
+def v7_ladder() -> Ladder:
+    return learned_ladder("v7", V7, V7_ROUTER, V7_TIERS, swept=1, calibrated_fast=True)
 
 
 def thresholds(ladder: Ladder, share: float) -> list[float]:
-    """Static thresholds that send `share` of the questions above the cheapest tier."""
-    cut = float(np.quantile(list(ladder.scores.values()), 1.0 - share)) if share < 1 else 0.0
-    return [min(cut, ladder.upper), *([ladder.upper] if len(ladder.tiers) == 3 else [])]
+    """Static thresholds that send `share` of the questions above the swept threshold (the thresholds above it as
+    `balanced` has them; those below it no higher than it)."""
+    cut = min(float(np.quantile(list(ladder.scores.values()), 1.0 - share)) if share < 1 else 0.0, ladder.upper)
+    return [min(x, cut) if i < ladder.swept else cut if i == ladder.swept else x
+            for i, x in enumerate(ladder.balanced)]
 
 
 def tier_shares(ladder: Ladder, points: list[float]) -> list[float]:
@@ -179,7 +209,7 @@ def gateway_toml(ladder: Ladder, urls: list[str], slots: list[int], points: list
         lines += ["[[tiers]]", f'name = "{tier.name}"', "default_max_tokens = 512",
                   tier.toml.format(slots=slots[i]), *([f"max_in_flight = {caps[i]}"] if caps else []),
                   f'backends = [{{ kind = "openai", url = "{url}", model = "{tier.name}" }}]', ""]
-    fast = [NEVER] * (len(ladder.tiers) - 1)
+    fast = ladder.fast or [NEVER] * (len(ladder.tiers) - 1)
     lines += ["[routing]", ladder.routing, f"operating_points = {{ balanced = {points}, fast = {fast} }}", "",
               "[routing.load]", f"enabled = {str(bool(reactive)).lower()}", f"ttft_ms = {slo.get('ttft_ms', 0)}",
               f"e2el_ms = {slo.get('e2el_ms', 0)}", "window_s = 3.0", "hold_s = 2.0"]
@@ -389,6 +419,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--qwen15-shares", type=lambda s: [float(x) for x in s.split(",")], default=[0.25, 0.35],
                         help="static points to sweep besides `balanced`: shares sent to the upper tier")
     parser.add_argument("--v6-shares", type=lambda s: [float(x) for x in s.split(",")], default=[0.85, 1.0])
+    parser.add_argument("--v7-speeds", type=speeds_arg, default=speeds_arg("20/0.5/32,50/1/16,50/2/8,50/2/32"))
+    parser.add_argument("--v7-shares", type=lambda s: [float(x) for x in s.split(",")], default=[0.6, 0.75])
     parser.add_argument("--full-batch-x", type=float, default=2.0, help="ITL at a full batch / ITL alone")
     parser.add_argument("--cap-x", type=float, default=1.0,
                         help="max_in_flight = this x a tier's capacity (its batch slots / branches)")
@@ -401,7 +433,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", default="")
     args = parser.parse_args(argv)
     args.slo_ms = {k: float(v) for k, v in (item.split("=") for item in args.slo.split(","))}
-    builders = {"qwen15": qwen15_ladder, "v6": v6_ladder}
+    builders = {"qwen15": qwen15_ladder, "v6": v6_ladder, "v7": v7_ladder}
     result: dict[str, Any] = {
         "seeds": args.seeds, "loads_x": args.loads, "segment_s": args.segment_s, "slo": args.slo_ms,
         "full_batch_itl_x": args.full_batch_x, "token_scale": args.token_scale, "cap_x": args.cap_x,

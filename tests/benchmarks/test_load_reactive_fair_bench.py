@@ -47,6 +47,21 @@ def test_static_thresholds_send_the_asked_share_to_the_upper_tier() -> None:
     assert caps == [8, 4] and nominal > 0
 
 
+def test_on_the_four_tier_ladder_the_sweep_moves_the_direct_1_5b_cut_and_keeps_the_reasoning_tiers() -> None:
+    fair = _script()
+    ladder = fair.v7_ladder()
+    assert [t.branches for t in ladder.tiers] == [1, 1, 1, 8] and ladder.fast is not None
+    for share in (0.6, 0.75, 1.0):
+        points = fair.thresholds(ladder, share)
+        assert points == sorted(points) and points[2] == ladder.balanced[2]  # the reasoning tier's cut stays
+        assert sum(fair.tier_shares(ladder, points)[2:]) == pytest.approx(share, abs=0.02)
+    assert fair.thresholds(ladder, 1.0)[:2] == [0.0, 0.0]
+    caps, _ = fair.capacity(ladder, [(20, 0.5, 32), (50, 1, 16), (50, 2, 8), (50, 2, 32)], 2.0)
+    assert caps == [32, 16, 8, 4]
+    assert "fast = [0.8" in fair.gateway_toml(ladder, ["http://a"] * 4, [32, 16, 8, 32], ladder.balanced, caps,
+                                              "capacity", {})
+
+
 @pytest.mark.timeout(300)
 def test_a_tiny_run_pairs_every_arm_on_the_same_arrivals_and_only_the_reactive_arm_degrades(tmp_path: Path) -> None:
     command = [sys.executable, str(SCRIPT), "--ladders", "qwen15", "--seeds", "2", "--loads", "1,2",
