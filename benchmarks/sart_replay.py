@@ -56,7 +56,7 @@ from cascade.branches.sart import Finished, Scored, to_prune, vote
 from cascade.branches.scoring import split_steps
 from cascade.branches.verifier import PROMPTS
 from cascade.data.datasets import prompts_by_id, prompts_of
-from cascade.data.grading import extract
+from cascade.data.grading import answer_key, extract
 from cascade.data.outcomes import OutcomeRow, TierOutcome, write_row
 from cascade.engines.models import load_card, model_dir
 
@@ -223,6 +223,22 @@ def replay(branches: list[SavedBranch], m: int, alpha: float, beta: int, prune: 
     return Outcome(correct=branches[result.chosen].correct, tokens=sum(ended_at), latency=end, chosen=result.chosen)
 
 
+def replay_adaptive(branches: list[SavedBranch], wave: int) -> Outcome:
+    """`adaptive` (self-consistency with a first wave, cascade/branches/runner.py): the first `wave` branches in
+    lockstep; when all of them end on their own with one answer, they are the vote; otherwise the other branches
+    start once the wave has ended and all N vote (no pruning, no early stop)."""
+    first = branches[:wave]
+    keys = {answer_key(b.text) for b in first}
+    if not any(b.capped for b in first) and len(keys) == 1 and None not in keys:
+        result = vote([Finished(i, b.text, None, b.tokens, True) for i, b in enumerate(first)])
+        return Outcome(correct=first[result.chosen].correct, tokens=sum(b.tokens for b in first),
+                       latency=max(b.tokens for b in first), chosen=result.chosen)
+    both = replay(branches, m=len(branches), alpha=0.0, beta=0, prune=False)
+    rest = max(b.tokens for b in branches[wave:])
+    return Outcome(correct=both.correct, tokens=both.tokens, latency=max(b.tokens for b in first) + rest,
+                   chosen=both.chosen)
+
+
 def summarize(outcomes: list[Outcome], baseline: list[Outcome]) -> dict[str, float]:
     def mean(values: list[float]) -> float:
         return sum(values) / len(values)
@@ -268,6 +284,8 @@ def main() -> int:
     p.add_argument("--scorer", default="heuristic", help="heuristic (the CPU scorer) or verifier:MODEL[:PROMPT] "
                    "(an embedded model judging the steps, e.g. verifier:qwen2.5-coder-0.5b)")
     p.add_argument("--scores-cache", type=Path, help="JSONL of a verifier's scores, reused and appended to")
+    p.add_argument("--first-wave", default="", help="comma-separated first waves to replay `adaptive` with "
+                   "(self-consistency that stops when the first W branches agree), e.g. 2,3")
     p.add_argument("--json-out", type=Path)
     p.add_argument("--rows", type=Path, help="with one setting: write each question's outcome row here (JSONL)")
     p.add_argument("--tier", help="with --rows: the tier name the rows are keyed by")
@@ -302,6 +320,9 @@ def main() -> int:
                "self_consistency": summarize(sc, sc),
                "best_within_2pts": sorted([r for r in results if r["accuracy_minus_sc"] >= -0.02],
                                           key=lambda r: r["tokens_vs_sc"])[: args.top],
+               "adaptive": [{"first_wave": w, **summarize([replay_adaptive(data[ks[0]][q], w) for q in questions],
+                                                          sc)}
+                            for w in (int(x) for x in args.first_wave.split(",") if x) if 2 <= w < args.n],
                "all": results}
     if args.rows is not None:
         alpha, beta, m = float(args.alpha), int(args.beta), int(args.m)

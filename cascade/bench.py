@@ -7,7 +7,9 @@ Method (SART's evaluation, ../shared/PAPERS.md §2.6, on whatever tier is given)
   tier's backend (the embedded CPU ladder's reasoning tier unless --config/--tier say otherwise).
 * Methods: `vanilla` (one greedy branch), `self_consistency` (N sampled branches to completion,
   majority vote), `sart` (N branches, early stop at M, two-phase pruning by the tier's scorer),
-  `early_stop_only` (N, M, no pruning) and `prune_only` (N branches must all finish or be pruned).
+  `early_stop_only` (N, M, no pruning), `prune_only` (N branches must all finish or be pruned) and
+  `adaptive` (self-consistency with a first wave: `--first-wave` branches first, the other N only when they
+  disagree; cascade/branches/runner.py).
   Which tier each runs on and how it decodes (an embedded worker decodes as it is set, whatever the
   request asks): cascade/bench_plan.py.
 * Each method runs with the tier's branch slots (`--slots`, default 4 x N): requests wait for free
@@ -43,7 +45,7 @@ from cascade.schemas import ChatMessage
 from cascade.tiers import Tier
 from cascade.upstream import Sampling
 
-METHODS = ("vanilla", "self_consistency", "sart", "early_stop_only", "prune_only")
+METHODS = ("vanilla", "self_consistency", "sart", "early_stop_only", "prune_only", "adaptive")
 
 
 class BenchSettings(msgspec.Struct, frozen=True, kw_only=True):
@@ -59,6 +61,7 @@ class BenchSettings(msgspec.Struct, frozen=True, kw_only=True):
     top_p: float | None = None
     slots: int = 0  # 0: 4 x n
     seed: int = 0
+    first_wave: int = 2  # `adaptive`'s first wave
 
 
 def method_settings(method: str, s: BenchSettings) -> BranchSettings:
@@ -68,6 +71,7 @@ def method_settings(method: str, s: BenchSettings) -> BranchSettings:
         "sart": BranchSettings(n=s.n, m=s.m, alpha=s.alpha, beta=s.beta, prune=True, score_every_steps=s.k),
         "early_stop_only": BranchSettings(n=s.n, m=s.m, prune=False),
         "prune_only": BranchSettings(n=s.n, m=s.n, alpha=s.alpha, beta=s.beta, prune=True, score_every_steps=s.k),
+        "adaptive": BranchSettings(n=s.n, m=s.n, prune=False, first_wave=s.first_wave),
     }[method]
 
 
@@ -79,8 +83,10 @@ def decoding(method: str, s: BenchSettings) -> tuple[float, float | None]:
 def run_key(method: str, s: BenchSettings, tier: str = "") -> bytes:
     """What decides a method's run on `tier`: two runs with equal keys replay the same requests the same way
     (self-consistency ignores M, so a sweep over M runs it once per N)."""
-    return msgspec.json.encode([method_settings(method, s), s.slots or 4 * s.n, s.max_tokens, *decoding(method, s),
-                                s.rate, s.seed, tier])
+    branch = msgspec.structs.asdict(method_settings(method, s))
+    if not branch["first_wave"]:
+        del branch["first_wave"]  # off: keys as before the field existed, so runs recorded then still resume
+    return msgspec.json.encode([branch, s.slots or 4 * s.n, s.max_tokens, *decoding(method, s), s.rate, s.seed, tier])
 
 
 class RequestRecord(msgspec.Struct, kw_only=True):

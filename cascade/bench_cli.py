@@ -16,8 +16,9 @@ METHOD_HELP = (
     "vanilla: one branch decoded greedily (on a tier whose embedded worker samples, it runs on the config's tier "
     "of the same model with a greedy worker, or is refused); self_consistency: N sampled branches run to completion, "
     "majority vote; sart: N branches, stop once M finish, two-phase pruning by the tier's scorer; early_stop_only: "
-    "N branches, stop once M finish, no pruning; prune_only: N branches, pruning, no early stop. The branched ones "
-    "are refused on a tier whose worker decodes greedily, as the gateway refuses them there."
+    "N branches, stop once M finish, no pruning; prune_only: N branches, pruning, no early stop; adaptive: "
+    "self-consistency with a first wave (--first-wave branches first; the other N only when they disagree). The "
+    "branched ones are refused on a tier whose worker decodes greedily, as the gateway refuses them there."
 )
 
 
@@ -48,6 +49,8 @@ def add_bench_commands(subparsers: Any) -> None:
                     "or 1)")
     br.add_argument("--k", type=int, help="score every K reasoning steps (default: the tier's `score_every_steps`, "
                     "or 2)")
+    br.add_argument("--first-wave", type=int, help="adaptive's first wave: branches launched first, the rest only "
+                    "when they disagree (default: the tier's `first_wave`, or 2)")
     br.add_argument("--max-tokens", type=int, default=512, help="per branch (default 512)")
     br.add_argument("--temperature", type=float, help="sampling temperature of the branched methods (vanilla is "
                     "greedy). On a tier of embedded workers it is the worker's `temperature`, which its engine "
@@ -58,7 +61,8 @@ def add_bench_commands(subparsers: Any) -> None:
     br.add_argument("--slots", type=int, default=0, help="branch slots on the tier (default: the tier's "
                     "`branch_slots`, else 4 x N)")
     br.add_argument("--methods", default=",".join(("vanilla", "self_consistency", "sart", "early_stop_only",
-                                                   "prune_only")), help="comma-separated subset, run in this order")
+                                                   "prune_only")), help="comma-separated subset, run in this order "
+                    "(adaptive runs only when named)")
     br.add_argument("--sweep", help="also run sart and self_consistency for each N:M in this list, e.g. 2:1,4:2,8:4")
     br.add_argument("--seed", type=int, default=0)
     br.add_argument("--out", help="directory for summary.json, per-request records (requests.jsonl, appended as "
@@ -77,7 +81,7 @@ def _branch_defaults(args: argparse.Namespace, tier: TierConfig) -> None:
     served = tier.branches > 1
     for name, own, fixed in (("n", tier.branches, 4), ("m", tier.branches_to_finish, 2),
                              ("alpha", tier.prune_alpha, 0.3), ("beta", tier.prune_beta, 1),
-                             ("k", tier.score_every_steps, 2)):
+                             ("k", tier.score_every_steps, 2), ("first_wave", tier.first_wave or 2, 2)):
         if getattr(args, name) is None:
             setattr(args, name, own if served else fixed)
     if not args.slots and served:
@@ -113,12 +117,14 @@ def _branches(args: argparse.Namespace) -> int:
     _branch_defaults(args, config.tiers[names.index(tier_name)])
     if not 1 <= args.m <= args.n:
         raise ConfigError(f"--n/--m: need 1 <= M <= N, got N={args.n} M={args.m}")
+    if "adaptive" in methods and not 2 <= args.first_wave < args.n:
+        raise ConfigError(f"--first-wave: adaptive needs 2 <= first wave < N, got {args.first_wave} with N={args.n}")
     branched = bool(sweep) or any(m != "vanilla" for m in methods)
     targets = bench_targets(config, tier_name, vanilla="vanilla" in methods, branched=branched,
                             temperature=args.temperature, top_p=args.top_p)
     settings = BenchSettings(n=args.n, m=args.m, alpha=args.alpha, beta=args.beta, k=args.k, rate=args.rate,
                              max_tokens=args.max_tokens, temperature=targets.temperature, top_p=targets.top_p,
-                             slots=args.slots, seed=args.seed)
+                             slots=args.slots, seed=args.seed, first_wave=args.first_wave)
     prompts = select_prompts(args.dataset, args.n_questions, args.seed)
     offsets = arrival_offsets(len(prompts), args.rate, args.seed)
     runs = [BenchRun(method=m, settings=settings, tier=targets.vanilla_tier if m == "vanilla" else targets.tier)

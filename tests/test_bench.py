@@ -117,3 +117,20 @@ def test_branch_settings_not_given_are_the_tiers_own(tmp_path, capsys) -> None:
     assert picked == {"n": 3, "m": 1, "alpha": 0.4, "beta": 2, "k": 1, "slots": 6}
     assert served["methods"]["sart"]["branches"]["launched"] == 9
     assert (overridden["config"]["m"], overridden["config"]["alpha"], overridden["config"]["n"]) == (2, 0, 3)
+
+
+def test_adaptive_stops_at_a_first_wave_that_agrees_and_says_so_in_its_branch_counts(tmp_path, capsys) -> None:
+    result = bench(tmp_path, capsys, "--methods", "self_consistency,adaptive", "--first-wave", "2")
+    methods = result["methods"]
+    # Seeds 0 and 1 give the same answer on every question: two branches each, where self-consistency runs 4.
+    assert methods["adaptive"]["branches"]["launched"] == 3 * 2 and methods["adaptive"]["accuracy"] == 1.0
+    assert methods["self_consistency"]["branches"]["launched"] == 3 * 4
+    assert methods["adaptive"]["tokens_mean"] < methods["self_consistency"]["tokens_mean"]
+
+
+def test_adaptive_with_a_first_wave_not_below_n_is_refused(tmp_path, capsys) -> None:
+    with serve_asgi(FakeEngine(FakeScript(tokens=8))) as url:
+        write_inputs(tmp_path, url)
+        code = main(["bench", "branches", "--config", str(tmp_path / "cascade.toml"), "--dataset",
+                     str(tmp_path / "q.jsonl"), "--n", "4", "--methods", "adaptive", "--first-wave", "4"])
+    assert code == 2 and "--first-wave" in capsys.readouterr().err

@@ -9,6 +9,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+import msgspec
+
 from cascade.cli import main
 from cascade.engines.fake_server import FakeEngine, FakeScript
 from cascade.testing import serve_asgi
@@ -97,3 +99,19 @@ def test_more_questions_run_only_the_questions_they_add(tmp_path, capsys) -> Non
     assert all(s["requests"] == 2 for s in more["methods"].values())
     saved = [json.loads(line)["id"] for line in lines(tmp_path / "b.jsonl")]
     assert len(saved) == 2 * N and len(set(saved)) == 2  # each question's branches once
+
+
+def test_resume_keys_of_methods_without_a_first_wave_are_those_recorded_before_it_existed() -> None:
+    from cascade.bench import BenchSettings
+    from cascade.bench_run import BenchRun, resume_key
+
+    # The self-consistency run of issue 31 (8 branches on Qwen2.5-Coder-1.5B, GSM8K train) was recorded with
+    # this key before `first_wave` existed; a changed key would rerun every question it finished.
+    settings = BenchSettings(n=8, m=8, alpha=0.5, beta=4, k=2, rate=0.1, max_tokens=512, temperature=0.7, top_p=0.8,
+                             slots=32, seed=0)
+    tier = "qwen2.5-coder-1.5b-reason"
+    assert resume_key(BenchRun(method="self_consistency", settings=settings, tier=tier), "gsm8k-train") \
+        == "4f18a19330274597"
+    adaptive = {resume_key(BenchRun(method="adaptive", settings=msgspec.structs.replace(settings, first_wave=w),
+                                    tier=tier), "gsm8k-train") for w in (2, 3)}
+    assert len(adaptive) == 2 and "4f18a19330274597" not in adaptive

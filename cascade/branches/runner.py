@@ -11,6 +11,11 @@ SART (../shared/PAPERS.md §2), as implemented here:
 * **Phase 2** (from the first finished branch on): α' = that branch's final score; prune every live
   branch scoring below α'.
 * **Early stop**: once M branches finished, cancel the rest.
+* **First wave** (adaptive consistency, after Aggarwal et al. 2023, "Let's Sample Step by Step"; off unless
+  `first_wave` is set): launch only the first `first_wave` branches; when every one of them finished with the
+  same answer, that answer stands and the other N - first_wave branches never start. Otherwise they start and
+  the request goes on as above. Two sampled branches that agree are right about as often as the vote of 8 on
+  GSM8K (Qwen2.5-Coder-1.5B: the same accuracy at two thirds of the tokens, docs/measured.md).
 * **Confidence pruning** (DeepConf's online rule, cascade/branches/confidence.py; where the engine returns
   token logprobs): a branch whose last `confidence_group` tokens' group confidence falls below
   `prune_confidence` is stopped, no scorer needed; never the last live branch.
@@ -43,6 +48,7 @@ from cascade.branches.backend import Backend, GenerationRequest, StreamDelta
 from cascade.branches.confidence import DEFAULT_GROUP, GroupWindow, token_logprobs
 from cascade.branches.sart import Finished, Scored, to_prune, vote
 from cascade.branches.scoring import STEP_SEPARATOR, Scorer, split_steps
+from cascade.data.grading import answer_key
 from cascade.errors import BackendFailed, CascadeError
 
 Aggregation = Literal["majority", "weighted"]
@@ -60,6 +66,8 @@ class BranchSettings(msgspec.Struct, frozen=True, kw_only=True):
     # below this; it needs token logprobs, which the caller asks the engine for (`logprobs: true`).
     prune_confidence: float = 0.0
     confidence_group: int = DEFAULT_GROUP
+    # Branches launched first (0: all N at once); when they all finish with one answer the rest never start.
+    first_wave: int = 0
 
 
 @dataclass
@@ -70,7 +78,7 @@ class Branch:
     tokens: int = 0
     steps_scored: int = 0
     score: float | None = None
-    state: str = "running"  # running | finished | pruned | stopped | failed
+    state: str = "running"  # pending | running | finished | pruned | stopped | failed
     finish_reason: str | None = None
     prompt_tokens: int = 0
     scoring: bool = False
@@ -101,6 +109,7 @@ class BranchReport(msgspec.Struct, kw_only=True):
     votes: dict[str, int]
     chosen: int  # index of the branch whose text is returned
     pruned_confidence: int = 0  # stopped by their group confidence (prune_confidence)
+    waves: int = 1  # 2: a first wave (`first_wave`) disagreed and the other branches were launched
 
 
 class BranchRun(msgspec.Struct, kw_only=True):
@@ -120,6 +129,9 @@ class BranchRunner:
     def __init__(self, backend: Backend, settings: BranchSettings, scorer: Scorer | None = None) -> None:
         if not 1 <= settings.m <= settings.n:
             raise ValueError(f"branches: need 1 <= m <= n, got n={settings.n} m={settings.m}")
+        if settings.first_wave and not 2 <= settings.first_wave < settings.m:
+            raise ValueError(f"branches: a first wave needs 2 <= first_wave < m, got first_wave={settings.first_wave} "
+                             f"m={settings.m}")
         self.backend = backend
         self.settings = settings
         self.scorer = scorer
@@ -141,7 +153,9 @@ class _Run:
         self.scorer = runner.scorer if runner.settings.prune else None
         self.question = question
         self.requests = requests
-        self.branches = [Branch(index=i) for i in range(len(requests))]
+        # Held back by a first wave: "pending" until launched (never live, never counted).
+        first = runner.settings.first_wave or len(requests)
+        self.branches = [Branch(index=i, state="running" if i < first else "pending") for i in range(len(requests))]
         self.events: asyncio.Queue[tuple[str, int, object]] = asyncio.Queue()
         self.tasks: dict[int, asyncio.Task[None]] = {}
         self.score_tasks: set[asyncio.Task[None]] = set()
@@ -150,12 +164,12 @@ class _Run:
         self.pruned_confidence = 0
         self.scores_computed = 0
         self.error: Exception | None = None
+        self.launched = first  # branches launched so far: a first wave, then (unless it agreed) all of them
 
     async def go(self) -> BranchRun:
         try:
-            for branch, request in zip(self.branches, self.requests, strict=True):
-                self.tasks[branch.index] = asyncio.create_task(self._pump(branch.index, request))
-            while self._live():
+            self._launch(range(self.launched))
+            while self._live() or self._second_wave():
                 kind, index, payload = await self.events.get()
                 branch = self.branches[index]
                 if kind == "delta":
@@ -180,6 +194,26 @@ class _Run:
                 task.cancel()
             await asyncio.gather(*pending, return_exceptions=True)
         return self._aggregate()
+
+    def _launch(self, indices: range) -> None:
+        for index in indices:
+            self.tasks[index] = asyncio.create_task(self._pump(index, self.requests[index]))
+
+    def _second_wave(self) -> bool:
+        """Called when no branch is live: launch the branches a first wave held back, unless every branch of
+        that wave finished with the same answer. True when it launched them."""
+        if self.launched == len(self.branches):
+            return False
+        wave = self.branches[:self.launched]
+        keys = {answer_key(b.full_text) for b in wave}
+        if all(b.state == "finished" and b.finish_reason == "stop" for b in wave) and len(keys) == 1 \
+                and None not in keys:
+            return False
+        first, self.launched = self.launched, len(self.branches)
+        for branch in self.branches[first:]:
+            branch.state = "running"
+        self._launch(range(first, self.launched))
+        return True
 
     def _live(self) -> list[Branch]:
         return [b for b in self.branches if b.state == "running"]
@@ -300,13 +334,15 @@ class _Run:
                       weighted=self.settings.aggregation == "weighted")
         chosen = self.branches[result.chosen]
         report = BranchReport(
-            launched=len(self.branches), finished=len(finished), pruned_phase1=self.pruned[0],
+            launched=self.launched, finished=len(finished), pruned_phase1=self.pruned[0],
             pruned_phase2=self.pruned[1], early_stopped=sum(b.state == "stopped" for b in self.branches),
             failed=sum(b.state == "failed" for b in self.branches),
             decode_tokens=sum(b.tokens for b in self.branches), scores_computed=self.scores_computed,
             answer=result.answer, votes=result.votes, chosen=chosen.index, pruned_confidence=self.pruned_confidence,
+            waves=2 if self.settings.first_wave and self.launched > self.settings.first_wave else 1,
         )
         return BranchRun(text=chosen.full_text, reasoning="".join(chosen.reasoning),
                          finish_reason=chosen.finish_reason or "stop", prompt_tokens=chosen.prompt_tokens,
                          completion_tokens=chosen.tokens, report=report,
-                         branch_texts=[(b.full_text, b.state) for b in self.branches], logprobs=chosen.logprobs)
+                         branch_texts=[(b.full_text, b.state) for b in self.branches[:self.launched]],
+                         logprobs=chosen.logprobs)

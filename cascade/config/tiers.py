@@ -41,6 +41,9 @@ class TierConfig(Strict, frozen=True):
     # Reasoning branches per request (N) and how many must finish (M): SART, cascade/branches/runner.py.
     branches: PositiveInt = 1
     branches_to_finish: PositiveInt = 1
+    # Adaptive consistency: launch this many branches first (0: all at once); when they all finish with one
+    # answer, it stands and the other branches never start. 2 or more, below branches_to_finish.
+    first_wave: NonNegativeInt = 0
     # Phase-1 pruning: branches scoring below prune_alpha, at most prune_beta per request (0: off).
     prune_alpha: UnitFloat = 0.0
     prune_beta: NonNegativeInt = 0
@@ -71,6 +74,10 @@ def check_tier(tier: TierConfig, i: int, workers: dict[str, WorkerConfig]) -> No
         raise ConfigError(f"`tiers[{i}].backends` is empty: tier `{tier.name}` needs a backend")
     if tier.branches_to_finish > tier.branches:
         raise ConfigError(f"`tiers[{i}].branches_to_finish` must be <= `branches` ({tier.branches})")
+    if tier.first_wave and not 2 <= tier.first_wave < tier.branches_to_finish:
+        raise ConfigError(f"`tiers[{i}].first_wave` must be 0 (off) or from 2 to `branches_to_finish` - 1 "
+                          f"({tier.branches_to_finish - 1}): the first wave stops the request only when its "
+                          "branches agree, before M of them could finish")
     if tier.branch_slots and tier.branch_slots < tier.branches:
         raise ConfigError(f"`tiers[{i}].branch_slots` ({tier.branch_slots}) must be 0 (no limit) or at least "
                           f"`branches` ({tier.branches})")

@@ -7,6 +7,7 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 from cascade.data.datasets import load
 from cascade.data.grading import reference_answer
@@ -59,9 +60,7 @@ def test_rows_need_one_setting(tmp_path: Path) -> None:
     assert done.returncode == 2 and "exactly one value" in done.stderr
 
 
-def test_without_pruning_a_tie_goes_to_the_shorter_branch_as_in_the_runner() -> None:
-    """The live runner has no scorer when it does not prune (self-consistency, early stop only), so its ties go to
-    the shorter branch; replaying them by score made self-consistency 0.79 where the live run measured 0.75."""
+def _replay_module() -> Any:
     import importlib.util
 
     spec = importlib.util.spec_from_file_location("sart_replay", SCRIPT)
@@ -69,6 +68,13 @@ def test_without_pruning_a_tie_goes_to_the_shorter_branch_as_in_the_runner() -> 
     replay_module = importlib.util.module_from_spec(spec)
     sys.modules["sart_replay"] = replay_module
     spec.loader.exec_module(replay_module)
+    return replay_module
+
+
+def test_without_pruning_a_tie_goes_to_the_shorter_branch_as_in_the_runner() -> None:
+    """The live runner has no scorer when it does not prune (self-consistency, early stop only), so its ties go to
+    the shorter branch; replaying them by score made self-consistency 0.79 where the live run measured 0.75."""
+    replay_module = _replay_module()
     saved = replay_module.SavedBranch
     short_wrong = saved(text="The answer is 5.", correct=False, tokens=10, capped=False, events=[], final_score=0.1)
     long_right = saved(text="The answer is 7.", correct=True, tokens=20, capped=False, events=[], final_score=0.9)
@@ -76,3 +82,18 @@ def test_without_pruning_a_tie_goes_to_the_shorter_branch_as_in_the_runner() -> 
     assert unpruned.correct is False and unpruned.chosen == 1
     scored = replay_module.replay([long_right, short_wrong], m=2, alpha=0.05, beta=1, prune=True)
     assert scored.correct is True and scored.chosen == 0
+
+
+def test_adaptive_stops_at_an_agreeing_first_wave_and_otherwise_waits_for_every_branch() -> None:
+    replay_module = _replay_module()
+
+    def branch(answer: int, tokens: int, capped: bool = False) -> Any:
+        return replay_module.SavedBranch(text=f"The answer is {answer}.", correct=answer == 7, tokens=tokens,
+                                         capped=capped, events=[], final_score=0.5)
+
+    agree = replay_module.replay_adaptive([branch(7, 10), branch(7, 12), branch(5, 30), branch(5, 40)], 2)
+    assert (agree.correct, agree.tokens, agree.latency) == (True, 22, 12)
+    split = replay_module.replay_adaptive([branch(7, 10), branch(5, 12), branch(5, 30), branch(5, 40)], 2)
+    assert (split.correct, split.tokens, split.latency) == (False, 92, 12 + 40)  # the second wave after the first
+    capped = replay_module.replay_adaptive([branch(7, 10), branch(7, 12, capped=True), branch(7, 5), branch(5, 6)], 2)
+    assert capped.tokens == 33  # a first-wave branch cut by max_tokens is no agreement

@@ -169,3 +169,39 @@ def test_a_branch_hands_its_slot_back_only_once_its_upstream_stream_is_closed() 
     # Three hand-backs, each after (never before) a stream was closed: a waiting request admitted into a
     # freed slot cannot overlap the stopped branch upstream.
     assert len(seen_at_end) == 3 and all(closed >= k + 1 for k, closed in enumerate(seen_at_end)), seen_at_end
+
+
+def test_a_first_wave_that_agrees_answers_and_the_other_branches_never_start(engine) -> None:
+    url, fake = engine
+    result = run(url, BranchSettings(n=8, m=8, prune=False, first_wave=2), f"[fake answer={RIGHT}]")
+    report = result.report
+    assert (report.launched, report.finished, report.waves, report.early_stopped) == (2, 2, 1, 0)
+    assert report.answer == "18" and report.votes == {"18": 2}
+    assert fake.stats.streams_started == 2 and len(result.branch_texts) == 2
+    assert report.decode_tokens == 2 * result.completion_tokens > 0  # two identical branches, nothing else
+
+
+def test_a_first_wave_that_disagrees_launches_the_rest_and_all_of_them_vote(engine) -> None:
+    url, fake = engine
+    # Seed 1 dissents in the first wave; the second wave (seeds 2-5) sides with seed 0.
+    directives = f"[fake answer={RIGHT}] [fake@seed=1 answer={WRONG}] [fake@seed=2 answer={WRONG}]"
+    result = run(url, BranchSettings(n=6, m=6, prune=False, first_wave=2), directives)
+    report = result.report
+    assert (report.launched, report.finished, report.waves) == (6, 6, 2)
+    assert report.votes == {"18": 4, "19": 2} and report.answer == "18"
+    assert fake.stats.streams_started == 6
+
+
+def test_a_first_wave_branch_cut_by_max_tokens_is_no_agreement(engine) -> None:
+    url, _ = engine
+    # Seed 1 runs past max_tokens: its answer is incomplete, so the wave cannot stand on it even if it agrees.
+    cut = "|".join(["3_*_6_=_18."] * 150)  # past the 400 max_tokens: ends with finish_reason "length"
+    directives = f"[fake answer={RIGHT}] [fake@seed=1 answer={cut}]"
+    result = run(url, BranchSettings(n=4, m=3, prune=False, first_wave=2), directives)
+    assert result.report.waves == 2 and result.report.launched == 4
+
+
+@pytest.mark.parametrize("first_wave, m", [(1, 4), (4, 4), (5, 4)])
+def test_a_first_wave_needs_two_branches_and_room_below_m(first_wave: int, m: int) -> None:
+    with pytest.raises(ValueError, match="first wave"):
+        BranchRunner(None, BranchSettings(n=8, m=m, first_wave=first_wave))  # type: ignore[arg-type]

@@ -24,7 +24,7 @@ WRONG = "3_*_6_=_19.|So_the_answer_is_19.|####_19"
 SLOW = "ttft_ms=0 itl_ms=40 tokens=300"
 
 
-def config(url: str, tier: str = "", extra: str = "") -> str:
+def config(url: str, tier: str = "", extra: str = "", branches: int = 3, to_finish: int = 2) -> str:
     return f"""{extra}
 [[tiers]]
 name = "plain"
@@ -34,8 +34,8 @@ backends = [{{ kind = "openai", url = "{url}", model = "fake-0" }}]
 [[tiers]]
 name = "thinker"
 default_max_tokens = 400
-branches = 3
-branches_to_finish = 2
+branches = {branches}
+branches_to_finish = {to_finish}
 {tier}
 backends = [{{ kind = "openai", url = "{url}", model = "fake-1" }}]
 """
@@ -204,3 +204,29 @@ def test_a_streamed_request_that_cannot_get_slots_ends_with_an_in_band_error_not
         error = json.loads(events[-2].removeprefix(b"data: "))["error"]
         assert error["type"] == "rate_limit_error" and "branch slots" in error["message"]
         assert events[-1] == b"data: [DONE]"
+
+
+def test_a_first_wave_that_agrees_answers_alone_and_a_request_s_smaller_m_runs_every_branch() -> None:
+    engine = FakeEngine(FakeScript(tokens=8))
+    with serve_asgi(engine) as engine_url:
+        toml = config(engine_url, tier="first_wave = 2\nbranch_slots = 5", branches=5, to_finish=5)
+        gw = Gateway(decode_config(toml))
+        with serve_asgi(gw.app, lifespan="on") as base:
+            agreed = ask(base, f"[fake answer={RIGHT}]").json()["cascade"]["branches"]
+            assert (agreed["configured"], agreed["launched"], agreed["finished"]) == (5, 2, 2)
+            assert engine.stats.requests == 2
+            split = ask(base, f"[fake answer={RIGHT}] [fake@seed=1 answer={WRONG}]").json()["cascade"]["branches"]
+            assert (split["launched"], split["finished"], split["votes"]) == (5, 5, {"18": 4, "19": 1})
+            # A request's M of 2 leaves no room for a first wave below it: all five start, two finish.
+            body = ask(base, f"[fake answer={RIGHT}]", branches={"m": 2}).json()["cascade"]["branches"]
+            assert body["launched"] == 5 and body["finished"] == 2
+            assert eventually(lambda: engine.stats.in_flight == 0)
+            assert gw.service.tiers[1].slots.free == 5  # the slots the unstarted branches held came back
+
+
+@pytest.mark.parametrize("first_wave", [1, 2])
+def test_a_first_wave_below_two_or_not_below_branches_to_finish_is_refused(first_wave: int) -> None:
+    from cascade.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="first_wave"):
+        decode_config(config("http://127.0.0.1:9", tier=f"first_wave = {first_wave}"))
