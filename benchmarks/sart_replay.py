@@ -52,11 +52,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from cascade.branches.cpu_scorer import CPUScorer
-from cascade.branches.sart import Finished, Scored, to_prune, vote
+from cascade.branches.sart import Finished, Scored, to_prune, vote, wave_agrees
 from cascade.branches.scoring import split_steps
 from cascade.branches.verifier import PROMPTS
 from cascade.data.datasets import prompts_by_id, prompts_of
-from cascade.data.grading import answer_key, extract
+from cascade.data.grading import extract
 from cascade.data.outcomes import OutcomeRow, TierOutcome, write_row
 from cascade.engines.models import load_card, model_dir
 
@@ -227,11 +227,10 @@ def replay_adaptive(branches: list[SavedBranch], wave: int) -> Outcome:
     """`adaptive` (self-consistency with a first wave, cascade/branches/runner.py): the first `wave` branches in
     lockstep; when all of them end on their own with one answer, they are the vote; otherwise the other branches
     start once the wave has ended and all N vote (no pruning, no early stop)."""
-    first = branches[:wave]
-    keys = {answer_key(b.text) for b in first}
-    if not any(b.capped for b in first) and len(keys) == 1 and None not in keys:
-        result = vote([Finished(i, b.text, None, b.tokens, True) for i, b in enumerate(first)])
-        return Outcome(correct=first[result.chosen].correct, tokens=sum(b.tokens for b in first),
+    first = [Finished(i, b.text, None, b.tokens, not b.capped) for i, b in enumerate(branches[:wave])]
+    if wave_agrees(first):
+        result = vote(first)
+        return Outcome(correct=branches[result.chosen].correct, tokens=sum(b.tokens for b in first),
                        latency=max(b.tokens for b in first), chosen=result.chosen)
     both = replay(branches, m=len(branches), alpha=0.0, beta=0, prune=False)
     rest = max(b.tokens for b in branches[wave:])

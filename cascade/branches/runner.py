@@ -46,9 +46,8 @@ import msgspec
 
 from cascade.branches.backend import Backend, GenerationRequest, StreamDelta
 from cascade.branches.confidence import DEFAULT_GROUP, GroupWindow, token_logprobs
-from cascade.branches.sart import Finished, Scored, to_prune, vote
+from cascade.branches.sart import Finished, Scored, to_prune, vote, wave_agrees
 from cascade.branches.scoring import STEP_SEPARATOR, Scorer, split_steps
-from cascade.data.grading import answer_key
 from cascade.errors import BackendFailed, CascadeError
 
 Aggregation = Literal["majority", "weighted"]
@@ -205,15 +204,17 @@ class _Run:
         if self.launched == len(self.branches):
             return False
         wave = self.branches[:self.launched]
-        keys = {answer_key(b.full_text) for b in wave}
-        if all(b.state == "finished" and b.finish_reason == "stop" for b in wave) and len(keys) == 1 \
-                and None not in keys:
+        if all(b.state == "finished" for b in wave) and wave_agrees([self._finished(b) for b in wave]):
             return False
         first, self.launched = self.launched, len(self.branches)
         for branch in self.branches[first:]:
             branch.state = "running"
         self._launch(range(first, self.launched))
         return True
+
+    @staticmethod
+    def _finished(branch: Branch) -> Finished:
+        return Finished(branch.index, branch.full_text, branch.score, branch.tokens, branch.finish_reason == "stop")
 
     def _live(self) -> list[Branch]:
         return [b for b in self.branches if b.state == "running"]
@@ -330,8 +331,7 @@ class _Run:
             if self.error is not None:
                 raise self.error
             raise RuntimeError("no branch finished")  # unreachable: the last live branch is never pruned
-        result = vote([Finished(b.index, b.full_text, b.score, b.tokens, b.finish_reason == "stop") for b in finished],
-                      weighted=self.settings.aggregation == "weighted")
+        result = vote([self._finished(b) for b in finished], weighted=self.settings.aggregation == "weighted")
         chosen = self.branches[result.chosen]
         report = BranchReport(
             launched=self.launched, finished=len(finished), pruned_phase1=self.pruned[0],

@@ -1,5 +1,5 @@
-"""SART's two decisions as pure functions: which live branches to prune now, and which answer the
-finished branches vote for.
+"""SART's decisions as pure functions: which live branches to prune now, whether a first wave settles the
+request, and which answer the finished branches vote for.
 
 The branch runner (cascade/branches/runner.py) calls them on live streams, and benchmarks/sart_replay.py
 on saved branches replayed offline, so that the replay measures the served rule, not a copy of it.
@@ -56,6 +56,14 @@ def to_prune(live: Sequence[Scored], alpha: float, beta: int, pruned_in_phase1: 
                 pruned.append(branch.branch)
         return pruned
     return [b.branch for b in live if b.score is not None and b.score < first_finished_score]
+
+
+def wave_agrees(wave: Sequence[Finished]) -> bool:
+    """Whether a first wave (adaptive consistency) settles the request: every branch of it finished on its own
+    (none cut by max_tokens, pruned or failed: `wave` holds only finished ones, so a short list cannot agree)
+    with one answer."""
+    keys = {answer_key(b.text) for b in wave}
+    return bool(wave) and all(b.complete for b in wave) and len(keys) == 1 and None not in keys
 
 
 def vote(finished: Sequence[Finished], weighted: bool = False) -> Vote:

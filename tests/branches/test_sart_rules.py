@@ -55,3 +55,15 @@ def test_weighted_vote_follows_the_scores() -> None:
 def test_a_vote_needs_a_finished_branch() -> None:
     with pytest.raises(ValueError, match="at least one"):
         vote([])
+
+
+def test_a_first_wave_settles_only_when_every_branch_ended_on_its_own_with_one_answer() -> None:
+    from cascade.branches.sart import wave_agrees
+
+    def done(text: str, complete: bool = True) -> Finished:
+        return Finished(0, text, None, 10, complete)
+
+    assert wave_agrees([done("#### 18"), done("so 18.\n#### 18")])
+    assert not wave_agrees([done("#### 18"), done("#### 19")])
+    assert not wave_agrees([done("#### 18"), done("#### 18", complete=False)])
+    assert not wave_agrees([])
