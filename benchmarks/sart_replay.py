@@ -178,7 +178,25 @@ class Outcome:
     chosen: int = 0  # the voted branch
 
 
+@dataclass
+class Run:
+    """Where each branch of one lockstep run ended: its state, the token it stopped at, its last score."""
+    state: list[str]
+    ended_at: list[int]
+    score: list[float | None]
+    end: int  # the position the request ended at
+
+
 def replay(branches: list[SavedBranch], m: int, alpha: float, beta: int, prune: bool) -> Outcome:
+    run = run_lockstep(branches, m, alpha, beta, prune)
+    # Without pruning the runner has no scorer (cascade/branches/runner.py): its ties go to the shorter branch.
+    result = vote([Finished(i, b.text, run.score[i] if prune else None, b.tokens, not b.capped)
+                   for i, b in enumerate(branches) if run.state[i] == "finished"])
+    return Outcome(correct=branches[result.chosen].correct, tokens=sum(run.ended_at), latency=run.end,
+                   chosen=result.chosen)
+
+
+def run_lockstep(branches: list[SavedBranch], m: int, alpha: float, beta: int, prune: bool) -> Run:
     n = len(branches)
     state = ["running"] * n
     ended_at = [b.tokens for b in branches]
@@ -217,25 +235,27 @@ def replay(branches: list[SavedBranch], m: int, alpha: float, beta: int, prune: 
                 cut(j, t, "stopped")
             end = t
             break
-    # Without pruning the runner has no scorer (cascade/branches/runner.py): its ties go to the shorter branch.
-    result = vote([Finished(i, b.text, score[i] if prune else None, b.tokens, not b.capped)
-                   for i, b in enumerate(branches) if state[i] == "finished"])
-    return Outcome(correct=branches[result.chosen].correct, tokens=sum(ended_at), latency=end, chosen=result.chosen)
+    return Run(state=state, ended_at=ended_at, score=score, end=end)
 
 
-def replay_adaptive(branches: list[SavedBranch], wave: int) -> Outcome:
+def replay_adaptive(branches: list[SavedBranch], wave: int, m: int = 0) -> Outcome:
     """`adaptive` (self-consistency with a first wave, cascade/branches/runner.py): the first `wave` branches in
     lockstep; when all of them end on their own with one answer, they are the vote; otherwise the other branches
-    start once the wave has ended and all N vote (no pruning, no early stop)."""
+    start once the wave has ended and, as in the runner, the request stops when `m` branches in all (0: every
+    one) have finished; those vote (no pruning)."""
     first = [Finished(i, b.text, None, b.tokens, not b.capped) for i, b in enumerate(branches[:wave])]
+    wave_end = max(b.tokens for b in branches[:wave])
     if wave_agrees(first):
         result = vote(first)
         return Outcome(correct=branches[result.chosen].correct, tokens=sum(b.tokens for b in first),
-                       latency=max(b.tokens for b in first), chosen=result.chosen)
-    both = replay(branches, m=len(branches), alpha=0.0, beta=0, prune=False)
-    rest = max(b.tokens for b in branches[wave:])
-    return Outcome(correct=both.correct, tokens=both.tokens, latency=max(b.tokens for b in first) + rest,
-                   chosen=both.chosen)
+                       latency=wave_end, chosen=result.chosen)
+    # m > wave, so every first-wave branch ran to its end; the second wave needs the rest of the m.
+    rest = branches[wave:]
+    second = run_lockstep(rest, m=(m or len(branches)) - wave, alpha=0.0, beta=0, prune=False)
+    result = vote(first + [Finished(wave + i, b.text, None, b.tokens, not b.capped)
+                           for i, b in enumerate(rest) if second.state[i] == "finished"])
+    return Outcome(correct=branches[result.chosen].correct, tokens=sum(b.tokens for b in first) + sum(second.ended_at),
+                   latency=wave_end + second.end, chosen=result.chosen)
 
 
 def summarize(outcomes: list[Outcome], baseline: list[Outcome]) -> dict[str, float]:
@@ -285,6 +305,8 @@ def main() -> int:
     p.add_argument("--scores-cache", type=Path, help="JSONL of a verifier's scores, reused and appended to")
     p.add_argument("--first-wave", default="", help="comma-separated first waves to replay `adaptive` with "
                    "(self-consistency that stops when the first W branches agree), e.g. 2,3")
+    p.add_argument("--wave-m", default="", help="comma-separated M values to replay each first wave with too "
+                   "(the second wave stops when M branches in all have finished), e.g. 4,5,6")
     p.add_argument("--json-out", type=Path)
     p.add_argument("--rows", type=Path, help="with one setting: write each question's outcome row here (JSONL)")
     p.add_argument("--tier", help="with --rows: the tier name the rows are keyed by")
@@ -319,9 +341,11 @@ def main() -> int:
                "self_consistency": summarize(sc, sc),
                "best_within_2pts": sorted([r for r in results if r["accuracy_minus_sc"] >= -0.02],
                                           key=lambda r: r["tokens_vs_sc"])[: args.top],
-               "adaptive": [{"first_wave": w, **summarize([replay_adaptive(data[ks[0]][q], w) for q in questions],
-                                                          sc)}
-                            for w in (int(x) for x in args.first_wave.split(",") if x) if 2 <= w < args.n],
+               "adaptive": [{"first_wave": w, "m": m or args.n,
+                             **summarize([replay_adaptive(data[ks[0]][q], w, m) for q in questions], sc)}
+                            for w in (int(x) for x in args.first_wave.split(",") if x)
+                            for m in [0, *(int(x) for x in args.wave_m.split(",") if x)]
+                            if 2 <= w < args.n and (m == 0 or w < m < args.n)],
                "all": results}
     if args.rows is not None:
         alpha, beta, m = float(args.alpha), int(args.beta), int(args.m)

@@ -97,3 +97,16 @@ def test_adaptive_stops_at_an_agreeing_first_wave_and_otherwise_waits_for_every_
     assert (split.correct, split.tokens, split.latency) == (False, 92, 12 + 40)  # the second wave after the first
     capped = replay_module.replay_adaptive([branch(7, 10), branch(7, 12, capped=True), branch(7, 5), branch(5, 6)], 2)
     assert capped.tokens == 33  # a first-wave branch cut by max_tokens is no agreement
+
+
+def test_adaptive_with_an_early_stop_votes_the_first_wave_and_the_first_finishers_of_the_second() -> None:
+    replay_module = _replay_module()
+
+    def branch(answer: int, tokens: int) -> Any:
+        return replay_module.SavedBranch(text=f"The answer is {answer}.", correct=answer == 7, tokens=tokens,
+                                         capped=False, events=[], final_score=0.5)
+
+    split = [branch(7, 10), branch(5, 12), branch(7, 30), branch(5, 40)]
+    early = replay_module.replay_adaptive(split, 2, m=3)  # one more finisher after the wave: 7, 5, 7
+    assert (early.correct, early.tokens, early.latency) == (True, 10 + 12 + 30 + 30, 12 + 30)
+    assert replay_module.replay_adaptive(split, 2, m=0).tokens == 92  # m 0: every branch
