@@ -138,6 +138,7 @@ def _branches(args: argparse.Namespace) -> int:
         workers_for=lambda tiers: make_workers(config, Path.cwd() / "logs", tiers),
         out=out, fresh=args.fresh, save_branches=Path(args.save_branches) if args.save_branches else None))
     per_method = {r.method: dict(zip(("temperature", "top_p"), decoding(r.method, settings), strict=True))
+                  | ({"first_wave": settings.first_wave} if r.method == "adaptive" else {})
                   for r in runs if r.main}
     payload = {
         **outcome,

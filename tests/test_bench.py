@@ -126,6 +126,7 @@ def test_adaptive_stops_at_a_first_wave_that_agrees_and_says_so_in_its_branch_co
     assert methods["adaptive"]["branches"]["launched"] == 3 * 2 and methods["adaptive"]["accuracy"] == 1.0
     assert methods["self_consistency"]["branches"]["launched"] == 3 * 4
     assert methods["adaptive"]["tokens_mean"] < methods["self_consistency"]["tokens_mean"]
+    assert result["config"]["methods"]["adaptive"]["first_wave"] == 2  # the summary says which wave ran
 
 
 def test_adaptive_with_a_first_wave_not_below_n_is_refused(tmp_path, capsys) -> None:
