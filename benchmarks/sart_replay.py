@@ -187,10 +187,15 @@ class Run:
     end: int  # the position the request ended at
 
 
+def as_finished(index: int, branch: SavedBranch, score: float | None = None) -> Finished:
+    """A saved branch as the vote sees it (complete unless max_tokens cut it)."""
+    return Finished(index, branch.text, score, branch.tokens, not branch.capped)
+
+
 def replay(branches: list[SavedBranch], m: int, alpha: float, beta: int, prune: bool) -> Outcome:
     run = run_lockstep(branches, m, alpha, beta, prune)
     # Without pruning the runner has no scorer (cascade/branches/runner.py): its ties go to the shorter branch.
-    result = vote([Finished(i, b.text, run.score[i] if prune else None, b.tokens, not b.capped)
+    result = vote([as_finished(i, b, run.score[i] if prune else None)
                    for i, b in enumerate(branches) if run.state[i] == "finished"])
     return Outcome(correct=branches[result.chosen].correct, tokens=sum(run.ended_at), latency=run.end,
                    chosen=result.chosen)
@@ -243,7 +248,7 @@ def replay_adaptive(branches: list[SavedBranch], wave: int, m: int = 0) -> Outco
     lockstep; when all of them end on their own with one answer, they are the vote; otherwise the other branches
     start once the wave has ended and, as in the runner, the request stops when `m` branches in all (0: every
     one) have finished; those vote (no pruning)."""
-    first = [Finished(i, b.text, None, b.tokens, not b.capped) for i, b in enumerate(branches[:wave])]
+    first = [as_finished(i, b) for i, b in enumerate(branches[:wave])]
     wave_end = max(b.tokens for b in branches[:wave])
     if wave_agrees(first):
         result = vote(first)
@@ -252,8 +257,7 @@ def replay_adaptive(branches: list[SavedBranch], wave: int, m: int = 0) -> Outco
     # m > wave, so every first-wave branch ran to its end; the second wave needs the rest of the m.
     rest = branches[wave:]
     second = run_lockstep(rest, m=(m or len(branches)) - wave, alpha=0.0, beta=0, prune=False)
-    result = vote(first + [Finished(wave + i, b.text, None, b.tokens, not b.capped)
-                           for i, b in enumerate(rest) if second.state[i] == "finished"])
+    result = vote(first + [as_finished(wave + i, b) for i, b in enumerate(rest) if second.state[i] == "finished"])
     return Outcome(correct=branches[result.chosen].correct, tokens=sum(b.tokens for b in first) + sum(second.ended_at),
                    latency=wave_end + second.end, chosen=result.chosen)
 

@@ -3,6 +3,7 @@ rows (the voted answer and its correctness, decode tokens of every branch; no te
 
 from __future__ import annotations
 
+import functools
 import json
 import subprocess
 import sys
@@ -60,7 +61,9 @@ def test_rows_need_one_setting(tmp_path: Path) -> None:
     assert done.returncode == 2 and "exactly one value" in done.stderr
 
 
+@functools.cache
 def _replay_module() -> Any:
+    """benchmarks/sart_replay.py as a module, loaded once."""
     import importlib.util
 
     spec = importlib.util.spec_from_file_location("sart_replay", SCRIPT)
@@ -84,12 +87,15 @@ def test_without_pruning_a_tie_goes_to_the_shorter_branch_as_in_the_runner() -> 
     assert scored.correct is True and scored.chosen == 0
 
 
+def _answer_branch(answer: int, tokens: int, capped: bool = False) -> Any:
+    """A saved branch answering `answer` (7 is right) in `tokens` tokens, unscored."""
+    return _replay_module().SavedBranch(text=f"The answer is {answer}.", correct=answer == 7, tokens=tokens,
+                                        capped=capped, events=[], final_score=0.5)
+
+
 def test_adaptive_stops_at_an_agreeing_first_wave_and_otherwise_waits_for_every_branch() -> None:
     replay_module = _replay_module()
-
-    def branch(answer: int, tokens: int, capped: bool = False) -> Any:
-        return replay_module.SavedBranch(text=f"The answer is {answer}.", correct=answer == 7, tokens=tokens,
-                                         capped=capped, events=[], final_score=0.5)
+    branch = _answer_branch
 
     agree = replay_module.replay_adaptive([branch(7, 10), branch(7, 12), branch(5, 30), branch(5, 40)], 2)
     assert (agree.correct, agree.tokens, agree.latency) == (True, 22, 12)
@@ -101,11 +107,7 @@ def test_adaptive_stops_at_an_agreeing_first_wave_and_otherwise_waits_for_every_
 
 def test_adaptive_with_an_early_stop_votes_the_first_wave_and_the_first_finishers_of_the_second() -> None:
     replay_module = _replay_module()
-
-    def branch(answer: int, tokens: int) -> Any:
-        return replay_module.SavedBranch(text=f"The answer is {answer}.", correct=answer == 7, tokens=tokens,
-                                         capped=False, events=[], final_score=0.5)
-
+    branch = _answer_branch
     split = [branch(7, 10), branch(5, 12), branch(7, 30), branch(5, 40)]
     early = replay_module.replay_adaptive(split, 2, m=3)  # one more finisher after the wave: 7, 5, 7
     assert (early.correct, early.tokens, early.latency) == (True, 10 + 12 + 30 + 30, 12 + 30)
