@@ -52,7 +52,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from cascade.branches.cpu_scorer import CPUScorer
-from cascade.branches.sart import Finished, Scored, to_prune, vote, wave_agrees
+from cascade.branches.sart import Finished, Scored, next_wave, to_prune, vote, wave_settles
 from cascade.branches.scoring import split_steps
 from cascade.branches.verifier import PROMPTS
 from cascade.data.datasets import prompts_by_id, prompts_of
@@ -243,23 +243,26 @@ def run_lockstep(branches: list[SavedBranch], m: int, alpha: float, beta: int, p
     return Run(state=state, ended_at=ended_at, score=score, end=end)
 
 
-def replay_adaptive(branches: list[SavedBranch], wave: int, m: int = 0) -> Outcome:
-    """`adaptive` (self-consistency with a first wave, cascade/branches/runner.py): the first `wave` branches in
-    lockstep; when all of them end on their own with one answer, they are the vote; otherwise the other branches
-    start once the wave has ended and, as in the runner, the request stops when `m` branches in all (0: every
-    one) have finished; those vote (no pruning)."""
-    first = [as_finished(i, b) for i, b in enumerate(branches[:wave])]
-    wave_end = max(b.tokens for b in branches[:wave])
-    if wave_agrees(first):
-        result = vote(first)
-        return Outcome(correct=branches[result.chosen].correct, tokens=sum(b.tokens for b in first),
-                       latency=wave_end, chosen=result.chosen)
-    # m > wave, so every first-wave branch ran to its end; the second wave needs the rest of the m.
-    rest = branches[wave:]
-    second = run_lockstep(rest, m=(m or len(branches)) - wave, alpha=0.0, beta=0, prune=False)
-    result = vote(first + [as_finished(wave + i, b) for i, b in enumerate(rest) if second.state[i] == "finished"])
-    return Outcome(correct=branches[result.chosen].correct, tokens=sum(b.tokens for b in first) + sum(second.ended_at),
-                   latency=wave_end + second.end, chosen=result.chosen)
+def replay_adaptive(branches: list[SavedBranch], wave: int, m: int = 0, margin: int = 0) -> Outcome:
+    """`adaptive` (self-consistency in waves, cascade/branches/runner.py): the first `wave` branches in lockstep;
+    when they settle the request (`wave_settles`: all of them end on their own with one answer, or with `margin`
+    the leading answer is that many votes ahead) the finished ones vote; otherwise the next wave (`next_wave`:
+    the rest, or twice as many with `margin`) starts once this one has ended and, as in the runner, the request
+    stops when `m` branches in all (0: every one) have finished; those vote (no pruning)."""
+    n, m = len(branches), m or len(branches)
+    done: list[Finished] = []
+    tokens = latency = launched = 0
+    size = wave
+    while True:
+        batch = branches[launched:size]
+        run = run_lockstep(batch, m=m - len(done), alpha=0.0, beta=0, prune=False)
+        done += [as_finished(launched + i, b) for i, b in enumerate(batch) if run.state[i] == "finished"]
+        tokens, latency, launched = tokens + sum(run.ended_at), latency + run.end, size
+        if launched == n or len(done) >= m or wave_settles(launched, done, margin):
+            break
+        size = next_wave(launched, n, margin)
+    result = vote(done)
+    return Outcome(correct=branches[result.chosen].correct, tokens=tokens, latency=latency, chosen=result.chosen)
 
 
 def summarize(outcomes: list[Outcome], baseline: list[Outcome]) -> dict[str, float]:
@@ -311,13 +314,25 @@ def main() -> int:
                    "(self-consistency that stops when the first W branches agree), e.g. 2,3")
     p.add_argument("--wave-m", default="", help="comma-separated M values to replay each first wave with too "
                    "(the second wave stops when M branches in all have finished), e.g. 4,5,6")
+    p.add_argument("--wave-margin", default="", help="comma-separated wave margins to replay each first wave with "
+                   "too (doubling waves W, 2W, ... N until the leading answer is that many votes ahead), e.g. 2,3")
     p.add_argument("--json-out", type=Path)
     p.add_argument("--rows", type=Path, help="with one setting: write each question's outcome row here (JSONL)")
+    p.add_argument("--rows-method", choices=("sart", "adaptive"), default="sart", help="the setting --rows "
+                   "replays: sart (one --m, --alpha, --beta, --k) or adaptive (one --first-wave, at most one "
+                   "--wave-m and --wave-margin)")
     p.add_argument("--tier", help="with --rows: the tier name the rows are keyed by")
     args = p.parse_args()
     ks = [int(x) for x in args.k.split(",")]
-    if args.rows is not None and (args.tier is None or len(ks) > 1 or "," in args.m + args.alpha + args.beta):
-        p.error("--rows needs --tier and exactly one value each of --m, --alpha, --beta and --k")
+    waves, wave_ms, margins = ([int(x) for x in text.split(",") if x]
+                               for text in (args.first_wave, args.wave_m, args.wave_margin))
+    if args.rows is not None and args.tier is None:
+        p.error("--rows needs --tier")
+    if args.rows is not None and args.rows_method == "sart" and (len(ks) > 1 or "," in args.m + args.alpha + args.beta):
+        p.error("--rows needs exactly one value each of --m, --alpha, --beta and --k")
+    if args.rows is not None and args.rows_method == "adaptive" and (
+            len(waves) != 1 or len(wave_ms) > 1 or len(margins) > 1):
+        p.error("--rows-method adaptive needs exactly one --first-wave and at most one --wave-m and --wave-margin")
     scorer = StepScorer(args.scorer, args.scores_cache)
     try:
         data = load(args.branches, args.n, args.max_tokens, ks, scorer)
@@ -345,16 +360,20 @@ def main() -> int:
                "self_consistency": summarize(sc, sc),
                "best_within_2pts": sorted([r for r in results if r["accuracy_minus_sc"] >= -0.02],
                                           key=lambda r: r["tokens_vs_sc"])[: args.top],
-               "adaptive": [{"first_wave": w, "m": m or args.n,
-                             **summarize([replay_adaptive(data[ks[0]][q], w, m) for q in questions], sc)}
-                            for w in (int(x) for x in args.first_wave.split(",") if x)
-                            for m in [0, *(int(x) for x in args.wave_m.split(",") if x)]
+               "adaptive": [{"first_wave": w, "m": m or args.n, "wave_margin": d,
+                             **summarize([replay_adaptive(data[ks[0]][q], w, m, d) for q in questions], sc)}
+                            for w in waves for m in [0, *wave_ms] for d in [0, *margins]
                             if 2 <= w < args.n and (m == 0 or w < m < args.n)],
                "all": results}
     if args.rows is not None:
-        alpha, beta, m = float(args.alpha), int(args.beta), int(args.m)
-        write_rows(args.rows, args.tier, {q: data[ks[0]][q] for q in questions},
-                   lambda bs: replay(bs, m=m, alpha=alpha, beta=beta, prune=bool(alpha and beta)))
+        alpha, beta = (float(args.alpha), int(args.beta)) if args.rows_method == "sart" else (0.0, 0)
+
+        def setting(bs: list[SavedBranch]) -> Outcome:
+            if args.rows_method == "sart":
+                return replay(bs, m=int(args.m), alpha=alpha, beta=beta, prune=bool(alpha and beta))
+            return replay_adaptive(bs, waves[0], (wave_ms or [0])[0], (margins or [0])[0])
+
+        write_rows(args.rows, args.tier, {q: data[ks[0]][q] for q in questions}, setting)
     text = json.dumps(payload, indent=1)
     if args.json_out:
         args.json_out.write_text(text + "\n")

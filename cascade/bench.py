@@ -9,7 +9,8 @@ Method (SART's evaluation, ../shared/PAPERS.md §2.6, on whatever tier is given)
   majority vote), `sart` (N branches, early stop at M, two-phase pruning by the tier's scorer),
   `early_stop_only` (N, M, no pruning), `prune_only` (N branches must all finish or be pruned) and
   `adaptive` (self-consistency with a first wave: `--first-wave` branches first, the other N only when they
-  disagree; cascade/branches/runner.py).
+  disagree; with `--wave-margin` D, doubling waves until the leading answer is D votes ahead;
+  cascade/branches/runner.py).
   Which tier each runs on and how it decodes (an embedded worker decodes as it is set, whatever the
   request asks): cascade/bench_plan.py.
 * Each method runs with the tier's branch slots (`--slots`, default 4 x N): requests wait for free
@@ -62,6 +63,7 @@ class BenchSettings(msgspec.Struct, frozen=True, kw_only=True):
     slots: int = 0  # 0: 4 x n
     seed: int = 0
     first_wave: int = 2  # `adaptive`'s first wave
+    wave_margin: int = 0  # `adaptive`'s waves: 0 two (the first, then the rest), > 0 doubling ones (runner.py)
 
 
 def method_settings(method: str, s: BenchSettings) -> BranchSettings:
@@ -71,7 +73,7 @@ def method_settings(method: str, s: BenchSettings) -> BranchSettings:
         "sart": BranchSettings(n=s.n, m=s.m, alpha=s.alpha, beta=s.beta, prune=True, score_every_steps=s.k),
         "early_stop_only": BranchSettings(n=s.n, m=s.m, prune=False),
         "prune_only": BranchSettings(n=s.n, m=s.n, alpha=s.alpha, beta=s.beta, prune=True, score_every_steps=s.k),
-        "adaptive": BranchSettings(n=s.n, m=s.n, prune=False, first_wave=s.first_wave),
+        "adaptive": BranchSettings(n=s.n, m=s.n, prune=False, first_wave=s.first_wave, wave_margin=s.wave_margin),
     }[method]
 
 
@@ -84,8 +86,9 @@ def run_key(method: str, s: BenchSettings, tier: str = "") -> bytes:
     """What decides a method's run on `tier`: two runs with equal keys replay the same requests the same way
     (self-consistency ignores M, so a sweep over M runs it once per N)."""
     branch = msgspec.structs.asdict(method_settings(method, s))
-    if not branch["first_wave"]:
-        del branch["first_wave"]  # off: keys as before the field existed, so runs recorded then still resume
+    for added in ("first_wave", "wave_margin"):
+        if not branch[added]:
+            del branch[added]  # off: keys as before the field existed, so runs recorded then still resume
     return msgspec.json.encode([branch, s.slots or 4 * s.n, s.max_tokens, *decoding(method, s), s.rate, s.seed, tier])
 
 

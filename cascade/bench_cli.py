@@ -51,6 +51,9 @@ def add_bench_commands(subparsers: Any) -> None:
                     "or 2)")
     br.add_argument("--first-wave", type=int, help="adaptive's first wave: branches launched first, the rest only "
                     "when they disagree (default: the tier's `first_wave`, or 2)")
+    br.add_argument("--wave-margin", type=int, help="adaptive's waves: 0 launches the rest at once when the first "
+                    "wave disagrees; D > 0 doubles the waves (W, 2W, ... N) and stops once the leading answer is D "
+                    "votes ahead (default: the tier's `wave_margin`, or 0)")
     br.add_argument("--max-tokens", type=int, default=512, help="per branch (default 512)")
     br.add_argument("--temperature", type=float, help="sampling temperature of the branched methods (vanilla is "
                     "greedy). On a tier of embedded workers it is the worker's `temperature`, which its engine "
@@ -81,7 +84,8 @@ def _branch_defaults(args: argparse.Namespace, tier: TierConfig) -> None:
     served = tier.branches > 1
     for name, own, fixed in (("n", tier.branches, 4), ("m", tier.branches_to_finish, 2),
                              ("alpha", tier.prune_alpha, 0.3), ("beta", tier.prune_beta, 1),
-                             ("k", tier.score_every_steps, 2), ("first_wave", tier.first_wave or 2, 2)):
+                             ("k", tier.score_every_steps, 2), ("first_wave", tier.first_wave or 2, 2),
+                             ("wave_margin", tier.wave_margin, 0)):
         if getattr(args, name) is None:
             setattr(args, name, own if served else fixed)
     if not args.slots and served:
@@ -119,12 +123,15 @@ def _branches(args: argparse.Namespace) -> int:
         raise ConfigError(f"--n/--m: need 1 <= M <= N, got N={args.n} M={args.m}")
     if "adaptive" in methods and not 2 <= args.first_wave < args.n:
         raise ConfigError(f"--first-wave: adaptive needs 2 <= first wave < N, got {args.first_wave} with N={args.n}")
+    if args.wave_margin < 0:
+        raise ConfigError(f"--wave-margin must be 0 (two waves) or more, got {args.wave_margin}")
     branched = bool(sweep) or any(m != "vanilla" for m in methods)
     targets = bench_targets(config, tier_name, vanilla="vanilla" in methods, branched=branched,
                             temperature=args.temperature, top_p=args.top_p)
     settings = BenchSettings(n=args.n, m=args.m, alpha=args.alpha, beta=args.beta, k=args.k, rate=args.rate,
                              max_tokens=args.max_tokens, temperature=targets.temperature, top_p=targets.top_p,
-                             slots=args.slots, seed=args.seed, first_wave=args.first_wave)
+                             slots=args.slots, seed=args.seed, first_wave=args.first_wave,
+                             wave_margin=args.wave_margin)
     prompts = select_prompts(args.dataset, args.n_questions, args.seed)
     offsets = arrival_offsets(len(prompts), args.rate, args.seed)
     runs = [BenchRun(method=m, settings=settings, tier=targets.vanilla_tier if m == "vanilla" else targets.tier)
@@ -138,7 +145,8 @@ def _branches(args: argparse.Namespace) -> int:
         workers_for=lambda tiers: make_workers(config, Path.cwd() / "logs", tiers),
         out=out, fresh=args.fresh, save_branches=Path(args.save_branches) if args.save_branches else None))
     per_method = {r.method: dict(zip(("temperature", "top_p"), decoding(r.method, settings), strict=True))
-                  | ({"first_wave": settings.first_wave} if r.method == "adaptive" else {})
+                  | ({"first_wave": settings.first_wave, "wave_margin": settings.wave_margin}
+                     if r.method == "adaptive" else {})
                   for r in runs if r.main}
     payload = {
         **outcome,

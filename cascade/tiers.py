@@ -141,4 +141,5 @@ def branch_settings(tier: Tier) -> BranchSettings:
     return BranchSettings(n=cfg.branches, m=cfg.branches_to_finish, alpha=cfg.prune_alpha, beta=cfg.prune_beta,
                           prune=tier.scorer is not None, score_every_steps=cfg.score_every_steps,
                           aggregation=cfg.aggregation, prune_confidence=cfg.prune_confidence,
-                          confidence_group=cfg.confidence_group, first_wave=cfg.first_wave)
+                          confidence_group=cfg.confidence_group, first_wave=cfg.first_wave,
+                          wave_margin=cfg.wave_margin)

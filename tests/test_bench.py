@@ -129,6 +129,22 @@ def test_adaptive_stops_at_a_first_wave_that_agrees_and_says_so_in_its_branch_co
     assert result["config"]["methods"]["adaptive"]["first_wave"] == 2  # the summary says which wave ran
 
 
+def test_adaptive_with_a_wave_margin_says_so_in_its_summary(tmp_path, capsys) -> None:
+    result = bench(tmp_path, capsys, "--methods", "adaptive", "--first-wave", "2", "--wave-margin", "2")
+    # Seeds 0 and 1 agree on every question, which settles it at the first wave, margin or not.
+    assert result["methods"]["adaptive"]["branches"]["launched"] == 3 * 2
+    ran = result["config"]["methods"]["adaptive"]
+    assert (ran["first_wave"], ran["wave_margin"]) == (2, 2)
+
+
+def test_adaptive_with_a_negative_wave_margin_is_refused(tmp_path, capsys) -> None:
+    with serve_asgi(FakeEngine(FakeScript(tokens=8))) as url:
+        write_inputs(tmp_path, url)
+        code = main(["bench", "branches", "--config", str(tmp_path / "cascade.toml"), "--dataset",
+                     str(tmp_path / "q.jsonl"), "--methods", "adaptive", "--wave-margin", "-1"])
+    assert code == 2 and "--wave-margin" in capsys.readouterr().err
+
+
 def test_adaptive_with_a_first_wave_not_below_n_is_refused(tmp_path, capsys) -> None:
     with serve_asgi(FakeEngine(FakeScript(tokens=8))) as url:
         write_inputs(tmp_path, url)

@@ -115,3 +115,8 @@ def test_resume_keys_of_methods_without_a_first_wave_are_those_recorded_before_i
     adaptive = {resume_key(BenchRun(method="adaptive", settings=msgspec.structs.replace(settings, first_wave=w),
                                     tier=tier), "gsm8k-train") for w in (2, 3)}
     assert len(adaptive) == 2 and "4f18a19330274597" not in adaptive
+    # Adaptive with two waves keeps the key its 1.5B test run was recorded with before `wave_margin` existed.
+    two_waves = msgspec.structs.replace(settings, first_wave=2)
+    assert resume_key(BenchRun(method="adaptive", settings=two_waves, tier=tier), "gsm8k-train") == "824e076705c1b294"
+    assert resume_key(BenchRun(method="adaptive", settings=msgspec.structs.replace(two_waves, wave_margin=2),
+                               tier=tier), "gsm8k-train") != "824e076705c1b294"

@@ -14,8 +14,10 @@ SART (../shared/PAPERS.md §2), as implemented here:
 * **First wave** (adaptive consistency, after Aggarwal et al. 2023, "Let's Sample Step by Step"; off unless
   `first_wave` is set): launch only the first `first_wave` branches; when every one of them finished with the
   same answer, that answer stands and the other N - first_wave branches never start. Otherwise they start and
-  the request goes on as above. Two sampled branches that agree are right about as often as the vote of 8 on
-  GSM8K (Qwen2.5-Coder-1.5B: the same accuracy at two thirds of the tokens, docs/measured.md).
+  the request goes on as above. With `wave_margin` set, the waves double instead (W, 2W, 4W, ... N) and the
+  request stops after the first wave whose leading answer is `wave_margin` votes ahead of the next. Two sampled
+  branches that agree are right about as often as the vote of 8 on GSM8K (Qwen2.5-Coder-1.5B: the same
+  accuracy at two thirds of the tokens, docs/measured.md).
 * **Confidence pruning** (DeepConf's online rule, cascade/branches/confidence.py; where the engine returns
   token logprobs): a branch whose last `confidence_group` tokens' group confidence falls below
   `prune_confidence` is stopped, no scorer needed; never the last live branch.
@@ -46,7 +48,7 @@ import msgspec
 
 from cascade.branches.backend import Backend, GenerationRequest, StreamDelta
 from cascade.branches.confidence import DEFAULT_GROUP, GroupWindow, token_logprobs
-from cascade.branches.sart import Finished, Scored, to_prune, vote, wave_agrees
+from cascade.branches.sart import Finished, Scored, next_wave, to_prune, vote, wave_settles
 from cascade.branches.scoring import STEP_SEPARATOR, Scorer, split_steps
 from cascade.errors import BackendFailed, CascadeError
 
@@ -67,6 +69,9 @@ class BranchSettings(msgspec.Struct, frozen=True, kw_only=True):
     confidence_group: int = DEFAULT_GROUP
     # Branches launched first (0: all N at once); when they all finish with one answer the rest never start.
     first_wave: int = 0
+    # 0: two waves (the first, then all the rest). > 0: waves double (W, 2W, 4W, ... N) and each one that leaves
+    # the leading answer `wave_margin` votes ahead of the next settles the request (needs first_wave).
+    wave_margin: int = 0
 
 
 @dataclass
@@ -108,7 +113,7 @@ class BranchReport(msgspec.Struct, kw_only=True):
     votes: dict[str, int]
     chosen: int  # index of the branch whose text is returned
     pruned_confidence: int = 0  # stopped by their group confidence (prune_confidence)
-    waves: int = 1  # 2: a first wave (`first_wave`) disagreed and the other branches were launched
+    waves: int = 1  # waves launched: 2 or more when a first wave (`first_wave`) did not settle the request
 
 
 class BranchRun(msgspec.Struct, kw_only=True):
@@ -131,6 +136,8 @@ class BranchRunner:
         if settings.first_wave and not 2 <= settings.first_wave < settings.m:
             raise ValueError(f"branches: a first wave needs 2 <= first_wave < m, got first_wave={settings.first_wave} "
                              f"m={settings.m}")
+        if settings.wave_margin and not settings.first_wave:
+            raise ValueError("branches: a wave margin needs a first wave (first_wave)")
         self.backend = backend
         self.settings = settings
         self.scorer = scorer
@@ -163,12 +170,13 @@ class _Run:
         self.pruned_confidence = 0
         self.scores_computed = 0
         self.error: Exception | None = None
-        self.launched = first  # branches launched so far: a first wave, then (unless it agreed) all of them
+        self.launched = first  # branches launched so far: a first wave, then (unless it settled) more waves
+        self.waves = 1
 
     async def go(self) -> BranchRun:
         try:
             self._launch(range(self.launched))
-            while self._live() or self._second_wave():
+            while self._live() or self._next_wave():
                 kind, index, payload = await self.events.get()
                 branch = self.branches[index]
                 if kind == "delta":
@@ -198,16 +206,18 @@ class _Run:
         for index in indices:
             self.tasks[index] = asyncio.create_task(self._pump(index, self.requests[index]))
 
-    def _second_wave(self) -> bool:
-        """Called when no branch is live: launch the branches a first wave held back, unless every branch of
-        that wave finished with the same answer. True when it launched them."""
-        if self.launched == len(self.branches):
+    def _next_wave(self) -> bool:
+        """Called when no branch is live: launch the next wave of the branches held back, unless the branches
+        launched so far settle the request (`wave_settles`). True when it launched one."""
+        finished = [self._finished(b) for b in self.branches[:self.launched] if b.state == "finished"]
+        if self.launched == len(self.branches) or len(finished) >= self.settings.m:  # all out, or M finished
             return False
-        wave = self.branches[:self.launched]
-        if all(b.state == "finished" for b in wave) and wave_agrees([self._finished(b) for b in wave]):
+        if wave_settles(self.launched, finished, self.settings.wave_margin):
             return False
-        first, self.launched = self.launched, len(self.branches)
-        for branch in self.branches[first:]:
+        first = self.launched
+        self.launched = next_wave(first, len(self.branches), self.settings.wave_margin)
+        self.waves += 1
+        for branch in self.branches[first:self.launched]:
             branch.state = "running"
         self._launch(range(first, self.launched))
         return True
@@ -339,7 +349,7 @@ class _Run:
             failed=sum(b.state == "failed" for b in self.branches),
             decode_tokens=sum(b.tokens for b in self.branches), scores_computed=self.scores_computed,
             answer=result.answer, votes=result.votes, chosen=chosen.index, pruned_confidence=self.pruned_confidence,
-            waves=2 if self.settings.first_wave and self.launched > self.settings.first_wave else 1,
+            waves=self.waves,
         )
         return BranchRun(text=chosen.full_text, reasoning="".join(chosen.reasoning),
                          finish_reason=chosen.finish_reason or "stop", prompt_tokens=chosen.prompt_tokens,

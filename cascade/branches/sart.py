@@ -1,5 +1,5 @@
-"""SART's decisions as pure functions: which live branches to prune now, whether a first wave settles the
-request, and which answer the finished branches vote for.
+"""SART's decisions as pure functions: which live branches to prune now, whether a wave settles the request
+(and how many branches the next one launches), and which answer the finished branches vote for.
 
 The branch runner (cascade/branches/runner.py) calls them on live streams, and benchmarks/sart_replay.py
 on saved branches replayed offline, so that the replay measures the served rule, not a copy of it.
@@ -7,7 +7,7 @@ on saved branches replayed offline, so that the replay measures the served rule,
 
 from __future__ import annotations
 
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Sequence
 from typing import NamedTuple
 
@@ -64,6 +64,24 @@ def wave_agrees(wave: Sequence[Finished]) -> bool:
     with one answer."""
     keys = {answer_key(b.text) for b in wave}
     return bool(wave) and all(b.complete for b in wave) and len(keys) == 1 and None not in keys
+
+
+def wave_settles(launched: int, finished: Sequence[Finished], margin: int) -> bool:
+    """Whether the `launched` branches so far settle the request (adaptive consistency), given those of them that
+    finished. Margin 0: every one of them finished on its own with one answer (`wave_agrees`). Margin > 0: the
+    leading answer (`answer_key`, as the vote reads it) among the branches that ended on their own has at least
+    `margin` more votes than the next; with 2 launched and margin 2 that is again "both agree"."""
+    if not margin:
+        return len(finished) == launched and wave_agrees(finished)
+    counts = sorted(Counter(k for b in finished if b.complete and (k := answer_key(b.text)) is not None).values(),
+                    reverse=True)
+    return bool(counts) and counts[0] - (counts[1] if len(counts) > 1 else 0) >= margin
+
+
+def next_wave(launched: int, n: int, margin: int) -> int:
+    """Branches launched in all once the wave of `launched` did not settle: all N (margin 0, two waves), or twice
+    as many, at most N (margin > 0: waves of W, 2W, 4W, ... N)."""
+    return min(2 * launched, n) if margin else n
 
 
 def vote(finished: Sequence[Finished], weighted: bool = False) -> Vote:

@@ -44,6 +44,9 @@ class TierConfig(Strict, frozen=True):
     # Adaptive consistency: launch this many branches first (0: all at once); when they all finish with one
     # answer, it stands and the other branches never start. 2 or more, below branches_to_finish.
     first_wave: NonNegativeInt = 0
+    # 0: two waves (the first, then all the rest). More: the waves double (W, 2W, 4W, ... N) and the first one
+    # whose leading answer is this many votes ahead of the next settles the request. Needs first_wave.
+    wave_margin: NonNegativeInt = 0
     # Phase-1 pruning: branches scoring below prune_alpha, at most prune_beta per request (0: off).
     prune_alpha: UnitFloat = 0.0
     prune_beta: NonNegativeInt = 0
@@ -78,6 +81,9 @@ def check_tier(tier: TierConfig, i: int, workers: dict[str, WorkerConfig]) -> No
         raise ConfigError(f"`tiers[{i}].first_wave` must be 0 (off) or from 2 to `branches_to_finish` - 1 "
                           f"({tier.branches_to_finish - 1}): the first wave stops the request only when its "
                           "branches agree, before M of them could finish")
+    if tier.wave_margin and not tier.first_wave:
+        raise ConfigError(f"`tiers[{i}].wave_margin` needs `first_wave`: the margin decides after each wave, and "
+                          "without a first wave every branch starts at once")
     if tier.branch_slots and tier.branch_slots < tier.branches:
         raise ConfigError(f"`tiers[{i}].branch_slots` ({tier.branch_slots}) must be 0 (no limit) or at least "
                           f"`branches` ({tier.branches})")

@@ -75,7 +75,7 @@ def branches_for(req: ChatCompletionRequest, tier: Tier, lim: Limits) -> BranchS
         )
         _check_override(settings, lim.max_branches)
         if settings.first_wave >= settings.m:  # the request's M leaves no room for the tier's first wave
-            settings = msgspec.structs.replace(settings, first_wave=0)
+            settings = msgspec.structs.replace(settings, first_wave=0, wave_margin=0)
     if settings.n > 1 and tier.greedy_only:
         raise InvalidRequest(f"tier `{tier.name}`'s engine decodes every request greedily (an embedded worker at "
                              f"temperature 0), so its {settings.n} branches would be one answer repeated: ask a "

@@ -112,3 +112,36 @@ def test_adaptive_with_an_early_stop_votes_the_first_wave_and_the_first_finisher
     early = replay_module.replay_adaptive(split, 2, m=3)  # one more finisher after the wave: 7, 5, 7
     assert (early.correct, early.tokens, early.latency) == (True, 10 + 12 + 30 + 30, 12 + 30)
     assert replay_module.replay_adaptive(split, 2, m=0).tokens == 92  # m 0: every branch
+
+
+def test_adaptive_with_a_wave_margin_doubles_its_waves_until_one_answer_leads_by_the_margin() -> None:
+    replay_module = _replay_module()
+    branch = _answer_branch
+    # Waves of 2, 4, 8: 7/5 splits the first; 7, 7 in the second leads 3-1, so the last four never start.
+    eight = [branch(7, 10), branch(5, 12), branch(7, 20), branch(7, 8), *(branch(5, 50) for _ in range(4))]
+    settled = replay_module.replay_adaptive(eight, 2, margin=2)
+    assert (settled.correct, settled.tokens, settled.latency) == (True, 10 + 12 + 20 + 8, 12 + 20)
+    # 7, 5 then 5, 7: 2-2 at four, so all eight run and 5 wins 6-2.
+    tied = [branch(7, 10), branch(5, 12), branch(5, 20), branch(7, 8), *(branch(5, 50) for _ in range(4))]
+    assert replay_module.replay_adaptive(tied, 2, margin=2).correct is False
+    assert replay_module.replay_adaptive(tied, 2, margin=2).tokens == 10 + 12 + 20 + 8 + 4 * 50
+    # Margin 0 is the two-wave rule: all eight after the split, whatever the second wave's first two say.
+    assert replay_module.replay_adaptive(eight, 2).tokens == 10 + 12 + 20 + 8 + 4 * 50
+
+
+def test_adaptive_rows_are_the_adaptive_replay(tmp_path: Path) -> None:
+    saved, answers = _saved(tmp_path)
+    out = tmp_path / "rows.jsonl"
+    done = subprocess.run([sys.executable, str(SCRIPT), "--branches", str(saved), "--n", "3", "--rows", str(out),
+                           "--tier", TIER, "--rows-method", "adaptive", "--first-wave", "2", "--k", "1"],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    rows = {r["id"]: r["tiers"][TIER] for r in map(json.loads, out.read_text().splitlines())}
+    (id1, ref1), (id2, _) = answers.items()
+    # The first question's first two agree (the third never runs); the second's agree on the wrong answer.
+    assert rows[id1]["correct"] is True and rows[id1]["answer"] == ref1
+    assert rows[id2]["correct"] is False
+    three = subprocess.run([sys.executable, str(SCRIPT), "--branches", str(saved), "--n", "3", "--rows",
+                            str(tmp_path / "r.jsonl"), "--tier", TIER, "--rows-method", "adaptive",
+                            "--first-wave", "2", "--wave-margin", "1,2"], capture_output=True, text=True, timeout=60)
+    assert three.returncode == 2 and "exactly one --first-wave" in three.stderr

@@ -201,6 +201,25 @@ def test_a_first_wave_branch_cut_by_max_tokens_is_no_agreement(engine) -> None:
     assert result.report.waves == 2 and result.report.launched == 4
 
 
+def test_waves_with_a_margin_double_until_one_answer_leads_by_it(engine) -> None:
+    url, fake = engine
+    # Waves of 2, 4, 8 with margin 2: seed 1 dissents (1-1), seeds 2 and 3 side with seed 0 (3-1): settled at 4.
+    directives = f"[fake answer={RIGHT}] [fake@seed=1 answer={WRONG}]"
+    result = run(url, BranchSettings(n=8, m=8, prune=False, first_wave=2, wave_margin=2), directives)
+    report = result.report
+    assert (report.launched, report.finished, report.waves) == (4, 4, 2)
+    assert report.votes == {"18": 3, "19": 1} and fake.stats.streams_started == 4
+    # Seeds 1 and 3 dissent: 2-2 at four, so the last wave runs all eight (6-2).
+    directives += f" [fake@seed=3 answer={WRONG}]"
+    result = run(url, BranchSettings(n=8, m=8, prune=False, first_wave=2, wave_margin=2), directives)
+    assert (result.report.launched, result.report.waves, result.report.votes) == (8, 3, {"18": 6, "19": 2})
+
+
+def test_a_wave_margin_needs_a_first_wave() -> None:
+    with pytest.raises(ValueError, match="wave margin"):
+        BranchRunner(None, BranchSettings(n=8, m=8, wave_margin=2))  # type: ignore[arg-type]
+
+
 @pytest.mark.parametrize("first_wave, m", [(1, 4), (4, 4), (5, 4)])
 def test_a_first_wave_needs_two_branches_and_room_below_m(first_wave: int, m: int) -> None:
     with pytest.raises(ValueError, match="first wave"):

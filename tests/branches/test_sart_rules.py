@@ -67,3 +67,20 @@ def test_a_first_wave_settles_only_when_every_branch_ended_on_its_own_with_one_a
     assert not wave_agrees([done("#### 18"), done("#### 19")])
     assert not wave_agrees([done("#### 18"), done("#### 18", complete=False)])
     assert not wave_agrees([])
+
+
+def test_a_wave_margin_settles_once_the_leading_answer_is_that_many_votes_ahead() -> None:
+    from cascade.branches.sart import Finished, next_wave, wave_settles
+
+    def done(answer: str, complete: bool = True) -> Finished:
+        return Finished(0, f"so #### {answer}" if answer else "", None, 10, complete)
+
+    assert wave_settles(2, [done("18"), done("18")], 2) and not wave_settles(2, [done("18"), done("19")], 2)
+    assert wave_settles(4, [done("18"), done("18"), done("18"), done("19")], 2)
+    assert not wave_settles(4, [done("18"), done("18"), done("19"), done("20")], 2)  # 2-1: one ahead
+    assert not wave_settles(4, [done("18"), done("18"), done("18", complete=False), done("19")], 2)  # cut: no vote
+    assert wave_settles(2, [done("18"), done("")], 1) and not wave_settles(2, [done(""), done("")], 1)
+    # Margin 0 is the two-wave rule: every launched branch finished, one answer.
+    assert wave_settles(2, [done("18"), done("18")], 0) and not wave_settles(3, [done("18"), done("18")], 0)
+    assert [next_wave(w, 8, 2) for w in (2, 4)] == [4, 8] and next_wave(3, 8, 1) == 6 and next_wave(6, 8, 1) == 8
+    assert next_wave(2, 8, 0) == 8

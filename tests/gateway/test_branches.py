@@ -224,6 +224,26 @@ def test_a_first_wave_that_agrees_answers_alone_and_a_request_s_smaller_m_runs_e
             assert gw.service.tiers[1].slots.free == 5  # the slots the unstarted branches held came back
 
 
+def test_a_tier_with_a_wave_margin_launches_doubling_waves_until_an_answer_leads_by_it() -> None:
+    engine = FakeEngine(FakeScript(tokens=8))
+    with serve_asgi(engine) as engine_url:
+        toml = config(engine_url, tier="first_wave = 2\nwave_margin = 2\nbranch_slots = 8", branches=8, to_finish=8)
+        gw = Gateway(decode_config(toml))
+        with serve_asgi(gw.app, lifespan="on") as base:
+            # Seed 1 dissents: 1-1 after two, 3-1 after four, so the last four never start.
+            split = ask(base, f"[fake answer={RIGHT}] [fake@seed=1 answer={WRONG}]").json()["cascade"]["branches"]
+            assert (split["launched"], split["finished"], split["votes"]) == (4, 4, {"18": 3, "19": 1})
+            assert eventually(lambda: engine.stats.in_flight == 0)
+            assert gw.service.tiers[1].slots.free == 8
+
+
+def test_a_wave_margin_without_a_first_wave_is_refused() -> None:
+    from cascade.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="wave_margin"):
+        decode_config(config("http://127.0.0.1:9", tier="wave_margin = 2", branches=8, to_finish=8))
+
+
 @pytest.mark.parametrize("first_wave", [1, 2])
 def test_a_first_wave_below_two_or_not_below_branches_to_finish_is_refused(first_wave: int) -> None:
     from cascade.errors import ConfigError
