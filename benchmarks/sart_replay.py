@@ -366,12 +366,11 @@ def main() -> int:
                             if 2 <= w < args.n and (m == 0 or w < m < args.n)],
                "all": results}
     if args.rows is not None:
-        alpha, beta = (float(args.alpha), int(args.beta)) if args.rows_method == "sart" else (0.0, 0)
-
         def setting(bs: list[SavedBranch]) -> Outcome:
-            if args.rows_method == "sart":
-                return replay(bs, m=int(args.m), alpha=alpha, beta=beta, prune=bool(alpha and beta))
-            return replay_adaptive(bs, waves[0], (wave_ms or [0])[0], (margins or [0])[0])
+            if args.rows_method == "adaptive":  # --m, --alpha, --beta may hold lists then: unread
+                return replay_adaptive(bs, waves[0], (wave_ms or [0])[0], (margins or [0])[0])
+            alpha = float(args.alpha)
+            return replay(bs, m=int(args.m), alpha=alpha, beta=int(args.beta), prune=bool(alpha and int(args.beta)))
 
         write_rows(args.rows, args.tier, {q: data[ks[0]][q] for q in questions}, setting)
     text = json.dumps(payload, indent=1)

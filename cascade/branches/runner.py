@@ -209,11 +209,11 @@ class _Run:
     def _next_wave(self) -> bool:
         """Called when no branch is live: launch the next wave of the branches held back, unless the branches
         launched so far settle the request (`wave_settles`). True when it launched one."""
+        if self.launched == len(self.branches):
+            return False
         finished = [self._finished(b) for b in self.branches[:self.launched] if b.state == "finished"]
-        if self.launched == len(self.branches) or len(finished) >= self.settings.m:  # all out, or M finished
-            return False
-        if wave_settles(self.launched, finished, self.settings.wave_margin):
-            return False
+        if len(finished) >= self.settings.m or wave_settles(self.launched, finished, self.settings.wave_margin):
+            return False  # M finished (early stop), or the waves so far settle the request
         first = self.launched
         self.launched = next_wave(first, len(self.branches), self.settings.wave_margin)
         self.waves += 1

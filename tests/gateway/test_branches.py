@@ -42,12 +42,20 @@ backends = [{{ kind = "openai", url = "{url}", model = "fake-1" }}]
 
 
 @contextmanager
-def gateway(tier: str = "", extra: str = "") -> Iterator[tuple[str, FakeEngine]]:
+def served(tier: str = "", extra: str = "", branches: int = 3, to_finish: int = 2
+           ) -> Iterator[tuple[str, FakeEngine, Gateway]]:
+    """A gateway on `config(...)` in front of a fake engine: its URL, the engine and the gateway itself."""
     engine = FakeEngine(FakeScript(tokens=8))
     with serve_asgi(engine) as engine_url:
-        gw = Gateway(decode_config(config(engine_url, tier, extra)))
+        gw = Gateway(decode_config(config(engine_url, tier, extra, branches, to_finish)))
         with serve_asgi(gw.app, lifespan="on") as base:
-            yield base, engine
+            yield base, engine, gw
+
+
+@contextmanager
+def gateway(tier: str = "", extra: str = "") -> Iterator[tuple[str, FakeEngine]]:
+    with served(tier, extra) as (base, engine, _):
+        yield base, engine
 
 
 def ask(base: str, directives: str, **body: object) -> httpx.Response:
@@ -207,34 +215,27 @@ def test_a_streamed_request_that_cannot_get_slots_ends_with_an_in_band_error_not
 
 
 def test_a_first_wave_that_agrees_answers_alone_and_a_request_s_smaller_m_runs_every_branch() -> None:
-    engine = FakeEngine(FakeScript(tokens=8))
-    with serve_asgi(engine) as engine_url:
-        toml = config(engine_url, tier="first_wave = 2\nbranch_slots = 5", branches=5, to_finish=5)
-        gw = Gateway(decode_config(toml))
-        with serve_asgi(gw.app, lifespan="on") as base:
-            agreed = ask(base, f"[fake answer={RIGHT}]").json()["cascade"]["branches"]
-            assert (agreed["configured"], agreed["launched"], agreed["finished"]) == (5, 2, 2)
-            assert engine.stats.requests == 2
-            split = ask(base, f"[fake answer={RIGHT}] [fake@seed=1 answer={WRONG}]").json()["cascade"]["branches"]
-            assert (split["launched"], split["finished"], split["votes"]) == (5, 5, {"18": 4, "19": 1})
-            # A request's M of 2 leaves no room for a first wave below it: all five start, two finish.
-            body = ask(base, f"[fake answer={RIGHT}]", branches={"m": 2}).json()["cascade"]["branches"]
-            assert body["launched"] == 5 and body["finished"] == 2
-            assert eventually(lambda: engine.stats.in_flight == 0)
-            assert gw.service.tiers[1].slots.free == 5  # the slots the unstarted branches held came back
+    with served(tier="first_wave = 2\nbranch_slots = 5", branches=5, to_finish=5) as (base, engine, gw):
+        agreed = ask(base, f"[fake answer={RIGHT}]").json()["cascade"]["branches"]
+        assert (agreed["configured"], agreed["launched"], agreed["finished"]) == (5, 2, 2)
+        assert engine.stats.requests == 2
+        split = ask(base, f"[fake answer={RIGHT}] [fake@seed=1 answer={WRONG}]").json()["cascade"]["branches"]
+        assert (split["launched"], split["finished"], split["votes"]) == (5, 5, {"18": 4, "19": 1})
+        # A request's M of 2 leaves no room for a first wave below it: all five start, two finish.
+        body = ask(base, f"[fake answer={RIGHT}]", branches={"m": 2}).json()["cascade"]["branches"]
+        assert body["launched"] == 5 and body["finished"] == 2
+        assert eventually(lambda: engine.stats.in_flight == 0)
+        assert gw.service.tiers[1].slots.free == 5  # the slots the unstarted branches held came back
 
 
 def test_a_tier_with_a_wave_margin_launches_doubling_waves_until_an_answer_leads_by_it() -> None:
-    engine = FakeEngine(FakeScript(tokens=8))
-    with serve_asgi(engine) as engine_url:
-        toml = config(engine_url, tier="first_wave = 2\nwave_margin = 2\nbranch_slots = 8", branches=8, to_finish=8)
-        gw = Gateway(decode_config(toml))
-        with serve_asgi(gw.app, lifespan="on") as base:
-            # Seed 1 dissents: 1-1 after two, 3-1 after four, so the last four never start.
-            split = ask(base, f"[fake answer={RIGHT}] [fake@seed=1 answer={WRONG}]").json()["cascade"]["branches"]
-            assert (split["launched"], split["finished"], split["votes"]) == (4, 4, {"18": 3, "19": 1})
-            assert eventually(lambda: engine.stats.in_flight == 0)
-            assert gw.service.tiers[1].slots.free == 8
+    tier = "first_wave = 2\nwave_margin = 2\nbranch_slots = 8"
+    with served(tier=tier, branches=8, to_finish=8) as (base, engine, gw):
+        # Seed 1 dissents: 1-1 after two, 3-1 after four, so the last four never start.
+        split = ask(base, f"[fake answer={RIGHT}] [fake@seed=1 answer={WRONG}]").json()["cascade"]["branches"]
+        assert (split["launched"], split["finished"], split["votes"]) == (4, 4, {"18": 3, "19": 1})
+        assert eventually(lambda: engine.stats.in_flight == 0)
+        assert gw.service.tiers[1].slots.free == 8
 
 
 def test_a_wave_margin_without_a_first_wave_is_refused() -> None:
