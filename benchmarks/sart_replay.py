@@ -29,11 +29,17 @@ set) also writes one outcome row per question, as `cascade label` writes them (c
 answer, whether it is right, the chosen branch's tokens, all branches' decode tokens; no text): the tier's label at
 that setting, derived from branches already run instead of running the tier again.
 
+`--outcomes FILE` replays branch outcomes without their text (benchmarks/branch_outcomes.py writes them, and such
+files are committed under models/outcomes/): each branch's answer, correctness and tokens. Nothing can be scored,
+so only the settings without pruning replay from them (early stop at M, self-consistency, adaptive; --alpha 0
+--beta 0), to the same numbers as from the branches' text, except that a branch whose grader found no number
+votes as "no answer" (from its text, its last line would be its key).
+
 Queueing is not modelled: under load, fewer decode tokens also mean shorter waits for slots, which
 only the live benchmark measures.
 
 Usage:
-  .venv/bin/python benchmarks/sart_replay.py --branches FILE [--n 4] [--m 1,2] [--alpha 0,0.3,0.5]
+  .venv/bin/python benchmarks/sart_replay.py (--branches FILE | --outcomes FILE) [--n 4] [--m 1,2] [--alpha 0,0.3,0.5]
       [--beta 0,1,2] [--k 1,2] [--max-tokens 400] [--scorer heuristic|verifier:qwen2.5-coder-0.5b]
       [--scores-cache F] [--json-out F] [--rows F --tier NAME]
 """
@@ -170,6 +176,26 @@ def load(path: Path, n: int, max_tokens: int, k_values: list[int], scorer: StepS
     return out
 
 
+def load_outcomes(path: Path, n: int, max_tokens: int) -> dict[str, list[SavedBranch]]:
+    """Branch outcomes (benchmarks/branch_outcomes.py: answer, correct, tokens; no text) by question id. The
+    answer stands in for the text: the vote keys it as it would the text's final number."""
+    out: dict[str, list[SavedBranch]] = {}
+    for number, line in enumerate(path.read_text().splitlines(), start=1):
+        if not line.strip():
+            continue
+        row = json.loads(line)
+        tiers = [t for t in row.get("tiers", {}).values() if t.get("branches")]
+        if len(tiers) != 1:
+            raise SystemExit(f"{path}:{number}: expected one tier with branches, found {len(tiers)}")
+        saved = tiers[0]["branches"][:n]
+        if len(saved) < n:
+            continue  # a question with a failed branch: not comparable
+        out[row["id"]] = [SavedBranch(text=b["answer"] or "", correct=bool(b["correct"]), tokens=b["output_tokens"],
+                                      capped=b["output_tokens"] >= max_tokens - 2, events=[], final_score=0.0)
+                          for b in saved]
+    return out
+
+
 @dataclass
 class Outcome:
     correct: bool
@@ -298,7 +324,10 @@ def floats(text: str) -> list[float]:
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--branches", required=True, type=Path, help="JSONL from cascade bench branches --save-branches")
+    source = p.add_mutually_exclusive_group(required=True)
+    source.add_argument("--branches", type=Path, help="JSONL from cascade bench branches --save-branches")
+    source.add_argument("--outcomes", type=Path, help="branch outcomes without text (benchmarks/branch_outcomes.py):"
+                        " settings without pruning only (--alpha 0 --beta 0)")
     p.add_argument("--n", type=int, default=4, help="branches per request (the first N saved of each question)")
     p.add_argument("--m", default="1,2", help="comma-separated M values")
     p.add_argument("--alpha", default="0,0.3,0.4,0.5,0.6", help="comma-separated phase-1 thresholds")
@@ -333,19 +362,26 @@ def main() -> int:
     if args.rows is not None and args.rows_method == "adaptive" and (
             len(waves) != 1 or len(wave_ms) > 1 or len(margins) > 1):
         p.error("--rows-method adaptive needs exactly one --first-wave and at most one --wave-m and --wave-margin")
+    if args.outcomes is not None and (any(floats(args.alpha) + floats(args.beta)) or args.scorer != "heuristic"):
+        p.error("--outcomes holds no text to score: pass --alpha 0 --beta 0 (early stop and adaptive only)")
     scorer = StepScorer(args.scorer, args.scores_cache)
     try:
-        data = load(args.branches, args.n, args.max_tokens, ks, scorer)
+        if args.outcomes is not None:
+            data = dict.fromkeys(ks, load_outcomes(args.outcomes, args.n, args.max_tokens))
+        else:
+            data = load(args.branches, args.n, args.max_tokens, ks, scorer)
     finally:
         scorer.close()
     questions = sorted(data[ks[0]])
+    source_file = args.outcomes or args.branches
     if not questions:
-        print(f"no question in {args.branches} has {args.n} saved branches", file=sys.stderr)
+        print(f"no question in {source_file} has {args.n} saved branches", file=sys.stderr)
         return 2
     sc = [replay(data[ks[0]][q], m=args.n, alpha=0.0, beta=0, prune=False) for q in questions]
     results = []
     for m, alpha, beta, k, prune in itertools.product([int(x) for x in args.m.split(",")], floats(args.alpha),
-                                                      [int(x) for x in args.beta.split(",")], ks, (False, True)):
+                                                      [int(x) for x in args.beta.split(",")], ks,
+                                                      (False,) if args.outcomes else (False, True)):
         if not prune and (alpha or beta or k != ks[0]):
             continue  # early stop only: one row per M
         if prune and ((alpha == 0) != (beta == 0)):
@@ -355,7 +391,7 @@ def main() -> int:
                         **summarize(outcomes, sc)})
     scoring = {"calls": len(scorer.ms), "ms_mean": round(sum(scorer.ms) / len(scorer.ms), 1),
                "ms_p95": round(sorted(scorer.ms)[int(0.95 * (len(scorer.ms) - 1))], 1)} if scorer.ms else {}
-    payload = {"questions": len(questions), "n": args.n, "branches_file": str(args.branches),
+    payload = {"questions": len(questions), "n": args.n, "branches_file": str(source_file),
                "scorer": args.scorer, "scoring_this_run": scoring,
                "self_consistency": summarize(sc, sc),
                "best_within_2pts": sorted([r for r in results if r["accuracy_minus_sc"] >= -0.02],

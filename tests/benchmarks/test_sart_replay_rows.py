@@ -145,3 +145,32 @@ def test_adaptive_rows_are_the_adaptive_replay(tmp_path: Path) -> None:
                             str(tmp_path / "r.jsonl"), "--tier", TIER, "--rows-method", "adaptive",
                             "--first-wave", "2", "--wave-margin", "1,2"], capture_output=True, text=True, timeout=60)
     assert three.returncode == 2 and "exactly one --first-wave" in three.stderr
+
+
+def test_branch_outcomes_without_text_replay_as_the_branches_do(tmp_path: Path) -> None:
+    """Committed branch outcomes (answer, grade, tokens; no text) replay every setting without pruning exactly as
+    the saved branches they were made from; a setting that prunes needs the text and is refused."""
+    saved, _ = _saved(tmp_path)
+    outcomes = tmp_path / "outcomes.jsonl"
+    made = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "branch_outcomes.py"), str(saved), "--tier", TIER,
+                           "--out", str(outcomes)], capture_output=True, text=True, timeout=300)
+    assert made.returncode == 0, made.stderr
+    grid = ["--n", "3", "--m", "1,2,3", "--alpha", "0", "--beta", "0", "--k", "1", "--first-wave", "2",
+            "--wave-margin", "1"]
+    results = []
+    for source in (["--branches", str(saved)], ["--outcomes", str(outcomes)]):
+        out = tmp_path / f"replay{len(results)}.json"
+        done = subprocess.run([sys.executable, str(SCRIPT), *source, *grid, "--json-out", str(out)],
+                              capture_output=True, text=True, timeout=300)
+        assert done.returncode == 0, done.stderr
+        results.append(json.loads(out.read_text()))
+    from_text, from_outcomes = results
+    assert from_outcomes["questions"] == from_text["questions"] == 2
+    for key in ("self_consistency", "adaptive"):
+        assert from_outcomes[key] == from_text[key]
+    # Phase 2 prunes on the first finished branch's score even at alpha 0, beta 0: those rows need the text.
+    assert from_outcomes["all"] == [r for r in from_text["all"] if not r["prune"]]
+    assert len(from_outcomes["all"]) == 3
+    refused = subprocess.run([sys.executable, str(SCRIPT), "--outcomes", str(outcomes), "--n", "3", "--m", "2",
+                              "--alpha", "0.5", "--beta", "1"], capture_output=True, text=True, timeout=60)
+    assert refused.returncode == 2 and "no text to score" in refused.stderr
