@@ -8,7 +8,9 @@ intervals come from resampling questions: every resample draws the same question
 Input: `--run NAME=PATH` twice or more, PATH a bench `--out` directory (its requests.jsonl) or the file itself.
 A file that a resumed run appended to holds a question more than once: the last record counts (the bench's own
 rule); a file of several methods is refused. Only questions every run answered without an error are compared; the
-rest are counted and named.
+rest are counted and named. Each record names the machine that ran it (cascade/machine.py); when the compared
+requests ran on more than one (or some records predate that field), `latency_warning` says their latencies do
+not compare (accuracy and tokens do), and it is printed on stderr.
 
 Output: one JSON object: per run, n, accuracy (95% CI), mean and p95 latency, mean decode tokens; per pair (A, B)
 in the order given, accuracy A - B, and latency mean / latency p95 / tokens ratios A / B, each with a paired
@@ -78,6 +80,7 @@ def compare(runs: dict[str, dict[str, RequestRow]], resamples: int, seed: int) -
             "latency_s_mean": round(float(c["latency_s"].mean()), 2),
             "latency_s_p95": round(float(np.percentile(c["latency_s"], 95)), 2),
             "decode_tokens_mean": round(float(c["decode_tokens"].mean()), 1),
+            "machines": sorted({runs[n][q].machine or "unrecorded" for q in common}),
         }
     pairs = {}
     for a, b in itertools.combinations(names, 2):
@@ -93,8 +96,15 @@ def compare(runs: dict[str, dict[str, RequestRow]], resamples: int, seed: int) -
             "wins": int((diff > 0).sum()), "losses": int((diff < 0).sum()),
             **ratios,
         }
-    return {"questions": len(common), "left_out": left_out, "resamples": resamples, "seed": seed,
-            "runs": per_run, "pairs": pairs}
+    machines = set().union(*[r["machines"] for r in per_run.values()])
+    result = {"questions": len(common), "left_out": left_out, "resamples": resamples, "seed": seed,
+              "runs": per_run, "pairs": pairs}
+    if len(machines) > 1:
+        # The CPU engine's speed differs up to 8x between CPUs (cascade/machine.py): accuracy and tokens still
+        # compare, latencies measured on different machines do not.
+        result["latency_warning"] = (f"the compared requests ran on {len(machines)} machines (each run's `machines`):"
+                                     " their latencies are not comparable")
+    return result
 
 
 def plot(result: dict[str, Any], path: Path, title: str) -> None:
@@ -144,6 +154,8 @@ def main(argv: list[str] | None = None) -> int:
         p.error("--run needs two or more runs with distinct names")
     result = compare({n: read_run(path) for n, path in args.run}, args.resamples, args.seed)
     text = json.dumps(result, indent=2)
+    if "latency_warning" in result:
+        print(f"bench_compare: {result['latency_warning']}", file=sys.stderr)
     if args.json_out:
         args.json_out.write_text(text + "\n")
     if args.plot:

@@ -34,6 +34,7 @@ from cascade.data.records import Prompt
 from cascade.engines.supervisor import Worker
 from cascade.errors import ConfigError
 from cascade.ladder import running_ladder
+from cascade.machine import fingerprint
 
 
 class BenchRun(msgspec.Struct, frozen=True, kw_only=True):
@@ -53,6 +54,8 @@ class RequestRow(RequestRecord, kw_only=True):
     m: int = 0
     tier: str = ""
     key: str = ""  # its run's resume_key; a row without one (an older file) is never resumed
+    # The machine that ran it (cascade/machine.py): a resumed run may finish on another, with other latencies.
+    machine: str = ""
 
 
 def resume_key(run: BenchRun, dataset: str) -> str:
@@ -135,7 +138,8 @@ class Results:
             if self._file is not None:
                 # The M that ran: self-consistency and prune_only wait for all N whatever --m says.
                 row = RequestRow(**msgspec.structs.asdict(r), method=run.method, n=run.settings.n,
-                                 m=method_settings(run.method, run.settings).m, tier=run.tier, key=key)
+                                 m=method_settings(run.method, run.settings).m, tier=run.tier, key=key,
+                                 machine=fingerprint())
                 self._file.write(msgspec.json.encode(row) + b"\n")
                 self._file.flush()
             then()

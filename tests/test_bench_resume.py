@@ -13,6 +13,7 @@ import msgspec
 
 from cascade.cli import main
 from cascade.engines.fake_server import FakeEngine, FakeScript
+from cascade.machine import fingerprint
 from cascade.testing import serve_asgi
 from tests.test_bench import write_inputs
 
@@ -49,6 +50,7 @@ def test_a_rerun_sends_only_the_requests_a_stopped_run_left_and_summarizes_them_
     requests = tmp_path / "out" / "requests.jsonl"
     rows = [json.loads(line) for line in lines(requests)]
     assert len(rows) == 2 * QUESTIONS and all(r["key"] for r in rows)
+    assert {r["machine"] for r in rows} == {fingerprint()}  # latencies say which CPU measured them
     saved = lines(tmp_path / "b.jsonl")
     assert len(saved) == QUESTIONS * N
 

@@ -12,9 +12,10 @@ ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "benchmarks" / "bench_compare.py"
 
 
-def _record(qid: str, correct: bool, latency: float, tokens: int, error: str | None = None) -> dict:
+def _record(qid: str, correct: bool, latency: float, tokens: int, error: str | None = None,
+            machine: str = "cpu A; 2 cores; avx512f") -> dict:
     return {"id": qid, "correct": correct, "latency_s": latency, "queue_s": 0.0, "decode_tokens": tokens,
-            "error": error, "method": "m", "key": "k"}
+            "error": error, "method": "m", "key": "k", "machine": machine}
 
 
 def _write(path: Path, records: list[dict], torn_tail: bool = False) -> Path:
@@ -54,6 +55,20 @@ def test_pairs_on_common_questions_with_the_last_record_counting(tmp_path: Path)
     low, high = ab["accuracy_diff_ci95"]
     assert 0 <= low <= 3 / 9 <= high <= 1
     assert set(result["pairs"]) == {"a vs b", "a vs c", "b vs c"}
+    assert "latency_warning" not in result and "latency" not in proc.stderr
+
+
+def test_runs_on_different_machines_carry_a_latency_warning(tmp_path: Path) -> None:
+    """A run resumed on another CPU (or records from before the field) mixes latencies that do not compare."""
+    a = [_record(f"q{i}", True, 10.0, 100) for i in range(6)]
+    b = [_record(f"q{i}", True, 30.0, 100, machine="cpu B; 2 cores; amx_bf16,avx512f" if i < 3 else "")
+         for i in range(6)]
+    proc = _run("--run", f"a={_write(tmp_path / 'a', a)}", "--run", f"b={_write(tmp_path / 'b', b)}")
+    assert proc.returncode == 0, proc.stderr
+    result = json.loads(proc.stdout)
+    assert result["runs"]["a"]["machines"] == ["cpu A; 2 cores; avx512f"]
+    assert result["runs"]["b"]["machines"] == ["cpu B; 2 cores; amx_bf16,avx512f", "unrecorded"]
+    assert "3 machines" in result["latency_warning"] and "not comparable" in proc.stderr
 
 
 def test_bad_input_is_one_clear_line(tmp_path: Path) -> None:
