@@ -61,9 +61,9 @@ from cascade.branches.cpu_scorer import CPUScorer
 from cascade.branches.sart import Finished, Scored, next_wave, to_prune, vote, wave_settles
 from cascade.branches.scoring import split_steps
 from cascade.branches.verifier import PROMPTS
-from cascade.data.datasets import prompts_by_id, prompts_of
+from cascade.data.datasets import DatasetError, prompts_by_id, prompts_of
 from cascade.data.grading import extract
-from cascade.data.outcomes import OutcomeRow, TierOutcome, write_row
+from cascade.data.outcomes import OutcomeRow, TierOutcome, read_rows, write_row
 from cascade.engines.models import load_card, model_dir
 
 
@@ -180,19 +180,20 @@ def load_outcomes(path: Path, n: int, max_tokens: int) -> dict[str, list[SavedBr
     """Branch outcomes (benchmarks/branch_outcomes.py: answer, correct, tokens; no text) by question id. The
     answer stands in for the text: the vote keys it as it would the text's final number."""
     out: dict[str, list[SavedBranch]] = {}
-    for number, line in enumerate(path.read_text().splitlines(), start=1):
-        if not line.strip():
-            continue
-        row = json.loads(line)
-        tiers = [t for t in row.get("tiers", {}).values() if t.get("branches")]
-        if len(tiers) != 1:
-            raise SystemExit(f"{path}:{number}: expected one tier with branches, found {len(tiers)}")
-        saved = tiers[0]["branches"][:n]
+    try:
+        rows = read_rows(path)
+    except DatasetError as exc:
+        raise SystemExit(f"sart_replay: {exc}") from None
+    for number, row in rows:
+        tiers = [t for t in row.tiers.values() if t.branches]
+        if len(tiers) != 1 or row.id is None:
+            raise SystemExit(f"{path}:{number}: expected a row id and one tier with branches")
+        saved = tiers[0].branches[:n]
         if len(saved) < n:
             continue  # a question with a failed branch: not comparable
-        out[row["id"]] = [SavedBranch(text=b["answer"] or "", correct=bool(b["correct"]), tokens=b["output_tokens"],
-                                      capped=b["output_tokens"] >= max_tokens - 2, events=[], final_score=0.0)
-                          for b in saved]
+        out[row.id] = [SavedBranch(text=b.answer or "", correct=b.correct, tokens=b.output_tokens,
+                                   capped=b.output_tokens >= max_tokens - 2, events=[], final_score=0.0)
+                       for b in saved]
     return out
 
 
