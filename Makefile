@@ -9,8 +9,10 @@ serve: install-serve
 	$(VENV)/bin/cascade serve
 
 # Install the dev tools, then run lint, type and import checks and the whole test suite (e2e included).
+# The log names the CPU before the tests: how long the e2e tests take hangs on it (bf16 in hardware or not; docs/measured.md).
 test: install-test
 	$(MAKE) lint
+	@$(VENV)/bin/python -c "from cascade.machine import fingerprint; print('cpu:', fingerprint())"
 	$(VENV)/bin/python -m pytest -q
 
 # `router`: the embedded default routes with a learned router (scikit-learn, skops); tests/test_setup.py checks it.
