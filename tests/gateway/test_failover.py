@@ -121,7 +121,10 @@ def test_a_non_streaming_answer_that_breaks_midway_is_retried_on_another_replica
 
 def test_a_replica_is_benched_after_repeated_faults_and_probed_back_after_its_bench() -> None:
     replay = broken_replay(HTML)
-    extra = "[gateway.failover]\nbreaker_failures = 2\nbreaker_open_s = 0.5\n"
+    # The bench must outlast six requests and a metrics read: 0.5 s did not on 2 loaded CI cores (the gauge already
+    # read half-open), so it is 2 s, and the test sleeps past it below.
+    bench_s = 2.0
+    extra = f"[gateway.failover]\nbreaker_failures = 2\nbreaker_open_s = {bench_s}\n"
     with servers(replay, FakeEngine(FakeScript(tokens=4))) as [bad, good], \
             gateway(ladder({"only": [bad, good]}, extra)) as (base, gw):
         while posts(replay) < 2:  # rotation sends every other request to the faulty replica first
@@ -131,7 +134,7 @@ def test_a_replica_is_benched_after_repeated_faults_and_probed_back_after_its_be
         during = [post_chat(base, {"model": "only", "messages": user()}).status_code for _ in range(6)]
         untouched = posts(replay) == benched_at
         state_metric = metric(base, 'cascade_replica_breaker_state{replica="only/0",tier="only"}')
-        time.sleep(0.6)  # the bench is over: the next requests probe it once, which fails and benches it again
+        time.sleep(bench_s + 0.1)  # the bench is over: the next requests probe it once, which fails and benches it again
         after = [post_chat(base, {"model": "only", "messages": user()}).status_code for _ in range(4)]
         states = gw.service.tiers[0].backend.states()
     assert ready["replicas"]["only"]["only/0"]["breaker"] == "open"
