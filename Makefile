@@ -8,8 +8,8 @@ export HF_HUB_OFFLINE = 1
 serve: install-serve
 	$(VENV)/bin/cascade serve
 
-# Install the dev tools, then run lint, type and import checks and the whole test suite (e2e included).
-# The log names the CPU before the tests: how long the e2e tests take hangs on it (bf16 in hardware or not; docs/measured.md).
+# Install the dev tools, then run lint, type and import checks and the whole test suite (e2e included), naming the
+# CPU first: how long the e2e tests take hangs on it (bf16 in hardware or not; docs/measured.md).
 test: install-test
 	$(MAKE) lint
 	@$(VENV)/bin/python -c "from cascade.machine import fingerprint; print('cpu:', fingerprint())"

@@ -331,7 +331,7 @@ def test_redis_killed_fail_open_admits_on_local_limits_within_the_timeout_and_re
     metrics = GatewayMetrics()
 
     async def work():
-        shared = store(redis.url, "open", metrics, FAILOVER_TIMEOUT_S)
+        shared = store(redis.url, "open", metrics, timeout_s=FAILOVER_TIMEOUT_S)
         limiter, shared_places = RedisRateLimiter(shared), places(shared)
         await limiter.acquire("team-a", 2, 0, 0)
         redis.kill()
@@ -370,7 +370,7 @@ def test_redis_killed_fail_closed_refuses_within_the_timeout(redis) -> None:
     metrics = GatewayMetrics()
 
     async def work():
-        shared = store(redis.url, "closed", metrics, FAILOVER_TIMEOUT_S)
+        shared = store(redis.url, "closed", metrics, timeout_s=FAILOVER_TIMEOUT_S)
         limiter, shared_places = RedisRateLimiter(shared), places(shared)
         await limiter.acquire("team-a", 100, 0, 0)
         redis.kill()
@@ -391,7 +391,7 @@ def test_a_hung_redis_costs_each_call_the_timeout_at_most(redis) -> None:
     metrics = GatewayMetrics()
 
     async def work():
-        limiter = RedisRateLimiter(store(redis.url, "closed", metrics, FAILOVER_TIMEOUT_S))
+        limiter = RedisRateLimiter(store(redis.url, "closed", metrics, timeout_s=FAILOVER_TIMEOUT_S))
         await limiter.acquire("team-a", 100, 0, 0)
         redis.pause()  # SIGSTOP: the connection stays open and nothing answers
         try:
