@@ -57,6 +57,24 @@ class FakeStats(msgspec.Struct):
     faults: dict[str, int] = msgspec.field(default_factory=dict)  # requests answered with each fault
 
 
+class _InBatch:
+    """One request's place in `in_flight`. A stream leaves the batch the moment its client disconnects, as a
+    real engine aborts on disconnect, not when its token loop next wakes (which lags on loaded cores and would
+    count a cancelled branch beside the one its freed slot admitted)."""
+
+    __slots__ = ("_left", "_stats")
+
+    def __init__(self, stats: FakeStats) -> None:
+        self._stats, self._left = stats, False
+        stats.in_flight += 1
+        stats.peak_in_flight = max(stats.peak_in_flight, stats.in_flight)
+
+    def leave(self) -> None:
+        if not self._left:
+            self._left = True
+            self._stats.in_flight -= 1
+
+
 class _Killed(Exception):
     """kill_mid: raised after the response started, so that uvicorn closes the connection mid-body."""
 
@@ -178,8 +196,7 @@ class FakeEngine:
     async def _answer(self, receive: Receive, send: Send, script: FakeScript, body: dict[str, Any],
                       pieces: list[str], finish: str, rid: str) -> None:
         fault, stream = script.fault, bool(body.get("stream"))
-        self.stats.in_flight += 1
-        self.stats.peak_in_flight = max(self.stats.peak_in_flight, self.stats.in_flight)
+        in_batch = _InBatch(self.stats)
         try:
             if fault == "html":
                 await send_bytes(send, 200, b"text/html; charset=utf-8", _HTML)
@@ -191,7 +208,7 @@ class FakeEngine:
             elif fault == "stall_first_byte" or (fault == "stall_mid" and not stream):
                 await disconnected_within(receive, 3600.0)
             elif stream:
-                await self._stream(receive, send, script, pieces, finish, rid, body)
+                await self._stream(receive, send, script, pieces, finish, rid, body, in_batch)
             else:
                 delay_s = (script.ttft_ms + self.itl_now(script) * max(0, len(pieces) - 1)) / 1000
                 if script.stall_after >= 0:
@@ -218,7 +235,7 @@ class FakeEngine:
                     raise _Killed
                 await send_bytes(send, 200, b"application/json", payload)
         finally:
-            self.stats.in_flight -= 1
+            in_batch.leave()
 
     def itl_now(self, script: FakeScript, batch: int | None = None) -> float:
         """One stream's time between tokens now (ms), at `batch` streams (None: the requests generating now)."""
@@ -229,14 +246,19 @@ class FakeEngine:
 
     async def _stream(
         self, receive: Receive, send: Send, script: FakeScript, pieces: list[str], finish: str, rid: str,
-        body: dict[str, Any],
+        body: dict[str, Any], in_batch: _InBatch,
     ) -> None:
         self.stats.streams_started += 1
         disconnected = asyncio.Event()
 
+        ended = False  # the last byte is on its way: a disconnect now does not cancel the stream
+
         async def watch() -> None:
             while (await receive())["type"] != "http.disconnect":
                 pass
+            if not ended:  # counted here, with the batch's place, so both read the same at every moment
+                self.stats.streams_cancelled += 1
+                in_batch.leave()
             disconnected.set()
 
         watcher = asyncio.create_task(watch())
@@ -268,7 +290,6 @@ class FakeEngine:
                     # client left): yield now and then, as a real engine does per step, so the watcher runs.
                     await asyncio.sleep(0)
                 if disconnected.is_set():
-                    self.stats.streams_cancelled += 1
                     return
                 delta = {"role": "assistant", "content": piece} if i == 0 else {"content": piece}
                 choice = {"index": 0, "delta": delta, "finish_reason": None}
@@ -280,8 +301,8 @@ class FakeEngine:
                 self.stats.tokens_sent += 1
             if ending == "stall_mid":
                 await disconnected.wait()
-                self.stats.streams_cancelled += 1
                 return
+            ended = True
             if ending == "truncated":  # a clean end of body (chunked terminator) without finish or [DONE]
                 await send({"type": "http.response.body", "body": b"", "more_body": False})
                 return
