@@ -41,6 +41,7 @@ class SavedBranch(msgspec.Struct, kw_only=True):
     branch: int
     text: str
     state: str = "finished"
+    method: str = "self_consistency"  # rows saved before bench saved adaptive branches too were all this
 
 
 def read_saved(path: Path) -> dict[str, list[SavedBranch]]:
@@ -58,7 +59,8 @@ def read_saved(path: Path) -> dict[str, list[SavedBranch]]:
             saved = decoder.decode(line)
         except msgspec.ValidationError as exc:
             raise DatasetError(f"{path}:{number}: not a saved branch ({exc})") from None
-        if saved.state == "finished":
+        # Adaptive rows stop at the wave that settled: not every branch of the question, so not a width's sample.
+        if saved.state == "finished" and saved.method == "self_consistency":
             by_id[saved.id].append(saved)
     return {i: sorted(b, key=lambda s: s.branch) for i, b in by_id.items()}
 

@@ -149,7 +149,8 @@ def load(path: Path, n: int, max_tokens: int, k_values: list[int], scorer: StepS
     for line in path.read_text().splitlines():
         if line.strip():
             row = json.loads(line)
-            by_question[row["id"]].append(row)
+            if row.get("method", "self_consistency") == "self_consistency":  # all N of a question, none settled early
+                by_question[row["id"]].append(row)
     out: dict[int, dict[str, list[SavedBranch]]] = {k: {} for k in k_values}
     question = prompts_by_id(set(by_question))
     for qid, rows in tqdm(by_question.items(), desc=f"scoring ({scorer.spec})", unit="question", file=sys.stderr,

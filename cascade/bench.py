@@ -17,8 +17,8 @@ Method (SART's evaluation, ../shared/PAPERS.md §2.6, on whatever tier is given)
   slots, and slots freed by finished, pruned and stopped branches admit waiting requests; latency is
   measured from the scheduled arrival, so it includes that queueing.
 * Per request: end-to-end latency, correctness (the shared grader), decode tokens of all branches.
-  `--save-branches FILE` also writes every finished self-consistency branch's text with its
-  correctness (local use only: never commit model outputs on dataset questions).
+  `--save-branches FILE` also writes every finished self-consistency and adaptive branch's text with its
+  correctness and method (local use only: never commit model outputs on dataset questions).
 * A run stopped half-way resumes where it stopped (cascade/bench_run.py).
 
 Output (`--json`): {"methods": {name: {"accuracy", "latency_s_mean", "latency_s_p95", "tokens_mean", ...}},
@@ -47,6 +47,9 @@ from cascade.tiers import Tier
 from cascade.upstream import Sampling
 
 METHODS = ("vanilla", "self_consistency", "sart", "early_stop_only", "prune_only", "adaptive")
+# Methods whose finished branches are plain samples (none pruned for its score): the ones --save-branches keeps,
+# so a scorer judged on them is judged on branches no scorer chose.
+UNPRUNED_METHODS = ("self_consistency", "adaptive")
 
 
 class BenchSettings(msgspec.Struct, frozen=True, kw_only=True):
@@ -111,7 +114,7 @@ async def run_method(
     on_branches: Callable[[list[dict]], None] | None = None,
 ) -> list[RequestRecord]:
     """Replay `prompts` at `offsets` (seconds from now) with `method` on `tier`; `on_done` receives each
-    request's record and `on_branches` each self-consistency request's finished branches as soon as it
+    request's record and `on_branches` each self-consistency or adaptive request's finished branches as soon as it
     completes (so a long run keeps what it finished if it is stopped)."""
     branch_settings = method_settings(method, settings)
     slots = BranchSlots(tier.name, settings.slots or 4 * settings.n)
@@ -146,7 +149,7 @@ async def run_method(
                 record = msgspec.structs.replace(record, launched=r.launched, finished=r.finished,
                                                  pruned=r.pruned_phase1 + r.pruned_phase2,
                                                  early_stopped=r.early_stopped)
-            if on_branches is not None and method == "self_consistency":
+            if on_branches is not None and method in UNPRUNED_METHODS:
                 on_branches(_branch_rows(prompt, whole.runs[0]))
         if on_done is not None:
             on_done(record)

@@ -73,7 +73,8 @@ def add_bench_commands(subparsers: Any) -> None:
                     "--n-questions runs only the questions it adds) and the sweep PNG")
     br.add_argument("--fresh", action="store_true", help="ignore the records a previous run left in --out (and "
                     "start --save-branches over)")
-    br.add_argument("--save-branches", help="JSONL of every finished self-consistency branch with its correctness "
+    br.add_argument("--save-branches", help="JSONL of every finished self-consistency or adaptive branch with its "
+                    "correctness and method "
                     "(appended to when resuming; local analysis only: never commit it)")
     br.add_argument("--json", action="store_true", help="print the summary as one JSON object")
     br.set_defaults(func=_branches)

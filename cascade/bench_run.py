@@ -152,7 +152,7 @@ class Results:
 
 
 class BranchSink:
-    """--save-branches: each self-consistency request's finished branches, written when it completes."""
+    """--save-branches: each self-consistency or adaptive request's finished branches, written when it completes."""
 
     def __init__(self, path: Path, append: bool) -> None:
         self.saved: set[tuple[str, str]] = set()  # (run key, question id) already in the file
@@ -167,7 +167,8 @@ class BranchSink:
             if not rows or (key, rows[0]["id"]) in self.saved:
                 return
             self.saved.add((key, rows[0]["id"]))
-            self._file.writelines(json.dumps({**row, "n": run.settings.n, "key": key}).encode() + b"\n"
+            self._file.writelines(json.dumps({**row, "method": run.method, "n": run.settings.n, "key": key}).encode()
+                                  + b"\n"
                                   for row in rows)
             self._file.flush()
 

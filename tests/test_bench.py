@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections import Counter
 from pathlib import Path
 
 from cascade.cli import main
@@ -120,13 +121,18 @@ def test_branch_settings_not_given_are_the_tiers_own(tmp_path, capsys) -> None:
 
 
 def test_adaptive_stops_at_a_first_wave_that_agrees_and_says_so_in_its_branch_counts(tmp_path, capsys) -> None:
-    result = bench(tmp_path, capsys, "--methods", "self_consistency,adaptive", "--first-wave", "2")
+    result = bench(tmp_path, capsys, "--methods", "self_consistency,adaptive", "--first-wave", "2",
+                   "--save-branches", str(tmp_path / "b.jsonl"))
     methods = result["methods"]
     # Seeds 0 and 1 give the same answer on every question: two branches each, where self-consistency runs 4.
     assert methods["adaptive"]["branches"]["launched"] == 3 * 2 and methods["adaptive"]["accuracy"] == 1.0
     assert methods["self_consistency"]["branches"]["launched"] == 3 * 4
     assert methods["adaptive"]["tokens_mean"] < methods["self_consistency"]["tokens_mean"]
     assert result["config"]["methods"]["adaptive"]["first_wave"] == 2  # the summary says which wave ran
+    # Both methods' finished branches are saved, each row naming its method (the readers that need all N of a
+    # question, benchmarks/branch_outcomes.py and sart_replay.py, keep self-consistency's alone).
+    saved = Counter(json.loads(line)["method"] for line in (tmp_path / "b.jsonl").read_text().splitlines())
+    assert saved == {"self_consistency": 3 * 4, "adaptive": 3 * 2}
 
 
 def test_adaptive_with_a_wave_margin_says_so_in_its_summary(tmp_path, capsys) -> None:

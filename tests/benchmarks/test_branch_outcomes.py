@@ -30,6 +30,9 @@ def test_saved_branches_become_rows_the_planner_reads(tmp_path) -> None:
         lines += [json.dumps({"id": p.id, "branch": b, "text": t, "correct": None, "state": "finished"})
                   for b, t in enumerate(texts)]
     lines.append(json.dumps({"id": prompts[0].id, "branch": 9, "text": "cut", "state": "cancelled"}))
+    # An adaptive run's branches in the same file: a settled wave, not all N of the question, so not kept.
+    lines.append(json.dumps({"id": prompts[1].id, "branch": 0, "text": "#### 1", "state": "finished",
+                             "method": "adaptive"}))
     saved.write_text("\n".join(lines) + "\n")
     rows = bo.to_rows(bo.read_saved(saved), "reason", lambda text: len(text.split()))
     assert [r.id for r in rows] == [p.id for p in prompts]
@@ -42,6 +45,7 @@ def test_saved_branches_become_rows_the_planner_reads(tmp_path) -> None:
     back = [row for _, row in read_rows(out)]
     tier = back[0].tiers["reason"]
     assert tier.branches is not None and len(tier.branches) == 4  # the cancelled branch is dropped
+    assert back[1].tiers["reason"].branches is not None and len(back[1].tiers["reason"].branches) == 4
     assert [b.correct for b in tier.branches] == [True, False, False, False]
     assert tier.correct is True and tier.output_tokens == 3  # branch 0 stands for the single answer
     draws = from_rows(back, ["reason"]).branches[0]
