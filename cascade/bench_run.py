@@ -167,9 +167,8 @@ class BranchSink:
             if not rows or (key, rows[0]["id"]) in self.saved:
                 return
             self.saved.add((key, rows[0]["id"]))
-            self._file.writelines(json.dumps({**row, "method": run.method, "n": run.settings.n, "key": key}).encode()
-                                  + b"\n"
-                                  for row in rows)
+            labels = {"method": run.method, "n": run.settings.n, "key": key}
+            self._file.writelines(json.dumps({**row, **labels}).encode() + b"\n" for row in rows)
             self._file.flush()
 
         return write

@@ -250,7 +250,6 @@ class FakeEngine:
     ) -> None:
         self.stats.streams_started += 1
         disconnected = asyncio.Event()
-
         ended = False  # the last byte is on its way: a disconnect now does not cancel the stream
 
         async def watch() -> None:
