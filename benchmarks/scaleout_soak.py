@@ -291,7 +291,8 @@ class Cluster:
         await wait_for(lambda: self._ok(url), self.gateways[i], f"gateway {i}")
 
     async def _ok(self, url: str) -> bool:
-        return (await self.control.get(url)).status_code == 200
+        # No keep-alive: a connection of ours left open would hold a draining gateway for its whole linger.
+        return (await self.control.get(url, headers={"connection": "close"})).status_code == 200
 
     async def hosts(self) -> dict[str, dict[str, str]]:
         """Envoy's view of each gateway (`/clusters`), by gateway number: health flags and requests sent."""
@@ -437,6 +438,13 @@ def in_kill_window(outcome: Outcome, kill_t: float, dead_t: float) -> bool:
                                          and ENVOY_CONNECTION_CLOSED in outcome.detail)
 
 
+def sample(outcome: Outcome, events: list[dict[str, Any]]) -> str:
+    """A failure, placed against the fault event it began nearest to (what caused it, when the invariants say)."""
+    near = min(events, key=lambda e: abs(outcome.started - e["t"]))
+    return (f"{outcome.started - near['t']:+.4f}s..{outcome.ended - near['t']:+.4f}s from {near['event']!r}: "
+            f"{outcome.detail}")
+
+
 def report(args: argparse.Namespace, cluster: Cluster, soak: list[Outcome], wall_s: float,
            hosts: dict[str, dict[str, str]], stats: str, everything: list[Outcome], seen: Counter[str],
            rids_repeated: int, compare: dict[str, Any] | None, limit: dict[str, Any] | None) -> dict[str, Any]:
@@ -473,8 +481,8 @@ def report(args: argparse.Namespace, cluster: Cluster, soak: list[Outcome], wall
                             for e in cluster.events],
                  "envoy_requests_per_gateway": {g: int(h.get("rq_total", 0)) for g, h in hosts.items()},
                  "envoy": envoy_stats,
-                 "samples": [f"{o.started - kill_t:+.4f}s..{o.ended - kill_t:+.4f}s from the kill: {o.detail}"
-                             for o in failed_at_kill[:3] + failed_elsewhere[:5] + failed_after[:3]]},
+                 "samples": [sample(o, cluster.events)
+                             for o in failed_elsewhere[:5] + failed_after[:3] + failed_at_kill[:3]]},
         "invariants": invariants,
         "invariants_hold": not any(invariants.values()) and (limit is None or bool(limit["holds"])),
         "overhead": compare,

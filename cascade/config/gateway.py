@@ -102,6 +102,12 @@ class GatewayConfig(Strict, frozen=True):
     # SIGTERM/SIGINT: stop accepting connections and let requests in flight finish for up to this long;
     # then streams end with an error event and other requests get 503 (cascade/gateway/drain.py).
     shutdown_grace_s: PositiveFloat = 30.0
+    # Idle keep-alive connections (a load balancer's pool) stay open up to this long after the signal, answering
+    # any request with a 503 that says "draining", until their clients close them: closing one under a load
+    # balancer that is writing a request on it loses that request. Longer than the load balancer's health-check
+    # interval plus its timeout (`cascade deploy --gateways`' Envoy: 2 s + 1 s, and it closes its connections as
+    # soon as it sees the gateway fail). A gateway with no connection open exits without waiting. 0: close at once.
+    shutdown_linger_s: Annotated[float, msgspec.Meta(ge=0, le=300)] = 5.0
     limits: Limits = Limits()
     failover: FailoverConfig = FailoverConfig()
     # Shared limits (docs/scaling.md, "What is global"): with a Redis URL ("redis://127.0.0.1:6379/0",

@@ -30,8 +30,8 @@ import msgspec
 from cascade.errors import CascadeError
 from cascade.gateway.drain import (
     DRAIN_KEY,
+    DRAINING_HEADERS,
     LIMITS_KEY,
-    RETRY_AFTER,
     SERVED_WHILE_DRAINING,
     Drain,
     ShuttingDown,
@@ -76,12 +76,12 @@ class ChatCompletionsASGI:
                 state[LIMITS_KEY], state[DRAIN_KEY] = self.service.limits, self.drain
             elif self.drain.draining and scope["type"] == "http" and scope["path"] not in SERVED_WHILE_DRAINING:
                 body = b'{"status":"draining"}' if scope["path"] == "/ready" else shutdown_error()
-                await _respond(send, 503, body, RETRY_AFTER)
+                await _respond(send, 503, body, DRAINING_HEADERS)
                 return
             await self.app(scope, receive, send)
             return
         if self.drain.draining:
-            await _respond(send, 503, shutdown_error(), RETRY_AFTER)
+            await _respond(send, 503, shutdown_error(), DRAINING_HEADERS)
             return
         if scope["method"] != "POST":
             message = f"method {scope['method']} is not allowed on {PATH}"
@@ -106,14 +106,14 @@ class ChatCompletionsASGI:
                 if started:
                     await send({"type": "http.response.body", "body": shutdown_stream_end(), "more_body": False})
                 else:
-                    await _respond(send, 503, shutdown_error(), RETRY_AFTER)
+                    await _respond(send, 503, shutdown_error(), DRAINING_HEADERS)
         except asyncio.CancelledError:
             task = asyncio.current_task()
             if not (self.drain.expired and task is not None and task.uncancel() == 0):
                 raise
             if not started:  # cancelled before the work (reading the body); after it, nothing to mend
                 with contextlib.suppress(OSError):
-                    await _respond(send, 503, shutdown_error(), RETRY_AFTER)
+                    await _respond(send, 503, shutdown_error(), DRAINING_HEADERS)
         except CascadeError as exc:
             if started:
                 raise

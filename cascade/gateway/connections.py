@@ -159,7 +159,7 @@ class GatewayProtocol(HttpToolsProtocol):
         if drain is None or drain.done:
             super().shutdown()  # close if waiting for a request, else close after the response
             return
-        drain.begin(self.server_state.tasks, self._drained)
+        drain.begin(self.server_state.tasks, self._drained, lambda: len(self.connections))
         if self.cycle is not None and not self.cycle.response_complete:
             self.cycle.keep_alive = False
         # Else waiting for a request: one that arrives gets a 503 from the app; the drain's end closes it.

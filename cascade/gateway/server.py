@@ -68,6 +68,7 @@ class Gateway:
             limiter=RedisRateLimiter(self.redis) if self.redis is not None else None,
         )
         self.app.drain.grace_s = config.gateway.shutdown_grace_s
+        self.app.drain.linger_s = config.gateway.shutdown_linger_s
 
     async def start(self) -> None:
         if self.redis is not None:
@@ -129,7 +130,7 @@ def run(
     if after != before:
         log.info("open files limit raised from %d to %d", before, after)
     # The drain ends what is left when its grace runs out; uvicorn's own timeout is only a backstop.
-    grace = math.ceil(config.gateway.shutdown_grace_s) + 5
+    grace = math.ceil(max(config.gateway.shutdown_grace_s + 2, config.gateway.shutdown_linger_s)) + 5
     options: dict[str, Any] = dict(host=host, port=port, log_level="warning", access_log=False, http=GatewayProtocol,
                                    ws="none", timeout_graceful_shutdown=grace, backlog=4096)
     if processes > 1:

@@ -110,6 +110,11 @@ def bootstrap(upstreams: list[Gateway], listen_host: str, listen_port: int, admi
         # request picks it first (a retry too) until it is ejected; a turn moves on. The gateways only relay
         # (the engines behind them are shared and balanced by each gateway), so turns balance them well enough.
         "lb_policy": "ROUND_ROBIN",
+        # Once a gateway fails its health check (its /ready, or any answer carrying the draining gateway's
+        # x-envoy-immediate-health-check-fail), close its pooled connections here: a draining gateway keeps
+        # them open until then ([gateway] shutdown_linger_s), since closing one under a request Envoy is
+        # writing on it would lose that request, and it exits as soon as they are closed.
+        "close_connections_on_host_health_failure": True,
         "common_lb_config": {
             # Off: by default, once under half the gateways are healthy Envoy "panics" and sends to all of
             # them, the dead and the draining ones too. Better the healthy ones only, or a 503 if none is.

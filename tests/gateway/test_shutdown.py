@@ -14,7 +14,9 @@ from pathlib import Path
 import httpx
 import pytest
 
-from cascade.testing import Served, cascade_serve, eventually, fake_engine
+from cascade.config import decode_config
+from cascade.errors import ConfigError
+from cascade.testing import Served, cascade_serve, eventually, fake_engine, ladder_toml
 from tests.gateway.gateway_setup import user
 
 GRACE_S = 2.0
@@ -149,10 +151,53 @@ def test_while_draining_ready_and_new_requests_get_503_and_new_connections_are_r
 
 
 def test_an_idle_gateway_exits_without_waiting_for_the_grace(engine: str, tmp_path: Path) -> None:
-    with cascade_serve(tmp_path, engine, "[gateway]\nshutdown_grace_s = 60\n") as gateway:
+    with cascade_serve(tmp_path, engine, "[gateway]\nshutdown_grace_s = 60\nshutdown_linger_s = 0\n") as gateway:
         with httpx.Client(base_url=gateway.url, trust_env=False) as client:  # an idle keep-alive connection
             assert client.get("/health").status_code == 200
             gateway.stop(signal.SIGTERM)
             assert gateway.wait_exit(30) < 30
         assert gateway.proc.returncode == 0
         assert "Traceback" not in gateway.output()
+
+
+LINGERING = "[gateway]\nshutdown_grace_s = 60\nshutdown_linger_s = 60\n"
+
+
+def test_a_pooled_idle_connection_stays_open_and_a_request_on_it_gets_the_draining_503(
+    engine: str, tmp_path: Path,
+) -> None:
+    """A load balancer's pooled connection is not closed under it (a request it is writing would be lost, and it
+    cannot know whether it was served): the request gets a 503 that says so, and once that connection closed,
+    the gateway exits without waiting out its linger."""
+    with cascade_serve(tmp_path, engine, LINGERING) as gateway, \
+            httpx.Client(base_url=gateway.url, timeout=5, trust_env=False) as pool:
+        assert pool.get("/health").status_code == 200  # one keep-alive connection, idle at the signal
+        gateway.stop(signal.SIGTERM)
+        assert eventually(lambda: not listening(gateway), within_s=5), "still accepting connections"
+        with pytest.raises(AssertionError, match="did not exit"):
+            gateway.wait_exit(1.0)  # lingering for the pooled connection
+        refused = pool.post("/v1/chat/completions", json={"model": "tier-small", "messages": user()})
+        assert refused.status_code == 503 and refused.json()["error"]["code"] == "shutting_down"
+        assert refused.headers["connection"] == "close" and refused.headers["retry-after"] == "1"
+        assert refused.headers["x-envoy-immediate-health-check-fail"] == "true"  # Envoy takes it out at once
+        assert gateway.wait_exit(30) < 30  # its last connection closed: no need to linger on
+    assert gateway.proc.returncode == 0 and "Traceback" not in gateway.output()
+
+
+def test_a_lingering_gateway_exits_once_its_clients_close_their_idle_connections(engine: str, tmp_path: Path) -> None:
+    with cascade_serve(tmp_path, engine, LINGERING) as gateway:
+        with httpx.Client(base_url=gateway.url, timeout=5, trust_env=False) as pool:
+            assert pool.get("/health").status_code == 200
+            gateway.stop(signal.SIGTERM)
+            assert eventually(lambda: not listening(gateway), within_s=5), "still accepting connections"
+            with pytest.raises(AssertionError, match="did not exit"):
+                gateway.wait_exit(1.0)  # lingering for its client
+        assert gateway.wait_exit(30) < 30  # closed by its client (as Envoy does once the gateway fails its check)
+    assert gateway.proc.returncode == 0 and "Traceback" not in gateway.output()
+
+
+@pytest.mark.parametrize("linger", ["-1", "301"])
+def test_a_linger_outside_0_to_300_s_is_one_config_error_naming_the_key(linger: str) -> None:
+    with pytest.raises(ConfigError, match="shutdown_linger_s"):
+        decode_config(ladder_toml("http://127.0.0.1:9", f"[gateway]\nshutdown_linger_s = {linger}\n"))
+    assert decode_config(ladder_toml("http://127.0.0.1:9")).gateway.shutdown_linger_s == 5.0  # the default

@@ -67,6 +67,7 @@ def test_retries_only_before_the_first_byte_and_no_timeout_cuts_a_long_stream() 
     assert cluster["health_checks"][0]["http_health_check"]["path"] == "/ready"
     assert cluster["outlier_detection"]["consecutive_5xx"] > 0
     assert cluster["common_lb_config"]["healthy_panic_threshold"] == {"value": 0}  # never to a gateway known down
+    assert cluster["close_connections_on_host_health_failure"]  # a draining gateway waits for Envoy to close them
     breakers = cluster["circuit_breakers"]["thresholds"][0]
     assert breakers["max_retries"] == breakers["max_requests"] >= 2 * envoy.PER_GATEWAY  # not Envoy's 3 retries
     assert "local_reply_config" in manager  # Envoy's own 503s are OpenAI error objects
