@@ -186,9 +186,8 @@ def answered(client: httpx.Client, url: str, n: int) -> list[int]:
     return statuses
 
 
-def slow_stream(url: str, out: list[str]) -> None:
-    body = {"model": "tier-small", "stream": True,
-            "messages": [{"role": "user", "content": "[fake itl_ms=250 tokens=8] count slowly"}]}
+def slow_stream(url: str, out: list[str], prompt: str = "[fake itl_ms=250 tokens=8] count slowly") -> None:
+    body = {"model": "tier-small", "stream": True, "messages": [{"role": "user", "content": prompt}]}
     try:
         with httpx.stream("POST", f"{url}/v1/chat/completions", json=body, timeout=30, trust_env=False) as response:
             out.append(f"{response.status_code} " + "".join(response.iter_text()))
@@ -198,7 +197,7 @@ def slow_stream(url: str, out: list[str]) -> None:
 
 @contextmanager
 def three_gateways_behind_envoy(tmp_path: Path) -> Iterator[tuple[list[subprocess.Popen[bytes]], list[int], str, str]]:
-    """A fake engine, 3 gateways (a 10 s drain) and Envoy with the generated bootstrap (health checks every 0.5 s),
+    """A fake engine, 3 gateways (a 10 s drain, a 60 s linger) and Envoy with the generated bootstrap (health checks every 0.5 s),
     all healthy: yields (the gateways' processes, their ports, Envoy's URL, its admin URL)."""
     ports = [free_port() for _ in range(3)]
     listen, admin_port = free_port(), free_port()
@@ -208,7 +207,8 @@ def three_gateways_behind_envoy(tmp_path: Path) -> Iterator[tuple[list[subproces
     with ExitStack() as stack:
         engine = stack.enter_context(fake_engine(tmp_path))
         config = tmp_path / "cascade.toml"
-        config.write_text(ladder_toml(engine, "[gateway]\nshutdown_grace_s = 10\n"))
+        # A linger longer than any wait below: a draining gateway exits in time only if Envoy closes its connections.
+        config.write_text(ladder_toml(engine, "[gateway]\nshutdown_grace_s = 10\nshutdown_linger_s = 60\n"))
         gateways = [stack.enter_context(process(
             [*CASCADE, "serve", "--config", str(config), "--host", "127.0.0.1", "--port", str(p)],
             tmp_path / f"gw{i}.log")) for i, p in enumerate(ports)]
@@ -236,11 +236,24 @@ def test_envoy_spreads_requests_and_a_killed_or_draining_gateway_leaves_the_rota
         assert answered(client, url, 30) == [200] * 30  # refused connections retried on another gateway
         assert eventually(lambda: hosts(admin)[ports[0]]["health_flags"] != "healthy", 5)
 
+        # Requests side by side: Envoy opens several connections to gateway 1, idle in its pool afterwards. Once
+        # the drain's first 503 takes gateway 1 out, Envoy sends nothing more on them, so only Envoy closing them
+        # lets the lingering gateway exit within seconds (Envoy 1.40 closes them at once; the bootstrap asks for
+        # it with `close_connections_on_host_health_failure`).
+        overlapping = [threading.Thread(target=slow_stream, args=(url, [], "[fake itl_ms=100 tokens=3] hi"))
+                       for _ in range(12)]
+        for thread in overlapping:
+            thread.start()
+        for thread in overlapping:
+            thread.join(30)
+
         streams: list[str] = []
         threads = [threading.Thread(target=slow_stream, args=(url, streams)) for _ in range(4)]
         for thread in threads:
             thread.start()
         assert eventually(lambda: int(hosts(admin)[ports[1]].get("rq_active", 0)) >= 1, 5)
+        pool = hosts(admin)[ports[1]]
+        assert int(pool["cx_active"]) - int(pool["rq_active"]) >= 2  # idle beside the streams (and the first 503)
         gateways[1].send_signal(signal.SIGTERM)  # drains: /ready and new requests 503, its streams go on
         assert answered(client, url, 30) == [200] * 30  # its 503s retried elsewhere: not one failed request
         assert eventually(lambda: "failed_active_hc" in hosts(admin)[ports[1]]["health_flags"], 5)
@@ -248,7 +261,7 @@ def test_envoy_spreads_requests_and_a_killed_or_draining_gateway_leaves_the_rota
             thread.join(30)
         assert len(streams) == 4 and all(s.startswith("200 ") and s.rstrip().endswith("data: [DONE]") for s in streams)
         assert all("t7 " in s for s in streams)  # every token of the streams the draining gateway had
-        assert gateways[1].wait(15) == 0
+        assert gateways[1].wait(5) == 0  # Envoy closed its pooled connections once the gateway failed its check
         after = {port: int(hosts(admin)[port]["rq_total"]) - spread[port] for port in ports}
         assert after[ports[2]] >= 30 and after[ports[0]] <= 2, after  # the dead one got at most its 2 refusals
 
