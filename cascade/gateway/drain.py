@@ -17,8 +17,8 @@ answers a request that has no response yet with a plain-text 500. The gateway's 
 4. Idle keep-alive connections (a load balancer's pool) stay open until `[gateway] shutdown_linger_s`
    after the signal, or until their clients close them, whichever is first. Closing one under a client
    that is writing a request on it at that moment resets that request before any answer, and a proxy
-   cannot tell whether it was served, so it does not retry it: the scale-out soak saw exactly that
-   503 ("connection termination") at the end of a drain. Lingering until the load balancer has seen
+   cannot tell whether it was served, so it does not retry it (a 503 "connection termination"; the
+   scale-out soak in CI once failed one such request outside its kill). Lingering until the load balancer has seen
    /ready fail (or a 503 with the header above), and has closed its connections itself, leaves no such
    moment. A gateway with no open connection (no load balancer, no keep-alive client) does not linger.
 5. Then the idle connections left are closed, uvicorn runs the app's shutdown (backends closed, embedded
@@ -70,6 +70,11 @@ def shutdown_stream_end() -> bytes:
     return sse(shutdown_error()) + DONE
 
 
+def longest_drain_s(grace_s: float, linger_s: float) -> float:
+    """The longest a drain takes: the grace, the ended requests' last bytes, or the linger, whichever is longer."""
+    return max(grace_s + _END_S, linger_s)
+
+
 class Drain:
     """One gateway's shutdown state; the app reads it, the connections drive it."""
 
@@ -109,9 +114,9 @@ class Drain:
             while requests and loop.time() < deadline:
                 await asyncio.sleep(_POLL_S / 5)
         linger_until = started + self.linger_s
-        if open_connections() and loop.time() < linger_until:
+        if (left := open_connections()) and loop.time() < linger_until:
             log.info("shutting down: %d idle connections stay open up to %.1f s more, until their clients close them",
-                     open_connections(), linger_until - loop.time())
+                     left, linger_until - loop.time())
         while open_connections() and loop.time() < linger_until:
             await asyncio.sleep(_POLL_S)
         self.done = True

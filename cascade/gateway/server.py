@@ -15,6 +15,7 @@ from cascade.errors import ConfigError
 from cascade.gateway.admission_redis import RedisPlaces
 from cascade.gateway.app import create_app
 from cascade.gateway.chat_asgi import ChatCompletionsASGI
+from cascade.gateway.drain import longest_drain_s
 from cascade.gateway.engine_load import EngineLoadCollector, TierEngines
 from cascade.gateway.metrics import GatewayMetrics
 from cascade.gateway.ratelimit_redis import RedisRateLimiter
@@ -130,7 +131,7 @@ def run(
     if after != before:
         log.info("open files limit raised from %d to %d", before, after)
     # The drain ends what is left when its grace runs out; uvicorn's own timeout is only a backstop.
-    grace = math.ceil(max(config.gateway.shutdown_grace_s + 2, config.gateway.shutdown_linger_s)) + 5
+    grace = math.ceil(longest_drain_s(config.gateway.shutdown_grace_s, config.gateway.shutdown_linger_s)) + 5
     options: dict[str, Any] = dict(host=host, port=port, log_level="warning", access_log=False, http=GatewayProtocol,
                                    ws="none", timeout_graceful_shutdown=grace, backlog=4096)
     if processes > 1:

@@ -197,8 +197,8 @@ def slow_stream(url: str, out: list[str], prompt: str = "[fake itl_ms=250 tokens
 
 @contextmanager
 def three_gateways_behind_envoy(tmp_path: Path) -> Iterator[tuple[list[subprocess.Popen[bytes]], list[int], str, str]]:
-    """A fake engine, 3 gateways (a 10 s drain, a 60 s linger) and Envoy with the generated bootstrap (health checks every 0.5 s),
-    all healthy: yields (the gateways' processes, their ports, Envoy's URL, its admin URL)."""
+    """A fake engine, 3 gateways (a 10 s drain, a 60 s linger) and Envoy with the generated bootstrap (health
+    checks every 0.5 s), all healthy: yields (the gateways' processes, their ports, Envoy's URL, its admin URL)."""
     ports = [free_port() for _ in range(3)]
     listen, admin_port = free_port(), free_port()
     bootstrap = envoy.bootstrap([envoy.Gateway("127.0.0.1", p) for p in ports], "127.0.0.1", listen, admin_port,
