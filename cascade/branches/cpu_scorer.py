@@ -29,7 +29,10 @@ from cascade.branches.scoring import STEP_SEPARATOR
 
 _NUM = r"\$?\d[\d,]*(?:\.\d+)?%?"
 _OP = r"[-+*/x×÷]"
-_CLAIM = re.compile(rf"({_NUM}(?:\s*{_OP}\s*{_NUM})+)\s*=\s*({_NUM})")
+# A chain of numbers and operators (atomic), then optionally `= result`; else a number alone. Every chain and every
+# number is consumed by one match, so the search never restarts inside one: linear time. (`(NUM(?:OP NUM)+)=NUM`
+# rescanned a run of digits, or a long chain without `=`, from each of its positions: quadratic.)
+_CLAIM = re.compile(rf"((?>{_NUM}(?:\s*{_OP}\s*{_NUM})+))(?:\s*=\s*({_NUM}))?|{_NUM}")
 _TOKEN = re.compile(rf"{_NUM}|{_OP}")
 
 
@@ -127,6 +130,8 @@ def _check_claims(plain: str) -> tuple[int, int, set[float]]:
     right = wrong = 0
     results: set[float] = set()
     for expression, result in _CLAIM.findall(plain):
+        if not result:
+            continue  # a number alone, or a chain that claims nothing
         try:
             claimed = _number(result)
         except ValueError:

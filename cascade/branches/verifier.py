@@ -43,7 +43,9 @@ YES_SPELLINGS = ("Yes", " Yes", "yes", " yes")
 NO_SPELLINGS = ("No", " No", "no", " no")
 
 _PRM_INPUT = re.compile(
-    r"\A<\|im_start\|>system\n.*?<\|im_end\|>\n<\|im_start\|>user\n(?P<question>.*?)<\|im_end\|>\n"
+    # The system part is atomic: it ends at the first <|im_end|>, and a question full of chat markers is not tried
+    # against every later one (quadratic).
+    r"\A<\|im_start\|>system\n(?>.*?<\|im_end\|>\n)<\|im_start\|>user\n(?P<question>.*?)<\|im_end\|>\n"
     r"<\|im_start\|>assistant\n(?P<response>.*)\Z", re.DOTALL)
 
 

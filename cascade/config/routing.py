@@ -88,6 +88,10 @@ class RoutingConfig(Strict, frozen=True):
     accept: dict[str, list[float]] = msgspec.field(default_factory=dict)
     # Thresholds per named operating point (ascending, n_tiers - 1 values); a plan file overrides them.
     operating_points: dict[str, list[float]] = msgspec.field(default_factory=dict)
+    # The router reads at most this many characters of a prompt (the last user message): its first and last halves
+    # when longer. Routing work per request is then bounded, whatever the body holds; every committed router was
+    # trained on prompts far shorter (GSM8K questions are under 1,000 characters), so none is changed by it.
+    max_prompt_chars: Annotated[int, msgspec.Meta(ge=256, le=1_000_000)] = 8192
     load: LoadReactiveConfig = LoadReactiveConfig()
     engine_load: EngineLoadConfig = EngineLoadConfig()
     confidence: AnswerConfidenceConfig = AnswerConfidenceConfig()

@@ -25,9 +25,12 @@ _LETTER_ANSWER_RE = re.compile(
     r"\b(?:answer|option|choice)\b\W{0,3}\s*(?:is\b|:|=)?\s*(?:option\s*)?[(*]*\s*((?-i:[A-J]))\b(?![a-z'])",
     re.IGNORECASE)
 _LETTER_ALONE_RE = re.compile(r"^\s*\(?([A-J])\)?(?:[.:)\s]|$)")
-_LETTER_ONLY_RE = re.compile(r"\s*\(?[A-Ja-j]\)?\.?\s*")
+_LETTER_ONLY_RE = re.compile(r"\(?[A-Ja-j]\)?\.?")  # fullmatched on stripped text
 _LETTER_PAREN_RE = re.compile(r"\(([A-J])\)")
-_WORD_EDGES = re.compile(r"^[\s\"'`*_]+|[\s\"'`*_.!?,;:]+$")
+# Edges trimmed before comparing text answers. The trailing run must start where the run does (the lookbehind):
+# else a run of punctuation inside the text is rescanned from each of its characters (quadratic).
+_LEADING_EDGE = re.compile(r"[\s\"'`*_]+")
+_TRAILING_EDGE = re.compile(r"(?<![\s\"'`*_.!?,;:])[\s\"'`*_.!?,;:]+\Z")
 
 
 def to_number(text: str) -> Decimal | None:
@@ -92,17 +95,21 @@ def choice_letter(text: str) -> str | None:
 
 
 def _normal_text(text: str) -> str:
-    return " ".join(_WORD_EDGES.sub("", text).lower().split())
+    leading = _LEADING_EDGE.match(text)
+    body = text[leading.end():] if leading else text
+    trailing = _TRAILING_EDGE.search(body)
+    return " ".join((body[:trailing.start()] if trailing else body).lower().split())
 
 
-_NUMERIC_REFERENCE_RE = re.compile(r"\s*(?:" + _NUMBER + r")\s*%?\s*[A-Za-z]*\.?\s*")
+# Fullmatched on stripped text; `\s*(?:%\s*)?`, not `\s*%?\s*`, so that a run of spaces has one way to match.
+_NUMERIC_REFERENCE_RE = re.compile(r"(?:" + _NUMBER + r")\s*(?:%\s*)?[A-Za-z]*\.?")
 
 
 def reference_kind(answer: str) -> str:
     """`letter` (multiple choice), `number` (optionally with one unit word) or `text`."""
     if len(answer.strip()) == 1 and "A" <= answer.strip().upper() <= "J":
         return "letter"
-    if _NUMERIC_REFERENCE_RE.fullmatch(answer):
+    if _NUMERIC_REFERENCE_RE.fullmatch(answer.strip()):
         return "number"
     return "text"
 
@@ -130,7 +137,7 @@ def answer_key(response: str) -> str | None:
     letters = _LETTER_ANSWER_RE.findall(response)
     if letters:
         return str(letters[-1]).upper()
-    if _LETTER_ONLY_RE.fullmatch(response):
+    if _LETTER_ONLY_RE.fullmatch(response.strip()):
         return response.strip(" ().").upper()
     matches = _ANSWER_RE.findall(response)
     lines = [line for line in response.strip().splitlines() if line.strip()]

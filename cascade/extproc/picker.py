@@ -34,7 +34,7 @@ from cascade.config import CascadeConfig
 from cascade.errors import CascadeError, ConfigError, InvalidRequest
 from cascade.extproc.engines import TierEngine, tier_engines
 from cascade.extproc.metrics import ExtprocMetrics
-from cascade.gateway.app import decode_chat_request
+from cascade.gateway.bodies import decode_chat_request
 from cascade.gateway.errors import error_reply, error_response
 from cascade.gateway.intake import read_body
 from cascade.gateway.metrics import GatewayMetrics
@@ -155,9 +155,9 @@ class TierPicker:
     async def _pick(self, headers: Mapping[str, str], body: bytes) -> Routed:
         tenant = self.keyring.authenticate(headers.get("authorization", ""))
         raw = await read_body(_chunks(body), headers.get("content-length"), self.service.limits.max_body_bytes)
-        req = decode_chat_request(raw)
+        req = decode_chat_request(raw, max_depth=self.service.limits.max_json_depth)
         hint = headers.get(HINT_HEADER)
-        decision = self.service.route(req, hint_header=hint)
+        decision = await self.service.route(req, hint_header=hint)
         if self.gateway and (req.branches is not None or self.service.tiers[decision.tier].config.branches > 1):
             return self._to_gateway(req, decision)  # the gateway checks the key's limits itself: counted once
         if req.branches is not None:

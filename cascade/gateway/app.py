@@ -3,6 +3,7 @@ cascade/gateway/chat_asgi.py), OpenAI error objects for every failure."""
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -12,7 +13,8 @@ from litestar import Litestar, Request, Response, get, post
 from litestar.exceptions import HTTPException
 
 from cascade.config import ApiKey
-from cascade.errors import CascadeError, InvalidRequest
+from cascade.errors import CascadeError
+from cascade.gateway.bodies import decode_chat_request
 from cascade.gateway.chat_asgi import ChatCompletionsASGI
 from cascade.gateway.errors import error_reply, error_response, internal_error
 from cascade.gateway.intake import read_body
@@ -20,10 +22,8 @@ from cascade.gateway.openapi import openapi_json
 from cascade.gateway.ratelimit import LocalRateLimiter, RateLimiter
 from cascade.gateway.service import ChatService
 from cascade.gateway.tenants import Keyring, Tenants
-from cascade.schemas import ChatCompletionRequest
 
 log = logging.getLogger("cascade.gateway")
-_decode_request = msgspec.json.Decoder(ChatCompletionRequest).decode
 _encode = msgspec.json.Encoder().encode
 _JSON = "application/json"
 
@@ -49,8 +49,8 @@ def create_app(
         keyring.authenticate(request.headers.get("authorization", ""))
         raw = await read_body(request.stream(), request.headers.get("content-length"),
                               service.limits.max_body_bytes)
-        req = decode_chat_request(raw)
-        decision = service.route(req, hint_header=request.headers.get("x-cascade-quality"))
+        req = decode_chat_request(raw, max_depth=service.limits.max_json_depth)
+        decision = await service.route(req, hint_header=request.headers.get("x-cascade-quality"))
         return Response(_encode(decision), media_type=_JSON, headers={"X-Cascade-Tier": decision.tier_name})
 
     @get("/v1/models")
@@ -121,60 +121,8 @@ def create_app(
         debug=False,
     )
     # The hot route bypasses the framework (cascade/gateway/chat_asgi.py says why).
-    return ChatCompletionsASGI(litestar, service, keyring, tenants, decode_chat_request)
-
-
-def decode_chat_request(raw: bytes) -> ChatCompletionRequest:
-    if not raw.strip():
-        raise InvalidRequest("request body is empty; send a JSON chat completion request", None, "invalid_json")
-    try:
-        return _decode_request(raw)
-    except msgspec.ValidationError as exc:
-        if str(exc).startswith("Expected `int") and "got `float`" in str(exc):  # `int` or `int | null`
-            whole = _with_whole_floats_as_ints(raw)  # OpenAI accepts `"n": 2.0`; only the error path pays
-            if whole is not None:
-                return whole
-        message, param = _validation_param(str(exc))
-        raise InvalidRequest(message, param, "invalid_type") from None
-    except msgspec.DecodeError as exc:
-        raise InvalidRequest(f"request body is not valid JSON: {exc}", None, "invalid_json") from None
-    except UnicodeDecodeError as exc:
-        raise InvalidRequest(f"request body is not valid UTF-8 (byte {exc.start} of a JSON string)", None,
-                             "invalid_json") from None
-
-
-def _with_whole_floats_as_ints(raw: bytes) -> ChatCompletionRequest | None:
-    """The request with every whole-number float (2.0) read as an int, or None if it is still invalid
-    (the caller then reports the original error)."""
-
-    def whole(value: Any) -> Any:
-        if isinstance(value, float) and value.is_integer():
-            return int(value)
-        if isinstance(value, dict):
-            return {k: whole(v) for k, v in value.items()}
-        if isinstance(value, list):
-            return [whole(v) for v in value]
-        return value
-
-    try:
-        return msgspec.convert(whole(msgspec.json.decode(raw)), ChatCompletionRequest)
-    except (msgspec.MsgspecError, UnicodeDecodeError):
-        return None
-
-
-def _validation_param(message: str) -> tuple[str, str | None]:
-    """msgspec: 'Expected `int`, got `str` - at `$.n`' -> ('... at `n`', 'n')."""
-    text, _, where = message.partition(" - at `$")
-    path = where.rstrip("`").lstrip(".") or None
-    if text.startswith("Object contains unknown field"):
-        field = text.split("`")[1]
-        path = f"{path}.{field}" if path else field
-        return f"unrecognized request argument supplied: `{path}`", path
-    if text.startswith("Object missing required field"):
-        field = text.split("`")[1]
-        path = f"{path}.{field}" if path else field
-        return f"missing required parameter: `{path}`", path
-    return (f"invalid value for `{path}`: {text}" if path else text), path
+    return ChatCompletionsASGI(litestar, service, keyring, tenants,
+                               functools.partial(decode_chat_request, max_depth=service.limits.max_json_depth))
 
 
 __all__ = ["create_app", "decode_chat_request"]

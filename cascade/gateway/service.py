@@ -45,6 +45,8 @@ from cascade.schemas import ChatCompletion, ChatCompletionRequest, ModelCard, Mo
 from cascade.tiers import Tier
 
 ROUTED_MODEL = "cascade"
+# Prompts up to this many characters are routed on the event loop (under a millisecond); longer ones in a thread.
+INLINE_ROUTING_CHARS = 1024
 
 
 class ServiceConfig(msgspec.Struct, frozen=True, kw_only=True):
@@ -106,9 +108,9 @@ class ChatService:
         ids = [ROUTED_MODEL, *(f"{ROUTED_MODEL}:{h}" for h in NAMED_HINTS), *self.by_name]
         return ModelList(data=[ModelCard(id=i) for i in ids])
 
-    def route(self, req: ChatCompletionRequest, *, hint_header: str | None = None) -> RouteDecision:
+    async def route(self, req: ChatCompletionRequest, *, hint_header: str | None = None) -> RouteDecision:
         """What `chat` would do with `req`, without serving it (`POST /v1/route`); a bad request fails the same."""
-        decision, _ = self._decide(req, hint_header)
+        decision, _ = await self._decide(req, hint_header)
         return responses.route_decision(decision, self.tiers)
 
     async def chat(self, req: ChatCompletionRequest, *, hint_header: str | None = None,
@@ -120,7 +122,7 @@ class ChatService:
         place goes back, with its upstreams, when its frames end or are closed (`aclose`; the caller must).
         `client`: whether the client has left, read when the work is cancelled or the stream closed early (a
         disconnect, counted once per request)."""
-        decision, max_tokens = self._decide(req, hint_header)
+        decision, max_tokens = await self._decide(req, hint_header)
         asked = decision.tier.name
         await self.admission.admit()
         frames = None
@@ -158,11 +160,11 @@ class ChatService:
         if client is not None and client.gone:
             self.metrics.disconnects.labels(asked).inc()
 
-    def _decide(self, req: ChatCompletionRequest, header_hint: str | None) -> tuple[Decision, int]:
+    async def _decide(self, req: ChatCompletionRequest, header_hint: str | None) -> tuple[Decision, int]:
         """Validate, route, and check every tier the request may reach: a bad request fails here, before any
         header. Returns the decision and the max_tokens to use (0: each tier's default)."""
         max_tokens = validate(req, self.limits)
-        routing = self._route(req, header_hint)
+        routing = await self._route(req, header_hint)
         used = forwarded(req)
         branches = {i: check_tier(req, self.tiers[i], self.limits, used) for i in routing.itinerary.reachable()}
         degraded = routing.degraded
@@ -179,7 +181,7 @@ class ChatService:
         self.telemetry.degraded(decision)
         return decision, max_tokens
 
-    def _route(self, req: ChatCompletionRequest, header_hint: str | None) -> Routing:
+    async def _route(self, req: ChatCompletionRequest, header_hint: str | None) -> Routing:
         model = req.model
         # Hints are checked even when a tier name makes them moot: a bad value is the client's mistake.
         body_hint, header = parse_hint(req.quality, "quality"), parse_hint(header_hint, "X-Cascade-Quality")
@@ -190,7 +192,14 @@ class ChatService:
             raise UnknownModel(model, [m.id for m in self.model_list().data])
         hint = body_hint or header or parse_hint(alias or None, "model") or self.default_hint
         start = time.perf_counter()
-        routing = self.router.itinerary(question_of(req.messages), hint)
+        prompt = question_of(req.messages)
+        # The router reads at most `max_prompt_chars` (router.py `routed_text`): about 0.6 us per character with the
+        # embedded learned router, so a long prompt is assessed in a worker thread and the loop keeps serving.
+        if len(prompt) <= INLINE_ROUTING_CHARS:
+            assessed = self.router.assess(prompt)
+        else:
+            assessed = await asyncio.to_thread(self.router.assess, prompt)
+        routing = self.router.decide(assessed, hint)
         self.metrics.decision_latency.observe(time.perf_counter() - start)
         route = routing.itinerary.route
         if route is not None and route.assessment.out_of_domain:

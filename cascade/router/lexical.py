@@ -8,8 +8,10 @@ import re
 
 _NUMBER = re.compile(r"\d[\d,]*(?:\.\d+)?")
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+")
-_OPTION = re.compile(r"^\s*\(?([A-J])[.)]\s+(.*)$", re.MULTILINE)
+# Within one line: `\s` would span lines, and a run of newlines then costs a rescan from every line start (quadratic).
+_OPTION = re.compile(r"^[ \t]*\(?([A-J])[.)][ \t]+(.*)$", re.MULTILINE)
 _TOKEN = re.compile(r"[a-z]+")
+MAX_NUMBER = 1e15  # numbers above it count as it (no prompt the routers were trained on comes near it)
 
 # Word categories, counted on lower-cased letter tokens with one dict lookup per token (regexes with
 # IGNORECASE and alternations cost ~25 us each; this whole block costs a few us per prompt).
@@ -90,7 +92,9 @@ def lexical_features(prompt: str) -> list[float]:
     n_words = max(1, len(words))
     sentences = [s for s in _SENTENCE_END.split(prompt.strip()) if s]
     numbers = _NUMBER.findall(prompt)
-    values = [float(v) for v in (n.replace(",", "") for n in numbers) if v.replace(".", "", 1).isdigit()]
+    # Capped: a number of 309 digits or more reads as inf, and inf - inf is NaN, which no classifier takes.
+    values = [min(float(v), MAX_NUMBER) for v in (n.replace(",", "") for n in numbers)
+              if v.replace(".", "", 1).isdigit()]
     question = sentences[-1] if sentences else prompt
     capitalised = {w.strip(".,?!;:'\"()") for w in words[1:] if w[:1].isupper()}
     options = [len(m.group(2)) for m in _OPTION.finditer(prompt)]

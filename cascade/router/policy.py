@@ -82,6 +82,13 @@ class Route(msgspec.Struct, frozen=True, kw_only=True):
     router: str  # the signal that decided: the configured one, or "heuristic" for an out-of-domain prompt
 
 
+class Assessed(msgspec.Struct, frozen=True, kw_only=True):
+    """A prompt's assessment and the signal that made it (the configured one, or "heuristic" out of domain)."""
+
+    assessment: Assessment
+    router: str
+
+
 class RoutingSignal(Protocol):
     name: str  # reported as `cascade.router`
 
@@ -162,13 +169,22 @@ class RoutingPolicy:
                 or thresholds_for_target(hint.target, self.n_tiers))
 
     def route(self, text: str, hint: QualityHint) -> Route:
+        return self.place(self.assess(text), hint)
+
+    def assess(self, text: str) -> Assessed:
+        """What the signal says of `text`, and which signal decides: the costly, pure part of routing (no hint, no
+        state), which the gateway may run in a worker thread."""
         assessment = self.signal.assess(text)
         if not assessment.out_of_domain:
-            return self._place(assessment, hint, self.signal.name)
+            return Assessed(assessment=assessment, router=self.signal.name)
         fallback = HeuristicSignal().assess(text)
         # The learned p_fail stays in the answer (what the router said), marked as out of domain.
-        return self._place(msgspec.structs.replace(fallback, p_fail=assessment.p_fail, out_of_domain=True), hint,
-                           HeuristicSignal.name)
+        return Assessed(assessment=msgspec.structs.replace(fallback, p_fail=assessment.p_fail, out_of_domain=True),
+                        router=HeuristicSignal.name)
+
+    def place(self, assessed: Assessed, hint: QualityHint) -> Route:
+        """The tier an assessed prompt goes to under `hint`'s operating point."""
+        return self._place(assessed.assessment, hint, assessed.router)
 
     def reroute(self, route: Route, hint: QualityHint) -> Route:
         """`route`'s prompt under another hint's operating point (the assessment is kept: no second featurizing)."""

@@ -3,6 +3,8 @@ gateway asks one question per request and gets plain data back.
 
     router = Router(shapes, routing_config, signal, load)       # built once, from plain data
     routing = router.itinerary(prompt, hint)                    # per request: a frozen `Routing`
+    # or, with the costly part apart (the gateway runs it in a worker thread for a long prompt):
+    routing = router.decide(router.assess(prompt), hint)
     served = await routing.itinerary.serve(ladder)              # the gateway's `Ladder`: the only way back up
 
 Plan (issue 32, item 1), in the manner of branches/sart.py and router/escalation.py:
@@ -30,7 +32,7 @@ import msgspec
 from cascade.config import RoutingConfig
 from cascade.router.escalation import Itinerary, Pinned, serving_mode
 from cascade.router.load import Headroom, TierLoad, TierShape, capacities
-from cascade.router.policy import QualityHint, Route, RoutingPolicy, RoutingSignal
+from cascade.router.policy import Assessed, QualityHint, Route, RoutingPolicy, RoutingSignal
 from cascade.schemas import Degradation
 
 CHEAPER = {"best": "balanced", "balanced": "fast"}
@@ -70,6 +72,7 @@ class Router:
                  clock: Callable[[], float] = time.monotonic) -> None:
         config = config or RoutingConfig()
         self.names = [t.name for t in tiers]
+        self.max_prompt_chars = config.max_prompt_chars
         self.policy = RoutingPolicy(len(tiers), config.operating_points, signal)
         self.mode = serving_mode(config.mode, len(tiers), config.accept, fallback)
         self.load = config.load
@@ -83,7 +86,16 @@ class Router:
 
     def itinerary(self, prompt: str, hint: QualityHint) -> Routing:
         """Where `prompt` goes under `hint`, given the tiers' load now."""
-        route = self.policy.route(prompt, hint)
+        return self.decide(self.assess(prompt), hint)
+
+    def assess(self, prompt: str) -> Assessed:
+        """The routing signal's verdict on `prompt` (at most `max_prompt_chars` of it: `routed_text`). Pure and
+        thread-safe: it reads no load and changes nothing, so a caller may run it off its event loop."""
+        return self.policy.assess(routed_text(prompt, self.max_prompt_chars))
+
+    def decide(self, assessed: Assessed, hint: QualityHint) -> Routing:
+        """Where an assessed prompt goes under `hint`, given the tiers' load now (cheap; on the caller's loop)."""
+        route = self.policy.place(assessed, hint)
         itinerary = self.mode.itinerary(route, hint)
         headroom = self.headroom
         if headroom is None or not self._movable(hint):
@@ -121,3 +133,12 @@ class Router:
                 continue  # the same way along the ladder: nothing gained, nothing to report
             return candidate, Degradation(requested=hint.name, served=name, tier=self.names[hot[0]], reason=hot[1])
         return itinerary, None
+
+
+def routed_text(prompt: str, limit: int) -> str:
+    """What the router reads of `prompt`: all of it up to `limit` characters, else its first and last halves (a
+    question's setting comes first and what it asks last), joined by a newline."""
+    if len(prompt) <= limit:
+        return prompt
+    half = (limit - 1) // 2
+    return f"{prompt[:half]}\n{prompt[-half:]}"

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from cascade.config import decode_config
 from cascade.extproc.picker import Routed, TierPicker
-from cascade.gateway.app import decode_chat_request
+from cascade.gateway.bodies import decode_chat_request
 from cascade.gateway.server import Gateway
 from cascade.testing import ladder_toml
 from tests.learned_router import EASY, HARD
@@ -26,7 +26,7 @@ def test_the_learned_router_decides_as_in_the_gateway(router_dir: Path) -> None:
             verdict = asyncio.run(picker.pick({":path": "/v1/chat/completions", ":method": "POST"},
                                               json.dumps(body).encode()))
             assert isinstance(verdict, Routed)
-            expected = gateway.service.route(decode_chat_request(json.dumps(body).encode()))
+            expected = asyncio.run(gateway.service.route(decode_chat_request(json.dumps(body).encode())))
             assert verdict.decision == expected and verdict.decision.router == "learned"
             tiers.add(verdict.tier)
     assert len(tiers) > 1  # the prompts and hints reach more than one tier

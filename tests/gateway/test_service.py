@@ -244,7 +244,7 @@ def test_a_stream_whose_upstream_fails_before_any_token_gives_its_place_back() -
 
 def test_the_route_entry_decides_without_serving_or_admitting() -> None:
     async def work(service: ChatService) -> tuple[str, int]:
-        decision = service.route(request(model="cascade:fast"))
+        decision = await service.route(request(model="cascade:fast"))
         return decision.tier_name, service.admission.in_flight
 
     (tier, in_flight), engine = with_service("route", work)
@@ -277,7 +277,7 @@ def test_a_cascaded_stream_is_admitted_to_its_first_tier_before_its_first_frame_
     # upstream streams) before anything is sent, so a second stream finds the tier full and is refused (a 429).
     async def work(service: ChatService) -> tuple[bytes, int, int, str, tuple[int, int, int]]:
         req = request(stream=True, n=2, messages=user("[fake itl_ms=200] hi"))
-        first = service.by_name[service.route(req).tier_name].index
+        first = service.by_name[(await service.route(req)).tier_name].index
         admission = service.admission
         reply = await streamed(service, req)
         try:

@@ -1,0 +1,135 @@
+"""Decoding a chat completion request body: bounded work per byte, a 400 naming what is wrong, never a traceback.
+
+    req = decode_chat_request(raw, max_depth=limits.max_json_depth)
+
+* **Nesting.** msgspec recurses per level and raises RecursionError near Python's recursion limit (a tool schema
+  3,000 levels deep was a 500 with a traceback). The body's depth is checked before decoding: skipped when it has no
+  more `[`/`{` than the limit (almost every body), else measured on its brackets outside strings (a regex that
+  consumes each string once, then numpy over what is left), linear in the body's length whatever it holds.
+* **Whole floats.** OpenAI accepts `"n": 2.0` where an integer is meant. The typed decode refuses it; the path in
+  msgspec's error then names the field, that one value is made an int and the decoded body converted again (C
+  work, at most `MAX_WHOLE_FLOATS` times, on top-level and `branches` fields only): no Python walk over the body.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import msgspec
+import numpy as np
+
+from cascade.errors import InvalidRequest
+from cascade.schemas import ChatCompletionRequest
+
+_decode_request = msgspec.json.Decoder(ChatCompletionRequest).decode
+_decode_any = msgspec.json.Decoder().decode
+
+# One JSON string, from its quote to its closing quote or to the end of the body (an unterminated one): possessive,
+# so a match never fails once started and the search never rescans a string (`"\"\"\"...` stays linear).
+_JSON_STRING = re.compile(rb'(?s)"(?:[^"\\]++|\\.)*+(?:"|\\?\Z)')
+_NOT_BRACKETS = bytes(b for b in range(256) if b not in b"[]{}")
+_OPENERS = np.frombuffer(b"[{", dtype=np.uint8)
+# The int fields OpenAI also accepts as whole floats: the request's own and its `branches` override's.
+MAX_WHOLE_FLOATS = 12
+_WHOLE_FLOAT_PATH = re.compile(r"(?:branches\.)?[a-z_]{1,32}")
+
+
+def json_depth(raw: bytes) -> int:
+    """How deep the arrays and objects of `raw` nest (0 for a scalar), brackets inside strings not counted."""
+    skeleton = np.frombuffer(_JSON_STRING.sub(b"", raw).translate(None, _NOT_BRACKETS), dtype=np.uint8)
+    if not len(skeleton):
+        return 0
+    steps = np.where(np.isin(skeleton, _OPENERS), 1, -1)
+    return max(0, int(np.cumsum(steps).max()))
+
+
+def check_depth(raw: bytes, max_depth: int) -> None:
+    """InvalidRequest when `raw` nests deeper than `max_depth`."""
+    if raw.count(b"[") + raw.count(b"{") <= max_depth:
+        return  # cannot nest deeper than it has brackets
+    depth = json_depth(raw)
+    if depth > max_depth:
+        raise InvalidRequest(f"request body nests {depth} levels deep; the limit is {max_depth} "
+                             "([gateway.limits] max_json_depth)", None, "nesting_too_deep")
+
+
+def decode_chat_request(raw: bytes, *, max_depth: int = 64) -> ChatCompletionRequest:
+    if not raw.strip():
+        raise InvalidRequest("request body is empty; send a JSON chat completion request", None, "invalid_json")
+    check_depth(raw, max_depth)
+    try:
+        return _decode_request(raw)
+    except msgspec.ValidationError as exc:
+        error = str(exc)
+        if _whole_float_path(error) is not None:
+            whole = _with_whole_floats(raw)  # OpenAI accepts `"n": 2.0`; only this error's path pays
+            if isinstance(whole, ChatCompletionRequest):
+                return whole
+            error = whole or error
+        message, param = _validation_param(error)
+        raise InvalidRequest(message, param, "invalid_type") from None
+    except msgspec.DecodeError as exc:
+        raise InvalidRequest(f"request body is not valid JSON: {exc}", None, "invalid_json") from None
+    except UnicodeDecodeError as exc:
+        raise InvalidRequest(f"request body is not valid UTF-8 (byte {exc.start} of a JSON string)", None,
+                             "invalid_json") from None
+    except RecursionError:  # cannot happen under check_depth's limit; never a traceback if it does
+        raise InvalidRequest("request body nests too deep to decode", None, "nesting_too_deep") from None
+
+
+def _whole_float_path(message: str) -> list[str] | None:
+    """The field path of msgspec's "Expected `int...`, got `float` - at `$.a.b`", when it is one OpenAI would
+    accept a whole float for (a top-level or `branches` field), else None."""
+    if not (message.startswith("Expected `int") and "got `float`" in message):  # `int` or `int | null`
+        return None
+    _, _, where = message.partition(" - at `$.")
+    path = where.rstrip("`")
+    return path.split(".") if _WHOLE_FLOAT_PATH.fullmatch(path) else None
+
+
+def _with_whole_floats(raw: bytes) -> ChatCompletionRequest | str | None:
+    """The request with its whole-float int fields read as ints; else the error that is left once they are (a
+    fraction where an int is meant, another field's), or None to report the typed decode's own."""
+    try:
+        body: Any = _decode_any(raw)
+    except (msgspec.MsgspecError, UnicodeDecodeError):
+        return None
+    for _ in range(MAX_WHOLE_FLOATS):
+        try:
+            return msgspec.convert(body, ChatCompletionRequest)
+        except msgspec.ValidationError as exc:
+            path = _whole_float_path(str(exc))
+            *parents, name = path or [""]
+            holder = body
+            for key in parents:
+                holder = holder.get(key) if isinstance(holder, dict) else None
+            value = holder.get(name) if isinstance(holder, dict) else None
+            if path is None or not (isinstance(value, float) and value.is_integer()):
+                return str(exc)
+            assert isinstance(holder, dict)
+            holder[name] = int(value)
+    return None
+
+
+def _validation_param(message: str) -> tuple[str, str | None]:
+    """msgspec: 'Expected `int`, got `str` - at `$.n`' -> ('... at `n`', 'n'). A client's key in it is cut to
+    `SHOWN_KEY_CHARS` (a key may be a megabyte)."""
+    text, _, where = message.partition(" - at `$")
+    path = _cut(where.rstrip("`").lstrip(".")) or None
+    if text.startswith("Object contains unknown field"):
+        field = _cut(text.split("`")[1])
+        path = f"{path}.{field}" if path else field
+        return f"unrecognized request argument supplied: `{path}`", path
+    if text.startswith("Object missing required field"):
+        field = text.split("`")[1]
+        path = f"{path}.{field}" if path else field
+        return f"missing required parameter: `{path}`", path
+    return (f"invalid value for `{path}`: {text}" if path else text), path
+
+
+SHOWN_KEY_CHARS = 64
+
+
+def _cut(text: str) -> str:
+    return text if len(text) <= SHOWN_KEY_CHARS else f"{text[:SHOWN_KEY_CHARS]}..."
