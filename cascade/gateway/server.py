@@ -21,6 +21,7 @@ from cascade.gateway.metrics import GatewayMetrics
 from cascade.gateway.ratelimit_redis import RedisRateLimiter
 from cascade.gateway.redis_store import RedisStore
 from cascade.gateway.service import ChatService, ServiceConfig
+from cascade.gateway.tenants import MIN_KEY_CHARS, MIN_KEY_DISTINCT, weak_plain_keys
 from cascade.gateway.traffic import TrafficLog
 from cascade.ladder import Ladder
 from cascade.plan import load_plan
@@ -125,6 +126,10 @@ def run(
     from cascade.gateway.connections import GatewayProtocol, raise_open_files_limit
 
     _configure_logging(log_level)
+    if not is_loopback(host) and (weak := weak_plain_keys(config.gateway.api_keys)):
+        raise ConfigError(f"{', '.join(weak)} in [gateway] api_keys: too easy to guess for a gateway on {host} "
+                          f"(under {MIN_KEY_CHARS} characters or {MIN_KEY_DISTINCT} distinct ones): make keys with "
+                          "`cascade keys add`, or bind 127.0.0.1")
     if warning := exposure_warning(host, (*config.gateway.api_keys, *(k.name for k in config.gateway.keys))):
         log.warning(warning)
     before, after = raise_open_files_limit()  # inherited by --processes children

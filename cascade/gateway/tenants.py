@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import msgspec
 
 from cascade.config import ApiKey
-from cascade.errors import Forbidden, RateLimited, Unauthorized
+from cascade.errors import ConfigError, Forbidden, RateLimited, Unauthorized
 from cascade.gateway.metrics import GatewayMetrics
 from cascade.gateway.ratelimit import Allowance, RateLimiter
 from cascade.gateway.telemetry import Meter
@@ -38,9 +38,17 @@ class Tenant:
 
 class Keyring:
     def __init__(self, keys: tuple[ApiKey, ...] = (), plain: tuple[str, ...] = ()) -> None:
+        """ConfigError when one key is configured twice (plain or hashed, in either list): which entry would it be?
+        Its limits and permits would depend on the order (a key listed in `api_keys` and, with limits, in
+        `[[gateway.keys]]` lost its limits)."""
         self.tenants = [Tenant(k.name, bytes.fromhex(k.sha256), k.requests_per_minute, k.tokens_per_minute,
                                frozenset(k.hints), frozenset(k.tiers)) for k in keys]
         self.tenants += [Tenant(f"api_keys[{i}]", _digest(key)) for i, key in enumerate(plain)]
+        first: dict[bytes, str] = {}
+        for tenant in self.tenants:
+            if (other := first.setdefault(tenant.digest, tenant.name)) != tenant.name:
+                raise ConfigError(f"one API key is configured twice, as `{other}` and as `{tenant.name}`: keep one "
+                                  "entry per key (a [[gateway.keys]] entry holds its limits and permits)")
 
     def __bool__(self) -> bool:
         return bool(self.tenants)
@@ -63,6 +71,18 @@ class Keyring:
 
 def _digest(key: str) -> bytes:
     return hashlib.sha256(key.encode("utf-8", "surrogateescape")).digest()
+
+
+# A plain key a gateway reachable from the network refuses to start with (`cascade keys add` makes 47 characters).
+MIN_KEY_CHARS = 24
+MIN_KEY_DISTINCT = 8
+
+
+def weak_plain_keys(plain: tuple[str, ...]) -> list[str]:
+    """The `api_keys[i]` entries that are easy to guess: shorter than MIN_KEY_CHARS characters, or made of fewer
+    than MIN_KEY_DISTINCT distinct ones."""
+    return [f"api_keys[{i}]" for i, key in enumerate(plain)
+            if len(key) < MIN_KEY_CHARS or len(set(key)) < MIN_KEY_DISTINCT]
 
 
 @dataclass(frozen=True)

@@ -9,12 +9,16 @@ import re
 import httpx
 import msgspec
 import pytest
+import uvicorn
 
 from cascade.cli import main
+from cascade.config import decode_config
+from cascade.errors import ConfigError
+from cascade.gateway import server
 from cascade.gateway.ratelimit import LocalRateLimiter, duration
-from cascade.gateway.tenants import estimate_tokens
+from cascade.gateway.tenants import Keyring, estimate_tokens
 from cascade.schemas import ChatCompletionRequest
-from cascade.testing import TIERS
+from cascade.testing import TIERS, ladder_toml
 from tests.gateway.gateway_setup import post_chat, running_gateway, user
 
 KEY = "csk-test-key"
@@ -192,3 +196,27 @@ def test_buckets_refill_at_the_limit_per_minute_and_settle_corrects_tokens() -> 
                                                 (1.5, "1.5s"), (0.0, "0ms")])
 def test_reset_durations_read_as_openai_writes_them(seconds: float, text: str) -> None:
     assert duration(seconds) == text
+
+
+def test_a_key_configured_twice_plain_or_hashed_stops_the_gateway_naming_both_entries() -> None:
+    key = "csk-" + "k3y" * 10
+    hashed = f'[[gateway.keys]]\nname = "team-a"\nsha256 = "{hashlib.sha256(key.encode()).hexdigest()}"\n'
+    for extra, names in ((f'[gateway]\napi_keys = ["{key}", "{key}"]\n', ("api_keys[0]", "api_keys[1]")),
+                         (f'[gateway]\napi_keys = ["{key}"]\n{hashed}', ("team-a", "api_keys[0]"))):
+        config = decode_config(ladder_toml("http://127.0.0.1:9", extra))
+        with pytest.raises(ConfigError, match="configured twice") as info:
+            Keyring(config.gateway.keys, config.gateway.api_keys)
+        assert all(f"`{name}`" in str(info.value) for name in names)
+
+
+@pytest.mark.parametrize("key", ["change-me", "a" * 40, "abcabcabcabcabcabcabcabcabcabc"])
+def test_a_weak_plain_key_stops_a_gateway_bound_beyond_loopback(key: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    started: list[str] = []
+    monkeypatch.setattr(uvicorn, "run", lambda app, **options: started.append(options["host"]))  # nothing is bound
+    config = decode_config(ladder_toml("http://127.0.0.1:9", f'[gateway]\napi_keys = ["{key}"]\n'))
+    with pytest.raises(ConfigError, match=r"api_keys\[0\] in \[gateway\] api_keys: too easy to guess"):
+        server.run(config, None, "0.0.0.0", 8000)
+    server.run(config, None, "127.0.0.1", 8000)  # on loopback it is the operator's own business
+    strong = decode_config(ladder_toml("http://127.0.0.1:9", '[gateway]\napi_keys = ["csk-Zq8vW2rT5yL0pN4mK7xB"]\n'))
+    server.run(strong, None, "0.0.0.0", 8000)
+    assert started == ["127.0.0.1", "0.0.0.0"]
