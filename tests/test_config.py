@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from cascade.config import OpenAIBackendConfig, WorkerBackendConfig, decode_config, load_config
+from cascade.config import OpenAIBackendConfig, Timeouts, WorkerBackendConfig, decode_config, load_config
 from cascade.engines.embedded import embedded_config
 from cascade.errors import ConfigError
 
@@ -20,6 +20,14 @@ def test_minimal_config_gets_safe_defaults() -> None:
     assert config.gateway.host == "127.0.0.1"
     assert config.gateway.limits.max_n == 8
     assert isinstance(config.tiers[0].backends[0], OpenAIBackendConfig)
+
+
+def test_engine_health_is_probed_in_the_background_by_default_leaving_sglang_its_own_timeout() -> None:
+    health = decode_config(MINIMAL).gateway.health
+    assert health.enabled and (health.interval_s, health.unhealthy_after, health.healthy_after) == (2.0, 2, 1)
+    assert health.timeout_s >= Timeouts().health_s  # an SGLang probe (a one-token generation) is cut by its own limit
+    tuned = decode_config(MINIMAL + "\n[gateway.health]\ninterval_s = 0.5\ntimeout_s = 3\nunhealthy_after = 3\n")
+    assert (tuned.gateway.health.interval_s, tuned.gateway.health.timeout_s) == (0.5, 3.0)
 
 
 def test_embedded_default_is_a_four_tier_ladder_topped_by_a_greedy_and_a_sampling_15b_worker() -> None:
@@ -106,6 +114,13 @@ def test_example_sglang_config_loads() -> None:
         (MINIMAL.replace('model = "m" }', 'model = "m", unsupported_params = ["logprobs"] }')
          + "prune_confidence = 0.5\n", "tiers[0].prune_confidence` needs token logprobs"),
         (MINIMAL + "prune_confidence = 1.5\n", "tiers[0].prune_confidence"),
+        (MINIMAL + "\n[gateway.health]\ninterval_s = 0\n", "gateway.health.interval_s"),
+        (MINIMAL + "\n[gateway.health]\ninterval_s = 301\n", "gateway.health.interval_s"),
+        (MINIMAL + "\n[gateway.health]\ntimeout_s = 0\n", "gateway.health.timeout_s"),
+        (MINIMAL + "\n[gateway.health]\ntimeout_s = 601\n", "gateway.health.timeout_s"),
+        (MINIMAL + "\n[gateway.health]\nunhealthy_after = 0\n", "gateway.health.unhealthy_after"),
+        (MINIMAL + "\n[gateway.health]\nhealthy_after = 101\n", "gateway.health.healthy_after"),
+        (MINIMAL + "\n[gateway.health]\nperiod_s = 1\n", "unknown key `period_s` in `gateway.health`"),
     ],
 )
 def test_bad_config_fails_naming_the_key(toml: str, expected: str) -> None:

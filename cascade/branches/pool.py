@@ -15,6 +15,13 @@ idea, bounded): replicas that failed at different times must not keep a tier dow
 benches after they recovered. Other requests fail at once (BackendUnavailable with the time to the
 next probe) instead of queueing on dead engines. A health check that passes ends a bench caused by
 a refused connection (the engine restarted) early.
+
+Engine health (`watch_health`, in the gateway): each replica may read its engine's background health poller
+(cascade/branches/health_poller.py). A replica its poller sees down is passed over like a benched one, and is
+not probed with a client's request either, since its poller probes it: when every replica is benched or down, the
+benched ones are probed as above, and a tier whose replicas are all down fails at once with BackendUnavailable
+(route mode then falls back to another tier) instead of waiting out a timeout on a stalled engine. A replica
+with no poller, or one without a verdict yet, is judged by its breaker alone.
 """
 
 from __future__ import annotations
@@ -29,6 +36,7 @@ from typing import Literal
 import msgspec
 
 from cascade.branches.backend import Backend, GenerationRequest, GenerationResult, StreamDelta, collect, incomplete
+from cascade.branches.health_poller import HealthPoller, HealthState
 from cascade.config import FailoverConfig
 from cascade.errors import BackendError, BackendUnavailable, CascadeError, Overloaded
 
@@ -45,6 +53,8 @@ class ReplicaState(msgspec.Struct, frozen=True, kw_only=True):
     consecutive_failures: int
     opened: int  # times its breaker opened
     next_probe_s: float | None  # seconds until it may be probed (open only)
+    health: HealthState = "unknown"  # its engine's background health checks ("unknown": none, or no verdict yet)
+    health_error: str = ""  # why its engine's last health check failed
 
     @property
     def state_code(self) -> int:
@@ -52,8 +62,8 @@ class ReplicaState(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class _Replica:
-    __slots__ = ("attempted_at", "backend", "bench_s", "failures", "opened", "opened_until", "outstanding",
-                 "probing", "refused", "tripped")
+    __slots__ = ("attempted_at", "backend", "bench_s", "failures", "health", "opened", "opened_until", "outstanding",
+                 "passes_at_bench", "probing", "refused", "tripped")
 
     def __init__(self, backend: Backend) -> None:
         self.backend = backend
@@ -66,15 +76,26 @@ class _Replica:
         self.refused = False  # the breaker opened on a refused connection
         self.opened = 0
         self.attempted_at = 0.0  # when a request was last sent to it
+        self.health: HealthPoller | None = None  # its engine's background health checks (the gateway's)
+        self.passes_at_bench = 0  # the health poller's passes when the breaker last opened
 
     def state(self, now: float) -> BreakerState:
         if not self.tripped:
             return "closed"
-        return "open" if now < self.opened_until else "half_open"
+        return "open" if now < self.opened_until and not self._restarted() else "half_open"
+
+    def _restarted(self) -> bool:
+        """Benched for a refused connection, and its engine has passed a health check since: the engine came back
+        (restarted), so the bench ends early and the next request probes it."""
+        return self.refused and self.health is not None and self.health.passes > self.passes_at_bench
+
+    def down(self) -> bool:
+        """Its engine's recent health checks failed (no poller, or no verdict yet: not down)."""
+        return self.health is not None and self.health.down()
 
     def eligible(self, now: float) -> bool:
         state = self.state(now)
-        return state == "closed" or (state == "half_open" and not self.probing)
+        return not self.down() and (state == "closed" or (state == "half_open" and not self.probing))
 
 
 class ReplicaPool:
@@ -91,16 +112,36 @@ class ReplicaPool:
     def outstanding(self) -> int:
         return sum(r.outstanding for r in self._replicas)
 
+    @property
+    def backends(self) -> list[Backend]:
+        """The replicas' backends, in order."""
+        return [r.backend for r in self._replicas]
+
+    def watch_health(self, pollers: Sequence[HealthPoller | None]) -> None:
+        """Read each replica's engine health from these background pollers (one per replica, in order; None: none)."""
+        if len(pollers) != len(self._replicas):
+            raise ValueError(f"pool `{self.name}` has {len(self._replicas)} replicas, got {len(pollers)} pollers")
+        for replica, poller in zip(self._replicas, pollers, strict=True):
+            replica.health = poller
+
     def available(self) -> bool:
-        """Whether a request could be sent now (some replica is not benched)."""
+        """Whether a request could be sent now (some replica is neither benched nor down)."""
         now = time.monotonic()
         return any(r.eligible(now) for r in self._replicas)
+
+    def serving(self) -> bool:
+        """Whether the tier can serve (/ready): some replica is neither benched (open) nor seen down by its health
+        checks. Unlike `available`, a half-open replica that a request is probing now counts."""
+        now = time.monotonic()
+        return any(r.state(now) != "open" and not r.down() for r in self._replicas)
 
     def states(self) -> list[ReplicaState]:
         now = time.monotonic()
         return [ReplicaState(name=r.backend.name, state=r.state(now), outstanding=r.outstanding,
                              consecutive_failures=r.failures, opened=r.opened,
-                             next_probe_s=round(r.opened_until - now, 3) if r.state(now) == "open" else None)
+                             next_probe_s=round(r.opened_until - now, 3) if r.state(now) == "open" else None,
+                             health=r.health.state() if r.health is not None else "unknown",
+                             health_error=r.health.error if r.health is not None and r.down() else "")
                 for r in self._replicas]
 
     # --- choosing and judging replicas ---------------------------------------------------------
@@ -116,8 +157,9 @@ class ReplicaPool:
         if eligible:
             replica = min(eligible, key=lambda r: r.outstanding)
             replica.probing = replica.state(now) == "half_open"
-        else:  # every replica is benched: probe one that was not tried for breaker_open_s
-            due = [r for r in untried if not r.probing and now - r.attempted_at >= self.failover.breaker_open_s]
+        else:  # every replica is benched or down: probe a benched one that was not tried for breaker_open_s
+            due = [r for r in untried if not r.probing and not r.down()
+                   and now - r.attempted_at >= self.failover.breaker_open_s]
             if not due:
                 raise self._all_benched(now)
             replica = min(due, key=lambda r: r.opened_until)
@@ -126,11 +168,19 @@ class ReplicaPool:
         return replica
 
     def _all_benched(self, now: float) -> BackendUnavailable:
-        waits = [r.opened_until - now for r in self._replicas if r.state(now) == "open"]
+        down = [r for r in self._replicas if r.down()]
+        if len(down) == len(self._replicas):  # nothing to probe: the health checks say when it is back
+            assert down[0].health is not None
+            retry_after = max(1.0, down[0].health.config.interval_s)
+            return BackendUnavailable(
+                f"tier `{self.name}`: no replica can take the request (every replica's engine fails its health "
+                f"checks: {down[0].health.error})", self.name, retry_after_s=retry_after)
+        waits = [r.opened_until - now for r in self._replicas if r.state(now) == "open" and not r.down()]
         retry_after = max(1.0, min(waits)) if waits else 1.0
         return BackendUnavailable(
             f"tier `{self.name}`: no replica can take the request (every replica is benched after repeated "
-            f"faults or being probed; next probe in {retry_after:.0f} s)", self.name, retry_after_s=retry_after)
+            f"faults, being probed or failing its health checks; next probe in {retry_after:.0f} s)", self.name,
+            retry_after_s=retry_after)
 
     def _succeeded(self, replica: _Replica) -> None:
         replica.failures = 0
@@ -151,6 +201,7 @@ class ReplicaPool:
         else:
             return
         replica.tripped, replica.refused = True, refused
+        replica.passes_at_bench = replica.health.passes if replica.health is not None else 0
         replica.opened += 1
         replica.opened_until = time.monotonic() + replica.bench_s
 
@@ -228,8 +279,9 @@ class ReplicaPool:
         raise last
 
     async def health(self) -> bool:
-        """Probe every replica at once (SGLang's /health may take seconds); healthy if one answers and
-        is not benched. A passing probe ends a bench caused by a refused connection (engine restarted)."""
+        """Probe every replica at once, live (SGLang's /health may take seconds); healthy if one answers and
+        is not benched. A passing probe ends a bench caused by a refused connection (engine restarted). The gateway
+        never waits on this: it reads its background health pollers (`watch_health`, `serving`)."""
         results = await asyncio.gather(*(r.backend.health() for r in self._replicas), return_exceptions=True)
         now = time.monotonic()
         healthy = False

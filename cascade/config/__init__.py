@@ -1,7 +1,7 @@
 """`cascade.toml`, decoded into frozen msgspec Structs, one module per part of the file:
 
     base.py       Strict (the base of every config-like Struct, the optimizer's too) and the value types
-    gateway.py    [gateway], [gateway.limits], [gateway.failover]
+    gateway.py    [gateway], [gateway.limits], [gateway.failover], [gateway.health]
     backends.py   a tier's backends (kind = "openai" | "sglang" | "worker") and their timeouts
     workers.py    [[workers]]: embedded engine processes
     tiers.py      [[tiers]]: the ladder, and the checks within one tier
@@ -31,7 +31,7 @@ from cascade.config.base import (
     Strict,
     UnitFloat,
 )
-from cascade.config.gateway import ApiKey, FailoverConfig, GatewayConfig, Limits
+from cascade.config.gateway import ApiKey, FailoverConfig, GatewayConfig, HealthConfig, Limits
 from cascade.config.load import CascadeConfig, decode_config, load_config, resolve_paths
 from cascade.config.routing import (
     AnswerConfidenceConfig,
@@ -45,7 +45,8 @@ from cascade.config.workers import WorkerConfig
 
 __all__ = [
     "PRM_TIMEOUTS", "TRANSFORMERS_SERVE_UNSUPPORTED", "AnswerConfidenceConfig", "ApiKey", "BackendConfig",
-    "CascadeConfig", "EngineLoadConfig", "FailoverConfig", "GatewayConfig", "Limits", "LoadReactiveConfig", "Name",
+    "CascadeConfig", "EngineLoadConfig", "FailoverConfig", "GatewayConfig", "HealthConfig", "Limits",
+    "LoadReactiveConfig", "Name",
     "NonNegativeFloat", "NonNegativeInt", "OpenAIBackendConfig", "PRMScorerConfig", "Port", "PositiveFloat",
     "PositiveInt", "RoutingConfig",
     "SGLangBackendConfig", "Strict", "TierConfig", "Timeouts", "UnitFloat", "WorkerBackendConfig", "WorkerConfig",

@@ -1,5 +1,6 @@
 """`[gateway]` of `cascade.toml`: where the gateway listens, who may call it, and the limits that protect the process
-(`[gateway.limits]`), where they are counted (`redis_url`) and how it fails over (`[gateway.failover]`).
+(`[gateway.limits]`), where they are counted (`redis_url`), how it fails over (`[gateway.failover]`) and how it
+watches its engines' health (`[gateway.health]`).
 
 Limits (body size, `n`, `max_tokens`, ...) live here with their defaults so that each has one number and one place.
 """
@@ -73,6 +74,26 @@ class FailoverConfig(Strict, frozen=True):
     tier_fallback: bool = True
 
 
+class HealthConfig(Strict, frozen=True):
+    """Engine health, probed in the background (cascade/branches/health_poller.py): one probe loop per engine URL,
+    however many tiers and replicas share it, with the replica's own health check (GET /health; SGLang's runs a
+    one-token generation). `/ready` and routing read the last verdicts and never wait for an engine."""
+
+    # False: no probes; every replica counts as healthy and only its circuit breaker decides.
+    enabled: bool = True
+    # From the start of one probe of an engine to the start of the next (a slower probe delays the next one: never
+    # two at once on one engine). Each gateway probes each engine this often: an SGLang probe is a generation.
+    interval_s: Annotated[float, msgspec.Meta(ge=0.05, le=300)] = 2.0
+    # One probe at most, on top of the backend's own limit (an SGLang backend's `timeouts.health_s`, 30 s; other
+    # backends' `connect_s`, 5 s): an engine that has not answered by then failed the probe. The default leaves
+    # SGLang's 1-20 s health check its own timeout.
+    timeout_s: Annotated[float, msgspec.Meta(gt=0, le=600)] = 30.0
+    # Consecutive failed probes that mark an engine down (its replicas get no requests; a tier with none left
+    # fails at once with 503, or falls back in route mode), and consecutive passes that mark it up again.
+    unhealthy_after: Annotated[int, msgspec.Meta(ge=1, le=100)] = 2
+    healthy_after: Annotated[int, msgspec.Meta(ge=1, le=100)] = 1
+
+
 class ApiKey(Strict, frozen=True):
     """One `[[gateway.keys]]` entry: a client (tenant) by the sha256 of its key (`cascade keys add` makes both), its
     rate limits and what it may ask for. `name` labels its metrics; the key itself is never stored."""
@@ -114,6 +135,7 @@ class GatewayConfig(Strict, frozen=True):
     shutdown_linger_s: Annotated[float, msgspec.Meta(ge=0, le=300)] = 5.0
     limits: Limits = Limits()
     failover: FailoverConfig = FailoverConfig()
+    health: HealthConfig = HealthConfig()
     # Shared limits (docs/scaling.md, "What is global"): with a Redis URL ("redis://127.0.0.1:6379/0",
     # "rediss://" for TLS, "unix:///path"), the keys' rate limits and the admission limits (`max_in_flight`, each
     # tier's places) are counted in that Redis, so that N gateways together hold them, not N times them. Empty:

@@ -10,6 +10,10 @@ server for that (``cascade fake-server --fault garbage``). A benchmark changes t
 run time with ``POST /fake/script`` (a JSON object of FakeScript fields; ``GET`` returns the script),
 e.g. ``{"fault": "kill_mid"}`` then ``{"fault": ""}``.
 
+`FakeEngine.stalled = True` (settable at any time) makes it an engine hung in a step: it accepts connections and
+reads requests but answers nothing, `/health` and `/v1/models` included, until the client goes away (`/fake/*`
+still answers).
+
 `GET /fake/stats` reports how many streams started, finished and were cancelled by the client,
 which is how tests prove that a client disconnect stops generation upstream, and how many requests
 were answered with each fault (``status_N`` for a scripted error status).
@@ -104,10 +108,10 @@ class FakeEngine:
     (fake_script.batch_itl_ms: `itl_ms` x (1 + slope x (batch - 1)), read at every token of a stream and at the
     start of a non-streamed answer), so that a fuller batch decodes each stream slower, as on a real engine.
     `hook` (benchmarks) may change each request's script from its body, e.g. answer a dataset question as a
-    labelled outcome says that model did."""
+    labelled outcome says that model did. `stalled`: see the module docstring."""
 
     def __init__(self, script: FakeScript | None = None, max_running: int = 0, hook: ScriptHook | None = None,
-                 itl_batch_slope: float = 0.0) -> None:
+                 itl_batch_slope: float = 0.0, stalled: bool = False) -> None:
         if itl_batch_slope < 0:
             raise ValueError(f"itl_batch_slope must be >= 0, got {itl_batch_slope:g}")
         self.script = script or FakeScript()
@@ -115,6 +119,7 @@ class FakeEngine:
         self.max_running = max_running
         self.hook = hook
         self.itl_batch_slope = itl_batch_slope
+        self.stalled = stalled
         self._slots: asyncio.Semaphore | None = None
         self._ids = itertools.count()
         logging.getLogger("uvicorn.error").addFilter(_QUIET_KILLS)  # idempotent
@@ -128,7 +133,9 @@ class FakeEngine:
         if scope["type"] != "http":
             return
         path, method = scope["path"], scope["method"]
-        if method == "GET" and path == "/health":
+        if self.stalled and not path.startswith("/fake/"):
+            await disconnected_within(receive, 3600.0)  # never answers; returns when the client goes away
+        elif method == "GET" and path == "/health":
             await send_json(send, 200, {"status": "ok"})
         elif method == "GET" and path == "/v1/models":
             await send_json(send, 200, {"object": "list", "data": [{"id": self.script.model, "object": "model"}]})

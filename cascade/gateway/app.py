@@ -68,11 +68,14 @@ def create_app(
         except Exception as exc:  # a probe that raises means "not ready", with the reason, never a 500
             log.exception("readiness check failed")
             report = {"tiers": {}, "error": f"readiness check failed: {type(exc).__name__}: {exc}"[:300]}
-            ok = False
+            status = "unavailable"
         else:
-            ok = all(report["tiers"].values())
-        body = _encode({"status": "ready" if ok else "unavailable", **report})
-        return Response(body, media_type=_JSON, status_code=200 if ok else 503)
+            # 503 only when no tier can serve: a load balancer that saw one stalled tier take out every gateway
+            # would stop the healthy tiers too (cascade/gateway/readiness.py).
+            tiers = report["tiers"]
+            status = "ready" if all(tiers.values()) else "degraded" if any(tiers.values()) else "unavailable"
+        body = _encode({"status": status, **report})
+        return Response(body, media_type=_JSON, status_code=503 if status == "unavailable" else 200)
 
     @get("/metrics")
     async def metrics() -> Response[bytes]:

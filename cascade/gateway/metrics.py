@@ -112,6 +112,9 @@ class RedisSeries:
                         registry=registry)
 
 
+_HEALTH_CODE = {"up": 0, "unknown": 1, "down": 2}
+
+
 class _PoolCollector(Collector):
     def __init__(self, pools: Callable[[], Sequence[ReplicaPool]]) -> None:
         self.pools = pools
@@ -126,13 +129,17 @@ class _PoolCollector(Collector):
                                         labels=["tier", "replica"])
         retries = CounterMetricFamily("cascade_backend_retries", "Attempts on another replica after a fault "
                                       "(failovers)", labels=["tier"])
+        health = GaugeMetricFamily(
+            "cascade_replica_health_state", "Background health checks of each replica's engine ([gateway.health]): "
+            "0 up, 1 unknown (no verdict yet), 2 down (gets no requests)", labels=["tier", "replica"])
         for pool in self.pools():
             for replica in pool.states():
                 state.add_metric([pool.name, replica.name], replica.state_code)
                 opened.add_metric([pool.name, replica.name], replica.opened)
                 outstanding.add_metric([pool.name, replica.name], replica.outstanding)
+                health.add_metric([pool.name, replica.name], _HEALTH_CODE[replica.health])
             retries.add_metric([pool.name], pool.retried)
-        yield from (state, opened, outstanding, retries)
+        yield from (state, opened, outstanding, retries, health)
 
 
 class _HeadroomCollector(Collector):

@@ -89,8 +89,11 @@ def openapi_document(model_ids: Sequence[str] = (), limits: Limits | None = None
             (503,))},
         "/health": {"get": _operation("health", "The process is up.", _json_ok("Up.", "Health"))},
         "/ready": {"get": _operation(
-            "ready", "Every tier has a healthy backend replica.", _json_ok("Every tier is reachable.", "Readiness"),
-            extra={503: {"description": "Some tier has no healthy replica, or the gateway is shutting down "
+            "ready", "Whether this gateway can serve, from its engines' last background health checks (no engine "
+            "is called).",
+            _json_ok("Some tier can serve (`status`: `ready`, or `degraded` with the others under `unhealthy`).",
+                     "Readiness"),
+            extra={503: {"description": "No tier can serve, or the gateway is shutting down "
                                         "(`status`: `draining`).", "headers": _retry_after(),
                          "content": {"application/json": {"schema": {"$ref": _REF.format(name="Readiness")}}}}})},
         "/metrics": {"get": _operation("metrics", "Prometheus metrics.", {
@@ -197,13 +200,17 @@ def _readiness_schema() -> dict[str, Any]:
         "restarts": {"type": "integer"}}}
     replica = {"type": "object", "properties": {
         "breaker": {"enum": ["closed", "half_open", "open"]}, "outstanding": {"type": "integer"},
-        "consecutive_failures": {"type": "integer"}, "next_probe_s": {"type": ["number", "null"]}}}
+        "consecutive_failures": {"type": "integer"}, "next_probe_s": {"type": ["number", "null"]},
+        "health": {"enum": ["up", "down", "unknown"]}, "health_error": {"type": "string"}}}
+    names = {"type": "array", "items": {"type": "string"}}
     return {"type": "object", "required": ["status"], "properties": {
-        "status": {"enum": ["ready", "unavailable", "draining"]},
+        "status": {"enum": ["ready", "degraded", "unavailable", "draining"]},
         "tiers": {"type": "object", "additionalProperties": {"type": "boolean"},
-                  "description": "Per tier: has a replica that passes its health check and is not benched."},
+                  "description": "Per tier: has a replica that is neither benched nor failing its health checks."},
+        "unhealthy": {"type": "object", "properties": {"tiers": names, "replicas": names},
+                      "description": "The tiers that cannot serve now, and the replicas benched or down."},
         "replicas": {"type": "object", "additionalProperties": {"type": "object", "additionalProperties": replica},
-                     "description": "Per tier, per replica: its circuit breaker."},
+                     "description": "Per tier, per replica: its circuit breaker and its engine's health."},
         "error": {"type": "string", "description": "Why the readiness check itself failed."},
         "workers": {"type": "object", "additionalProperties": worker,
                     "description": "The embedded workers `cascade serve` supervises."}}}

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import math
 import os
@@ -19,6 +18,7 @@ from cascade.gateway.drain import longest_drain_s
 from cascade.gateway.engine_load import EngineLoadCollector, TierEngines
 from cascade.gateway.metrics import GatewayMetrics
 from cascade.gateway.ratelimit_redis import RedisRateLimiter
+from cascade.gateway.readiness import Readiness
 from cascade.gateway.redis_store import RedisStore
 from cascade.gateway.service import ChatService, ServiceConfig
 from cascade.gateway.tenants import MIN_KEY_CHARS, MIN_KEY_DISTINCT, weak_plain_keys
@@ -64,6 +64,8 @@ class Gateway:
             engines=self.engines, places=self.places,
         )
         self.metrics.watch_pools(lambda: [t.backend for t in self.service.tiers])
+        # Engine health, probed in the background while the gateway runs: /ready and replica picking read it.
+        self.readiness = Readiness(tiers, self.workers, config.gateway.health)
         self.app = create_app(
             self.service, config.gateway.api_keys, ready_check=self.ready,
             on_startup=[self.start], on_shutdown=[self.stop], keys=config.gateway.keys,
@@ -80,11 +82,14 @@ class Gateway:
             log.info("starting %d embedded workers (first start loads the models; ~1 min on 2 cores)",
                      len(self.workers))
         await self.ladder.start()
+        # After the workers: they are healthy by now, and probes during their start would only mark them down.
+        await self.readiness.start()
         log.info("tiers: %s", ", ".join(t.name for t in self.service.tiers))
 
     async def stop(self) -> None:
         """After the drain (cascade/gateway/drain.py): no request is in flight any more."""
         try:
+            await self.readiness.aclose()  # first: a probe after its backend closed would reopen its session
             if self.places is not None:
                 await self.places.aclose()
             if self.redis is not None:
@@ -96,21 +101,8 @@ class Gateway:
             await self.ladder.aclose()  # every backend and scorer closed, the embedded workers stopped
 
     async def ready(self) -> dict[str, Any]:
-        """Tier health (every tier needs one replica that passes its health check and is not benched),
-        each replica's circuit breaker, and the embedded workers' state."""
-        results = await asyncio.gather(*(t.backend.health() for t in self.service.tiers))
-        workers = {
-            name: {"url": w.url, "pid": w.process.pid if w.process else None, "alive": w.alive(),
-                   "restarts": w.restarts}
-            for name, w in self.workers.items()
-        }
-        tiers = {t.name: bool(ok) for t, ok in zip(self.service.tiers, results, strict=True)}
-        replicas = {t.name: {r.name: {"breaker": r.state, "outstanding": r.outstanding,
-                                      "consecutive_failures": r.consecutive_failures,
-                                      "next_probe_s": r.next_probe_s}
-                             for r in t.backend.states()}
-                    for t in self.service.tiers}
-        return {"tiers": tiers, "replicas": replicas, "workers": workers}
+        """Which tiers can serve, from local state only (cascade/gateway/readiness.py): no engine is called."""
+        return self.readiness.report()
 
 
 def run(

@@ -1,10 +1,11 @@
 """`cascade deploy --gateways N`: Envoy in front of N `cascade serve` gateways (docs/scaling.md).
 
 `bootstrap` is an Envoy v3 bootstrap (JSON, which Envoy reads like YAML): one listener, one cluster of the
-N gateways with active health checks on `/ready` (a draining gateway answers 503 there and leaves the
-rotation at the next check), outlier detection on refused connections, and retries only where no gateway
-served the request: a connection refused or reset before a byte of the request went out, and a gateway's
-503, which cascade answers only for a request it did not serve (draining, connection limit, no engine
+N gateways with active health checks on `/ready` (local and fast; a draining gateway, or one with no tier that
+can serve, answers 503 there and leaves the rotation at the next check; one stalled tier does not), outlier
+detection on refused connections (not on 5xx: those are the shared engines' faults), and retries only where no
+gateway served the request: a connection refused or reset before a byte of the request went out, and a
+gateway's 503, which cascade answers only for a request it did not serve (draining, connection limit, no engine
 reachable). Never on another 5xx, never once a stream has begun: one client request, one answer. No panic
 mode (Envoy's default sends to every gateway, dead ones too, once under half are healthy), no circuit
 breaker below what the gateways take, round robin (least request favours a gateway that refuses
@@ -130,14 +131,22 @@ def bootstrap(upstreams: list[Gateway], listen_host: str, listen_port: int, admi
         "load_assignment": {"cluster_name": CLUSTER, "endpoints": [
             {"lb_endpoints": [{"endpoint": {"address": _address(g.host, g.port)}} for g in upstreams]}]},
         "health_checks": [{
-            # A 503 from /ready (draining, or a tier without a healthy replica) marks the gateway unhealthy
-            # at once; a refused or timed-out check needs unhealthy_threshold in a row.
+            # /ready answers from the gateway's memory (its engines are probed in the background,
+            # cascade/gateway/readiness.py) in well under a millisecond, whatever the engines do, and is 503 only
+            # while draining or when no tier can serve (then Envoy's immediate take-out is right). So 1 s is only
+            # an event loop that stopped answering, and two such checks in a row (4 s) take the gateway out; one
+            # passing check brings it back. The interval bounds how late Envoy sees a gateway fail without a
+            # drain's x-envoy-immediate-health-check-fail ([gateway] shutdown_linger_s outlasts interval + timeout).
             "timeout": "1s", "interval": interval, "no_traffic_interval": interval,
             "unhealthy_threshold": 2, "healthy_threshold": 1,
             "http_health_check": {"path": "/ready"},
         }],
         "outlier_detection": {
-            "consecutive_5xx": 5, "interval": "5s",
+            # A gateway's 5xx answers are its engines' faults (502, 504; 503 for a tier whose engines are all down),
+            # and every gateway shares those engines: ejecting one for them would move nothing but take its healthy
+            # tiers out too (one stalled engine, five quick 503s per gateway, and all gateways were out). Counted,
+            # never ejecting (enforcing 0 %).
+            "consecutive_5xx": 5, "enforcing_consecutive_5xx": 0, "interval": "5s",
             # A refused or failed connection counts apart from 5xx answers: two in a row eject the gateway
             # until its next passing health check (or base_ejection_time), however many are out already (at
             # 50 %, with one of three gateways dead, a second one refusing connections stayed in).

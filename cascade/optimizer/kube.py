@@ -1,8 +1,8 @@
 """`cascade deploy --gateways N`: Kubernetes manifests for N `cascade serve` gateways (docs/scaling.md).
 
-A Deployment (readiness on `/ready`, which a draining gateway fails, liveness on `/health`; the config
-and plan from the ConfigMap `cascade-config`, which holds no secret of ours: create it with kubectl), a
-Service, a PodDisruptionBudget (one gateway down at a time) and a HorizontalPodAutoscaler on the
+A Deployment (readiness on `/ready`, which a draining gateway or one with no tier that can serve fails, liveness
+on `/health`; the config and plan from the ConfigMap `cascade-config`, which holds no secret of ours: create it
+with kubectl), a Service, a PodDisruptionBudget (one gateway down at a time) and a HorizontalPodAutoscaler on the
 gateways' own metric `cascade_in_flight_requests` per pod (a Pods metric: it needs a custom-metrics
 adapter, e.g. prometheus-adapter, that serves it from the pods' /metrics). Plain dicts; written as JSON,
 which kubectl reads like YAML.
@@ -62,8 +62,15 @@ def _deployment(g: Gateways, meta: dict[str, object], labels: dict[str, str]) ->
     container = {
         "name": "gateway", "image": g.image, "command": ["cascade"], "args": args,
         "ports": [{"name": "http", "containerPort": PORT}],
-        "readinessProbe": {"httpGet": {"path": "/ready", "port": "http"}, "periodSeconds": 2, "failureThreshold": 2},
-        "livenessProbe": {"httpGet": {"path": "/health", "port": "http"}, "periodSeconds": 10, "failureThreshold": 3},
+        # Both answer from the gateway's memory (engines are probed in the background), in well under a millisecond.
+        # Readiness as Envoy checks it (cascade/optimizer/envoy.py): out after 2 checks in a row that fail (503: no
+        # tier can serve, or draining) or get no answer within 1 s (a stuck event loop), in after 1 that passes.
+        "readinessProbe": {"httpGet": {"path": "/ready", "port": "http"}, "timeoutSeconds": 1, "periodSeconds": 2,
+                           "failureThreshold": 2, "successThreshold": 1},
+        # Liveness restarts the pod and cuts its streams: dead is 3 checks 10 s apart without an answer within 5 s,
+        # not an event loop busy for a few seconds.
+        "livenessProbe": {"httpGet": {"path": "/health", "port": "http"}, "timeoutSeconds": 5, "periodSeconds": 10,
+                          "failureThreshold": 3},
         "volumeMounts": [{"name": "config", "mountPath": CONFIG_DIR, "readOnly": True}],
     }
     return {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": meta, "spec": {

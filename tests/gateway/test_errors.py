@@ -147,7 +147,10 @@ def test_backend_down_gives_503_with_retry_after_and_ready_says_which_tier() -> 
         still_serving = post_chat(base, {"model": "cascade:fast", "messages": user()})
     assert "unreachable" in error["message"]
     assert int(response.headers["retry-after"]) >= 1
-    assert ready.status_code == 503 and ready.json()["tiers"][TIERS[2]] is False
+    # The other tiers serve: the gateway stays ready ("degraded"), naming the tier and replica that cannot.
+    assert ready.status_code == 200 and ready.json()["status"] == "degraded"
+    assert ready.json()["tiers"][TIERS[2]] is False
+    assert ready.json()["unhealthy"] == {"tiers": [TIERS[2]], "replicas": [f"{TIERS[2]}/0"]}
     assert ready.json()["replicas"][TIERS[2]][f"{TIERS[2]}/0"]["breaker"] == "open"
     assert still_serving.status_code == 200
 

