@@ -14,8 +14,8 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
-from contextlib import ExitStack, contextmanager
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, ExitStack, contextmanager
 from pathlib import Path
 
 import httpx
@@ -187,25 +187,12 @@ def test_one_stalled_engine_leaves_every_gateway_in_envoys_rotation(tmp_path: Pa
     """The top tier's engine accepts connections and never answers, /health included: each gateway's /ready stays a
     fast 200 ("degraded"), Envoy keeps both gateways healthy, the other tiers' requests through it are answered and
     the stalled tier's fail at once with a 503, which ejects no gateway."""
-    ports = [free_port(), free_port()]
-    listen, admin_port = free_port(), free_port()
-    bootstrap = envoy.bootstrap([envoy.Gateway("127.0.0.1", p) for p in ports], "127.0.0.1", listen, admin_port,
-                                health_interval_s=0.5)
-    (tmp_path / "envoy.json").write_text(envoy.to_json(bootstrap))
-    with ExitStack() as stack:
-        engine = stack.enter_context(fake_engine(tmp_path))
+
+    def stalled_top_tier(engine: str, stack: ExitStack) -> str:
         stalled = stack.enter_context(serve_asgi(FakeEngine(FakeScript(tokens=4), stalled=True)))
-        config = tmp_path / "cascade.toml"
-        config.write_text(ladder_toml(engine, FAST_HEALTH, dead_url=stalled))  # the top tier on the stalled engine
-        gateways = [stack.enter_context(process(
-            [*CASCADE, "serve", "--config", str(config), "--host", "127.0.0.1", "--port", str(p)],
-            tmp_path / f"gw{i}.log")) for i, p in enumerate(ports)]
-        proxy = stack.enter_context(process([str(ENVOY), "-c", str(tmp_path / "envoy.json"), "--disable-hot-restart"],
-                                            tmp_path / "envoy.log"))
-        for i, (port, proc) in enumerate(zip(ports, gateways, strict=True)):
-            wait_http(f"http://127.0.0.1:{port}/health", proc, tmp_path / f"gw{i}.log", 60)
-        url, admin = f"http://127.0.0.1:{listen}", f"http://127.0.0.1:{admin_port}"
-        wait_http(f"{admin}/ready", proxy, tmp_path / "envoy.log", 30)
+        return ladder_toml(engine, FAST_HEALTH, dead_url=stalled)  # the top tier on the stalled engine
+
+    with gateways_behind_envoy(tmp_path, 2, stalled_top_tier) as (_, ports, url, admin):
         assert eventually(lambda: all(status_of(p) == "degraded" for p in ports), 15)  # the engine is seen down
         assert eventually(lambda: healthy_hosts(admin) == 2, 15)
         start = time.monotonic()
@@ -259,10 +246,12 @@ def slow_stream(url: str, out: list[str], prompt: str = "[fake itl_ms=250 tokens
 
 
 @contextmanager
-def three_gateways_behind_envoy(tmp_path: Path) -> Iterator[tuple[list[subprocess.Popen[bytes]], list[int], str, str]]:
-    """A fake engine, 3 gateways (a 10 s drain, a 60 s linger) and Envoy with the generated bootstrap (health
-    checks every 0.5 s), all healthy: yields (the gateways' processes, their ports, Envoy's URL, its admin URL)."""
-    ports = [free_port() for _ in range(3)]
+def gateways_behind_envoy(tmp_path: Path, n: int, config_of: Callable[[str, ExitStack], str]
+                          ) -> Iterator[tuple[list[subprocess.Popen[bytes]], list[int], str, str]]:
+    """A fake engine, `n` gateways serving `config_of(engine URL, stack)` and Envoy with the generated bootstrap
+    (health checks every 0.5 s), all healthy in Envoy: yields (the gateways' processes, their ports, Envoy's URL,
+    its admin URL)."""
+    ports = [free_port() for _ in range(n)]
     listen, admin_port = free_port(), free_port()
     bootstrap = envoy.bootstrap([envoy.Gateway("127.0.0.1", p) for p in ports], "127.0.0.1", listen, admin_port,
                                 health_interval_s=0.5)
@@ -270,8 +259,7 @@ def three_gateways_behind_envoy(tmp_path: Path) -> Iterator[tuple[list[subproces
     with ExitStack() as stack:
         engine = stack.enter_context(fake_engine(tmp_path))
         config = tmp_path / "cascade.toml"
-        # A linger longer than any wait below: a draining gateway exits in time only if Envoy closes its connections.
-        config.write_text(ladder_toml(engine, "[gateway]\nshutdown_grace_s = 10\nshutdown_linger_s = 60\n"))
+        config.write_text(config_of(engine, stack))
         gateways = [stack.enter_context(process(
             [*CASCADE, "serve", "--config", str(config), "--host", "127.0.0.1", "--port", str(p)],
             tmp_path / f"gw{i}.log")) for i, p in enumerate(ports)]
@@ -283,6 +271,14 @@ def three_gateways_behind_envoy(tmp_path: Path) -> Iterator[tuple[list[subproces
         wait_http(f"{admin}/ready", proxy, tmp_path / "envoy.log", 30)
         assert eventually(lambda: all(h.get("health_flags") == "healthy" for h in hosts(admin).values()), 15)
         yield gateways, ports, f"http://127.0.0.1:{listen}", admin
+
+
+def three_gateways_behind_envoy(tmp_path: Path) -> AbstractContextManager[
+        tuple[list[subprocess.Popen[bytes]], list[int], str, str]]:
+    """Three gateways with a 10 s drain and a 60 s linger (longer than any wait below: a draining gateway exits in
+    time only if Envoy closes its connections)."""
+    return gateways_behind_envoy(tmp_path, 3, lambda engine, _: ladder_toml(
+        engine, "[gateway]\nshutdown_grace_s = 10\nshutdown_linger_s = 60\n"))
 
 
 @pytest.mark.timeout(120)
