@@ -8,9 +8,10 @@ flight and its engines' own report.
 
 With `[gateway] redis_url`, the gateway's limit and the tiers' places are also counted across every gateway
 (`SharedPlaces`: cascade/gateway/admission_redis.py): a request takes this process's place first, then the shared
-one. This process's own limits still hold (with Redis away and `redis_failure = "open"`, they are what is left);
-the backend stream budget and the engines' queue stay per process. The counts in this class, and so the router's
-load view and the `cascade_*in_flight*` gauges, are this process's requests.
+one. This process's own limits still hold (with Redis away and `redis_failure = "open"`, they are what is left, and
+a place admitted so is given back without freeing any place in Redis); the backend stream budget and the engines'
+queue stay per process. The counts in this class, and so the router's load view and the `cascade_*in_flight*`
+gauges, are this process's requests.
 """
 
 from __future__ import annotations
@@ -34,7 +35,9 @@ class SharedPlaces(Protocol):
         ...
 
     def give(self, scope: str) -> None:
-        """Give one back (without waiting)."""
+        """Give one back (without waiting). The caller names the scope, not the place: the places are
+        interchangeable, and the implementation returns one admitted without the shared count (Redis away, failing
+        open) first, which frees no other request's shared place."""
         ...
 
 

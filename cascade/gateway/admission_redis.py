@@ -16,9 +16,17 @@ LEASE_S / 4, whatever the number of requests.
 
 A Redis that restarted (without persistence) lost the sets: the heartbeat finds its holder's marker key gone and adds
 back every place it still holds, so the count is whole again within LEASE_S / 4; a gateway that could not reach Redis
-for longer than a lease does the same. A place admitted while Redis was away (`redis_failure = "open"`) is counted by
-its own gateway only. Places are interchangeable: giving one back removes any member this gateway holds in that scope.
-The keys share the hash tag `{adm}` (one Redis Cluster slot), so the heartbeat is one script.
+for longer than a lease does the same. The keys share the hash tag `{adm}` (one Redis Cluster slot), so the heartbeat
+is one script.
+
+A place admitted while Redis was away (`redis_failure = "open"`) is counted by its own gateway only, and each place
+remembers where it was taken: in Redis (`held`, renewed) or on this gateway's count (`local`). Places are
+interchangeable, and the callers give one back by scope, not by request; so a give returns a local place first, and
+that never removes a member another request holds: the Redis count stays the places Redis admitted that are still
+held (had a Redis place gone first, Redis would count one place fewer than held while the local one ran, and the
+heartbeat would not add it back). A local place whose take was sent but not answered may have been added all the same
+(a hung Redis runs it when it resumes): giving it back removes that member, by its own unique name, and if that fails
+too, nothing renews it and its lease ends it.
 """
 
 from __future__ import annotations
@@ -92,6 +100,9 @@ class RedisPlaces:
         self.lease_s = lease_s
         self.holder = holder or f"{socket.gethostname()}/{os.getpid()}/{time.time_ns():x}"
         self.held: dict[str, list[str]] = {}  # scope -> this gateway's members in it
+        # scope -> the places admitted on this gateway's own count: for each, the member its unanswered take may
+        # have left in Redis, or None (the take was never sent)
+        self.local: dict[str, list[str | None]] = {}
         self._numbers = itertools.count()
         self._heartbeat: asyncio.Task[None] | None = None
 
@@ -101,8 +112,9 @@ class RedisPlaces:
         member = f"{self.holder}:{next(self._numbers)}"
         try:
             held = await self.store.run("admit", _TAKE, [place_key(scope)], [cap, member, self._lease_ms])
-        except StoreUnavailable:
-            self.store.unavailable("admit")
+        except StoreUnavailable as exc:
+            self.store.unavailable("admit")  # closed: LimitsUnavailable
+            self.local.setdefault(scope, []).append(member if exc.tried else None)
             return True
         if int(held) >= 0:
             return False
@@ -112,7 +124,14 @@ class RedisPlaces:
         return True
 
     def give(self, scope: str) -> None:
-        """Give back one of `scope`'s places (in the background)."""
+        """Give back one of `scope`'s places (in the background): one admitted locally first, which frees no place in
+        Redis but its own take's member, if that take reached Redis unanswered."""
+        local = self.local.get(scope)
+        if local:
+            stray = local.pop()
+            if stray is not None:
+                self.store.spawn("release", _GIVE, [place_key(scope)], [stray])
+            return
         members = self.held.get(scope)
         if members:
             self.store.spawn("release", _GIVE, [place_key(scope)], [members.pop()])

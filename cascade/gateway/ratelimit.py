@@ -3,7 +3,8 @@
 `RateLimiter` is the seam: this process's buckets (`LocalRateLimiter`), or buckets in Redis shared by every gateway
 (`RedisRateLimiter`, cascade/gateway/ratelimit_redis.py, when `[gateway] redis_url` is set). A request `acquire`s 1
 request and its estimated tokens at admission, all or nothing (awaited: a shared store answers over the network);
-when it ends, `settle` corrects the tokens to what it used (a refund, or a debt that may take the bucket below zero).
+when it ends, `settle` corrects the tokens to what it used (a refund, or a debt that may take the bucket below zero),
+in the buckets that admitted it (`Allowance.shared`: Redis's, or this process's when Redis was away and failed open).
 `settle` never waits: it runs as a request ends, perhaps cancelled, so a shared store sends it in the background.
 
 Each bucket holds at most a minute's limit and refills continuously at limit/60 per second. The numbers a decision
@@ -39,6 +40,7 @@ class Allowance:
     requests: Limit
     tokens: Limit
     refused: str | None = None
+    shared: bool = False  # decided by the buckets in Redis, which its settle must correct; else this process's
 
     @property
     def retry_after_s(self) -> float:
@@ -61,8 +63,9 @@ class RateLimiter(Protocol):
         nothing if either is short."""
         ...
 
-    def settle(self, key: str, tpm: int, reserved: int, used: int) -> None:
-        """Correct `key`'s token bucket: the request reserved `reserved` tokens and used `used` (without waiting)."""
+    def settle(self, key: str, tpm: int, reserved: int, used: int, admitted: Allowance) -> None:
+        """Correct `key`'s token bucket, the one that `admitted` the request: it reserved `reserved` tokens and used
+        `used` (without waiting)."""
         ...
 
 
@@ -108,7 +111,8 @@ class LocalRateLimiter:
         return Allowance(state(None if req is None else req.level, rpm, 1),
                          state(None if tok is None else tok.level, tpm, tokens), refused)
 
-    def settle(self, key: str, tpm: int, reserved: int, used: int) -> None:
+    def settle(self, key: str, tpm: int, reserved: int, used: int, admitted: Allowance | None = None) -> None:
+        """`admitted` is not read: these buckets admitted every request settled here."""
         if not tpm or used == reserved:
             return
         bucket = self._bucket(key, "tokens", tpm, self.clock())

@@ -10,13 +10,33 @@ when it would be full again (a missing bucket reads as full, which is the same),
 Redis on their own. `{KEY}` is a Redis Cluster hash tag: a key's two buckets live on one node.
 
 When Redis does not answer (`[gateway] redis_failure`): "open" decides on this gateway's own buckets (a
-`LocalRateLimiter`, full at first), "closed" refuses with LimitsUnavailable (a 503). A settle that fails is dropped.
+`LocalRateLimiter`, full at first), "closed" refuses with LimitsUnavailable (a 503).
+
+A request settles in the buckets that admitted it (`Allowance.shared`), wherever Redis is by then: one admitted on
+this gateway's buckets never touches Redis's, which never reserved its tokens. One admitted by Redis settles in Redis;
+when that call fails, what is right depends on whether it reached Redis. Never sent (the store failing fast after a
+failure, within RETRY_S): Redis certainly did not apply it, so it is owed, summed per key, and sent again once Redis
+answers a ping (every RETRY_S), for SETTLE_RETRY_S at most: after that the bucket has refilled a whole minute's limit
+and the correction means little. Sent with no answer: a hung Redis applies what it had received when it resumes, so a
+retry could apply it twice; it is dropped (at most once, never twice). A dropped correction is counted
+(`dropped_settles`) and logged, one line per LOG_EVERY_S at most. A timed-out `acquire` is the same case: a hung Redis
+may take its tokens on resuming, while this gateway admitted the request on its own buckets.
 """
 
 from __future__ import annotations
 
+import asyncio
+import logging
+import math
+import time
+from dataclasses import dataclass
+
 from cascade.gateway.ratelimit import Allowance, Limit, LocalRateLimiter, state
-from cascade.gateway.redis_store import RedisStore, StoreUnavailable, lua
+from cascade.gateway.redis_store import LOG_EVERY_S, RETRY_S, RedisStore, StoreUnavailable, lua
+
+log = logging.getLogger("cascade.gateway")
+
+SETTLE_RETRY_S = 60.0  # a correction Redis could not take is sent again for this long at most
 
 _BUCKET = """
 local t = redis.call('TIME')
@@ -65,6 +85,15 @@ return 1
 _UNLIMITED = Allowance(Limit(0, 0, 0.0), Limit(0, 0, 0.0))
 
 
+@dataclass
+class _Owed:
+    """The token corrections of one key that Redis has not taken yet."""
+
+    tpm: int
+    tokens: int  # reserved - used, summed: a refund > 0, a debt < 0
+    since: float  # when the oldest of them was first owed (time.monotonic)
+
+
 def bucket(key: str, kind: str) -> str:
     """The Redis key of `key`'s bucket of `kind` ("requests" or "tokens")."""
     return f"cascade:rl:{{{key}}}:{kind}"
@@ -76,6 +105,11 @@ class RedisRateLimiter:
     def __init__(self, store: RedisStore, fallback: LocalRateLimiter | None = None) -> None:
         self.store = store
         self.fallback = fallback or LocalRateLimiter()  # redis_failure = "open" while Redis is away
+        self.dropped_settles = 0  # corrections given up: Redis may have applied them, or did not answer for long
+        self._owed: dict[str, _Owed] = {}
+        self._repaying: asyncio.Task[None] | None = None
+        self._logged_at = -math.inf
+        self._unlogged = 0
 
     async def acquire(self, key: str, rpm: int, tpm: int, tokens: int) -> Allowance:
         if not rpm and not tpm:
@@ -87,9 +121,56 @@ class RedisRateLimiter:
             self.store.unavailable("acquire")  # closed: LimitsUnavailable
             return self.fallback.take(key, rpm, tpm, tokens)
         return Allowance(state(float(req) if rpm else None, rpm, 1), state(float(tok) if tpm else None, tpm, tokens),
-                         refused or None)
+                         refused or None, shared=True)
 
-    def settle(self, key: str, tpm: int, reserved: int, used: int) -> None:
+    def settle(self, key: str, tpm: int, reserved: int, used: int, admitted: Allowance) -> None:
         if not tpm or used == reserved:
             return
-        self.store.spawn("settle", _SETTLE, [bucket(key, "tokens")], [tpm, reserved - used])
+        if not admitted.shared:
+            self.fallback.settle(key, tpm, reserved, used)  # the bucket that reserved them; Redis's never did
+            return
+        tokens, since = reserved - used, time.monotonic()
+        self.store.spawn("settle", _SETTLE, [bucket(key, "tokens")], [tpm, tokens],
+                         lambda exc: self._unsettled(key, _Owed(tpm, tokens, since), exc))
+
+    def owed(self) -> dict[str, int]:
+        """The corrections waiting for Redis, by key (tokens: a refund > 0, a debt < 0)."""
+        return {key: owed.tokens for key, owed in self._owed.items()}
+
+    def _unsettled(self, key: str, owed: _Owed, exc: StoreUnavailable) -> None:
+        if exc.tried:
+            self._drop(owed, "sent without an answer: Redis may have applied it, and a retry could apply it twice")
+            return
+        if (earlier := self._owed.get(key)) is not None:
+            owed = _Owed(owed.tpm, earlier.tokens + owed.tokens, min(earlier.since, owed.since))
+        self._owed[key] = owed
+        if self._repaying is None or self._repaying.done():
+            self._repaying = asyncio.ensure_future(self._repay())
+
+    async def _repay(self) -> None:
+        while self._owed and not self.store.closed:
+            await asyncio.sleep(RETRY_S)
+            for key, owed in list(self._owed.items()):
+                if time.monotonic() - owed.since > SETTLE_RETRY_S:
+                    self._drop(self._owed.pop(key), f"Redis did not answer for {SETTLE_RETRY_S:g} s")
+            if not self._owed or not await self.store.ping("settle"):  # a ping first: a lost ping costs nothing
+                continue
+            for key in list(self._owed):
+                owed = self._owed.pop(key)
+                try:
+                    await self.store.run("settle", _SETTLE, [bucket(key, "tokens")], [owed.tpm, owed.tokens])
+                except StoreUnavailable as exc:
+                    self._unsettled(key, owed, exc)
+        for key in list(self._owed):
+            self._drop(self._owed.pop(key), "the gateway is stopping")
+
+    def _drop(self, owed: _Owed, why: str) -> None:
+        self.dropped_settles += 1
+        now = time.monotonic()
+        if now - self._logged_at < LOG_EVERY_S:
+            self._unlogged += 1
+            return
+        more = f" ({self._unlogged} more since the last line)" if self._unlogged else ""
+        log.warning("redis at %s: dropped a token correction of %+d tokens (%s); the key's bucket stays as the "
+                    "request's admission left it%s", self.store.where, owed.tokens, why, more)
+        self._logged_at, self._unlogged = now, 0

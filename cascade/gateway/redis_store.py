@@ -6,10 +6,15 @@ the server's clock (`TIME`), never by a gateway's. `redis.asyncio` is imported h
 default serve does not need the package.
 
 Nothing waits on Redis for longer than `redis_timeout_s`: one call, connecting and waiting for a pooled connection
-included, is bounded by it (the client's own retries are off). A call that fails or times out raises StoreUnavailable,
-and for the next RETRY_S seconds calls fail at once without trying, so that a Redis that hangs costs a request at
-most one timeout per RETRY_S, not three per request; after that the next call tries again, which is how the store
-reconnects when Redis is back. What a failed call means for a request is the caller's to ask: `unavailable(op)`
+included, is bounded by it (the client's own retries and timers are off: one deadline, `_Deadline`). The deadline
+does not count the gateway's event loop's lag: an answer Redis sent in time is taken even when the loop, busy with
+other requests' CPU work, reads it late (a plain asyncio timeout lost it: every call on a new connection failed while
+the loop ran 300 ms of CPU after the send, and 16% of 8 requests' calls with 50 ms of CPU each; none do now; the
+numbers are in docs/scaling.md). A hung Redis still fails a call within the timeout plus the loop's lag, and about
+MAX_LAG_S past the timeout whatever the lag. A call that fails or times out raises StoreUnavailable, and for the next
+RETRY_S seconds calls fail at once without trying, so that a Redis that hangs costs a request at most one timeout per
+RETRY_S, not three per request; after that the next call tries again, which is how the store reconnects when Redis is
+back. What a failed call means for a request is the caller's to ask: `unavailable(op)`
 applies `redis_failure` (open: counted, and the caller goes on with this gateway's own limits; closed: counted and
 LimitsUnavailable, a 503). Failures are logged as one WARNING line per LOG_EVERY_S at most (with how many more there
 were), and the return once; `cascade_redis_*` in /metrics count them (cascade/gateway/metrics.py `RedisSeries`).
@@ -21,12 +26,11 @@ Calls nobody waits for (a token settle, a place given back, a lease heartbeat) r
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import hashlib
 import logging
 import math
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
@@ -39,11 +43,19 @@ log = logging.getLogger("cascade.gateway")
 RETRY_S = 0.5  # after a failed call, calls fail at once for this long
 LOG_EVERY_S = 10.0  # one warning line per this, at most
 POOL_SIZE = 64  # connections per gateway process; a call holds one for well under a millisecond
+LAG_TOLERANCE_S = 0.01  # a call's timer firing later than this: the event loop was busy, and the call waits longer
+MAX_LAG_S = 2.0  # what a busy loop's lag adds to a call's timeout, at most
 _PING = "return 1"
 
 
 class StoreUnavailable(Exception):
-    """Redis did not answer a call within the timeout (or refused it)."""
+    """Redis did not answer a call within the timeout (or refused it). `tried` is False when the store failed the call
+    without sending it (within RETRY_S of a failure, or closed): Redis certainly did not run it. A call that was tried
+    may have run all the same (a hung Redis runs what it received when it resumes)."""
+
+    def __init__(self, message: str, *, tried: bool = True) -> None:
+        super().__init__(message)
+        self.tried = tried
 
 
 @dataclass(frozen=True)
@@ -85,30 +97,38 @@ class RedisStore:
         self._unlogged = 0
         self._pending: set[asyncio.Task[None]] = set()
         self._ping = lua(_PING)
+        self.closed = False
         series.up.set(0)
 
     async def start(self) -> None:
         """Check that Redis answers (logged either way); the gateway starts in any case."""
-        try:
-            await self.run("ping", self._ping, [], [])
-        except StoreUnavailable:
+        if not await self.ping("ping"):
             return
         log.info("shared limits in redis at %s (redis_failure = %s)", self.where,
                  "open" if self.fail_open else "closed")
 
     async def run(self, op: str, script: Script, keys: Sequence[str], args: Sequence[str | int | float]) -> Any:
         """The script's answer, or StoreUnavailable within `timeout_s`."""
+        if self.closed:
+            raise StoreUnavailable("the store is closed", tried=False)
         if time.monotonic() < self._retry_at:
-            raise StoreUnavailable("redis failed a moment ago")
+            raise StoreUnavailable("redis failed a moment ago", tried=False)
         try:
-            async with asyncio.timeout(self.timeout_s):
-                result = await self._eval(script, keys, args)
+            result = await self._timed(script, keys, args)
         except self._errors as exc:
             self._failed(op, exc)
             raise StoreUnavailable(str(exc)) from None
         if not self._up:
             self._recovered()
         return result
+
+    async def ping(self, op: str) -> bool:
+        """Whether Redis answers now (a failure is counted as `op`'s)."""
+        try:
+            await self.run(op, self._ping, [], [])
+        except StoreUnavailable:
+            return False
+        return True
 
     def unavailable(self, op: str) -> None:
         """`op` of a request could not reach Redis: count it, and return (open: the caller goes on with this
@@ -119,9 +139,10 @@ class RedisStore:
         self.series.fail_closed.labels(op).inc()
         raise LimitsUnavailable("the gateway cannot reach its shared limits (Redis); retry the request")
 
-    def spawn(self, op: str, script: Script, keys: Sequence[str], args: Sequence[str | int | float]) -> None:
-        """Run a call in the background; a failure is counted and logged, and otherwise dropped."""
-        task = asyncio.ensure_future(self._quietly(op, script, keys, args))
+    def spawn(self, op: str, script: Script, keys: Sequence[str], args: Sequence[str | int | float],
+              failed: Callable[[StoreUnavailable], None] | None = None) -> None:
+        """Run a call in the background; a failure is counted and logged, and handed to `failed` (else dropped)."""
+        task = asyncio.ensure_future(self._quietly(op, script, keys, args, failed))
         self._pending.add(task)
         task.add_done_callback(self._pending.discard)
 
@@ -131,17 +152,31 @@ class RedisStore:
             await asyncio.gather(*self._pending)
 
     async def aclose(self) -> None:
+        """Let the background calls finish (bounded), close the connections; later calls fail untried."""
         if self._pending:
             await asyncio.wait(list(self._pending), timeout=2 * self.timeout_s)
             for task in list(self._pending):
                 task.cancel()
+        self.closed = True
         if self._client is not None:
             client, self._client = self._client, None
             await client.aclose()
 
-    async def _quietly(self, op: str, script: Script, keys: Sequence[str], args: Sequence[str | int | float]) -> None:
-        with contextlib.suppress(StoreUnavailable):
+    async def _quietly(self, op: str, script: Script, keys: Sequence[str], args: Sequence[str | int | float],
+                       failed: Callable[[StoreUnavailable], None] | None) -> None:
+        try:
             await self.run(op, script, keys, args)
+        except StoreUnavailable as exc:
+            if failed is not None:
+                failed(exc)
+
+    async def _timed(self, script: Script, keys: Sequence[str], args: Sequence[str | int | float]) -> Any:
+        async with asyncio.timeout(None) as bound:
+            deadline = _Deadline(asyncio.get_running_loop(), bound, self.timeout_s)
+            try:
+                return await self._eval(script, keys, args)
+            finally:
+                deadline.cancel()
 
     async def _eval(self, script: Script, keys: Sequence[str], args: Sequence[str | int | float]) -> Any:
         client = self._connection()
@@ -157,8 +192,10 @@ class RedisStore:
             from redis.backoff import NoBackoff
 
             pool = BlockingConnectionPool.from_url(
-                self.url, max_connections=POOL_SIZE, timeout=self.timeout_s, socket_timeout=self.timeout_s,
-                socket_connect_timeout=self.timeout_s, retry=Retry(NoBackoff(), 0), decode_responses=True)
+                self.url, max_connections=POOL_SIZE, retry=Retry(NoBackoff(), 0), decode_responses=True,
+                # No timers of the client's own: each would fire on a busy loop before the answer is read, and
+                # `_timed` bounds the whole call (a cancelled read drops its connection).
+                timeout=None, socket_timeout=None, socket_connect_timeout=None)
             self._client = Redis.from_pool(pool)
         return self._client
 
@@ -189,6 +226,42 @@ class RedisStore:
         self._logged_at, self._unlogged = -math.inf, 0  # the next failure is logged at once
         self._up = True
         self.series.up.set(1)
+
+
+class _Deadline:
+    """A Redis call's deadline that does not count the gateway loop's lag: the call fails once `redis_timeout_s` has
+    passed and the loop is free, so that what Redis sent by then has been read.
+
+    A loop kept busy (other requests' CPU work) past a call's deadline finds, when it runs again, the timer due and
+    Redis's answer unread, and a plain timeout fails the call although Redis answered in time. Here a timer that
+    fires later than LAG_TOLERANCE_S (the loop was busy) looks again LAG_TOLERANCE_S on, for as long as the loop
+    stays busy; once it fires on time, the timeout is scheduled behind the wake-up of what the loop had received,
+    two iterations on (asyncio runs a socket's callback before the timers of one iteration, and the wake-up in the
+    next). So a call with no answer fails within the timeout plus the loop's lag, and MAX_LAG_S past the timeout
+    whatever the lag.
+    """
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, bound: asyncio.Timeout, after_s: float) -> None:
+        self.loop = loop
+        self.bound = bound
+        self.due = loop.time() + after_s
+        self.last = self.due + MAX_LAG_S  # whatever the loop's lag
+        self._handle: asyncio.Handle = loop.call_at(self.due, self._fired)
+
+    def cancel(self) -> None:
+        self._handle.cancel()
+
+    def _fired(self) -> None:
+        now = self.loop.time()
+        late = now - self.due
+        if late > LAG_TOLERANCE_S and now < self.last:
+            self.due = min(now + LAG_TOLERANCE_S, self.last)
+            self._handle = self.loop.call_at(self.due, self._fired)
+            return
+        self._handle = self.loop.call_soon(self._expire)
+
+    def _expire(self) -> None:
+        self.bound.reschedule(self.loop.time())  # the timeout, in the next iteration
 
 
 def where(url: str) -> str:

@@ -119,15 +119,16 @@ class Tenants:
     def settle(self, granted: Pass, meter: Meter | None) -> None:
         """The request ended: with `meter` filled (it was served), count its usage and correct its token bucket to
         it; with None (it failed before an answer), give its tokens back; with an empty meter (a stream cut short),
-        keep the reservation."""
+        keep the reservation. The correction goes to the buckets that admitted it (Redis's, or this gateway's own
+        when Redis was away), wherever Redis is now."""
         tenant = granted.tenant
         if meter is None:
-            self.limiter.settle(tenant.name, tenant.tokens_per_minute, granted.reserved, 0)
+            self.limiter.settle(tenant.name, tenant.tokens_per_minute, granted.reserved, 0, granted.allowance)
             return
         if meter.tier is None:
             return
         used = meter.prompt_tokens + meter.completion_tokens
-        self.limiter.settle(tenant.name, tenant.tokens_per_minute, granted.reserved, used)
+        self.limiter.settle(tenant.name, tenant.tokens_per_minute, granted.reserved, used, granted.allowance)
         self.metrics.key_requests.labels(tenant.name, meter.tier).inc()
         self.metrics.key_tokens.labels(tenant.name, meter.tier, "in").inc(meter.prompt_tokens)
         self.metrics.key_tokens.labels(tenant.name, meter.tier, "out").inc(meter.completion_tokens)

@@ -156,10 +156,10 @@ def test_a_limiter_settles_tokens_to_the_usage(limiter_factory) -> None:
     async def work():
         limiter = limiter_factory()
         first = await limiter.acquire("k", 0, 60, 50)  # 1 token a second
-        limiter.settle("k", 60, reserved=50, used=10)  # 40 back
+        limiter.settle("k", 60, reserved=50, used=10, admitted=first)  # 40 back
         await settled(limiter)
         second = await limiter.acquire("k", 0, 60, 50)
-        limiter.settle("k", 60, reserved=50, used=80)  # a debt of 30
+        limiter.settle("k", 60, reserved=50, used=80, admitted=second)  # a debt of 30
         await settled(limiter)
         return first, second, await limiter.acquire("k", 0, 60, 1)
 
