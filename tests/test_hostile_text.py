@@ -23,13 +23,13 @@ from cascade.branches.cpu_scorer import features
 from cascade.branches.verifier import parse_prm_input
 from cascade.data.grading import answer_key, extract, grade
 from cascade.errors import CascadeError, InvalidRequest
-from cascade.gateway.bodies import decode_chat_request
 from cascade.router.domain import word_tokens
 from cascade.router.features import FeatureSpec, Featurizer, step_grams
 from cascade.router.heuristic import heuristic_difficulty
 from cascade.router.lexical import lexical_features, restated_number
 from cascade.router.policy import parse_hint
 from cascade.router.router import routed_text
+from cascade.service.bodies import decode_chat_request
 
 WORK_US_PER_CHAR = 20.0
 WORK_FLOOR_S = 0.05

@@ -55,7 +55,7 @@ def test_the_patterns_under_test_include_the_ones_that_read_client_text() -> Non
     names = set(PATTERNS)
     for expected in ("cascade.router.lexical._OPTION", "cascade.data.grading._ANSWER_RE",
                      "cascade.branches.cpu_scorer._CLAIM", "cascade.router.heuristic._OPERATOR",
-                     "cascade.gateway.bodies._JSON_STRING"):
+                     "cascade.service.bodies._JSON_STRING"):
         assert expected in names
     assert len(names) >= 40
 

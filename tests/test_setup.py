@@ -71,7 +71,7 @@ class Block:
 sys.meta_path.insert(0, Block())
 from cascade.config.load import load_config
 from cascade.engines.embedded import EMBEDDED_TOML
-from cascade.gateway.server import routing_signal
+from cascade.service.chat import routing_signal
 config = load_config(EMBEDDED_TOML)
 routing_signal(config, [t.name for t in config.tiers])
 print("ok")

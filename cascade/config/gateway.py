@@ -23,7 +23,7 @@ class Limits(Strict, frozen=True):
     max_tokens: PositiveInt = 32_768
     max_stop_sequences: PositiveInt = 4
     # How deep a body's arrays and objects may nest (a tool's JSON schema is the deepest part of a real one; OpenAI
-    # allows 10 levels of schema). Deeper bodies get a 400 before decoding (cascade/gateway/bodies.py); the cap keeps
+    # allows 10 levels of schema). Deeper bodies get a 400 before decoding (cascade/service/bodies.py); the cap keeps
     # msgspec's recursion (about Python's recursion limit, 1,000) out of reach.
     max_json_depth: Annotated[int, msgspec.Meta(ge=8, le=512)] = 64
     # Admission: requests in flight beyond this get 429 instead of queueing without bound.

@@ -20,8 +20,8 @@ import ipaddress
 
 from cascade.extproc.engines import Endpoint, TierEngine
 from cascade.extproc.picker import CHAT_PATH, HINT_HEADER, TIER_HEADER, VIA_HEADER
-from cascade.gateway.errors import error_response
 from cascade.optimizer.envoy import RETRY_ON
+from cascade.service.errors import error_response
 
 EXTPROC_CLUSTER = "cascade_extproc"
 GATEWAY_CLUSTER = "cascade_gateway"

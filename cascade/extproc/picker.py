@@ -34,19 +34,18 @@ from cascade.config import CascadeConfig
 from cascade.errors import CascadeError, ConfigError, InvalidRequest
 from cascade.extproc.engines import TierEngine, tier_engines
 from cascade.extproc.metrics import ExtprocMetrics
-from cascade.gateway.bodies import decode_chat_request
-from cascade.gateway.errors import error_reply, error_response
-from cascade.gateway.intake import read_body
-from cascade.gateway.metrics import GatewayMetrics
-from cascade.gateway.ratelimit import LocalRateLimiter
-from cascade.gateway.ratelimit_redis import RedisRateLimiter
-from cascade.gateway.redis_store import RedisStore
-from cascade.gateway.server import routing_signal
-from cascade.gateway.service import ChatService, ServiceConfig
-from cascade.gateway.tenants import Keyring, Tenants
 from cascade.plan import Plan
 from cascade.router.policy import RoutingSignal
 from cascade.schemas import ChatCompletionRequest, ChatMessage, RouteDecision
+from cascade.service.bodies import decode_chat_request
+from cascade.service.chat import ChatService, ServiceConfig, routing_signal
+from cascade.service.errors import error_reply, error_response
+from cascade.service.intake import read_body
+from cascade.service.metrics import GatewayMetrics
+from cascade.service.ratelimit import LocalRateLimiter
+from cascade.service.ratelimit_redis import RedisRateLimiter
+from cascade.service.redis_store import RedisStore
+from cascade.service.tenants import Keyring, Tenants
 from cascade.tiers import build_tiers
 
 log = logging.getLogger("cascade.extproc")

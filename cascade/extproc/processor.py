@@ -42,7 +42,7 @@ from grpclib.health.v1 import health_pb2  # the standard health messages (protob
 
 from cascade.extproc.metrics import MetricsListener
 from cascade.extproc.picker import Refused, Routed, TierPicker, Verdict
-from cascade.gateway.errors import error_response
+from cascade.service.errors import error_response
 
 log = logging.getLogger("cascade.extproc")
 SERVICE = "envoy.service.ext_proc.v3.ExternalProcessor"

@@ -14,14 +14,14 @@ from litestar.exceptions import HTTPException
 
 from cascade.config import ApiKey
 from cascade.errors import CascadeError
-from cascade.gateway.bodies import decode_chat_request
 from cascade.gateway.chat_asgi import ChatCompletionsASGI
-from cascade.gateway.errors import error_reply, error_response, internal_error
-from cascade.gateway.intake import read_body
 from cascade.gateway.openapi import openapi_json
-from cascade.gateway.ratelimit import LocalRateLimiter, RateLimiter
-from cascade.gateway.service import ChatService
-from cascade.gateway.tenants import Keyring, Tenants
+from cascade.service.bodies import decode_chat_request
+from cascade.service.chat import ChatService
+from cascade.service.errors import error_reply, error_response, internal_error
+from cascade.service.intake import read_body
+from cascade.service.ratelimit import LocalRateLimiter, RateLimiter
+from cascade.service.tenants import Keyring, Tenants
 
 log = logging.getLogger("cascade.gateway")
 _encode = msgspec.json.Encoder().encode
@@ -71,7 +71,7 @@ def create_app(
             status = "unavailable"
         else:
             # 503 only when no tier can serve: a load balancer that saw one stalled tier take out every gateway
-            # would stop the healthy tiers too (cascade/gateway/readiness.py).
+            # would stop the healthy tiers too (cascade/service/readiness.py).
             tiers = report["tiers"]
             status = "ready" if all(tiers.values()) else "degraded" if any(tiers.values()) else "unavailable"
         body = _encode({"status": status, **report})

@@ -7,7 +7,7 @@ per response, a middleware wrapper around every `send`) cost about a fifth of th
 /metrics, 404/405 for unknown routes) stays in Litestar; both share ChatService, the body reader's
 limits and the OpenAI error objects, and the same tests run against both.
 
-The route is an adapter: read the body (gateway/intake.py), make one call (`ChatService.chat`, which validates,
+The route is an adapter: read the body (service/intake.py), make one call (`ChatService.chat`, which validates,
 routes, admits and serves), write its reply: a whole response, or a started stream relayed frame by frame and then
 closed (which gives the request's place back).
 
@@ -38,12 +38,12 @@ from cascade.gateway.drain import (
     shutdown_error,
     shutdown_stream_end,
 )
-from cascade.gateway.errors import error_reply, error_response, internal_error
-from cascade.gateway.intake import read_body
-from cascade.gateway.service import ChatService, StreamReply, WholeReply
-from cascade.gateway.telemetry import METER, Meter
-from cascade.gateway.tenants import Keyring, Pass, Tenants
 from cascade.schemas import ChatCompletionRequest
+from cascade.service.chat import ChatService, StreamReply, WholeReply
+from cascade.service.errors import error_reply, error_response, internal_error
+from cascade.service.intake import read_body
+from cascade.service.telemetry import METER, Meter
+from cascade.service.tenants import Keyring, Pass, Tenants
 
 Scope = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]

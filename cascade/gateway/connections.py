@@ -51,7 +51,7 @@ from uvicorn.server import ServerState
 
 from cascade.config import Limits
 from cascade.gateway.drain import DRAIN_KEY, LIMITS_KEY, Drain
-from cascade.gateway.errors import error_response
+from cascade.service.errors import error_response
 
 log = logging.getLogger("cascade.gateway")
 _SHARED_KEY = "cascade.connections"

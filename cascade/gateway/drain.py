@@ -34,8 +34,8 @@ import logging
 from collections.abc import Callable
 
 from cascade.errors import CascadeError
-from cascade.gateway.errors import error_response
-from cascade.gateway.frames import DONE, sse
+from cascade.service.errors import error_response
+from cascade.service.frames import DONE, sse
 
 log = logging.getLogger("cascade.gateway")
 

@@ -27,7 +27,7 @@ from cascade.schemas import (
 )
 
 if TYPE_CHECKING:
-    from cascade.gateway.service import ChatService
+    from cascade.service.chat import ChatService
 
 _REF = "#/components/schemas/{name}"
 _ERRORS = {

@@ -11,31 +11,22 @@ from typing import Any
 from cascade.config import CascadeConfig, load_config
 from cascade.engines.sglang_launch import is_loopback
 from cascade.errors import ConfigError
-from cascade.gateway.admission_redis import RedisPlaces
 from cascade.gateway.app import create_app
 from cascade.gateway.chat_asgi import ChatCompletionsASGI
 from cascade.gateway.drain import longest_drain_s
-from cascade.gateway.engine_load import EngineLoadCollector, TierEngines
-from cascade.gateway.metrics import GatewayMetrics
-from cascade.gateway.ratelimit_redis import RedisRateLimiter
-from cascade.gateway.readiness import Readiness
-from cascade.gateway.redis_store import RedisStore
-from cascade.gateway.service import ChatService, ServiceConfig
-from cascade.gateway.tenants import MIN_KEY_CHARS, MIN_KEY_DISTINCT, weak_plain_keys
-from cascade.gateway.traffic import TrafficLog
 from cascade.ladder import Ladder
 from cascade.plan import load_plan
-from cascade.router.policy import HeuristicSignal, RoutingSignal
+from cascade.service.admission_redis import RedisPlaces
+from cascade.service.chat import ChatService, ServiceConfig, routing_signal
+from cascade.service.engine_load import EngineLoadCollector, TierEngines
+from cascade.service.metrics import GatewayMetrics
+from cascade.service.ratelimit_redis import RedisRateLimiter
+from cascade.service.readiness import Readiness
+from cascade.service.redis_store import RedisStore
+from cascade.service.tenants import MIN_KEY_CHARS, MIN_KEY_DISTINCT, weak_plain_keys
+from cascade.service.traffic import TrafficLog
 
 log = logging.getLogger("cascade.gateway")
-
-
-def routing_signal(config: CascadeConfig, tier_names: list[str]) -> RoutingSignal:
-    if config.routing.policy == "learned":
-        from cascade.router.learned import LearnedSignal  # sklearn/skops only when a router is used
-
-        return LearnedSignal.load(config.routing.router, tier_names)
-    return HeuristicSignal()
 
 
 class Gateway:
@@ -101,7 +92,7 @@ class Gateway:
             await self.ladder.aclose()  # every backend and scorer closed, the embedded workers stopped
 
     async def ready(self) -> dict[str, Any]:
-        """Which tiers can serve, from local state only (cascade/gateway/readiness.py): no engine is called."""
+        """Which tiers can serve, from local state only (cascade/service/readiness.py): no engine is called."""
         return self.readiness.report()
 
 

@@ -132,7 +132,7 @@ def bootstrap(upstreams: list[Gateway], listen_host: str, listen_port: int, admi
             {"lb_endpoints": [{"endpoint": {"address": _address(g.host, g.port)}} for g in upstreams]}]},
         "health_checks": [{
             # /ready answers from the gateway's memory (its engines are probed in the background,
-            # cascade/gateway/readiness.py) in well under a millisecond, whatever the engines do, and is 503 only
+            # cascade/service/readiness.py) in well under a millisecond, whatever the engines do, and is 503 only
             # while draining or when no tier can serve (then Envoy's immediate take-out is right). So 1 s is only
             # an event loop that stopped answering, and two such checks in a row (4 s) take the gateway out; one
             # passing check brings it back. The interval bounds how late Envoy sees a gateway fail without a

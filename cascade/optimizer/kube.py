@@ -16,7 +16,7 @@ from cascade.errors import ConfigError
 
 NAME = "cascade"
 PORT = 8000
-IN_FLIGHT_METRIC = "cascade_in_flight_requests"  # cascade/gateway/metrics.py
+IN_FLIGHT_METRIC = "cascade_in_flight_requests"  # cascade/service/metrics.py
 CONFIG_DIR = "/etc/cascade"
 
 

@@ -19,7 +19,7 @@ Plan (issue 32, item 1), in the manner of branches/sart.py and router/escalation
   are still full or pressed are named so that it runs only the branches that must finish there (`Routing.shed`).
   `pinned(tier)`: the client named the tier; nothing is routed or moved.
 * `Routing` is frozen: the itinerary, the hint, and what load changed. The gateway's decision
-  (cascade/gateway/decision.py) is built from it once, and never changed after.
+  (cascade/service/decision.py) is built from it once, and never changed after.
 """
 
 from __future__ import annotations

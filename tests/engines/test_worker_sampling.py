@@ -19,8 +19,8 @@ from cascade.config import Limits, decode_config
 from cascade.engines.fake_server import FakeEngine, FakeScript
 from cascade.engines.supervisor import Supervisor, Worker, sampling_fields
 from cascade.errors import InvalidRequest
-from cascade.gateway.validation import branches_for
 from cascade.schemas import BranchOverride, ChatCompletionRequest, ChatMessage
+from cascade.service.validation import branches_for
 from cascade.tiers import build_tiers
 from cascade.upstream import Sampling
 

@@ -9,8 +9,8 @@ from pathlib import Path
 
 from cascade.config import decode_config
 from cascade.extproc.picker import Routed, TierPicker
-from cascade.gateway.bodies import decode_chat_request
 from cascade.gateway.server import Gateway
+from cascade.service.bodies import decode_chat_request
 from cascade.testing import ladder_toml
 from tests.learned_router import EASY, HARD
 

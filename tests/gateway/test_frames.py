@@ -5,8 +5,8 @@ from __future__ import annotations
 import msgspec
 import pytest
 
-from cascade.gateway.frames import DONE, ChunkFrames, sse
 from cascade.schemas import CascadeInfo, ChatCompletionChunk, ChunkChoice, Delta, Usage
+from cascade.service.frames import DONE, ChunkFrames, sse
 
 TEXTS = ["", "hello", ' "quoted" ', "line\nbreak\ttab", "\\ backslash", "ünïcödé 数学 🚀", "\x00\x1f", '"index":0']
 

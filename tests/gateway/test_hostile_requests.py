@@ -86,8 +86,8 @@ def test_the_router_reads_the_first_and_last_halves_of_a_long_prompt(router_dir:
     routed = routed_text(prompt, 1024)
     assert len(routed) <= 1024 and routed.startswith(head[:300]) and routed.endswith(tail)
     assert routed_text("short", 1024) == "short"
-    from cascade.gateway.server import routing_signal
     from cascade.router.load import TierShape
+    from cascade.service.chat import routing_signal
 
     shapes = [TierShape(t.name, t.branch_slots, t.branches) for t in config.tiers]
     router = Router(shapes, config.routing, routing_signal(config, [t.name for t in config.tiers]))

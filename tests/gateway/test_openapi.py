@@ -19,9 +19,9 @@ from schemathesis import checks
 from cascade.config import Limits
 from cascade.engines.fake_server import FakeScript
 from cascade.errors import InvalidRequest
-from cascade.gateway.bodies import decode_chat_request
 from cascade.gateway.openapi import openapi_document
 from cascade.schemas import ChatCompletion, ChatCompletionChunk, ErrorResponse, ModelList, RouteDecision
+from cascade.service.bodies import decode_chat_request
 from cascade.testing import TIERS
 from tests.gateway.gateway_setup import running_gateway
 

@@ -1,4 +1,4 @@
-"""/ready answers from the engines' background health checks (cascade/gateway/readiness.py): fast whatever the
+"""/ready answers from the engines' background health checks (cascade/service/readiness.py): fast whatever the
 engines do, 200 while some tier can serve (naming the others), 503 only when none can; a tier whose engine
 stalled fails at once (or falls back in route mode) instead of waiting out its timeout; /health is liveness only.
 

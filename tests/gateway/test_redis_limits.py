@@ -24,12 +24,12 @@ import pytest
 
 from cascade.config import Limits, decode_config
 from cascade.errors import ConfigError, LimitsUnavailable, Overloaded
-from cascade.gateway.admission import Admission
-from cascade.gateway.admission_redis import RedisPlaces, place_key
-from cascade.gateway.metrics import GatewayMetrics
-from cascade.gateway.ratelimit import LocalRateLimiter, RateLimiter
-from cascade.gateway.ratelimit_redis import RedisRateLimiter, bucket
-from cascade.gateway.redis_store import RETRY_S, RedisStore
+from cascade.service.admission import Admission
+from cascade.service.admission_redis import RedisPlaces, place_key
+from cascade.service.metrics import GatewayMetrics
+from cascade.service.ratelimit import LocalRateLimiter, RateLimiter
+from cascade.service.ratelimit_redis import RedisRateLimiter, bucket
+from cascade.service.redis_store import RETRY_S, RedisStore
 from cascade.testing import (
     CASCADE,
     RedisServer,
@@ -263,9 +263,9 @@ def test_two_gateways_together_fill_a_tiers_places_once(redis) -> None:
 
 _HOLDER = """
 import asyncio, sys
-from cascade.gateway.admission_redis import RedisPlaces
-from cascade.gateway.metrics import GatewayMetrics
-from cascade.gateway.redis_store import RedisStore
+from cascade.service.admission_redis import RedisPlaces
+from cascade.service.metrics import GatewayMetrics
+from cascade.service.redis_store import RedisStore
 
 async def main():
     places = RedisPlaces(RedisStore(sys.argv[1], GatewayMetrics().redis()), lease_s=1.0)

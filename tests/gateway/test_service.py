@@ -17,9 +17,9 @@ import pytest
 from cascade.config import decode_config
 from cascade.engines.fake_server import FakeEngine, FakeScript
 from cascade.errors import BackendError, InvalidRequest, Overloaded
-from cascade.gateway.metrics import GatewayMetrics
-from cascade.gateway.service import ChatService, ServiceConfig, StreamReply, WholeReply
 from cascade.schemas import ChatCompletion, ChatCompletionRequest
+from cascade.service.chat import ChatService, ServiceConfig, StreamReply, WholeReply
+from cascade.service.metrics import GatewayMetrics
 from cascade.testing import TIERS, ladder_toml, serve_asgi
 from cascade.tiers import build_tiers
 from tests.gateway.gateway_setup import user

@@ -15,9 +15,9 @@ from cascade.cli import main
 from cascade.config import decode_config
 from cascade.errors import ConfigError
 from cascade.gateway import server
-from cascade.gateway.ratelimit import LocalRateLimiter, duration
-from cascade.gateway.tenants import Keyring, estimate_tokens
 from cascade.schemas import ChatCompletionRequest
+from cascade.service.ratelimit import LocalRateLimiter, duration
+from cascade.service.tenants import Keyring, estimate_tokens
 from cascade.testing import TIERS, ladder_toml
 from tests.gateway.gateway_setup import post_chat, running_gateway, user
 

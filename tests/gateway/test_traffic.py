@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import httpx
 
-from cascade.gateway.traffic import read_traffic
+from cascade.service.traffic import read_traffic
 from cascade.testing import TIERS
 from tests.gateway.gateway_setup import post_chat, running_gateway, user
 

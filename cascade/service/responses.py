@@ -1,6 +1,6 @@
 """What the client gets back: the completion, the `cascade` object, the route decision, in-band errors.
 
-Pure functions of a decision and an answer; the streamed frames of a live answer are cascade/gateway/streaming.py.
+Pure functions of a decision and an answer; the streamed frames of a live answer are cascade/service/streaming.py.
 """
 
 from __future__ import annotations
@@ -13,8 +13,6 @@ import msgspec
 
 from cascade.answer import Answer
 from cascade.errors import CascadeError, Overloaded
-from cascade.gateway.decision import Decision
-from cascade.gateway.frames import DONE, ChunkFrames, sse
 from cascade.schemas import (
     AssistantMessage,
     BranchStats,
@@ -28,6 +26,8 @@ from cascade.schemas import (
     ToolCallDelta,
     Usage,
 )
+from cascade.service.decision import Decision
+from cascade.service.frames import DONE, ChunkFrames, sse
 from cascade.tiers import Tier
 
 _encode = msgspec.json.Encoder().encode

@@ -16,11 +16,11 @@ import msgspec
 
 from cascade.config import ApiKey
 from cascade.errors import ConfigError, Forbidden, RateLimited, Unauthorized
-from cascade.gateway.metrics import GatewayMetrics
-from cascade.gateway.ratelimit import Allowance, RateLimiter
-from cascade.gateway.telemetry import Meter
 from cascade.router.policy import NAMED_HINTS, parse_hint
 from cascade.schemas import ChatCompletionRequest
+from cascade.service.metrics import GatewayMetrics
+from cascade.service.ratelimit import Allowance, RateLimiter
+from cascade.service.telemetry import Meter
 
 ROUTED_MODEL = "cascade"
 _NO_KEY = "missing or invalid API key: send `Authorization: Bearer <key>`"

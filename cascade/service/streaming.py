@@ -20,12 +20,12 @@ from collections.abc import AsyncGenerator, Awaitable, Callable
 from cascade.answer import Answer, Opened, Streams
 from cascade.branches.backend import GenerationResult, StreamDelta
 from cascade.errors import BackendError, CascadeError, Overloaded
-from cascade.gateway.decision import Decision
-from cascade.gateway.frames import ChunkFrames
-from cascade.gateway.ladders import StreamLadder
-from cascade.gateway.responses import cascade_info, in_band_error, whole_answer_frames
-from cascade.gateway.telemetry import Telemetry
 from cascade.schemas import Usage
+from cascade.service.decision import Decision
+from cascade.service.frames import ChunkFrames
+from cascade.service.ladders import StreamLadder
+from cascade.service.responses import cascade_info, in_band_error, whole_answer_frames
+from cascade.service.telemetry import Telemetry
 
 # SSE comment sent while a cascade (or branches) works before the first token: proxies and clients
 # with idle timeouts keep the connection, and OpenAI SDKs ignore comments.

@@ -26,7 +26,7 @@ from cascade.errors import (
 from cascade.schemas import ErrorBody, ErrorResponse
 
 if TYPE_CHECKING:
-    from cascade.gateway.metrics import GatewayMetrics
+    from cascade.service.metrics import GatewayMetrics
 
 log = logging.getLogger("cascade.gateway")
 

@@ -99,7 +99,7 @@ class GatewayMetrics:
 
 
 class RedisSeries:
-    """The shared limits' store (cascade/gateway/redis_store.py); `op`: acquire, settle, admit, release, heartbeat."""
+    """The shared limits' store (cascade/service/redis_store.py); `op`: acquire, settle, admit, release, heartbeat."""
 
     def __init__(self, registry: CollectorRegistry) -> None:
         self.errors = Counter("cascade_redis_errors", "Redis calls of the shared limits that failed or timed out",

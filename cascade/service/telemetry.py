@@ -8,10 +8,10 @@ from contextvars import ContextVar
 from cascade.answer import Answer
 from cascade.branches.runner import BranchReport
 from cascade.errors import BackendError
-from cascade.gateway.decision import Decision
-from cascade.gateway.metrics import GatewayMetrics
-from cascade.gateway.traffic import TrafficLog, TrafficRecord
 from cascade.router.load import Headroom
+from cascade.service.decision import Decision
+from cascade.service.metrics import GatewayMetrics
+from cascade.service.traffic import TrafficLog, TrafficRecord
 from cascade.tiers import Tier
 
 _BRANCH_EVENTS = ("launched", "finished", "pruned_phase1", "pruned_phase2", "pruned_confidence", "early_stopped",

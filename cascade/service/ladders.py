@@ -3,12 +3,12 @@ one tier. The router's itinerary reaches back into the gateway only through them
 
 * `AnswerLadder`: whole answers (cascade/answer.py `answer`), whose evidence cascade mode reads;
 * `StreamLadder`: a live single-branch answer (cascade/answer.py `open_answer`), relayed as it comes
-  (cascade/gateway/streaming.py); only an itinerary that does not judge answers serves one (a route-mode fallback
+  (cascade/service/streaming.py); only an itinerary that does not judge answers serves one (a route-mode fallback
   to a tier with branches is answered whole there, and sent as one SSE body).
 
-Both answer inside the tier's admission (its request places and the stream budget, cascade/gateway/admission.py),
+Both answer inside the tier's admission (its request places and the stream budget, cascade/service/admission.py),
 with the request's sampling as cascade/upstream.py makes it and the tier's branch slots held the same way; both
-count backend faults and moves (cascade/gateway/telemetry.py).
+count backend faults and moves (cascade/service/telemetry.py).
 """
 
 from __future__ import annotations
@@ -22,13 +22,13 @@ from cascade.answer import Answer, Opened, answer, open_answer
 from cascade.branches.runner import BranchReport, BranchSettings
 from cascade.config import AnswerConfidenceConfig, Limits
 from cascade.errors import BackendError, InvalidRequest
-from cascade.gateway.admission import Admission
-from cascade.gateway.decision import Decision
-from cascade.gateway.telemetry import Telemetry
-from cascade.gateway.validation import branches_for, check_tier
 from cascade.router.acceptance import calibrated
 from cascade.router.escalation import Evidence, Move
 from cascade.schemas import ChatCompletionRequest
+from cascade.service.admission import Admission
+from cascade.service.decision import Decision
+from cascade.service.telemetry import Telemetry
+from cascade.service.validation import branches_for, check_tier
 from cascade.tiers import Tier
 from cascade.upstream import Sampling, sampling_of
 

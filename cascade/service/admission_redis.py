@@ -1,5 +1,5 @@
 """Admission places shared by the gateways in Redis: `[gateway.limits] max_in_flight` and each tier's places
-(cascade/gateway/admission.py) counted across every gateway on one Redis, so that 3 gateways together admit the
+(cascade/service/admission.py) counted across every gateway on one Redis, so that 3 gateways together admit the
 configured limit, not 3 times it.
 
 The choice: one member per place, with a lease. Each place held is a member `HOLDER:N` of a sorted set per scope
@@ -38,7 +38,7 @@ import os
 import socket
 import time
 
-from cascade.gateway.redis_store import RedisStore, StoreUnavailable, lua
+from cascade.service.redis_store import RedisStore, StoreUnavailable, lua
 
 LEASE_S = 5.0  # a dead gateway's places are freed within this; renewed every LEASE_S / 4
 
@@ -93,7 +93,7 @@ def place_key(scope: str) -> str:
 
 
 class RedisPlaces:
-    """This gateway's side of the shared places (`SharedPlaces`, cascade/gateway/admission.py)."""
+    """This gateway's side of the shared places (`SharedPlaces`, cascade/service/admission.py)."""
 
     def __init__(self, store: RedisStore, lease_s: float = LEASE_S, holder: str | None = None) -> None:
         self.store = store

@@ -1,8 +1,8 @@
-"""Per-key rate limits in Redis: the token buckets of cascade/gateway/ratelimit.py, shared by every gateway.
+"""Per-key rate limits in Redis: the token buckets of cascade/service/ratelimit.py, shared by every gateway.
 
 The same semantics as `LocalRateLimiter`: a bucket holds at most a minute's limit and refills at limit/60 per second;
 `acquire` takes 1 request and the estimated tokens, all or nothing; `settle` corrects the tokens. Each call is one Lua
-script (cascade/gateway/redis_store.py) that reads, refills and writes both buckets in one atomic step, on the Redis
+script (cascade/service/redis_store.py) that reads, refills and writes both buckets in one atomic step, on the Redis
 server's clock (`TIME`), so N gateways draw from exactly one bucket per key and limit.
 
 A bucket is a hash `cascade:rl:{KEY}:requests` (and `:tokens`) of its level and when it was last written; it expires
@@ -31,8 +31,8 @@ import math
 import time
 from dataclasses import dataclass
 
-from cascade.gateway.ratelimit import Allowance, Limit, LocalRateLimiter, state
-from cascade.gateway.redis_store import LOG_EVERY_S, RETRY_S, RedisStore, StoreUnavailable, lua
+from cascade.service.ratelimit import Allowance, Limit, LocalRateLimiter, state
+from cascade.service.redis_store import LOG_EVERY_S, RETRY_S, RedisStore, StoreUnavailable, lua
 
 log = logging.getLogger("cascade.gateway")
 

@@ -1,13 +1,13 @@
 """Admission: the gateway's request limit, each tier's request places, and the upstream stream budget.
 
 A stalled tier fills only its own places (a 429 for that tier), so the other tiers keep answering. Where a tier's
-engines report their own queue (cascade/gateway/engine_load.py), `[routing.engine_load] max_queue` refuses the
+engines report their own queue (cascade/service/engine_load.py), `[routing.engine_load] max_queue` refuses the
 tier while they queue that many requests, whoever sent them; without a reading, only this gateway's places count.
 `Admission` is also the router's live load view (cascade/router/load.py `TierLoad`): each tier's requests in
 flight and its engines' own report.
 
 With `[gateway] redis_url`, the gateway's limit and the tiers' places are also counted across every gateway
-(`SharedPlaces`: cascade/gateway/admission_redis.py): a request takes this process's place first, then the shared
+(`SharedPlaces`: cascade/service/admission_redis.py): a request takes this process's place first, then the shared
 one. This process's own limits still hold (with Redis away and `redis_failure = "open"`, they are what is left, and
 a place admitted so is given back without freeing any place in Redis); the backend stream budget and the engines'
 queue stay per process. The counts in this class, and so the router's load view and the `cascade_*in_flight*`
@@ -21,9 +21,9 @@ from typing import Protocol
 
 from cascade.config import Limits
 from cascade.errors import Overloaded
-from cascade.gateway.engine_load import TierEngines
-from cascade.gateway.metrics import GatewayMetrics
 from cascade.router.load import EngineView
+from cascade.service.engine_load import TierEngines
+from cascade.service.metrics import GatewayMetrics
 from cascade.tiers import Tier
 
 

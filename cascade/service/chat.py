@@ -2,7 +2,7 @@
 
     chat      validate the request; ask the router its way along the ladder (one call: cascade/router/router.py);
               check every tier it may reach (the frozen Decision); take one of the gateway's request places; serve:
-              * whole: the itinerary over an `AnswerLadder` (cascade/gateway/ladders.py): whole answers on a tier
+              * whole: the itinerary over an `AnswerLadder` (cascade/service/ladders.py): whole answers on a tier
                 (cascade/answer.py) inside that tier's admission; then the completion (responses.py); the place goes
                 back before `chat` returns
               * streamed: the same, sent as one SSE body when known (streaming.py `deferred`; the first tier's
@@ -28,25 +28,34 @@ import msgspec
 from cascade.answer import Answer, Opened, question_of
 from cascade.config import AnswerConfidenceConfig, CascadeConfig, Limits, RoutingConfig
 from cascade.errors import UnknownModel
-from cascade.gateway import responses, streaming
-from cascade.gateway.admission import Admission, SharedPlaces
-from cascade.gateway.decision import Decision
-from cascade.gateway.engine_load import TierEngines
-from cascade.gateway.ladders import AnswerLadder, Rungs, StreamLadder
-from cascade.gateway.metrics import GatewayMetrics
-from cascade.gateway.telemetry import Telemetry
-from cascade.gateway.traffic import TrafficLog
-from cascade.gateway.validation import check_tier, forwarded, one_answer_field, validate
 from cascade.plan import Plan
 from cascade.router.load import TierShape
-from cascade.router.policy import NAMED_HINTS, QualityHint, RoutingSignal, parse_hint
+from cascade.router.policy import NAMED_HINTS, HeuristicSignal, QualityHint, RoutingSignal, parse_hint
 from cascade.router.router import Router, Routing
 from cascade.schemas import ChatCompletion, ChatCompletionRequest, ModelCard, ModelList, RouteDecision
+from cascade.service import responses, streaming
+from cascade.service.admission import Admission, SharedPlaces
+from cascade.service.decision import Decision
+from cascade.service.engine_load import TierEngines
+from cascade.service.ladders import AnswerLadder, Rungs, StreamLadder
+from cascade.service.metrics import GatewayMetrics
+from cascade.service.telemetry import Telemetry
+from cascade.service.traffic import TrafficLog
+from cascade.service.validation import check_tier, forwarded, one_answer_field, validate
 from cascade.tiers import Tier
 
 ROUTED_MODEL = "cascade"
 # Prompts up to this many characters are routed on the event loop (under a millisecond); longer ones in a thread.
 INLINE_ROUTING_CHARS = 1024
+
+
+def routing_signal(config: CascadeConfig, tier_names: list[str]) -> RoutingSignal:
+    """The routing signal `config` names: its learned router, or the heuristic."""
+    if config.routing.policy == "learned":
+        from cascade.router.learned import LearnedSignal  # sklearn/skops only when a router is used
+
+        return LearnedSignal.load(config.routing.router, tier_names)
+    return HeuristicSignal()
 
 
 class ServiceConfig(msgspec.Struct, frozen=True, kw_only=True):

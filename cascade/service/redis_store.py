@@ -17,7 +17,7 @@ RETRY_S, not three per request; after that the next call tries again, which is h
 back. What a failed call means for a request is the caller's to ask: `unavailable(op)`
 applies `redis_failure` (open: counted, and the caller goes on with this gateway's own limits; closed: counted and
 LimitsUnavailable, a 503). Failures are logged as one WARNING line per LOG_EVERY_S at most (with how many more there
-were), and the return once; `cascade_redis_*` in /metrics count them (cascade/gateway/metrics.py `RedisSeries`).
+were), and the return once; `cascade_redis_*` in /metrics count them (cascade/service/metrics.py `RedisSeries`).
 
 Calls nobody waits for (a token settle, a place given back, a lease heartbeat) run in the background (`spawn`);
 `aclose` lets them finish, bounded, then closes the connections.
@@ -36,7 +36,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from cascade.errors import ConfigError, LimitsUnavailable
-from cascade.gateway.metrics import RedisSeries
+from cascade.service.metrics import RedisSeries
 
 log = logging.getLogger("cascade.gateway")
 
