@@ -47,7 +47,7 @@ from cascade.data.datasets import DatasetError
 from cascade.data.outcomes import OutcomeRow, read_rows, write_row
 from cascade.errors import ConfigError
 from cascade.router import evaluate as ev
-from cascade.testing import fail
+from cascade.testing.scripts import fail
 
 MIN_ROWS = 20
 FOLDS = 5

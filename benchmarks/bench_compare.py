@@ -29,7 +29,7 @@ from typing import Any
 
 import numpy as np
 
-from cascade.bench_run import RequestRow, request_rows
+from cascade.bench.runs import RequestRow, request_rows
 
 
 def read_run(path: Path) -> dict[str, RequestRow]:

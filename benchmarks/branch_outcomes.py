@@ -33,7 +33,7 @@ from cascade.data.datasets import DatasetError, prompts_of
 from cascade.data.grading import extract, grade
 from cascade.data.outcomes import BranchOutcome, OutcomeRow, TierOutcome, read_rows, write_row
 from cascade.errors import ConfigError
-from cascade.testing import fail
+from cascade.testing.scripts import fail
 
 
 class SavedBranch(msgspec.Struct, kw_only=True):

@@ -23,7 +23,9 @@ from pathlib import Path
 import httpx
 
 from cascade.engines.supervisor import free_port
-from cascade.testing import CASCADE, ladder_toml, start, stop, wait_http
+from cascade.testing.processes import CASCADE, start, stop
+from cascade.testing.servers import ladder_toml
+from cascade.testing.waiting import wait_http
 
 
 def rss_mb(pid: int) -> tuple[float, float]:

@@ -43,7 +43,9 @@ import numpy as np
 from cascade.config import decode_config
 from cascade.engines.supervisor import free_port
 from cascade.extproc.picker import TierPicker
-from cascade.testing import CASCADE, fail, start, stop, wait_http
+from cascade.testing.processes import CASCADE, start, stop
+from cascade.testing.scripts import fail
+from cascade.testing.waiting import wait_http
 
 ROOT = Path(__file__).resolve().parents[1]
 ROUTER = ROOT / "models" / "routers" / "routellm-gsm8k"

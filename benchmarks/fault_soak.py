@@ -13,7 +13,8 @@ Method
   * Each request is one of: `ok_correct` (200, the full answer, finish `stop`, and for a stream `[DONE]`),
     `broken_success` (200 without an error but not that: the number that must be 0), `error_reported` (an
     error status with an OpenAI error object, or an in-band `{"error": ...}` event), `hung` (the client
-    timeout fired), `lost` (the connection failed or was cut without a status or an error).
+    timeout fired), `lost` (the connection failed or was cut without a status or an error); the verdict and
+    the soak loop are cascade/testing/soak.py's, shared with benchmarks/scaleout_soak.py.
 
 Output: one JSON object on stdout (and in `--out`): the counts, `served_by_failover` (share of ok_correct
 whose `cascade` object has `retries` > 0 or `fallback_from`), `failover_added_latency_ms_p99`,
@@ -37,30 +38,19 @@ import tempfile
 import time
 from collections import Counter
 from pathlib import Path
-from typing import Any
 
 import httpx
-import msgspec
 import numpy as np
 from tqdm import tqdm
 
 from cascade.engines.supervisor import free_port
-from cascade.testing import CASCADE, start, stop
+from cascade.testing.processes import CASCADE, start, stop
+from cascade.testing.soak import KINDS, Outcome, counts, keep_in_flight, send_chat
 
 SCRIPT_FAULTS = ("html", "malformed_sse", "truncated", "stall_first_byte", "stall_mid", "kill_mid")
 MODES = (*SCRIPT_FAULTS, "status_500", "down", "garbage")
 TIERS = ("small", "large")
 MODELS = ("cascade:fast", "cascade:best", *TIERS)
-KINDS = ("ok_correct", "broken_success", "error_reported", "hung", "lost")
-
-
-class Outcome(msgspec.Struct):
-    kind: str
-    latency_s: float
-    retries: int = 0
-    fallback_from: str | None = None
-    detail: str = ""  # what the client saw, for the report's samples of non-ok outcomes
-    status: int | None = None
 
 
 class Proc:
@@ -126,84 +116,6 @@ def gateway_toml(ports: list[int], tokens: int, port: int) -> str:
         tiers.append(f'[[tiers]]\nname = "{name}"\ndefault_max_tokens = {tokens + 16}\nscorer = "none"\n'
                      f"backends = [\n  {backends},\n]\n")
     return f'[gateway]\nhost = "127.0.0.1"\nport = {port}\n\n' + "\n".join(tiers)
-
-
-def classify(status: int | None, raw: bytes, stream: bool, expected: str, cut: bool) -> tuple[str, dict[str, Any]]:
-    """(kind, the response's `cascade` object or {}) from what the client received; `cut`: the
-    connection failed or closed before the body ended."""
-    if status is None:
-        return "lost", {}
-    if status != 200:
-        with contextlib.suppress(ValueError):
-            body = json.loads(raw)
-            if isinstance(body, dict) and isinstance(body.get("error"), dict):
-                return "error_reported", {}
-        return "lost", {}
-    return _classify_stream(raw, expected, cut) if stream else _classify_completion(raw, expected, cut)
-
-
-def _classify_completion(raw: bytes, expected: str, cut: bool) -> tuple[str, dict[str, Any]]:
-    try:
-        body = json.loads(raw)
-        if "error" in body:
-            return "error_reported", {}
-        choice = body["choices"][0]
-        content, finish = choice["message"]["content"], choice["finish_reason"]
-    except (ValueError, KeyError, IndexError, TypeError):
-        return ("lost" if cut else "broken_success"), {}
-    info = body["cascade"] if isinstance(body.get("cascade"), dict) else {}
-    if cut:
-        return "lost", info
-    return ("ok_correct" if content == expected and finish == "stop" else "broken_success"), info
-
-
-def _classify_stream(raw: bytes, expected: str, cut: bool) -> tuple[str, dict[str, Any]]:
-    content: list[str] = []
-    finishes: list[str | None] = []
-    done = malformed = error = False
-    info: dict[str, Any] = {}
-    for line in raw.decode(errors="replace").splitlines():
-        data = line[5:].strip() if line.startswith("data:") else None
-        if data == "[DONE]":
-            done = True
-        elif data is not None:
-            try:
-                event = json.loads(data)
-                assert isinstance(event, dict)
-            except (ValueError, AssertionError):
-                malformed = True
-                continue
-            error = error or "error" in event
-            info = event["cascade"] if isinstance(event.get("cascade"), dict) else info
-            for choice in event.get("choices") or []:
-                content.append((choice.get("delta") or {}).get("content") or "")
-                finishes.append(choice.get("finish_reason"))
-    if error or cut:
-        return ("error_reported" if error else "lost"), info
-    good = done and not malformed and "".join(content) == expected and "stop" in finishes
-    return ("ok_correct" if good else "broken_success"), info
-
-
-async def one_request(client: httpx.AsyncClient, url: str, model: str, stream: bool, i: int, expected: str,
-                      timeout_s: float) -> Outcome:
-    body = {"model": model, "stream": stream, "messages": [{"role": "user", "content": f"Say hello ({i})."}]}
-    status, raw, error, hung = None, bytearray(), "", False
-    t0 = time.perf_counter()
-    try:
-        async with asyncio.timeout(timeout_s), client.stream("POST", url, json=body) as response:
-            status = response.status_code
-            async for chunk in response.aiter_bytes():
-                raw += chunk
-    except (TimeoutError, httpx.TimeoutException) as exc:
-        error, hung = type(exc).__name__, True
-    except httpx.HTTPError as exc:
-        error = f"{type(exc).__name__}: {exc}"
-    latency = time.perf_counter() - t0
-    kind, info = ("hung", {}) if hung else classify(status, bytes(raw), stream, expected, cut=bool(error))
-    retries, fallback = info.get("retries"), info.get("fallback_from")
-    detail = "" if kind == "ok_correct" else f"{model} stream={stream} status={status} {error} {bytes(raw[-300:])!r}"
-    return Outcome(kind, latency, retries if isinstance(retries, int) else 0,
-                   fallback if isinstance(fallback, str) and fallback else None, detail, status)
 
 
 class Replica:
@@ -273,17 +185,17 @@ async def soak(args: argparse.Namespace, replicas: list[Replica], gateway: Proc,
         started = time.perf_counter()
         schedule = asyncio.create_task(fault_schedule(replicas, modes, rng, args.fault_every_s,
                                                       args.fault_duration_s, control, fault_log))
-        todo = iter(enumerate(plan))
         with tqdm(total=args.n, desc="fault soak", unit="req", mininterval=0.5) as bar:
 
-            async def worker() -> None:
-                for i, (model, stream) in todo:
-                    outcomes.append(await one_request(client, f"{gateway_url}/v1/chat/completions", model, stream,
-                                                      i, expected, args.client_timeout_s))
-                    bar.update(1)
+            async def send(i: int) -> Outcome:
+                model, stream = plan[i]
+                body = {"model": model, "stream": stream,
+                        "messages": [{"role": "user", "content": f"Say hello ({i})."}]}
+                return await send_chat(client, f"{gateway_url}/v1/chat/completions", body, expected,
+                                       args.client_timeout_s, label=f"{model} ")
 
             try:
-                await asyncio.gather(*(worker() for _ in range(args.concurrency)))
+                await keep_in_flight(send, args.n, args.concurrency, outcomes, on_each=lambda: bar.update(1))
             finally:
                 schedule.cancel()
                 with contextlib.suppress(asyncio.CancelledError, httpx.HTTPError, RuntimeError):
@@ -297,12 +209,17 @@ async def soak(args: argparse.Namespace, replicas: list[Replica], gateway: Proc,
     return report(outcomes, fault_log, served, duration, metrics)
 
 
+def failed_over(outcome: Outcome) -> bool:
+    """Whether the gateway's `cascade` object says it retried or fell back to answer."""
+    retries, fallback = outcome.cascade.get("retries"), outcome.cascade.get("fallback_from")
+    return (isinstance(retries, int) and retries > 0) or (isinstance(fallback, str) and bool(fallback))
+
+
 def report(outcomes: list[Outcome], fault_log: list[str], served: Counter[str],
            duration_s: float, metrics: str) -> dict:
-    kinds = Counter(o.kind for o in outcomes)
     ok = [o for o in outcomes if o.kind == "ok_correct"]
-    failover = [o.latency_s for o in ok if o.retries > 0 or o.fallback_from]
-    direct = [o.latency_s for o in ok if not (o.retries > 0 or o.fallback_from)]
+    failover = [o.latency_s for o in ok if failed_over(o)]
+    direct = [o.latency_s for o in ok if not failed_over(o)]
     added = None
     if failover and direct:
         added = round(1000 * (float(np.percentile(failover, 99)) - float(np.percentile(direct, 50))), 1)
@@ -310,7 +227,7 @@ def report(outcomes: list[Outcome], fault_log: list[str], served: Counter[str],
     lines = [line for line in metrics.splitlines() if line and not line.startswith("#")
              and (line.startswith(wanted) or "breaker" in line or "retr" in line)]
     return {
-        "requests": len(outcomes), **{k: kinds.get(k, 0) for k in KINDS},
+        "requests": len(outcomes), **counts(outcomes),
         # 200: an error event after tokens were sent (a fault mid-stream, which cannot be retried);
         # 502/503/504: before any byte (every replica tried, or the tier benched).
         "error_reported_by_status": dict(sorted(Counter(str(o.status) for o in outcomes

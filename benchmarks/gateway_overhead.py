@@ -39,7 +39,8 @@ import aiohttp
 import numpy as np
 
 from cascade.engines.supervisor import free_port
-from cascade.testing import CASCADE, start, stop, wait_http
+from cascade.testing.processes import CASCADE, start, stop
+from cascade.testing.waiting import wait_http
 
 # The fake engine's tokens are "t0 ", "t1 ", ...; count them, not chunks: a busy gateway merges the
 # chunks that arrive together into one frame.

@@ -44,13 +44,13 @@ from cascade.engines.embedded import embedded_config
 from cascade.engines.models import load_card, prepare
 from cascade.errors import ConfigError
 from cascade.router.outcomes import load_outcomes
-from cascade.testing import fail
+from cascade.testing.scripts import fail
 
 
 def worker_of(config: CascadeConfig, tier: TierConfig) -> WorkerConfig:
     """The embedded worker a single-branch tier runs on."""
-    if tier.branches != 1:
-        raise ConfigError(f"tier `{tier.name}` has {tier.branches} reasoning branches; only a direct tier")
+    if tier.branches.n != 1:
+        raise ConfigError(f"tier `{tier.name}` has {tier.branches.n} reasoning branches; only a direct tier")
     names = [b.worker for b in tier.backends if isinstance(b, WorkerBackendConfig)]
     workers = [w for w in config.workers if w.name in names]
     if not workers:

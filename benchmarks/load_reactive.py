@@ -49,7 +49,9 @@ from cascade.data.datasets import load
 from cascade.data.outcomes import read_rows
 from cascade.data.records import RequestRecord, read_request_records
 from cascade.engines.fake_server import FakeEngine, FakeScript, ScriptHook
-from cascade.testing import CASCADE, serve_asgi, serve_config
+from cascade.testing.asgi import serve_asgi
+from cascade.testing.processes import CASCADE
+from cascade.testing.servers import serve_config
 
 REPO = Path(__file__).resolve().parents[1]
 OUTCOMES = REPO / "models/outcomes/gsm8k-train-embedded-v7.jsonl"
@@ -104,10 +106,10 @@ def gateway_toml(engines: list[str], slo: dict[str, float], arm: str, slots: dic
     config = load_config(EMBEDDED)
     lines = []
     for tier, url in zip(config.tiers, engines, strict=True):
+        b = tier.branches
         lines += ["[[tiers]]", f'name = "{tier.name}"', f"default_max_tokens = {tier.default_max_tokens}",
-                  f"branches = {tier.branches}", f"branches_to_finish = {tier.branches_to_finish}",
-                  f"prune_alpha = {tier.prune_alpha}", f"prune_beta = {tier.prune_beta}",
-                  f"score_every_steps = {tier.score_every_steps}", f"branch_slots = {tier.branch_slots}",
+                  f"branches = {{ n = {b.n}, m = {b.m}, alpha = {b.alpha}, beta = {b.beta}, k = {b.k}, "
+                  f"slots = {b.slots} }}",
                   f'backends = [{{ kind = "openai", url = "{url}", model = "{tier.name}" }}]', ""]
     points = ", ".join(f"{k} = {v}" for k, v in config.routing.operating_points.items())
     lines += ["[routing]", f'policy = "{config.routing.policy}"', f'router = "{config.routing.router}"',

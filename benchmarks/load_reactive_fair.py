@@ -72,7 +72,9 @@ from cascade.data.records import read_request_records
 from cascade.engines.fake_server import FakeEngine, FakeScript, ScriptHook
 from cascade.router.heuristic import heuristic_difficulty
 from cascade.router.learned import LearnedSignal
-from cascade.testing import CASCADE, serve_asgi, serve_config
+from cascade.testing.asgi import serve_asgi
+from cascade.testing.processes import CASCADE
+from cascade.testing.servers import serve_config
 
 REPO = Path(__file__).resolve().parents[1]
 V6 = REPO / "models/outcomes/gsm8k-train-embedded-v6.jsonl"
@@ -126,7 +128,7 @@ def qwen15_ladder() -> Ladder:
     majority = [max(voted[p.id], key=lambda b: (sum(o.answer == b.answer for o in voted[p.id]),
                                                 -(b.output_tokens or 0))).correct for p in prompts]
     accuracy = [float(np.mean([greedy[p.id]["correct"] for p in prompts])), float(np.mean(majority))]
-    reason = "branches = 8\nbranches_to_finish = 8\nbranch_slots = {slots}\nscorer = \"none\""
+    reason = "branches = {{ n = 8, m = 8, slots = {slots} }}\nscorer = \"none\""
     return Ladder("qwen15", [Tier("qwen2.5-coder-1.5b", ""), Tier("qwen2.5-coder-1.5b-reason", reason, 8)],
                   'policy = "heuristic"', prompts, answers, scores, upper=NEVER,
                   balanced=[float(np.median(list(scores.values())))], accuracy=accuracy,
@@ -145,8 +147,8 @@ def learned_ladder(name: str, outcomes: Path, router: Path, spec: list[tuple[str
                                       for o in (row.tiers[n] for n in names)] for row in rows}
     signal = LearnedSignal.load(str(router), names)
     scores = {p.prompt: signal.assess(p.prompt).score for p in prompts}
-    tiers = [Tier(tier, f"branches = {n}\nbranches_to_finish = {m}\nprune_alpha = {alpha}\nprune_beta = {beta}\n"
-                        f"score_every_steps = {every}\nbranch_slots = {{slots}}", n)
+    tiers = [Tier(tier, f"branches = {{{{ n = {n}, m = {m}, alpha = {alpha}, beta = {beta}, k = {every}, "
+                        f"slots = {{slots}} }}}}", n)
              for tier, n, m, alpha, beta, every in spec]
     points = signal.operating_points()
     balanced = points["balanced"]

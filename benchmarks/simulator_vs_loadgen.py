@@ -13,7 +13,7 @@ Target (one of)
     composition), not the queueing model.
 
 Method
-  1. Profile (`cascade.profiler.measure`, bounded by `--profile-time-limit-s`), or `--profile FILE`.
+  1. Profile (`cascade.profiler.fit.measure`, bounded by `--profile-time-limit-s`), or `--profile FILE`.
   2. `cascade loadgen` as a subprocess: seeded Poisson arrivals at `--rate`, `--n` requests, streamed.
   3. Predict from OUT/loadgen/requests.jsonl, with the profile's `ProfileCost`:
      * replay: `simulate` on the run's own send times and measured input/output tokens; p50/p95/mean
@@ -94,7 +94,7 @@ from cascade.errors import CascadeError
 from cascade.optimizer.parallelism import SimSettings
 from cascade.optimizer.profile import UNBOUNDED_KV_TOKENS, Profile, ProfileCost, load_profile, write_profile
 from cascade.optimizer.simulator import SimResult, replica_percentile, saturation_rps, simulate, workload_sample
-from cascade.profiler import profile_from_records, read_loadgen_records
+from cascade.profiler.fit import profile_from_records, read_loadgen_records
 from loadgen.run import LoadConfig, build_workload
 
 TRANSFORMERS_PAGE_SIZE = 256  # tokens per KV block of `transformers serve --continuous-batching`
@@ -186,7 +186,7 @@ def get_profile(args: argparse.Namespace, target: Target, out: Path, name: str =
     if args.profile and name == "profile.json":
         log(f"profile: {args.profile}")
         return load_profile(args.profile)
-    from cascade.profiler import Settings, measure
+    from cascade.profiler.fit import Settings, measure
 
     ladder = tuple(sorted({int(x) for x in args.profile_prompt_tokens.split(",") if x.strip()}))
     settings = Settings(url=target.url, model=target.model or "", prompt_tokens=ladder,

@@ -10,7 +10,7 @@ handed back as open streams with their first deltas read, for the caller to rela
 Sampling is the same wherever the answer is asked for, so `cascade label` labels exactly what the gateway
 serves for the same request: cascade/upstream.py gives every upstream request its seed and its request id
 (distinct and prefix-free, as SGLang needs). Branches run at the request's temperature, or the tier's
-`branch_temperature` when it set none (branches must differ).
+`branches.temperature` when it set none (branches must differ).
 
 Slots: every upstream stream holds one of `slots` (the tier's branch slots in the gateway, the benchmark's
 own in `cascade bench`) from before it starts until it ends; a branch gives its slot back the moment it
@@ -62,10 +62,12 @@ class Answer(msgspec.Struct, kw_only=True):
 
     @property
     def decode_tokens(self) -> int:
-        """Tokens the tier generated for this answer: all branches', pruned and stopped ones included."""
+        """Tokens the tier generated for this answer: all branches', pruned and stopped ones included, and those of
+        failed attempts a replica pool retried."""
+        retried = sum(r.retried_tokens for r in self.results)
         if self.reports:
-            return sum(r.decode_tokens for r in self.reports)
-        return sum(r.completion_tokens for r in self.results)
+            return sum(r.decode_tokens for r in self.reports) + retried
+        return sum(r.completion_tokens for r in self.results) + retried
 
 
 def question_of(messages: list[ChatMessage]) -> str:
@@ -160,7 +162,7 @@ async def close_all(streams: Streams) -> None:
 async def _branched(tier: Tier, template: GenerationRequest, question: str, settings: BranchSettings,
                     sampling: Sampling, choices: int, held: _Held) -> Answer:
     runner = BranchRunner(tier.backend, settings, tier.scorer)
-    temperature = sampling.temperature if sampling.temperature is not None else tier.config.branch_temperature
+    temperature = sampling.temperature if sampling.temperature is not None else tier.config.branches.temperature
     per_choice = upstream.branch_requests(template, choices, settings.n, temperature)
     runs = await _all_or_none(runner.run(question, requests, held.release_one) for requests in per_choice)
     results = [GenerationResult(text=r.text, reasoning=r.reasoning, finish_reason=r.finish_reason,

@@ -18,6 +18,8 @@ EXIT_USAGE = 2
 
 
 def _serve(args: argparse.Namespace) -> int:
+    import msgspec
+
     from cascade.config import load_config
     from cascade.gateway.server import run
 
@@ -29,6 +31,11 @@ def _serve(args: argparse.Namespace) -> int:
         config = embedded_config()
     host = args.host or config.gateway.host
     port = args.port if args.port is not None else config.gateway.port
+    if args.monitoring_port is not None:
+        if not 0 <= args.monitoring_port <= 65535:
+            raise ConfigError(f"--monitoring-port {args.monitoring_port}: expected 0 (off) to 65535")
+        config = msgspec.structs.replace(
+            config, gateway=msgspec.structs.replace(config.gateway, monitoring_port=args.monitoring_port))
     run(config, args.plan, host, port, args.log_level, args.processes, args.config)
     return 0
 
@@ -145,6 +152,10 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--plan", help="plan.json from `cascade optimize plan`: routing thresholds per quality hint")
     serve.add_argument("--host", help="bind address (default from config: 127.0.0.1)")
     serve.add_argument("--port", type=int, help="port (default from config: 8000)")
+    serve.add_argument("--monitoring-port", type=int, metavar="PORT",
+                       help="serve /metrics and /ready's detail on this port of --host instead; the main port's "
+                       "/metrics is then a 404 and its /ready answers the status alone (default from config: "
+                       "[gateway] monitoring_port, 0 = off)")
     serve.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     serve.add_argument("--processes", type=int, default=1,
                        help="gateway processes sharing the port (needs --config without embedded workers)")
@@ -231,11 +242,13 @@ def build_parser() -> argparse.ArgumentParser:
     add_loadgen_command(sub)
     from cascade.optimizer.cli import add_optimize_commands
     add_optimize_commands(sub)
+    from cascade.deploy.cli import add_deploy_command
+    add_deploy_command(sub)
     from cascade.router.cli import add_router_commands
     add_router_commands(sub)
-    from cascade.bench_cli import add_bench_commands
+    from cascade.bench.cli import add_bench_commands
     add_bench_commands(sub)
-    from cascade.profiler_cli import add_profile_command
+    from cascade.profiler.cli import add_profile_command
     add_profile_command(sub)
     from cascade.keys_cli import add_keys_commands
     add_keys_commands(sub)

@@ -62,7 +62,7 @@ class RateLimited(Overloaded):
 
 
 class LimitsUnavailable(CascadeError):
-    """The shared store of the limits (`[gateway] redis_url`) did not answer and `redis_failure = "closed"`: the
+    """The shared store of the limits (`[gateway.redis] url`) did not answer and its `failure = "closed"`: the
     request is refused (a 503) rather than admitted uncounted; the client should retry after `retry_after_s`."""
 
     def __init__(self, message: str, retry_after_s: float = 1.0) -> None:

@@ -34,7 +34,7 @@ from cascade.data.outcomes import OutcomeRow, TierOutcome, read_rows, write_row
 from cascade.data.records import Prompt
 from cascade.errors import CascadeError, ConfigError
 from cascade.schemas import ChatMessage
-from cascade.tiers import Tier, branch_settings
+from cascade.tiers import Tier
 from cascade.upstream import label_sampling
 
 
@@ -73,7 +73,7 @@ async def answer_on_tier(tier: Tier, prompt: Prompt, max_tokens: int | None, see
     with `seed`, and `temperature: 0` on a single-branch tier so that its row is reproducible (a tier with
     reasoning branches samples them at its branch temperature, seeded, and runs SART as served). `logprobs`: ask
     the engine for token logprobs (where it returns them) and record the answer's token confidence."""
-    settings = branch_settings(tier)
+    settings = tier.config.branches
     branched = settings.n > 1
     logprobs = logprobs and tier.returns_logprobs
     sampling = label_sampling(max_tokens, seed, branched, logprobs)
@@ -107,7 +107,7 @@ async def label(
     slots = BranchSlots("label", concurrency)
 
     async def one(tier: Tier, prompt: Prompt) -> TierOutcome:
-        weight = min(concurrency, tier.config.branches)
+        weight = min(concurrency, tier.config.branches.n)
         await slots.acquire(weight, timeout_s=None)
         try:
             return await answer_on_tier(tier, prompt, max_tokens, seed, logprobs)
@@ -159,5 +159,5 @@ async def label(
 def rows_in_flight(tiers: list[Tier], concurrency: int) -> int:
     """Prompts labelled at once: enough to fill `concurrency` requests, plus one to cover the gap when a
     row's slowest tier is the only one still running."""
-    row_weight = sum(min(concurrency, t.config.branches) for t in tiers)
+    row_weight = sum(min(concurrency, t.config.branches.n) for t in tiers)
     return max(1, concurrency // max(1, row_weight)) + 1

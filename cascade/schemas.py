@@ -64,7 +64,8 @@ class StreamOptions(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
 
 
 class BranchOverride(msgspec.Struct, kw_only=True, forbid_unknown_fields=True, omit_defaults=True):
-    """cascade's extension: per-request reasoning-branch settings, within the gateway's limits."""
+    """cascade's extension: per-request reasoning-branch settings, within the gateway's limits. Each is the tier's
+    `[tiers.branches]` setting of the same name (cascade/config/branches.py), checked by the same rules."""
 
     n: int | None = None
     m: int | None = None
@@ -142,6 +143,17 @@ class Degradation(msgspec.Struct, frozen=True, kw_only=True):
     branches: int | None = None  # the reasoning branches run instead of the tier's own (None: unchanged)
 
 
+class Billed(msgspec.Struct, kw_only=True):
+    """What the request's API key is charged (`cascade.billed`, header x-cascade-billed-tokens): the prompt once per
+    tier that answered (an escalated draft's and the final answer's) and every token the engines decoded for it:
+    every branch (pruned and stopped ones included), every escalated draft, every retry that produced tokens, a
+    stream up to where it was cut. `usage` keeps OpenAI's meaning: the returned answer's tokens."""
+
+    prompt_tokens: int
+    completion_tokens: int
+    total_tokens: int
+
+
 class CascadeInfo(msgspec.Struct, kw_only=True):
     """What cascade decided for this request; returned in every response."""
 
@@ -164,6 +176,8 @@ class CascadeInfo(msgspec.Struct, kw_only=True):
     fallback_from: str | None = None
     # Load-reactive routing served it at a cheaper operating point or with fewer branches (None: as asked).
     degraded: Degradation | None = None
+    # What its API key is charged (whole answers, and a stream's last chunk; None: not known yet).
+    billed: Billed | None = None
 
 
 class AssistantMessage(msgspec.Struct, kw_only=True):

@@ -14,7 +14,6 @@ from cascade.branches.confidence import LOGPROBS_REQUEST
 from cascade.branches.cpu_scorer import CPUScorer
 from cascade.branches.openai_client import OpenAIBackend
 from cascade.branches.pool import ReplicaPool
-from cascade.branches.runner import BranchSettings
 from cascade.branches.scoring import Scorer
 from cascade.branches.sglang_client import SGLangBackend
 from cascade.branches.slots import BranchSlots
@@ -36,7 +35,7 @@ class Tier(msgspec.Struct, kw_only=True):
     index: int
     config: TierConfig
     backend: ReplicaPool  # the tier's replicas, with failover and circuit breakers
-    # Branch-aware admission (config.branch_slots > 0) and the partial-branch scorer (SART).
+    # Branch-aware admission (config.branches.slots > 0) and the partial-branch scorer (SART).
     slots: BranchSlots | None = None
     scorer: Scorer | None = None
     # Forwarded request fields some replica's engine would ignore (refused with a 400 on this tier).
@@ -124,7 +123,7 @@ def build_tiers(config: CascadeConfig, workers: dict[str, Worker], tier_names: C
         if tier_names is not None and tier_config.name not in tier_names:
             continue
         replicas = [make_backend(f"{tier_config.name}/{j}", b, workers) for j, b in enumerate(tier_config.backends)]
-        slots = BranchSlots(tier_config.name, tier_config.branch_slots) if tier_config.branch_slots else None
+        slots = BranchSlots(tier_config.name, tier_config.branches.slots) if tier_config.branches.slots else None
         scorer = make_scorer(tier_config, workers)
         pool = ReplicaPool(tier_config.name, replicas, config.gateway.failover)
         unsupported = frozenset(p for b in tier_config.backends for p in b.unsupported_params)
@@ -133,13 +132,3 @@ def build_tiers(config: CascadeConfig, workers: dict[str, Worker], tier_names: C
         tiers.append(Tier(index=index, config=tier_config, backend=pool, slots=slots, scorer=scorer,
                           unsupported=unsupported, greedy_only=greedy_only))
     return tiers
-
-
-def branch_settings(tier: Tier) -> BranchSettings:
-    """The tier's SART settings from its config (requests may override them within limits)."""
-    cfg = tier.config
-    return BranchSettings(n=cfg.branches, m=cfg.branches_to_finish, alpha=cfg.prune_alpha, beta=cfg.prune_beta,
-                          prune=tier.scorer is not None, score_every_steps=cfg.score_every_steps,
-                          aggregation=cfg.aggregation, prune_confidence=cfg.prune_confidence,
-                          confidence_group=cfg.confidence_group, first_wave=cfg.first_wave,
-                          wave_margin=cfg.wave_margin)

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from cascade.cli import main
-from cascade.testing import TIERS
+from cascade.testing.servers import TIERS
 
 
 @pytest.fixture(scope="module")

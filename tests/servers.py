@@ -1,7 +1,7 @@
 """Real HTTP servers for tests. `serve_asgi` (an ASGI app served by uvicorn on 127.0.0.1 in a thread, stopped
-when its block exits) and `eventually` (poll a condition with a bound) live in cascade/testing.py, shared with
-the benchmarks. `Replay` is a canned upstream: it answers each route with fixed bytes and records what it was
-sent. `dead_url` is a loopback URL that refuses connections.
+when its block exits) and `eventually` (poll a condition with a bound) live in cascade/testing/ (asgi.py,
+waiting.py), shared with the benchmarks. `Replay` is a canned upstream: it answers each route with fixed bytes
+and records what it was sent. `dead_url` is a loopback URL that refuses connections.
 """
 
 from __future__ import annotations

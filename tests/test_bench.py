@@ -8,7 +8,7 @@ from pathlib import Path
 
 from cascade.cli import main
 from cascade.engines.fake_server import FakeEngine, FakeScript
-from cascade.testing import serve_asgi
+from cascade.testing.asgi import serve_asgi
 
 RIGHT = "3_*_6_=_18.|So_the_answer_is_18.|####_18"
 
@@ -76,7 +76,7 @@ def test_each_requests_branches_reach_the_sink_when_it_completes_not_at_the_end(
 
     import numpy as np
 
-    from cascade.bench import BenchSettings, run_method
+    from cascade.bench.methods import BenchSettings, run_method
     from cascade.config import load_config
     from cascade.label import select_prompts
     from cascade.tiers import build_tiers
@@ -105,8 +105,8 @@ def test_branch_settings_not_given_are_the_tiers_own(tmp_path, capsys) -> None:
     with serve_asgi(FakeEngine(FakeScript(tokens=8))) as url:
         write_inputs(tmp_path, url)
         toml = (tmp_path / "cascade.toml").read_text().replace(
-            "default_max_tokens = 200\n", "default_max_tokens = 200\nbranches = 3\nbranches_to_finish = 1\n"
-            "prune_alpha = 0.4\nprune_beta = 2\nscore_every_steps = 1\nbranch_slots = 6\n")
+            "default_max_tokens = 200\n",
+            "default_max_tokens = 200\nbranches = { n = 3, m = 1, alpha = 0.4, beta = 2, k = 1, slots = 6 }\n")
         (tmp_path / "cascade.toml").write_text(toml)
         args = ["bench", "branches", "--config", str(tmp_path / "cascade.toml"), "--dataset", str(tmp_path / "q.jsonl"),
                 "--n-questions", "3", "--rate", "20", "--methods", "sart", "--json"]

@@ -1,7 +1,7 @@
 """A `cascade bench branches --out DIR` run cut short resumes: the rerun of the same command sends only the
 requests without a record in DIR/requests.jsonl (or with an error), summarizes all of them, and appends to
 --save-branches without duplicating a row; --fresh starts over. Fake engine over real HTTP; the engine's
-request count is what reached it (cascade/bench_run.py)."""
+request count is what reached it (cascade/bench/runs.py)."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ import msgspec
 from cascade.cli import main
 from cascade.engines.fake_server import FakeEngine, FakeScript
 from cascade.machine import fingerprint
-from cascade.testing import serve_asgi
+from cascade.testing.asgi import serve_asgi
 from tests.test_bench import write_inputs
 
 QUESTIONS = 3
@@ -104,8 +104,8 @@ def test_more_questions_run_only_the_questions_they_add(tmp_path, capsys) -> Non
 
 
 def test_resume_keys_of_methods_without_a_first_wave_are_those_recorded_before_it_existed() -> None:
-    from cascade.bench import BenchSettings
-    from cascade.bench_run import BenchRun, resume_key
+    from cascade.bench.methods import BenchSettings
+    from cascade.bench.runs import BenchRun, resume_key
 
     # The self-consistency run of issue 31 (8 branches on Qwen2.5-Coder-1.5B, GSM8K train) was recorded with
     # this key before `first_wave` existed; a changed key would rerun every question it finished.

@@ -1,7 +1,7 @@
 """Which tier each `cascade bench branches` method runs on and how it decodes: vanilla greedy on the greedy tier of
 the same model when the tier's embedded worker samples (the engine decodes as its worker is set, whatever the
 request asks), branched methods refused on a greedy worker's tier, never a temperature that was not used. The
-engine is the fake engine over real HTTP, behind workers whose process is an idle one (cascade/bench_plan.py)."""
+engine is the fake engine over real HTTP, behind workers whose process is an idle one (cascade/bench/targets.py)."""
 
 from __future__ import annotations
 
@@ -14,16 +14,16 @@ from typing import Any
 
 import pytest
 
-from cascade.bench import BenchSettings, arrival_offsets
-from cascade.bench_plan import BenchTargets, bench_targets
-from cascade.bench_run import BenchRun, run_benchmark
+from cascade.bench.methods import BenchSettings, arrival_offsets
+from cascade.bench.runs import BenchRun, run_benchmark
+from cascade.bench.targets import BenchTargets, bench_targets
 from cascade.cli import main
 from cascade.config import decode_config
 from cascade.engines.fake_server import FakeEngine, FakeScript
 from cascade.engines.supervisor import Worker
 from cascade.errors import ConfigError
 from cascade.label import select_prompts
-from cascade.testing import serve_asgi
+from cascade.testing.asgi import serve_asgi
 from cascade.tiers import workers_of
 from tests.test_bench import write_inputs
 
@@ -49,7 +49,7 @@ top_p = 0.95
 
 [[tiers]]
 name = "reason"
-branches = 2
+branches = {{ n = 2 }}
 scorer = "none"
 backends = [{{ kind = "worker", worker = "qwen-sampling" }}]
 """
@@ -145,7 +145,7 @@ def test_tiers_that_honour_the_requests_temperature_run_every_method_where_they_
     write_inputs(tmp_path, "http://127.0.0.1:9")
     config = decode_config((tmp_path / "cascade.toml").read_text())
     assert bench_targets(config, "thinker", vanilla=True, branched=True) == BenchTargets(
-        tier="thinker", vanilla_tier="thinker", temperature=0.7, top_p=1.0)  # branch_temperature, top_p sent
+        tier="thinker", vanilla_tier="thinker", temperature=0.7, top_p=1.0)  # branches.temperature, top_p sent
     assert bench_targets(config, "thinker", vanilla=True, branched=True, temperature=0.9, top_p=0.9).temperature == 0.9
     with pytest.raises(ConfigError, match="every branch would be the same greedy answer"):
         bench_targets(config, "thinker", vanilla=False, branched=True, temperature=0.0)

@@ -56,7 +56,7 @@ def test_several_gateway_processes_need_a_config_without_embedded_workers() -> N
 
 
 @pytest.mark.parametrize(("args", "message"), [
-    (["--n", "2", "--m", "3"], "--n/--m"),
+    (["--n", "2", "--m", "3"], "`--m` must be between 1 and --n (2)"),
     (["--methods", "vanilla,magic"], "--methods"),
     (["--sweep", "4-2"], "--sweep"),
     (["--rate", "0"], "--rate"),

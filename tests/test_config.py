@@ -4,7 +4,16 @@ from __future__ import annotations
 
 import pytest
 
-from cascade.config import OpenAIBackendConfig, Timeouts, WorkerBackendConfig, decode_config, load_config
+from cascade.config import (
+    BranchSettings,
+    BrokenRule,
+    OpenAIBackendConfig,
+    Timeouts,
+    WorkerBackendConfig,
+    check_branches,
+    decode_config,
+    load_config,
+)
 from cascade.engines.embedded import embedded_config
 from cascade.errors import ConfigError
 
@@ -35,13 +44,13 @@ def test_embedded_default_is_a_four_tier_ladder_topped_by_a_greedy_and_a_samplin
     assert [t.name for t in config.tiers] == ["smollm2-135m", "qwen2.5-coder-0.5b", "qwen2.5-coder-1.5b",
                                               "qwen2.5-coder-1.5b-reason"]
     assert {w.model for w in config.workers} == {"smollm2-135m", "qwen2.5-coder-0.5b", "qwen2.5-coder-1.5b"}
-    assert config.tiers[-1].branches > 1
+    assert config.tiers[-1].branches.n > 1
     assert all(isinstance(b, WorkerBackendConfig) for t in config.tiers for b in t.backends)
     workers = {w.name: w for w in config.workers}
     reasoning, direct = config.tiers[-1].backends[0], config.tiers[-2].backends[0]
     assert isinstance(reasoning, WorkerBackendConfig) and isinstance(direct, WorkerBackendConfig)
     # The engine decodes every request as its worker is set: sampled branches need their own worker.
-    assert workers[reasoning.worker].temperature == config.tiers[-1].branch_temperature > 0
+    assert workers[reasoning.worker].temperature == config.tiers[-1].branches.temperature > 0
     assert workers[direct.worker].temperature == 0
 
 
@@ -53,16 +62,18 @@ model = "smollm2-135m"
 
 [[tiers]]
 name = "thinker"
-branches = 4
-branches_to_finish = 2
-{tier}
 backends = [{{ kind = "worker", worker = "w" }}]
+
+[tiers.branches]
+n = 4
+m = 2
+{tier}
 """
 
 
 @pytest.mark.parametrize(("worker", "tier", "message"), [
     ("", "", r"runs 4 branches on worker `w`, which decodes greedily.*temperature = 0.7"),
-    ("temperature = 0.7", "branch_temperature = 1.0", r"branch_temperature` \(1\) differs from worker `w`'s"),
+    ("temperature = 0.7", "temperature = 1.0", r"tiers\[0\].branches.temperature` \(1\) differs from worker `w`'s"),
     ("temperature = 3", "", r"workers\[0\].temperature"),
     ("top_p = 0", "", r"workers\[0\].top_p"),
 ])
@@ -112,8 +123,17 @@ def test_example_sglang_config_loads() -> None:
         (MINIMAL + '\n[routing.confidence]\ncalibration = { big = [1.0, 0.0] }\n', "names ['big'], which are not"),
         (MINIMAL + '\n[routing.confidence]\ncalibration = { small = [-1.0, 0.0] }\n', "slope must be > 0"),
         (MINIMAL.replace('model = "m" }', 'model = "m", unsupported_params = ["logprobs"] }')
-         + "prune_confidence = 0.5\n", "tiers[0].prune_confidence` needs token logprobs"),
-        (MINIMAL + "prune_confidence = 1.5\n", "tiers[0].prune_confidence"),
+         + "[tiers.branches]\nprune_confidence = 0.5\n", "tiers[0].branches.prune_confidence` needs token logprobs"),
+        (MINIMAL + "[tiers.branches]\nprune_confidence = 1.5\n", "tiers[0].branches.prune_confidence` must be in"),
+        (MINIMAL + "[tiers.branches]\nn = 2\nm = 3\n", "`tiers[0].branches.m` must be between 1 and n (2)"),
+        (MINIMAL + "[tiers.branches]\nn = 4\nm = 3\nfirst_wave = 3\n", "`tiers[0].branches.first_wave` must be 0"),
+        (MINIMAL + "[tiers.branches]\nn = 4\nwave_margin = 2\n", "`tiers[0].branches.wave_margin` needs first_wave"),
+        (MINIMAL + "[tiers.branches]\nn = 4\nslots = 2\n", "`tiers[0].branches.slots` (2) must be 0"),
+        (MINIMAL + "[tiers.branches]\nn = 1.5\n", "in `tiers[0].branches.n`"),
+        (MINIMAL + "[tiers.branches]\nN = 4\n", "unknown key `N` in `tiers[0].branches`"),
+        (MINIMAL + '\n[gateway.redis]\nurl = "http://x"\n', "`gateway.redis.url` must start with redis://"),
+        (MINIMAL + '\n[gateway.redis]\nfailure = "ajar"\n', "in `gateway.redis.failure`"),
+        (MINIMAL + "\n[gateway.redis]\ntimeout_s = 0\n", "in `gateway.redis.timeout_s`"),
         (MINIMAL + "\n[gateway.health]\ninterval_s = 0\n", "gateway.health.interval_s"),
         (MINIMAL + "\n[gateway.health]\ninterval_s = 301\n", "gateway.health.interval_s"),
         (MINIMAL + "\n[gateway.health]\ntimeout_s = 0\n", "gateway.health.timeout_s"),
@@ -140,7 +160,8 @@ def test_a_tier_scorer_is_the_cpu_scorer_none_or_an_sglang_prm() -> None:
     from cascade.branches.prm_client import SGLangPRMScorer
     from cascade.tiers import make_scorer
 
-    base = '[[tiers]]\nname = "t"\nbranches = 4\nbackends = [{ kind = "openai", url = "http://127.0.0.1:1", model = "m" }]\n'
+    base = ('[[tiers]]\nname = "t"\nbranches = { n = 4 }\n'
+            'backends = [{ kind = "openai", url = "http://127.0.0.1:1", model = "m" }]\n')
     tiers = {
         "cpu": isinstance(make_scorer(decode_config(base).tiers[0]), CPUScorer),
         "none": make_scorer(decode_config(base + 'scorer = "none"\n').tiers[0]) is None,
@@ -151,5 +172,82 @@ def test_a_tier_scorer_is_the_cpu_scorer_none_or_an_sglang_prm() -> None:
     assert tiers == {"cpu": True, "none": True, "prm": True}
     with pytest.raises(ConfigError, match="scorer"):
         decode_config(base + 'scorer = "gpu"\n')
-    with pytest.raises(ConfigError, match="prune_alpha"):
-        decode_config(base + "prune_alpha = 1.5\n")
+    with pytest.raises(ConfigError, match=r"tiers\[0\].branches.alpha` must be in \[0, 1\]"):
+        decode_config(base.replace("{ n = 4 }", "{ n = 4, alpha = 1.5 }"))
+
+
+def test_a_tier_s_branch_settings_are_one_table_under_the_names_a_request_uses() -> None:
+    config = decode_config(MINIMAL + "[tiers.branches]\nn = 8\nm = 3\nalpha = 0.5\nbeta = 4\nk = 3\n"
+                           "first_wave = 2\nwave_margin = 1\nslots = 16\ntemperature = 0.9\n"
+                           'aggregation = "weighted"\nprune_confidence = 0.2\nconfidence_group = 16\n')
+    branches = config.tiers[0].branches
+    assert (branches.n, branches.m, branches.alpha, branches.beta, branches.k) == (8, 3, 0.5, 4, 3)
+    assert (branches.first_wave, branches.wave_margin, branches.slots, branches.temperature) == (2, 1, 16, 0.9)
+    assert (branches.aggregation, branches.prune_confidence, branches.confidence_group) == ("weighted", 0.2, 16)
+    assert decode_config(MINIMAL).tiers[0].branches.n == 1  # no table: one branch
+
+
+@pytest.mark.parametrize(("settings", "key"), [
+    (BranchSettings(n=0), "n"),
+    (BranchSettings(n=2, m=3), "m"),
+    (BranchSettings(alpha=1.5), "alpha"),
+    (BranchSettings(beta=-1), "beta"),
+    (BranchSettings(k=0), "k"),
+    (BranchSettings(n=4, m=4, first_wave=1), "first_wave"),
+    (BranchSettings(n=4, m=3, first_wave=3), "first_wave"),
+    (BranchSettings(n=4, m=4, wave_margin=-1), "wave_margin"),
+    (BranchSettings(n=4, m=4, wave_margin=2), "wave_margin"),
+    (BranchSettings(prune_confidence=2.0), "prune_confidence"),
+    (BranchSettings(confidence_group=0), "confidence_group"),
+    (BranchSettings(temperature=2.5), "temperature"),
+    (BranchSettings(slots=-1), "slots"),
+])
+def test_every_rule_of_the_branch_settings_is_one_check_naming_the_setting_it_breaks(settings, key) -> None:
+    # The config ([tiers.branches]), a request's `branches` override, `cascade bench branches` and the runner all
+    # call it; each names the key its own way (tiers[i].branches.<key>, branches.<key>, --<key>).
+    with pytest.raises(BrokenRule) as info:
+        check_branches(settings)
+    assert info.value.key == key
+    check_branches(BranchSettings(n=8, m=4, first_wave=2, wave_margin=2, slots=8))  # within every rule
+
+
+@pytest.mark.parametrize(("tier_keys", "expected"), [
+    ("branches = 4\n", "`tiers[1].branches` is a table now: write `n = 4` in [tiers.branches] (or "
+                      "`branches = { n = 4 }`)"),
+    ("branches_to_finish = 2\n", "`tiers[1].branches_to_finish` moved: write `m` in [tiers.branches]"),
+    ("prune_alpha = 0.5\n", "`tiers[1].prune_alpha` moved: write `alpha` in [tiers.branches]"),
+    ("prune_beta = 1\n", "`tiers[1].prune_beta` moved: write `beta` in [tiers.branches]"),
+    ("score_every_steps = 2\n", "`tiers[1].score_every_steps` moved: write `k` in [tiers.branches]"),
+    ("first_wave = 2\n", "`tiers[1].first_wave` moved: write `first_wave` in [tiers.branches]"),
+    ("wave_margin = 2\n", "`tiers[1].wave_margin` moved: write `wave_margin` in [tiers.branches]"),
+    ("branch_slots = 8\n", "`tiers[1].branch_slots` moved: write `slots` in [tiers.branches]"),
+    ("branch_temperature = 0.7\n", "`tiers[1].branch_temperature` moved: write `temperature` in [tiers.branches]"),
+    ('aggregation = "weighted"\n', "`tiers[1].aggregation` moved: write `aggregation` in [tiers.branches]"),
+    ("prune_confidence = 0.5\n", "`tiers[1].prune_confidence` moved: write `prune_confidence` in [tiers.branches]"),
+    ("confidence_group = 8\n", "`tiers[1].confidence_group` moved: write `confidence_group` in [tiers.branches]"),
+])
+def test_a_branch_key_where_it_used_to_be_fails_naming_its_new_place(tier_keys, expected, tmp_path) -> None:
+    toml = MINIMAL + MINIMAL.replace('"small"', '"large"') + tier_keys
+    with pytest.raises(ConfigError) as info:
+        decode_config(toml, source="test.toml")
+    assert info.value.message == f"test.toml: invalid config: {expected}"
+    (tmp_path / "cascade.toml").write_text(toml)
+    with pytest.raises(ConfigError) as info:
+        load_config(tmp_path / "cascade.toml")
+    assert info.value.message == f"{tmp_path / 'cascade.toml'}: invalid config: {expected}"
+
+
+@pytest.mark.parametrize(("old", "new"), [("redis_url", "url"), ("redis_timeout_s", "timeout_s"),
+                                          ("redis_failure", "failure")])
+def test_a_redis_key_of_gateway_fails_naming_its_place_in_gateway_redis(old, new) -> None:
+    value = {"redis_url": '"redis://127.0.0.1:6379/0"', "redis_timeout_s": "0.5", "redis_failure": '"closed"'}[old]
+    with pytest.raises(ConfigError) as info:
+        decode_config(f"[gateway]\n{old} = {value}\n" + MINIMAL)
+    assert info.value.message.endswith(f"`gateway.{old}` moved: write `{new}` in [gateway.redis]")
+
+
+def test_the_shared_limits_redis_is_its_own_table() -> None:
+    redis = decode_config('[gateway.redis]\nurl = "redis://127.0.0.1:6379/0"\ntimeout_s = 0.5\nfailure = "closed"\n'
+                          + MINIMAL).gateway.redis
+    assert (redis.url, redis.timeout_s, redis.failure) == ("redis://127.0.0.1:6379/0", 0.5, "closed")
+    assert decode_config(MINIMAL).gateway.redis.url == ""  # no table: limits in each gateway process

@@ -10,7 +10,8 @@ import time
 
 from cascade.cli import main
 from cascade.engines.fake_server import FakeEngine, FakeScript
-from cascade.testing import eventually, serve_asgi
+from cascade.testing.asgi import serve_asgi
+from cascade.testing.waiting import eventually
 from tests.gateway.gateway_setup import small_and_thinker_toml
 
 RIGHT = "3_*_6_=_18.|####_18"

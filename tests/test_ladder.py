@@ -18,7 +18,8 @@ from cascade.engines.fake_server import FakeEngine, FakeScript
 from cascade.engines.supervisor import Worker, free_port
 from cascade.errors import ConfigError
 from cascade.ladder import Ladder, running_ladder
-from cascade.testing import eventually, serve_asgi
+from cascade.testing.asgi import serve_asgi
+from cascade.testing.waiting import eventually
 from tests.servers import Replay, Reply
 
 IDLE = [sys.executable, "-c", "import time; time.sleep(60)"]  # the worker's process; HTTP is the fake engine
@@ -43,9 +44,7 @@ backends = [{{ kind = "worker", worker = "w" }}]
 [[tiers]]
 name = "thinker"
 default_max_tokens = 32
-branches = 2
-branches_to_finish = 2
-score_every_steps = 1
+branches = {{ n = 2, m = 2, k = 1 }}
 scorer = {{ url = "{prm_url}", model = "prm" }}
 backends = [{{ kind = "openai", url = "http://127.0.0.1:{engine_port}", model = "fake-big" }}]
 """

@@ -41,8 +41,10 @@ class StreamDelta(msgspec.Struct, kw_only=True):
     prompt_tokens: int | None = None
     completion_tokens: int | None = None
     chunks: int = 1
-    # Set by a replica pool on a stream's first delta: faulty replicas tried before this one.
+    # Set by a replica pool on a stream's first delta: faulty replicas tried before this one, and the tokens those
+    # attempts had decoded before they failed (a whole answer is retried even mid-answer: decoded, never returned).
     retries: int = 0
+    retried_tokens: int = 0
     tool_calls: list[ToolCallDelta] | None = None  # pieces of tool calls (concatenate by index)
     logprobs: list[msgspec.Raw] | None = None  # the engine's per-token entries, as sent
 
@@ -71,6 +73,7 @@ class GenerationResult(msgspec.Struct, kw_only=True):
     prompt_tokens: int = 0
     completion_tokens: int = 0
     retries: int = 0  # faulty replicas tried before the one that answered (failovers)
+    retried_tokens: int = 0  # decoded by those failed attempts (billed, not returned)
     tool_calls: list[ToolCall] | None = None
     logprobs: list[msgspec.Raw] | None = None
 
@@ -101,11 +104,12 @@ async def collect(deltas: AsyncGenerator[StreamDelta, None]) -> GenerationResult
     reasoning: list[str] = []
     finish_reason: str | None = None
     prompt_tokens = completion_tokens = 0
-    n_deltas = retries = 0
+    n_deltas = retries = retried_tokens = 0
     calls: list[ToolCallDelta] = []
     logprobs: list[msgspec.Raw] | None = None
     async for delta in deltas:
         retries = max(retries, delta.retries)
+        retried_tokens = max(retried_tokens, delta.retried_tokens)
         calls.extend(delta.tool_calls or ())
         if delta.logprobs:
             logprobs = [*(logprobs or []), *delta.logprobs]
@@ -129,6 +133,7 @@ async def collect(deltas: AsyncGenerator[StreamDelta, None]) -> GenerationResult
         prompt_tokens=prompt_tokens,
         completion_tokens=completion_tokens or n_deltas,
         retries=retries,
+        retried_tokens=retried_tokens,
         tool_calls=join_tool_calls(calls) or None,
         logprobs=logprobs,
     )

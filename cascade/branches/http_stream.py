@@ -17,6 +17,7 @@ Limits: `max_connections` open connections per origin (more requests wait), `max
 from __future__ import annotations
 
 import asyncio
+import os
 import ssl
 from urllib.parse import urlsplit
 
@@ -129,9 +130,10 @@ class StreamPool:
             async with asyncio.timeout(self.connect_s):
                 await loop.create_connection(lambda: conn, self.host, self.port, ssl=self._ssl)
         except TimeoutError:
-            raise ConnectFailed(f"no connection to {self.host}:{self.port} within {self.connect_s:g} s") from None
-        except OSError as exc:
-            raise ConnectFailed(f"cannot connect to {self.host}:{self.port}: {exc.strerror or exc}") from None
+            raise ConnectFailed(f"no connection within {self.connect_s:g} s") from None
+        except OSError as exc:  # no address in the text (asyncio's strerror has one): it reaches clients
+            raise ConnectFailed(f"cannot connect: {os.strerror(exc.errno) if exc.errno else type(exc).__name__}") \
+                from None
         return conn
 
     def _release(self, conn: Connection) -> None:

@@ -16,6 +16,7 @@ end of the body even after `[DONE]`, so that their connection goes back to the p
 
 from __future__ import annotations
 
+import logging
 import time
 from base64 import b64encode
 from collections.abc import AsyncGenerator, Mapping
@@ -34,6 +35,7 @@ from cascade.errors import BackendFailed, BackendTimeout, BackendUnavailable, Ca
 
 DEFAULT_TIMEOUTS = Timeouts()
 _encode = msgspec.json.Encoder().encode
+log = logging.getLogger("cascade.backend")
 
 
 def make_session(timeouts: Timeouts, max_connections: int = 4096) -> aiohttp.ClientSession:
@@ -186,20 +188,25 @@ class OpenAIBackend:
             self._streams.close()
 
     def _translate(self, exc: BaseException) -> CascadeError:
+        """The error for a client names the backend (`tier/replica`), never its URL or address: its message ends up
+        in OpenAI error bodies. Where the transport's own text may hold them, it goes to the log, with the URL."""
         kind = type(exc).__name__
-        if isinstance(exc, ConnectFailed):
-            return BackendUnavailable(f"backend `{self.name}` at {self.url} is unreachable ({exc})", self.name)
+        if isinstance(exc, ConnectFailed):  # its text names no address (cascade/branches/http_stream.py)
+            log.warning("backend %s at %s is unreachable: %s", self.name, self.url, exc)
+            return BackendUnavailable(f"backend `{self.name}` is unreachable ({exc})", self.name)
         if isinstance(exc, StreamTimeout):
             return BackendTimeout(f"backend `{self.name}` timed out ({exc})", self.name)
         if isinstance(exc, ConnectionClosed):
             return BackendFailed(f"backend `{self.name}` closed the connection mid-response ({exc})", self.name)
         if isinstance(exc, aiohttp.ClientConnectorError | aiohttp.ConnectionTimeoutError):
-            return BackendUnavailable(f"backend `{self.name}` at {self.url} is unreachable ({kind})", self.name)
+            log.warning("backend %s at %s is unreachable: %s", self.name, self.url, exc)
+            return BackendUnavailable(f"backend `{self.name}` is unreachable ({kind})", self.name)
         if isinstance(exc, TimeoutError):
             return BackendTimeout(f"backend `{self.name}` timed out ({kind})", self.name)
         if isinstance(exc, aiohttp.ServerDisconnectedError | aiohttp.ClientPayloadError):
             return BackendFailed(f"backend `{self.name}` closed the connection mid-response", self.name)
-        return BackendFailed(f"backend `{self.name}` failed: {kind}: {exc}", self.name)
+        log.warning("backend %s at %s failed: %s: %s", self.name, self.url, kind, exc)  # aiohttp's text names the URL
+        return BackendFailed(f"backend `{self.name}` failed ({kind})", self.name)
 
 def split_credentials(url: str) -> tuple[str, str]:
     """(the URL without `user:pass@`, base64 of `user:pass` or "")."""

@@ -244,6 +244,7 @@ class ReplicaPool:
         a finish reason is a fault), so a fault anywhere is retried. The first delta carries `retries`."""
         tried: set[int] = set()
         last: CascadeError | None = None
+        lost = 0  # tokens decoded by failed whole attempts
         for attempt in range(self._attempts()):
             replica = self._start(attempt, tried, last)
             held: list[StreamDelta] = []
@@ -252,7 +253,7 @@ class ReplicaPool:
                 async with aclosing(replica.backend.stream(request)) as deltas:
                     async for delta in deltas:
                         if not (started or held):
-                            delta.retries = attempt
+                            delta.retries, delta.retried_tokens = attempt, lost
                         if whole:
                             held.append(delta)
                             continue
@@ -264,6 +265,7 @@ class ReplicaPool:
                 self._failed(replica, exc)
                 if started:
                     raise
+                lost += decoded(held)
                 last = exc
                 continue
             except BaseException:
@@ -296,3 +298,9 @@ class ReplicaPool:
     async def aclose(self) -> None:
         for replica in self._replicas:
             await replica.backend.aclose()
+
+
+def decoded(deltas: list[StreamDelta]) -> int:
+    """Tokens an attempt's deltas carried: the engine's own count where it reported one, else one per text chunk."""
+    counted = [d.completion_tokens for d in deltas if d.completion_tokens is not None]
+    return counted[-1] if counted else sum(d.chunks for d in deltas if d.text or d.reasoning or d.tool_calls)

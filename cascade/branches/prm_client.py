@@ -39,6 +39,7 @@ server launched without `--is-embedding`) is the PRM's fault here, not the clien
 from __future__ import annotations
 
 import asyncio
+import logging
 import math
 from typing import Literal
 
@@ -50,6 +51,7 @@ from cascade.branches.openai_wire import error_message
 from cascade.config import PRM_TIMEOUTS, PRMScorerConfig, Timeouts
 from cascade.errors import BackendError, BackendFailed, BackendTimeout, BackendUnavailable, ConfigError
 
+log = logging.getLogger("cascade.backend")
 Aggregate = Literal["last", "min", "mean"]
 AGGREGATES: tuple[Aggregate, ...] = ("last", "min", "mean")
 __all__ = ["PRMScorerConfig", "SGLangPRMScorer", "prm_input"]
@@ -199,8 +201,8 @@ class SGLangPRMScorer:
             return content
         detail = error_message(content)
         if status in (429, 503):
-            raise BackendUnavailable(f"PRM `{self.name}` at {self.endpoint} is unavailable ({status}): {detail}",
-                                     self.name)
+            log.warning("PRM %s at %s is unavailable (%d): %s", self.name, self.endpoint, status, detail)
+            raise BackendUnavailable(f"PRM `{self.name}` is unavailable ({status}): {detail}", self.name)
         raise self._failed(f"returned HTTP {status}: {detail}")
 
     def _reward(self, embedding: list[float]) -> float:
@@ -212,16 +214,20 @@ class SGLangPRMScorer:
             "input (is the server running a PRM head, not an outcome reward or embedding model?)")
 
     def _failed(self, what: str) -> BackendFailed:
-        return BackendFailed(f"PRM `{self.name}` at {self.endpoint} {what}", self.name)
+        # Its URL in the log only: the message may end up in an OpenAI error body, sent to a client.
+        log.warning("PRM %s at %s %s", self.name, self.endpoint, what)
+        return BackendFailed(f"PRM `{self.name}` {what}", self.name)
 
     def _translate(self, exc: BaseException) -> BackendError:
         kind = type(exc).__name__
         if isinstance(exc, aiohttp.ClientConnectorError | aiohttp.ConnectionTimeoutError):
-            return BackendUnavailable(f"PRM `{self.name}` at {self.url} is unreachable ({kind})", self.name)
+            log.warning("PRM %s at %s is unreachable: %s", self.name, self.url, exc)
+            return BackendUnavailable(f"PRM `{self.name}` is unreachable ({kind})", self.name)
         if isinstance(exc, TimeoutError):
             return BackendTimeout(
-                f"PRM `{self.name}` at {self.endpoint} did not answer within {self.deadline_s:g} s ({kind})",
+                f"PRM `{self.name}` did not answer within {self.deadline_s:g} s ({kind})",
                 self.name)
         if isinstance(exc, aiohttp.ServerDisconnectedError | aiohttp.ClientPayloadError):
             return self._failed("closed the connection mid-response")
-        return self._failed(f"failed: {kind}: {exc}")
+        log.warning("PRM %s at %s failed: %s: %s", self.name, self.endpoint, kind, exc)  # aiohttp's text names the URL
+        return BackendFailed(f"PRM `{self.name}` failed ({kind})", self.name)

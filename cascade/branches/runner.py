@@ -4,7 +4,7 @@ SART (../shared/PAPERS.md §2), as implemented here:
 
 * **Launch** N branches as separate streaming requests to the tier's backend: the same messages (so
   SGLang's radix cache shares the prompt prefix), distinct seeds, sampling temperature > 0.
-* **Follow** every branch's tokens. A branch is scored every K new reasoning steps (paragraphs, split
+* **Follow** every branch's tokens. A branch is scored every `k` new reasoning steps (paragraphs, split
   on blank lines), never per token, and once more when it finishes.
 * **Phase 1** (no branch finished yet): prune a branch whose score is below α, at most β per request,
   and never the last live branch.
@@ -42,36 +42,17 @@ import asyncio
 import contextlib
 from collections.abc import AsyncGenerator, Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Literal
 
 import msgspec
 
 from cascade.branches.backend import Backend, GenerationRequest, StreamDelta
-from cascade.branches.confidence import DEFAULT_GROUP, GroupWindow, token_logprobs
+from cascade.branches.confidence import GroupWindow, token_logprobs
 from cascade.branches.sart import Finished, Scored, next_wave, to_prune, vote, wave_settles
 from cascade.branches.scoring import STEP_SEPARATOR, Scorer, split_steps
+from cascade.config import BranchSettings, check_branches
 from cascade.errors import BackendFailed, CascadeError
 
-Aggregation = Literal["majority", "weighted"]
-
-
-class BranchSettings(msgspec.Struct, frozen=True, kw_only=True):
-    n: int = 1  # branches launched
-    m: int = 1  # branches that must finish (early stop)
-    alpha: float = 0.0  # phase-1 prune threshold (0: no phase-1 pruning)
-    beta: int = 0  # phase-1 prunes per request at most
-    prune: bool = True  # phase-2 pruning (and phase 1 when alpha > 0); needs a scorer
-    score_every_steps: int = 2  # K
-    aggregation: Aggregation = "majority"
-    # Confidence pruning (0: off): stop a branch once its last `confidence_group` tokens' group confidence is
-    # below this; it needs token logprobs, which the caller asks the engine for (`logprobs: true`).
-    prune_confidence: float = 0.0
-    confidence_group: int = DEFAULT_GROUP
-    # Branches launched first (0: all N at once); when they all finish with one answer the rest never start.
-    first_wave: int = 0
-    # 0: two waves (the first, then all the rest). > 0: waves double (W, 2W, 4W, ... N) and each one that leaves
-    # the leading answer `wave_margin` votes ahead of the next settles the request (needs first_wave).
-    wave_margin: int = 0
+__all__ = ["BranchReport", "BranchRun", "BranchRunner", "BranchSettings"]  # BranchSettings: cascade/config/branches.py
 
 
 @dataclass
@@ -131,13 +112,9 @@ class BranchRun(msgspec.Struct, kw_only=True):
 
 class BranchRunner:
     def __init__(self, backend: Backend, settings: BranchSettings, scorer: Scorer | None = None) -> None:
-        if not 1 <= settings.m <= settings.n:
-            raise ValueError(f"branches: need 1 <= m <= n, got n={settings.n} m={settings.m}")
-        if settings.first_wave and not 2 <= settings.first_wave < settings.m:
-            raise ValueError(f"branches: a first wave needs 2 <= first_wave < m, got first_wave={settings.first_wave} "
-                             f"m={settings.m}")
-        if settings.wave_margin and not settings.first_wave:
-            raise ValueError("branches: a wave margin needs a first wave (first_wave)")
+        """`scorer`: scores branches as they go and prunes by the scores (None: no scoring and no pruning by score,
+        as a tier with scorer = "none"). Raises BrokenRule (a ValueError) for settings that break a rule."""
+        check_branches(settings)
         self.backend = backend
         self.settings = settings
         self.scorer = scorer
@@ -156,7 +133,7 @@ class _Run:
         self.on_branch_end = on_branch_end
         self.settings = runner.settings
         self.backend = runner.backend
-        self.scorer = runner.scorer if runner.settings.prune else None
+        self.scorer = runner.scorer
         self.question = question
         self.requests = requests
         # Held back by a first wave: "pending" until launched (never live, never counted).
@@ -264,7 +241,7 @@ class _Run:
                 return
         if self.scorer is not None and not branch.scoring:
             steps = len(branch.steps) - 1  # the last paragraph may still be growing
-            if steps >= branch.steps_scored + self.settings.score_every_steps:
+            if steps >= branch.steps_scored + self.settings.k:
                 branch.steps_scored = steps
                 branch.scoring = True
                 task = asyncio.create_task(self._score(branch.index, branch.steps[:steps]))

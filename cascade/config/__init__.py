@@ -1,11 +1,14 @@
 """`cascade.toml`, decoded into frozen msgspec Structs, one module per part of the file:
 
     base.py       Strict (the base of every config-like Struct, the optimizer's too) and the value types
-    gateway.py    [gateway], [gateway.limits], [gateway.failover], [gateway.health]
+    gateway.py    [gateway], [gateway.limits], [gateway.failover], [gateway.health], [gateway.redis]
     backends.py   a tier's backends (kind = "openai" | "sglang" | "worker") and their timeouts
     workers.py    [[workers]]: embedded engine processes
+    branches.py   [tiers.branches]: the branch runner's settings (a request's override and the bench use its
+                  names), and the one check of their rules
     tiers.py      [[tiers]]: the ladder, and the checks within one tier
     routing.py    [routing] and its load / engine_load / confidence tables
+    moved.py      keys that moved to another table, and the error that says where
     load.py       CascadeConfig (the whole file), the checks across tables, decode_config / load_config
 
 Every Struct forbids unknown fields, so a typo fails at start-up with the key's path instead of being silently
@@ -31,7 +34,8 @@ from cascade.config.base import (
     Strict,
     UnitFloat,
 )
-from cascade.config.gateway import ApiKey, FailoverConfig, GatewayConfig, HealthConfig, Limits
+from cascade.config.branches import BranchSettings, BrokenRule, check_branches
+from cascade.config.gateway import ApiKey, FailoverConfig, GatewayConfig, HealthConfig, Limits, RedisConfig
 from cascade.config.load import CascadeConfig, decode_config, load_config, resolve_paths
 from cascade.config.routing import (
     AnswerConfidenceConfig,
@@ -45,10 +49,11 @@ from cascade.config.workers import WorkerConfig
 
 __all__ = [
     "PRM_TIMEOUTS", "TRANSFORMERS_SERVE_UNSUPPORTED", "AnswerConfidenceConfig", "ApiKey", "BackendConfig",
-    "CascadeConfig", "EngineLoadConfig", "FailoverConfig", "GatewayConfig", "HealthConfig", "Limits",
+    "BranchSettings", "BrokenRule", "CascadeConfig", "EngineLoadConfig", "FailoverConfig", "GatewayConfig",
+    "HealthConfig", "Limits",
     "LoadReactiveConfig", "Name",
     "NonNegativeFloat", "NonNegativeInt", "OpenAIBackendConfig", "PRMScorerConfig", "Port", "PositiveFloat",
-    "PositiveInt", "RoutingConfig",
+    "PositiveInt", "RedisConfig", "RoutingConfig",
     "SGLangBackendConfig", "Strict", "TierConfig", "Timeouts", "UnitFloat", "WorkerBackendConfig", "WorkerConfig",
-    "check_routing", "decode_config", "load_config", "resolve_paths",
+    "check_branches", "check_routing", "decode_config", "load_config", "resolve_paths",
 ]

@@ -1,5 +1,5 @@
 """`[gateway]` of `cascade.toml`: where the gateway listens, who may call it, and the limits that protect the process
-(`[gateway.limits]`), where they are counted (`redis_url`), how it fails over (`[gateway.failover]`) and how it
+(`[gateway.limits]`), where they are counted (`[gateway.redis]`), how it fails over (`[gateway.failover]`) and how it
 watches its engines' health (`[gateway.health]`).
 
 Limits (body size, `n`, `max_tokens`, ...) live here with their defaults so that each has one number and one place.
@@ -102,18 +102,46 @@ class ApiKey(Strict, frozen=True):
     sha256: str  # hex digest of the whole key as sent after `Bearer `
     # Per minute, as token buckets refilled continuously (a full minute's worth may arrive at once); 0: unlimited.
     requests_per_minute: Annotated[int, msgspec.Meta(ge=0)] = 0
-    # Prompt tokens (estimated at admission: the messages' JSON bytes / 4) + max_tokens x n reserved per request,
-    # then corrected to the usage the engine reports.
+    # Tokens billed: reserved before dispatch (the messages' JSON bytes / 4 + max_tokens x n x the most branches a
+    # tier it may reach runs), then corrected to what the engines processed and decoded for it (every branch,
+    # pruned and stopped ones included, every escalated draft, retries that produced tokens: the `billed` figure).
     tokens_per_minute: Annotated[int, msgspec.Meta(ge=0)] = 0
+    # Its requests in flight at once (per gateway process, and across gateways sharing Redis); 0: unlimited. So that
+    # one key cannot hold every place of a tier.
+    max_in_flight: Annotated[int, msgspec.Meta(ge=0, le=1_000_000)] = 0
     # Quality hints it may use with `cascade` models (fast, balanced, best; "numeric" for a number); empty: all.
     hints: tuple[str, ...] = ()
-    # Tiers it may name as its model (bypassing the router); empty: all.
+    # Tiers that may serve it, whether it names one as its model or the router, an escalation or a fallback picks it;
+    # empty: all.
     tiers: tuple[str, ...] = ()
+
+
+class RedisConfig(Strict, frozen=True):
+    """`[gateway.redis]`, the shared limits (docs/scaling.md, "What is global"): with a Redis `url`
+    ("redis://127.0.0.1:6379/0", "rediss://" for TLS, "unix:///path"), the keys' rate limits and the admission limits
+    (`max_in_flight`, each tier's places) are counted in that Redis, so that N gateways together hold them, not N
+    times them. Empty: each gateway process counts its own. Separate deployments on one Redis need their own
+    database number."""
+
+    url: str = ""
+    # When Redis does not answer within timeout_s: "open" admits, each gateway holding its own in-process limits as
+    # without Redis (a key may then get up to N times its limits); "closed" refuses the request with a 503 (an OpenAI
+    # error, Retry-After: 1). Either way the failures are logged (a line per 10 s at most) and counted in /metrics
+    # (cascade_redis_*).
+    failure: Literal["open", "closed"] = "open"
+    # The most one Redis call may take, connecting included: each request makes up to three (its key's buckets, the
+    # gateway's place, its tier's place), so this bounds what a slow or gone Redis adds to it. Loopback or one
+    # data-centre hop answers in well under 1 ms.
+    timeout_s: Annotated[float, msgspec.Meta(gt=0, le=5)] = 0.25
 
 
 class GatewayConfig(Strict, frozen=True):
     host: str = "127.0.0.1"
     port: Port = 8000
+    # 1-65535: /metrics and /ready's detail (tiers, unhealthy replicas) on this port of `host` instead, as Envoy's admin
+    # port and SGLang's model gateway (--prometheus-port) keep them off the clients' port; the main port's /metrics is
+    # then a 404 and its /ready answers the status alone, same code (cascade/gateway/monitoring.py). 0: off.
+    monitoring_port: Port = 0
     # Empty: no authentication (the default binds loopback only).
     api_keys: tuple[str, ...] = ()
     # Keys as tenants, each with its own limits (ApiKey); either or both of these may be set.
@@ -136,20 +164,7 @@ class GatewayConfig(Strict, frozen=True):
     limits: Limits = Limits()
     failover: FailoverConfig = FailoverConfig()
     health: HealthConfig = HealthConfig()
-    # Shared limits (docs/scaling.md, "What is global"): with a Redis URL ("redis://127.0.0.1:6379/0",
-    # "rediss://" for TLS, "unix:///path"), the keys' rate limits and the admission limits (`max_in_flight`, each
-    # tier's places) are counted in that Redis, so that N gateways together hold them, not N times them. Empty:
-    # each gateway process counts its own. Separate deployments on one Redis need their own database number.
-    redis_url: str = ""
-    # When Redis does not answer within redis_timeout_s: "open" admits, each gateway holding its own in-process
-    # limits as without Redis (a key may then get up to N times its limits); "closed" refuses the request with a
-    # 503 (an OpenAI error, Retry-After: 1). Either way the failures are logged (a line per 10 s at most) and
-    # counted in /metrics (cascade_redis_*).
-    redis_failure: Literal["open", "closed"] = "open"
-    # The most one Redis call may take, connecting included: each request makes up to three (its key's buckets,
-    # the gateway's place, its tier's place), so this bounds what a slow or gone Redis adds to it. Loopback
-    # or one data-centre hop answers in well under 1 ms.
-    redis_timeout_s: Annotated[float, msgspec.Meta(gt=0, le=5)] = 0.25
+    redis: RedisConfig = RedisConfig()
 
 
-REDIS_SCHEMES = ("redis://", "rediss://", "unix://")  # what `redis_url` may start with (cascade/config/load.py)
+REDIS_SCHEMES = ("redis://", "rediss://", "unix://")  # what `redis.url` may start with (cascade/config/load.py)

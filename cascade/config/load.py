@@ -14,6 +14,7 @@ from cascade import files
 from cascade.config.backends import SGLangBackendConfig
 from cascade.config.base import Strict
 from cascade.config.gateway import REDIS_SCHEMES, ApiKey, GatewayConfig
+from cascade.config.moved import moved_key
 from cascade.config.routing import RoutingConfig, check_routing
 from cascade.config.tiers import TierConfig, check_tier
 from cascade.config.workers import WorkerConfig
@@ -42,17 +43,17 @@ def _check(config: CascadeConfig) -> None:
     if len(set(names)) != len(names):
         raise ConfigError(f"`tiers` names must be unique, got {names}")
     check_keys(config.gateway.keys, names)
-    url = config.gateway.redis_url
+    url = config.gateway.redis.url
     if url and not url.startswith(REDIS_SCHEMES):
         shown = url.rpartition("@")[2]  # never a password
-        raise ConfigError(f"`gateway.redis_url` must start with {', '.join(REDIS_SCHEMES)} (e.g. "
+        raise ConfigError(f"`gateway.redis.url` must start with {', '.join(REDIS_SCHEMES)} (e.g. "
                           f"\"redis://127.0.0.1:6379/0\"; empty: limits in each gateway process), got {shown!r}")
     workers = {w.name: w for w in config.workers}
     if len(workers) != len(config.workers):
         raise ConfigError("`workers` names must be unique")
     for i, tier in enumerate(config.tiers):
         check_tier(tier, i, workers)
-    check_routing(config.routing, names, any(t.branch_slots for t in config.tiers),
+    check_routing(config.routing, names, any(t.branches.slots for t in config.tiers),
                   any(isinstance(b, SGLangBackendConfig) for t in config.tiers for b in t.backends))
 
 
@@ -80,12 +81,30 @@ def check_keys(keys: tuple[ApiKey, ...], tiers: list[str]) -> None:
 
 def decode_config(data: bytes | str, source: str = "cascade.toml") -> CascadeConfig:
     """`data`, the text of `source`, as a config (relative paths left as they are)."""
-    return files.decode(data, CascadeConfig, source, "toml", "config")
+    try:
+        return files.decode(data, CascadeConfig, source, "toml", "config")
+    except ConfigError as exc:
+        raise _naming_moved_keys(exc, data, source) from None
 
 
 def load_config(path: str | Path) -> CascadeConfig:
     """The config file at `path` (TOML whatever its name), its relative paths made relative to its folder."""
-    return resolve_paths(files.load(path, CascadeConfig, "config", "toml"), Path(path).parent)
+    try:
+        config = files.load(path, CascadeConfig, "config", "toml")
+    except ConfigError as exc:
+        try:
+            data = Path(path).read_bytes()
+        except OSError:
+            raise exc from None
+        raise _naming_moved_keys(exc, data, str(Path(path))) from None
+    return resolve_paths(config, Path(path).parent)
+
+
+def _naming_moved_keys(error: ConfigError, data: bytes | str, source: str) -> ConfigError:
+    """`error`, or where a key of the failed file moved when it has one (cascade/config/moved.py): the key's old name
+    fails as unknown, or as the wrong type, and should say where it went instead."""
+    moved = moved_key(data)
+    return error if moved is None else ConfigError(f"{source}: invalid config: {moved}")
 
 
 def resolve_paths(config: CascadeConfig, base: Path) -> CascadeConfig:

@@ -27,7 +27,7 @@ class LoadReactiveConfig(Strict, frozen=True):
     window_s: PositiveFloat = 10.0
     min_samples: PositiveInt = 5
     # Per tier name: requests in flight at which the tier is full (read live: only the excess moves; set it to
-    # the engine's batch size). A tier not named here is full at branch_slots / branches requests when it has
+    # the engine's batch size). A tier not named here is full at branches.slots / branches.n requests when it has
     # branch slots, else its load is not watched.
     max_in_flight: dict[str, PositiveInt] = msgspec.field(default_factory=dict)
     # Pressure is latency / SLO. A tier is pressed from `enter_at` on and free again once below `exit_at`, after
@@ -137,4 +137,4 @@ def _check_load(load: LoadReactiveConfig, names: list[str], capacity_known: bool
     watched = load.ttft_ms or load.e2el_ms or load.max_in_flight or capacity_known
     if load.enabled and not watched:
         raise ConfigError("`routing.load.enabled` watches nothing: set `ttft_ms`, `e2el_ms` or `max_in_flight` "
-                          "(or give a tier `branch_slots`, or an SGLang backend with `routing.engine_load` on)")
+                          "(or give a tier `branches.slots`, or an SGLang backend with `routing.engine_load` on)")

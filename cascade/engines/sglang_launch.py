@@ -259,8 +259,7 @@ def gateway_config(tiers: list[str], backends: list[tuple[str, str, str, str]], 
         lines += ["[[tiers]]", f'name = "{tier}"']
         n, m = (widths or {}).get(tier, (1, 1))
         if n > 1:
-            lines += [f"branches = {n}  # planned width: N branches, the first M to finish vote",
-                      f"branches_to_finish = {m}"]
+            lines += [f"branches = {{ n = {n}, m = {m} }}  # planned width: N branches, the first M to finish vote"]
         lines += ["backends = ["]
         for owner, kind, url, model in backends:
             if owner == tier:

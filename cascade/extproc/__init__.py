@@ -9,6 +9,5 @@ in `cascade serve`, which can sit behind Envoy as one more cluster.
     engines.py       each tier's engines as Envoy reaches them (one cluster per tier) and what the body names
     picker.py        headers + body -> `Routed` (tier, headers, body) or `Refused` (an OpenAI error): no gRPC here
     processor.py     the ext_proc gRPC service over the picker (envoy-data-plane types, grpcio server)
-    envoy_config.py  the Envoy bootstrap: ext_proc filter, one route and one cluster per tier
-    cli.py           `cascade extproc`
+    cli.py           `cascade extproc` (its `--print-envoy` bootstrap: cascade/deploy/envoy.py's picker topology)
 """

@@ -33,7 +33,7 @@ def add_extproc_command(sub: argparse._SubParsersAction[argparse.ArgumentParser]
     p.add_argument("--metrics-port", type=int, default=9003,
                    help="plain HTTP port on --host for Prometheus (`/metrics`: cascade_extproc_* decisions per tier, "
                    "refusals per status, decision latency, requests sent to the gateway, open gRPC streams, decisions "
-                   "per API key; cascade_key_rate_limited and, with redis_url, cascade_redis_*) and "
+                   "per API key; cascade_key_rate_limited and, with [gateway.redis] url, cascade_redis_*) and "
                    "`/health` (200, for Kubernetes probes); 0 = off (default 9003)")
     p.add_argument("--gateway", metavar="HOST:PORT",
                    help="a `cascade serve` behind Envoy: requests for reasoning branches go to it (pinned to the "
@@ -82,17 +82,16 @@ def _extproc(args: argparse.Namespace) -> int:
 
 
 def _print_envoy(args: argparse.Namespace, config: CascadeConfig, gateway: Endpoint | None) -> int:
+    from cascade.deploy.envoy import picker_bootstrap, to_json
     from cascade.extproc.engines import Endpoint, tier_engines
-    from cascade.extproc.envoy_config import bootstrap
-    from cascade.optimizer.envoy import to_json
 
     if args.message_timeout_ms < 1:
         raise ConfigError("--message-timeout-ms must be at least 1")
     host = "127.0.0.1" if args.host in ("0.0.0.0", "::") else args.host
     extproc = endpoint(args.extproc_address, "--extproc-address") if args.extproc_address else Endpoint(host, args.port)
-    document = bootstrap(tier_engines(config), extproc, endpoint(args.listen, "--listen"), args.admin_port,
-                         gateway=gateway, max_body_bytes=config.gateway.limits.max_body_bytes,
-                         message_timeout_ms=args.message_timeout_ms)
+    document = picker_bootstrap(tier_engines(config), extproc, endpoint(args.listen, "--listen"), args.admin_port,
+                                gateway=gateway, max_body_bytes=config.gateway.limits.max_body_bytes,
+                                message_timeout_ms=args.message_timeout_ms)
     print(to_json(document), end="")
     return 0
 

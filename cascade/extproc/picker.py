@@ -6,10 +6,19 @@
 Every check and the decision are `cascade serve`'s own: the API key (`Keyring`), the body limit (`read_body`),
 decoding (`decode_chat_request`), `ChatService.route` (validation, the quality hint: body, `X-Cascade-Quality`,
 `cascade:<hint>`, default; the router, heuristic or learned, with `[routing]`'s and the plan's operating points; the
-checks of the tiers it picks), then the key's hints, tiers and rate limits (`Tenants.admit`; last, so that a request
-the gateway will serve is counted by the gateway alone). A failure is `Refused` with the gateway's status, OpenAI
-error body and headers. Each verdict on a chat completion is counted in `picker.metrics` (its tier or status, and its
-time: cascade/extproc/metrics.py).
+key's permits: the hint it asks with, the tier it names, and the tiers that may serve it, which the pick is kept to;
+the checks of the tiers it picks), then the key's rate limits (`Tenants.reserve`; last, and only for a request sent
+to an engine: one the gateway serves is counted and billed by the gateway alone). A failure is `Refused` with the
+gateway's status, OpenAI error body and headers.
+
+Billing: a request sent to an engine is charged its reservation (the prompt estimate and max_tokens, the tier's
+default where the client set none, for each of its n choices), never settled to its usage: the picker sees requests,
+not responses (Envoy sends it no response body: buffering or streaming every answer through it would put each token
+through gRPC), so it charges the most a request can cost. Requests sent on to the gateway are billed there, exactly.
+A key's `max_in_flight` likewise counts only at gateways (the picker never sees a request end).
+
+Each verdict on a chat completion is counted in `picker.metrics` (its tier or status, and its time:
+cascade/extproc/metrics.py).
 
 `Routed` names the tier (`x-cascade-tier`, which Envoy's routes match) and carries the body rewritten as `cascade
 serve` would send it to that tier's engine: `model` the engine's, the tier's system prompt first, the tier's
@@ -45,7 +54,7 @@ from cascade.service.metrics import GatewayMetrics
 from cascade.service.ratelimit import LocalRateLimiter
 from cascade.service.ratelimit_redis import RedisRateLimiter
 from cascade.service.redis_store import RedisStore
-from cascade.service.tenants import Keyring, Tenants
+from cascade.service.tenants import Keyring, estimate_tokens
 from cascade.tiers import build_tiers
 
 log = logging.getLogger("cascade.extproc")
@@ -94,24 +103,23 @@ class TierPicker:
         self.gateway = gateway
         tiers = build_tiers(config, {})  # no backend is ever called: ChatService checks requests against them
         names = [t.name for t in tiers]
-        if not gateway and (branched := [t.name for t in tiers if t.config.branches > 1]):
+        if not gateway and (branched := [t.name for t in tiers if t.config.branches.n > 1]):
             log.warning("tier(s) %s run reasoning branches in `cascade serve`; without --gateway their engines "
                         "answer each request once", ", ".join(branched))
         service = ServiceConfig.of(config, plan)
         routing = msgspec.structs.replace(
             service.routing, mode="route", load=msgspec.structs.replace(service.routing.load, enabled=False))
         metrics = GatewayMetrics()
-        self.service = ChatService(tiers, msgspec.structs.replace(service, routing=routing), metrics,
-                                   signal=signal or routing_signal(config, names))
         gw = config.gateway
         self.keyring = Keyring(gw.keys, gw.api_keys)
-        # A key's buckets: in Redis, shared with the gateways, when `[gateway] redis_url` is set (as `cascade serve`
-        # keeps them), else this process's. Its tokens count as estimated at admission: the answer's usage never
-        # passes through the processor.
-        self.redis = (RedisStore(gw.redis_url, metrics.redis(), timeout_s=gw.redis_timeout_s,
-                                 failure=gw.redis_failure) if gw.redis_url else None)
+        # A key's buckets: in Redis, shared with the gateways, when `[gateway.redis] url` is set (as `cascade serve`
+        # keeps them), else this process's. Its tokens count as reserved: the answer's usage never passes through
+        # the processor.
+        self.redis = (RedisStore(gw.redis.url, metrics.redis(), timeout_s=gw.redis.timeout_s,
+                                 failure=gw.redis.failure) if gw.redis.url else None)
         limiter = LocalRateLimiter() if self.redis is None else RedisRateLimiter(self.redis)
-        self.tenants = Tenants(limiter, metrics, names, gw.default_quality)
+        self.service = ChatService(tiers, msgspec.structs.replace(service, routing=routing), metrics,
+                                   signal=signal or routing_signal(config, names), limiter=limiter)
         # The picker's own series (`cascade_extproc_*`) and, from the gateway's registry, the keys' refusals and the
         # Redis store's health: served on --metrics-port.
         self.metrics = ExtprocMetrics(names, shared=metrics.registry)
@@ -156,14 +164,15 @@ class TierPicker:
         raw = await read_body(_chunks(body), headers.get("content-length"), self.service.limits.max_body_bytes)
         req = decode_chat_request(raw, max_depth=self.service.limits.max_json_depth)
         hint = headers.get(HINT_HEADER)
-        decision = await self.service.route(req, hint_header=hint)
-        if self.gateway and (req.branches is not None or self.service.tiers[decision.tier].config.branches > 1):
+        decision = await self.service.route(req, caller=tenant, hint_header=hint)
+        if self.gateway and (req.branches is not None or self.service.tiers[decision.tier].config.branches.n > 1):
             return self._to_gateway(req, decision)  # the gateway checks the key's limits itself: counted once
         if req.branches is not None:
             raise InvalidRequest("`branches` runs in `cascade serve`, and no gateway is behind this proxy: leave "
                                  "`branches` out", "branches")
-        if tenant is not None:
-            await self.tenants.admit(tenant, req, hint)  # nothing can fail after it: no tokens to give back
+        if tenant is not None:  # nothing can fail after it: the reservation is the charge (the module says why)
+            default = self.service.tiers[decision.tier].config.default_max_tokens
+            await self.service.tenants.reserve(tenant, estimate_tokens(req, 1, default))
         return self._to_engine(req, decision, self.engines[decision.tier], key=None if tenant is None else tenant.name)
 
     def _to_engine(self, req: ChatCompletionRequest, decision: RouteDecision, engine: TierEngine,

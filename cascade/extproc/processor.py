@@ -1,6 +1,6 @@
 """Envoy's external-processing gRPC service (envoy.service.ext_proc.v3.ExternalProcessor/Process) over the picker.
 
-Envoy opens one stream per HTTP request and, as the filter is configured (cascade/extproc/envoy_config.py:
+Envoy opens one stream per HTTP request and, as the filter is configured (cascade/deploy/envoy.py:
 request headers SEND, request body BUFFERED, nothing of the response), sends the request headers, then the whole
 body; each message gets exactly one answer:
 

@@ -15,13 +15,13 @@ from litestar.exceptions import HTTPException
 from cascade.config import ApiKey
 from cascade.errors import CascadeError
 from cascade.gateway.chat_asgi import ChatCompletionsASGI
+from cascade.gateway.monitoring import readiness
 from cascade.gateway.openapi import openapi_json
 from cascade.service.bodies import decode_chat_request
 from cascade.service.chat import ChatService
 from cascade.service.errors import error_reply, error_response, internal_error
 from cascade.service.intake import read_body
-from cascade.service.ratelimit import LocalRateLimiter, RateLimiter
-from cascade.service.tenants import Keyring, Tenants
+from cascade.service.tenants import Keyring
 
 log = logging.getLogger("cascade.gateway")
 _encode = msgspec.json.Encoder().encode
@@ -35,22 +35,22 @@ def create_app(
     on_startup: list[Callable[[], Awaitable[None]]] | None = None,
     on_shutdown: list[Callable[[], Awaitable[None]]] | None = None,
     keys: tuple[ApiKey, ...] = (),
-    limiter: RateLimiter | None = None,
+    monitoring_port: int = 0,
 ) -> ChatCompletionsASGI:
-    """`api_keys`: plain keys (no limits); `keys`: keys as tenants, with their limits kept by `limiter` (default:
-    this process's buckets)."""
+    """`api_keys`: plain keys (no limits); `keys`: keys as tenants, with their limits (kept by the service's
+    `Tenants`: cascade/service/tenants.py). `monitoring_port`: when set, /metrics and /ready's detail are served there
+    (cascade/gateway/monitoring.py), not here."""
     keyring = Keyring(keys, api_keys)
-    tenants = Tenants(limiter or LocalRateLimiter(), service.metrics, list(service.by_name),
-                      service.config.default_quality)
 
     @post("/v1/route", status_code=200)
     async def route(request: Request[Any, Any, Any]) -> Response[bytes]:
-        """The routing decision for a chat request, without generating (same body as chat completions)."""
-        keyring.authenticate(request.headers.get("authorization", ""))
+        """The routing decision for a chat request, without generating (same body as chat completions): the key's
+        permits apply as they would to the chat completion."""
+        caller = keyring.authenticate(request.headers.get("authorization", ""))
         raw = await read_body(request.stream(), request.headers.get("content-length"),
                               service.limits.max_body_bytes)
         req = decode_chat_request(raw, max_depth=service.limits.max_json_depth)
-        decision = await service.route(req, hint_header=request.headers.get("x-cascade-quality"))
+        decision = await service.route(req, caller=caller, hint_header=request.headers.get("x-cascade-quality"))
         return Response(_encode(decision), media_type=_JSON, headers={"X-Cascade-Tier": decision.tier_name})
 
     @get("/v1/models")
@@ -63,23 +63,16 @@ def create_app(
 
     @get("/ready")
     async def ready() -> Response[bytes]:
-        try:
-            report = await ready_check() if ready_check else {"tiers": {}}
-        except Exception as exc:  # a probe that raises means "not ready", with the reason, never a 500
-            log.exception("readiness check failed")
-            report = {"tiers": {}, "error": f"readiness check failed: {type(exc).__name__}: {exc}"[:300]}
-            status = "unavailable"
-        else:
-            # 503 only when no tier can serve: a load balancer that saw one stalled tier take out every gateway
-            # would stop the healthy tiers too (cascade/service/readiness.py).
-            tiers = report["tiers"]
-            status = "ready" if all(tiers.values()) else "degraded" if any(tiers.values()) else "unavailable"
-        body = _encode({"status": status, **report})
-        return Response(body, media_type=_JSON, status_code=503 if status == "unavailable" else 200)
+        status, report = await readiness(ready_check)
+        # With a monitoring port, the detail (tiers, unhealthy replicas) is for it only: this port is the clients'.
+        body = _encode({"status": report["status"]} if monitoring_port else report)
+        return Response(body, media_type=_JSON, status_code=status)
 
     @get("/metrics")
     async def metrics() -> Response[bytes]:
         return Response(service.metrics.render(), media_type="text/plain; version=0.0.4; charset=utf-8")
+
+    monitoring = [] if monitoring_port else [metrics]  # on the monitoring port instead: a 404 here
 
     openapi_body = openapi_json(service, auth=bool(keyring))  # encoded once; Litestar's own OpenAPI is off
 
@@ -109,7 +102,7 @@ def create_app(
         return Response(internal_error(request.method, request.url.path), status_code=500, media_type=_JSON)
 
     litestar = Litestar(
-        route_handlers=[route, models, health, ready, metrics, openapi],
+        route_handlers=[route, models, health, ready, *monitoring, openapi],
         exception_handlers={
             CascadeError: handle_cascade_error,
             HTTPException: handle_http_exception,
@@ -124,7 +117,7 @@ def create_app(
         debug=False,
     )
     # The hot route bypasses the framework (cascade/gateway/chat_asgi.py says why).
-    return ChatCompletionsASGI(litestar, service, keyring, tenants,
+    return ChatCompletionsASGI(litestar, service, keyring,
                                functools.partial(decode_chat_request, max_depth=service.limits.max_json_depth))
 
 

@@ -7,9 +7,10 @@ per response, a middleware wrapper around every `send`) cost about a fifth of th
 /metrics, 404/405 for unknown routes) stays in Litestar; both share ChatService, the body reader's
 limits and the OpenAI error objects, and the same tests run against both.
 
-The route is an adapter: read the body (service/intake.py), make one call (`ChatService.chat`, which validates,
-routes, admits and serves), write its reply: a whole response, or a started stream relayed frame by frame and then
-closed (which gives the request's place back).
+The route is an adapter: authenticate the key (cascade/service/tenants.py `Keyring`), read the body
+(cascade/service/intake.py), make one call (`ChatService.chat`, which validates, checks the key's permits, routes,
+admits, serves and bills), write its reply: a whole response, or a started stream relayed frame by frame and then
+closed (which gives the request's lease back and bills its key).
 
 Disconnects: after the body is read, a watcher awaits `http.disconnect` and cancels the work, which
 closes the upstream streams (the engine stops; SGLang also gets `/abort_request`).
@@ -42,8 +43,7 @@ from cascade.schemas import ChatCompletionRequest
 from cascade.service.chat import ChatService, StreamReply, WholeReply
 from cascade.service.errors import error_reply, error_response, internal_error
 from cascade.service.intake import read_body
-from cascade.service.telemetry import METER, Meter
-from cascade.service.tenants import Keyring, Pass, Tenants
+from cascade.service.tenants import Keyring, Tenant
 
 Scope = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
@@ -60,12 +60,11 @@ class ClientGone(Exception):
 
 
 class ChatCompletionsASGI:
-    def __init__(self, app: ASGIApp, service: ChatService, keyring: Keyring, tenants: Tenants,
+    def __init__(self, app: ASGIApp, service: ChatService, keyring: Keyring,
                  decode: Callable[[bytes], ChatCompletionRequest]) -> None:
         self.app = app
         self.service = service
         self.keyring = keyring
-        self.tenants = tenants
         self.decode = decode
         self.drain = Drain()  # `cascade serve` sets its grace
 
@@ -125,38 +124,27 @@ class ChatCompletionsASGI:
 
     async def _handle(self, scope: Scope, receive: Receive, send: Send) -> None:
         headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in scope["headers"]}
-        tenant = self.keyring.authenticate(headers.get("authorization", ""))
+        caller = self.keyring.authenticate(headers.get("authorization", ""))
         raw = await read_body(_body_chunks(receive), headers.get("content-length"), self.service.limits.max_body_bytes)
         req = self.decode(raw)
-        hint = headers.get("x-cascade-quality")
-        granted = None if tenant is None else await self.tenants.admit(tenant, req, hint)
         guard = _DisconnectGuard(receive, self.drain)
-        meter = Meter()
-        token = METER.set(meter)
         try:
-            await guard.run(self._reply(req, hint, guard, send, granted, meter))
-        except BaseException:
-            if granted is not None and not meter.replied:
-                self.tenants.settle(granted, None)  # failed before an answer: its tokens go back
-                granted = None
-            raise
+            await guard.run(self._reply(req, caller, headers.get("x-cascade-quality"), guard, send))
         finally:
-            METER.reset(token)
             guard.close()
-            if granted is not None:
-                self.tenants.settle(granted, meter)
 
-    async def _reply(self, req: ChatCompletionRequest, hint: str | None, guard: _DisconnectGuard, send: Send,
-                     granted: Pass | None, meter: Meter) -> None:
-        reply = await self.service.chat(req, hint_header=hint, client=guard)
-        meter.replied = True
-        limits = [] if granted is None else granted.allowance.headers()
+    async def _reply(self, req: ChatCompletionRequest, caller: Tenant | None, hint: str | None,
+                     guard: _DisconnectGuard, send: Send) -> None:
+        reply = await self.service.chat(req, caller=caller, hint_header=hint, client=guard)
         if isinstance(reply, WholeReply):
             completion = reply.completion
-            await _respond(send, 200, _encode(completion), [(b"x-cascade-tier", completion.model.encode()), *limits])
+            extra = [(b"x-cascade-tier", completion.model.encode()), *reply.headers]
+            if completion.cascade is not None and completion.cascade.billed is not None:
+                extra.append((b"x-cascade-billed-tokens", b"%d" % completion.cascade.billed.total_tokens))
+            await _respond(send, 200, _encode(completion), extra)
             return
         try:
-            await _stream(reply, send, limits)
+            await _stream(reply, send, reply.headers)
         except ClientGone:
             guard.gone = True  # the service counts the disconnect when the stream closes, below
             raise

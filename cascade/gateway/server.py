@@ -14,6 +14,7 @@ from cascade.errors import ConfigError
 from cascade.gateway.app import create_app
 from cascade.gateway.chat_asgi import ChatCompletionsASGI
 from cascade.gateway.drain import longest_drain_s
+from cascade.gateway.monitoring import MonitoringApp, MonitoringListener
 from cascade.ladder import Ladder
 from cascade.plan import load_plan
 from cascade.service.admission_redis import RedisPlaces
@@ -32,7 +33,9 @@ log = logging.getLogger("cascade.gateway")
 class Gateway:
     """Everything `cascade serve` runs, owned in one place so that shutdown is complete."""
 
-    def __init__(self, config: CascadeConfig, plan_path: str | None = None, log_dir: Path | None = None) -> None:
+    def __init__(self, config: CascadeConfig, plan_path: str | None = None, log_dir: Path | None = None,
+                 host: str = "127.0.0.1") -> None:
+        """`host`: where the monitoring port binds (`[gateway] monitoring_port`), as the gateway's own port."""
         self.config = config
         # Built now (the service needs its tiers), started by `start` and closed by `stop` (cascade/ladder.py).
         self.ladder = Ladder(config, log_dir=log_dir)
@@ -45,14 +48,15 @@ class Gateway:
             self.metrics.registry.register(EngineLoadCollector(self.engines))
         # Keys' buckets and admission places in Redis, shared with the other gateways, when a URL is set.
         gateway = config.gateway
-        self.redis = (RedisStore(gateway.redis_url, self.metrics.redis(), timeout_s=gateway.redis_timeout_s,
-                                 failure=gateway.redis_failure) if gateway.redis_url else None)
+        self.redis = (RedisStore(gateway.redis.url, self.metrics.redis(), timeout_s=gateway.redis.timeout_s,
+                                 failure=gateway.redis.failure) if gateway.redis.url else None)
         self.places = RedisPlaces(self.redis) if self.redis is not None else None
         self.service = ChatService(
             tiers, service_config, self.metrics,
             signal=routing_signal(config, [t.name for t in tiers]),
             traffic=TrafficLog(config.gateway.traffic_log) if config.gateway.traffic_log else None,
             engines=self.engines, places=self.places,
+            limiter=RedisRateLimiter(self.redis) if self.redis is not None else None,
         )
         self.metrics.watch_pools(lambda: [t.backend for t in self.service.tiers])
         # Engine health, probed in the background while the gateway runs: /ready and replica picking read it.
@@ -60,12 +64,26 @@ class Gateway:
         self.app = create_app(
             self.service, config.gateway.api_keys, ready_check=self.ready,
             on_startup=[self.start], on_shutdown=[self.stop], keys=config.gateway.keys,
-            limiter=RedisRateLimiter(self.redis) if self.redis is not None else None,
+            monitoring_port=gateway.monitoring_port,
         )
+        # /metrics and /ready's detail on a port of their own when one is set (cascade/gateway/monitoring.py).
+        self.monitoring = MonitoringListener(
+            MonitoringApp(self.metrics.render, self.ready, lambda: self.app.drain.draining),
+            host, gateway.monitoring_port, gateway.limits) if gateway.monitoring_port else None
         self.app.drain.grace_s = config.gateway.shutdown_grace_s
         self.app.drain.linger_s = config.gateway.shutdown_linger_s
 
     async def start(self) -> None:
+        if self.monitoring is not None:
+            await self.monitoring.start()
+        try:
+            await self._start()
+        except BaseException:
+            if self.monitoring is not None:  # a failed start never leaves the port open
+                await self.monitoring.aclose()
+            raise
+
+    async def _start(self) -> None:
         if self.redis is not None:
             await self.redis.start()
         await self.engines.start()
@@ -89,7 +107,11 @@ class Gateway:
             if self.service.telemetry.traffic is not None:
                 self.service.telemetry.traffic.close()
         finally:
-            await self.ladder.aclose()  # every backend and scorer closed, the embedded workers stopped
+            try:
+                await self.ladder.aclose()  # every backend and scorer closed, the embedded workers stopped
+            finally:
+                if self.monitoring is not None:  # last: a draining gateway can be scraped until here
+                    await self.monitoring.aclose()
 
     async def ready(self) -> dict[str, Any]:
         """Which tiers can serve, from local state only (cascade/service/readiness.py): no engine is called."""
@@ -102,7 +124,7 @@ def run(
 ) -> None:
     """Serve until SIGINT/SIGTERM, then drain (cascade/gateway/drain.py). `processes` > 1 runs that many
     gateway processes on one socket (uvicorn workers), for when one event loop is the bottleneck; each
-    process has its own admission counter (shared with `[gateway] redis_url`), connection limit and /metrics, and
+    process has its own admission counter (shared with `[gateway.redis] url`), connection limit and /metrics, and
     embedded workers need the single-process mode. Connection limits: cascade/gateway/connections.py."""
     import uvicorn
 
@@ -122,14 +144,23 @@ def run(
     grace = math.ceil(longest_drain_s(config.gateway.shutdown_grace_s, config.gateway.shutdown_linger_s)) + 5
     options: dict[str, Any] = dict(host=host, port=port, log_level="warning", access_log=False, http=GatewayProtocol,
                                    ws="none", timeout_graceful_shutdown=grace, backlog=4096)
+    monitoring_port = config.gateway.monitoring_port
+    if monitoring_port and monitoring_port == port:
+        raise ConfigError(f"[gateway] monitoring_port {monitoring_port} is the gateway's port: give it another (or 0, "
+                          "off)")
     if processes > 1:
+        if monitoring_port:
+            raise ConfigError("[gateway] monitoring_port needs --processes 1 (the processes would each need a port "
+                              "of their own, and each holds its own metrics)")
         if config.workers or config_path is None:
             raise ConfigError("--processes > 1 needs a --config without [[workers]] (embedded workers are started "
                               "by a single gateway process)")
         os.environ[_CONFIG_ENV], os.environ[_PLAN_ENV] = config_path, plan_path or ""
         uvicorn.run("cascade.gateway.server:app_from_env", factory=True, workers=processes, **options)
         return
-    gateway = Gateway(config, plan_path)
+    gateway = Gateway(config, plan_path, host=host)
+    if gateway.monitoring is not None:
+        gateway.monitoring.bind()  # now: a port in use is a config error before anything starts
     try:
         uvicorn.run(gateway.app, **options)
     finally:

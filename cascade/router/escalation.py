@@ -15,13 +15,14 @@ branches, no HTTP, so each rule is tested with a few lines of fake ladder.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Generic, Literal, Protocol, TypeVar
 
 import msgspec
 
 from cascade.errors import BackendError
 from cascade.router.acceptance import (
+    NEVER,
     accept_for_target,
     accepts,
     answer_confidence,
@@ -192,6 +193,25 @@ class Cascaded:
             following = next_tier(index, self.accept)
             ladder.moved(index, following, "escalated")
             index, escalations = following, escalations + 1
+
+
+def within(itinerary: Itinerary, allowed: frozenset[int]) -> Itinerary:
+    """`itinerary` kept to the tiers in `allowed` (an API key's permits; not empty): a routed request goes to the
+    nearest allowed tier, cheaper first (the key asked for no more than it may use), and falls back only to allowed
+    ones (the ladder's `can_take`); a cascade climbs only allowed tiers and stops at the highest, which then accepts
+    what it answers. A pinned tier is checked before routing (a 403), so it is left as it is."""
+    if isinstance(itinerary, Routed):
+        here = itinerary.first
+        if here in allowed:
+            return itinerary
+        below = [t for t in allowed if t < here]
+        tier = max(below) if below else min(allowed)
+        return replace(itinerary, route=msgspec.structs.replace(itinerary.route, tier=tier))
+    if isinstance(itinerary, Cascaded):
+        top = min(max(allowed), len(itinerary.accept))
+        accept = [a if t in allowed else NEVER for t, a in enumerate(itinerary.accept[:top])]
+        return replace(itinerary, accept=accept)
+    return itinerary
 
 
 class ServingMode(Protocol):

@@ -25,6 +25,8 @@ import msgspec
 from cascade.errors import ConfigError, InvalidRequest
 
 NAMED_HINTS = ("fast", "balanced", "best")
+# The model name that asks for routing (`cascade`, or `cascade:<hint>`); a tier's name bypasses the router.
+ROUTED_MODEL = "cascade"
 
 
 class QualityHint(msgspec.Struct, frozen=True):

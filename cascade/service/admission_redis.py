@@ -19,7 +19,7 @@ back every place it still holds, so the count is whole again within LEASE_S / 4;
 for longer than a lease does the same. The keys share the hash tag `{adm}` (one Redis Cluster slot), so the heartbeat
 is one script.
 
-A place admitted while Redis was away (`redis_failure = "open"`) is counted by its own gateway only, and each place
+A place admitted while Redis was away (`failure = "open"`) is counted by its own gateway only, and each place
 remembers where it was taken: in Redis (`held`, renewed) or on this gateway's count (`local`). Places are
 interchangeable, and the callers give one back by scope, not by request; so a give returns a local place first, and
 that never removes a member another request holds: the Redis count stays the places Redis admitted that are still

@@ -1,15 +1,21 @@
-"""The chat service: one entry per request, from the OpenAI request to the reply, with no web framework here.
+"""The chat service: one entry per request, from the OpenAI request and its caller (the API key) to the reply with
+its usage and its bill, with no web framework here. The HTTP gateway (cascade/gateway/) and the Envoy model picker
+(cascade/extproc/) both call it.
 
     chat      validate the request; ask the router its way along the ladder (one call: cascade/router/router.py);
-              check every tier it may reach (the frozen Decision); take one of the gateway's request places; serve:
+              check the caller's permits (the hint it asks with, the tier it names, and the tiers that may serve it:
+              the itinerary is kept to them); check every tier it may reach (the frozen Decision); take the
+              request's lease (cascade/service/lease.py: the key's in-flight place and token reservation, one of
+              the gateway's request places, then each tier's place as it is asked); serve:
               * whole: the itinerary over an `AnswerLadder` (cascade/service/ladders.py): whole answers on a tier
-                (cascade/answer.py) inside that tier's admission; then the completion (responses.py); the place goes
-                back before `chat` returns
+                (cascade/answer.py) inside that tier's admission; then the completion (responses.py); the lease is
+                given back, and the key billed, before `chat` returns
               * streamed: the same, sent as one SSE body when known (streaming.py `deferred`; the first tier's
                 admission taken before any header, the wait for branch slots after), or, for a single-branch
                 answer no one judges, over a `StreamLadder`: the first tier's upstreams opened before any header,
-                then relayed (streaming.py `relay`); the place goes back when the stream is closed
-    route     the same decision, without serving (`POST /v1/route`)
+                then relayed (streaming.py `relay`); the lease is given back, and the key billed, when the stream
+                is closed
+    route     the same decision and permits, without serving (`POST /v1/route`, the picker)
 
 Where a request goes and when it moves on is the router's; what is sent upstream is cascade/upstream.py's; the
 answer on one tier is cascade/answer.py's, shared with `cascade label` and `cascade bench`.
@@ -20,17 +26,18 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import AsyncGenerator, Awaitable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol
 
 import msgspec
 
 from cascade.answer import Answer, Opened, question_of
 from cascade.config import AnswerConfidenceConfig, CascadeConfig, Limits, RoutingConfig
-from cascade.errors import UnknownModel
+from cascade.errors import Forbidden, UnknownModel
 from cascade.plan import Plan
+from cascade.router.escalation import within
 from cascade.router.load import TierShape
-from cascade.router.policy import NAMED_HINTS, HeuristicSignal, QualityHint, RoutingSignal, parse_hint
+from cascade.router.policy import NAMED_HINTS, ROUTED_MODEL, HeuristicSignal, QualityHint, RoutingSignal, parse_hint
 from cascade.router.router import Router, Routing
 from cascade.schemas import ChatCompletion, ChatCompletionRequest, ModelCard, ModelList, RouteDecision
 from cascade.service import responses, streaming
@@ -38,13 +45,15 @@ from cascade.service.admission import Admission, SharedPlaces
 from cascade.service.decision import Decision
 from cascade.service.engine_load import TierEngines
 from cascade.service.ladders import AnswerLadder, Rungs, StreamLadder
+from cascade.service.lease import Lease
 from cascade.service.metrics import GatewayMetrics
+from cascade.service.ratelimit import LocalRateLimiter, RateLimiter
 from cascade.service.telemetry import Telemetry
+from cascade.service.tenants import Tenant, Tenants, estimate_tokens
 from cascade.service.traffic import TrafficLog
 from cascade.service.validation import check_tier, forwarded, one_answer_field, validate
 from cascade.tiers import Tier
 
-ROUTED_MODEL = "cascade"
 # Prompts up to this many characters are routed on the event loop (under a millisecond); longer ones in a thread.
 INLINE_ROUTING_CHARS = 1024
 
@@ -91,10 +100,12 @@ class ServiceConfig(msgspec.Struct, frozen=True, kw_only=True):
 class ChatService:
     def __init__(self, tiers: Sequence[Tier], config: ServiceConfig, metrics: GatewayMetrics, *,
                  signal: RoutingSignal | None = None, traffic: TrafficLog | None = None,
-                 engines: TierEngines | None = None, places: SharedPlaces | None = None) -> None:
+                 engines: TierEngines | None = None, places: SharedPlaces | None = None,
+                 limiter: RateLimiter | None = None) -> None:
         """`signal`: the routing signal (None: the heuristic); `traffic`: the traffic log (None: off);
         `engines`: the tiers' engines' own load, where read (routing and admission then count every client's);
-        `places`: admission places shared with other gateways (None: this process's only)."""
+        `places`: admission places (the gateway's, the tiers', the keys' in-flight) shared with other gateways
+        (None: this process's only); `limiter`: the keys' token buckets (None: this process's)."""
         self.tiers = list(tiers)
         self.by_name = {t.name: t for t in self.tiers}
         self.config = config
@@ -104,7 +115,8 @@ class ChatService:
         assert default is not None
         self.default_hint: QualityHint = default
         self.admission = Admission(self.tiers, config.limits, metrics, engines, places)
-        shapes = [TierShape(t.name, t.config.branch_slots, t.config.branches) for t in self.tiers]
+        self.tenants = Tenants(limiter or LocalRateLimiter(), metrics, [t.name for t in self.tiers], places)
+        shapes = [TierShape(t.name, t.config.branches.slots, t.config.branches.n) for t in self.tiers]
         self.router = Router(shapes, config.routing, signal, self.admission, fallback=config.tier_fallback)
         if self.router.headroom is not None:
             metrics.watch_headroom(self.router.headroom)
@@ -117,40 +129,45 @@ class ChatService:
         ids = [ROUTED_MODEL, *(f"{ROUTED_MODEL}:{h}" for h in NAMED_HINTS), *self.by_name]
         return ModelList(data=[ModelCard(id=i) for i in ids])
 
-    async def route(self, req: ChatCompletionRequest, *, hint_header: str | None = None) -> RouteDecision:
-        """What `chat` would do with `req`, without serving it (`POST /v1/route`); a bad request fails the same."""
-        decision, _ = await self._decide(req, hint_header)
+    async def route(self, req: ChatCompletionRequest, *, caller: Tenant | None = None,
+                    hint_header: str | None = None) -> RouteDecision:
+        """What `chat` would do with `req` for `caller`, without serving it (`POST /v1/route`, the picker): a bad
+        request, and a hint or tier the caller may not use, fail the same."""
+        decision, _ = await self._decide(req, hint_header, caller)
         return responses.route_decision(decision, self.tiers)
 
-    async def chat(self, req: ChatCompletionRequest, *, hint_header: str | None = None,
+    async def chat(self, req: ChatCompletionRequest, *, caller: Tenant | None = None, hint_header: str | None = None,
                    client: Client | None = None) -> ChatReply:
-        """Serve `req` (`hint_header`: X-Cascade-Quality), inside one of the gateway's request places.
+        """Serve `req` for `caller` (its API key; None: keys are off) and `hint_header` (X-Cascade-Quality), inside
+        the request's lease.
 
-        A bad request, a full gateway (Overloaded) or a fault before any answer raises its CascadeError. Whole: the
-        place goes back before this returns. Streamed: the stream has started (its first frame is read), and the
-        place goes back, with its upstreams, when its frames end or are closed (`aclose`; the caller must).
-        `client`: whether the client has left, read when the work is cancelled or the stream closed early (a
-        disconnect, counted once per request)."""
-        decision, max_tokens = await self._decide(req, hint_header)
+        A bad request, a permit the key lacks (Forbidden), a full gateway or key (Overloaded, RateLimited) or a fault
+        before any answer raises its CascadeError. Whole: the lease is given back and the key billed before this
+        returns. Streamed: the stream has started (its first frame is read), and the lease goes back, with its
+        upstreams, when its frames end or are closed (`aclose`; the caller must). `client`: whether the client has
+        left, read when the work is cancelled or the stream closed early (a disconnect, counted once per request)."""
+        decision, max_tokens = await self._decide(req, hint_header, caller)
         asked = decision.tier.name
-        await self.admission.admit()
+        lease = Lease(self.admission, self.tenants, caller)
         frames = None
         try:
+            await lease.take(self._reservation(req, decision))
             if not req.stream:
-                return WholeReply(await self._complete(req, decision, max_tokens))
-            served, opened = await self._open_stream(req, decision, max_tokens)
-            frames = self._relayed(opened, asked, client)
-            first = await anext(frames)  # started: from here closing `frames` is what releases
-            return StreamReply(served.tier.name, served.itinerary.judges_answers, first, frames)
+                completion = await self._complete(req, decision, max_tokens, lease)
+                return WholeReply(completion, lease.limit_headers())
+            served, opened = await self._open_stream(req, decision, max_tokens, lease)
+            frames = self._relayed(opened, asked, client, lease)
+            first = await anext(frames)  # started: from here closing `frames` is what gives the lease back
+            return StreamReply(served.tier.name, served.itinerary.judges_answers, first, frames, lease.limit_headers())
         except asyncio.CancelledError:
             if frames is None:  # a started stream counts its own
                 self._left(asked, client)
             raise
         finally:
             if frames is None:
-                self.admission.release()
+                await lease.aclose()
 
-    async def _relayed(self, frames: AsyncGenerator[bytes, None], asked: str, client: Client | None
+    async def _relayed(self, frames: AsyncGenerator[bytes, None], asked: str, client: Client | None, lease: Lease
                        ) -> AsyncGenerator[bytes, None]:
         ended = False
         try:
@@ -159,9 +176,9 @@ class ChatService:
             ended = True
         finally:
             try:
-                await frames.aclose()  # the upstreams, the tier's slots and admission
+                await frames.aclose()  # the upstreams, the tier's slots and place
             finally:
-                self.admission.release()
+                await lease.aclose()
                 if not ended:
                     self._left(asked, client)
 
@@ -169,24 +186,44 @@ class ChatService:
         if client is not None and client.gone:
             self.metrics.disconnects.labels(asked).inc()
 
-    async def _decide(self, req: ChatCompletionRequest, header_hint: str | None) -> tuple[Decision, int]:
-        """Validate, route, and check every tier the request may reach: a bad request fails here, before any
-        header. Returns the decision and the max_tokens to use (0: each tier's default)."""
+    def _reservation(self, req: ChatCompletionRequest, decision: Decision) -> int:
+        """The tokens reserved from the key before dispatch: the prompt, and max_tokens (each reachable tier's
+        default where the request sets none) for every choice of every branch of the widest tier it may reach."""
+        reachable = [self.tiers[i] for i in decision.branches]
+        branches = max((s.n for s in decision.branches.values() if s is not None), default=1)
+        default = max((t.config.default_max_tokens for t in reachable), default=0)
+        return estimate_tokens(req, branches, default)
+
+    async def _decide(self, req: ChatCompletionRequest, header_hint: str | None,
+                      caller: Tenant | None = None) -> tuple[Decision, int]:
+        """Validate, route, check the caller's permits, and check every tier the request may reach: a bad request
+        fails here, before any header. Returns the decision and the max_tokens to use (0: each tier's default)."""
         max_tokens = validate(req, self.limits)
         routing = await self._route(req, header_hint)
+        itinerary, allowed, notes = routing.itinerary, None, []
+        if caller is not None:
+            self.tenants.permit(caller, req.model if routing.hint is None else None, routing.hint)
+            allowed = self.tenants.allowed_tiers(caller)
+            if allowed is not None:
+                if not allowed:
+                    raise Forbidden(f"this API key may use tiers {', '.join(sorted(caller.tiers))}, and this gateway "
+                                    "serves none of them", "model")
+                itinerary = within(itinerary, allowed)
+                if itinerary.first != routing.itinerary.first:
+                    notes.append(f"served on `{self.tiers[itinerary.first].name}`: this API key may not use "
+                                 f"`{self.tiers[routing.itinerary.first].name}`")
         used = forwarded(req)
-        branches = {i: check_tier(req, self.tiers[i], self.limits, used) for i in routing.itinerary.reachable()}
+        branches = {i: check_tier(req, self.tiers[i], self.limits, used) for i in itinerary.reachable()}
         degraded = routing.degraded
         if req.branches is None:  # a request that sets its own branches keeps them
             branched = {i: s for i, s in branches.items() if s is not None}
             cut, degraded = routing.shed({i: (s.n, s.m) for i, s in branched.items()})
             branches |= {i: msgspec.structs.replace(branched[i], n=n) for i, n in cut.items()}
-        note = None
         one_answer = one_answer_field(req)
-        if one_answer is not None and any(self.tiers[i].config.branches > 1 for i in branches):
-            note = f"one branch: `{one_answer}` asks for the engine's answer as it is, not a vote"
-        decision = Decision(itinerary=routing.itinerary, tier=self.tiers[routing.itinerary.first], hint=routing.label,
-                            note=note, degraded=degraded, branches=branches)
+        if one_answer is not None and any(self.tiers[i].config.branches.n > 1 for i in branches):
+            notes.append(f"one branch: `{one_answer}` asks for the engine's answer as it is, not a vote")
+        decision = Decision(itinerary=itinerary, tier=self.tiers[itinerary.first], hint=routing.label,
+                            note="; ".join(notes) or None, degraded=degraded, branches=branches, allowed=allowed)
         self.telemetry.degraded(decision)
         return decision, max_tokens
 
@@ -217,16 +254,17 @@ class ChatService:
 
     # --- answering --------------------------------------------------------------------------------
 
-    async def _complete(self, req: ChatCompletionRequest, decision: Decision, max_tokens: int) -> ChatCompletion:
+    async def _complete(self, req: ChatCompletionRequest, decision: Decision, max_tokens: int, lease: Lease
+                        ) -> ChatCompletion:
         start = time.perf_counter()
-        decision, whole = await AnswerLadder(self.rungs, req, decision, max_tokens).serve()
+        decision, whole = await AnswerLadder(self.rungs, req, decision, max_tokens, lease).serve()
         usage = responses.usage_of(whole)
         self.telemetry.success(decision, time.perf_counter() - start, usage.prompt_tokens, usage.completion_tokens,
                                whole)
-        return responses.completion(decision, whole)
+        return responses.completion(decision, whole, lease.bill.billed())
 
     async def _open_stream(
-        self, req: ChatCompletionRequest, decision: Decision, max_tokens: int
+        self, req: ChatCompletionRequest, decision: Decision, max_tokens: int, lease: Lease
     ) -> tuple[Decision, AsyncGenerator[bytes, None]]:
         """Start the upstream streams and wait for their first delta, so that a backend fault becomes
         an HTTP error status (or a fallback to another tier) instead of a broken 200 stream. Returns the
@@ -237,16 +275,16 @@ class ChatService:
         if decision.itinerary.judges_answers or decision.branches[decision.tier.index] is not None:
             # Served whole: the first tier's admission is decided here, before any header (a full tier is a 429);
             # only the wait for branch slots, and any later tier, come after the keep-alives start.
-            ladder = AnswerLadder(self.rungs, req, decision, max_tokens)
+            ladder = AnswerLadder(self.rungs, req, decision, max_tokens, lease)
             await ladder.hold_first()
-            return decision, streaming.deferred(ladder.serve(), keepalive_s, include_usage, self.telemetry,
-                                                ladder.let_go)
-        live = StreamLadder(self.rungs, req, decision, max_tokens)
+            return decision, streaming.deferred(ladder.serve(), keepalive_s, include_usage, self.telemetry, lease.bill)
+        live = StreamLadder(self.rungs, req, decision, max_tokens, lease)
         decision, opened = await live.serve()
         if isinstance(opened, Opened):
-            return decision, streaming.relay(opened, live, decision, include_usage, self.telemetry)
+            return decision, streaming.relay(opened, live, decision, include_usage, self.telemetry, lease.bill)
         # A route-mode fallback to a tier with branches: they vote, so it is served whole, as on a branched tier.
-        return decision, streaming.deferred(_answered(decision, opened), keepalive_s, include_usage, self.telemetry)
+        return decision, streaming.deferred(_answered(decision, opened), keepalive_s, include_usage, self.telemetry,
+                                            lease.bill)
 
 
 async def _answered(decision: Decision, answer: Awaitable[Answer]) -> tuple[Decision, Answer]:
@@ -262,9 +300,11 @@ class Client(Protocol):
 
 @dataclass(frozen=True)
 class WholeReply:
-    """A whole answer: its completion names the tier that served it (`model`)."""
+    """A whole answer: its completion names the tier that served it (`model`) and carries its bill
+    (`cascade.billed`); `headers`: the key's rate-limit headers (x-ratelimit-*)."""
 
     completion: ChatCompletion
+    headers: list[tuple[bytes, bytes]] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -276,6 +316,7 @@ class StreamReply:
     judged: bool  # cascade mode: the answering tier is known only at the end
     first: bytes
     frames: AsyncGenerator[bytes, None]
+    headers: list[tuple[bytes, bytes]] = field(default_factory=list)  # the key's rate-limit headers
 
 
 ChatReply = WholeReply | StreamReply

@@ -26,6 +26,8 @@ class Decision(msgspec.Struct, frozen=True, kw_only=True):
     # The request's branch settings per reachable tier index, checked once before anything is sent (a route-mode
     # fallback tier, checked only when needed, is not among them).
     branches: dict[int, BranchSettings | None] = msgspec.field(default_factory=dict)
+    # The tiers that may serve it (its API key's permits; None: all): a fallback goes only to these.
+    allowed: frozenset[int] | None = None
 
     @property
     def router(self) -> str:

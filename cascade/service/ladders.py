@@ -7,8 +7,10 @@ one tier. The router's itinerary reaches back into the gateway only through them
   to a tier with branches is answered whole there, and sent as one SSE body).
 
 Both answer inside the tier's admission (its request places and the stream budget, cascade/service/admission.py),
-with the request's sampling as cascade/upstream.py makes it and the tier's branch slots held the same way; both
-count backend faults and moves (cascade/service/telemetry.py).
+taken and given back through the request's lease (cascade/service/lease.py), with the request's sampling as
+cascade/upstream.py makes it and the tier's branch slots held the same way; both bill what each tier decoded to the
+lease, count backend faults and moves (cascade/service/telemetry.py), and go only to tiers the request's API key may
+use (`Decision.allowed`).
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from cascade.router.escalation import Evidence, Move
 from cascade.schemas import ChatCompletionRequest
 from cascade.service.admission import Admission
 from cascade.service.decision import Decision
+from cascade.service.lease import Lease, TierPlace
 from cascade.service.telemetry import Telemetry
 from cascade.service.validation import branches_for, check_tier
 from cascade.tiers import Tier
@@ -47,15 +50,21 @@ class Rungs:
 class _OneRequest:
     """What both ladders share: one request, decided, on the gateway's tiers."""
 
-    def __init__(self, rungs: Rungs, req: ChatCompletionRequest, decision: Decision, max_tokens: int) -> None:
+    def __init__(self, rungs: Rungs, req: ChatCompletionRequest, decision: Decision, max_tokens: int,
+                 lease: Lease) -> None:
         self.rungs = rungs
         self.req = req
         self.decision = decision
         self.max_tokens = max_tokens
+        self.lease = lease
         self.sampling = sampling_of(req, max_tokens)
 
     def can_take(self, tier: int) -> bool:
-        """A replica is up, and the tier can serve the request as asked (a fallback tier is checked only here)."""
+        """The request's key may use the tier, a replica is up, and the tier can serve the request as asked (a
+        fallback tier is checked only here)."""
+        allowed = self.decision.allowed
+        if allowed is not None and tier not in allowed:
+            return False
         candidate = self.rungs.tiers[tier]
         if not candidate.backend.available():
             return False
@@ -93,11 +102,12 @@ class AnswerLadder(_OneRequest):
 
     A stream served whole (`deferred`) takes its first tier's admission ahead, before its headers (`hold_first`),
     so that a full tier is a 429 rather than an in-band error in a 200: the first tier's `answer` answers inside
-    that place, and `let_go` gives it back where no answer took it (the stream ended or was cancelled first)."""
+    that place; where no answer takes it (the stream ended or was cancelled first), the lease gives it back."""
 
-    def __init__(self, rungs: Rungs, req: ChatCompletionRequest, decision: Decision, max_tokens: int) -> None:
-        super().__init__(rungs, req, decision, max_tokens)
-        self._held: int | None = None  # streams held on the first tier ahead of its answer
+    def __init__(self, rungs: Rungs, req: ChatCompletionRequest, decision: Decision, max_tokens: int,
+                 lease: Lease) -> None:
+        super().__init__(rungs, req, decision, max_tokens, lease)
+        self._first: TierPlace | None = None  # the first tier's place, taken ahead of its answer
 
     async def serve(self) -> tuple[Decision, Answer]:
         served = await self.decision.itinerary.serve(self)
@@ -106,15 +116,7 @@ class AnswerLadder(_OneRequest):
     async def hold_first(self) -> None:
         """Take the first tier's admission now (its request place, its streams; Overloaded: a 429)."""
         on = self.decision.tier
-        streams = self._streams(self.settings(on))
-        await self.rungs.admission.enter(on, streams)
-        self._held = streams
-
-    def let_go(self) -> None:
-        """Give back what `hold_first` took, unless the first tier's answer took it over."""
-        if self._held is not None:
-            self.rungs.admission.leave(self.decision.tier, self._held)
-            self._held = None
+        self._first = await self.lease.enter(on, self._streams(self.settings(on)))
 
     def _streams(self, settings: BranchSettings | None) -> int:
         return self.req.n * (settings.n if settings is not None else 1)
@@ -123,20 +125,26 @@ class AnswerLadder(_OneRequest):
         on = self.rungs.tiers[tier]
         settings = self.settings(on)
         sampling = self.sampling_on(on, settings)
-        streams = self._streams(settings)
-        admission, telemetry = self.rungs.admission, self.rungs.telemetry
-        if tier == self.decision.tier.index and self._held is not None:
-            self._held = None  # answered inside the place taken ahead (the first tier is asked once)
+        lease, telemetry = self.lease, self.rungs.telemetry
+        if tier == self.decision.tier.index and self._first is not None:
+            place, self._first = self._first, None  # answered inside the place taken ahead (asked once)
         else:
-            await admission.enter(on, streams)
+            place = await lease.enter(on, self._streams(settings))
+        # Under way: a whole answer's tokens are known when it ends. Cut before (a cancel), its count is unknown
+        # and the lease bills the reservation; failed (a fault, no slots), it is billed nothing.
+        lease.answering += 1
         try:
             whole = await answer(on, self.req.messages, sampling, settings, self.req.n, on.slots,
                                  self.rungs.limits.max_slot_wait_s)
-        except BackendError as exc:
-            telemetry.backend_error(on, exc)
+        except Exception as exc:
+            lease.answering -= 1
+            if isinstance(exc, BackendError):
+                telemetry.backend_error(on, exc)
             raise
         finally:
-            admission.leave(on, streams)
+            lease.leave(place)
+        lease.answering -= 1
+        lease.answered(on, whole.results[0].prompt_tokens, whole.decode_tokens)
         telemetry.branches(on, whole.reports)
         confidence = self.rungs.confidence
         if self.decision.itinerary.judges_answers and confidence.source != "prior":
@@ -168,29 +176,34 @@ class StreamLadder(_OneRequest):
     async def answer(self, tier: int) -> Opened | asyncio.Task[Answer]:
         on = self.rungs.tiers[tier]
         if self.settings(on) is not None:  # only a fallback tier: the first tier's were checked before any ladder
-            return asyncio.ensure_future(AnswerLadder(self.rungs, self.req, self.decision, self.max_tokens)
+            return asyncio.ensure_future(AnswerLadder(self.rungs, self.req, self.decision, self.max_tokens, self.lease)
                                          .answer(tier))
-        admission = self.rungs.admission
-        await admission.enter(on, self.req.n)
+        place = await self.lease.enter(on, self.req.n)
         try:
-            return await open_answer(on, self.req.messages, self.sampling_on(on, None), self.req.n, on.slots,
-                                     self.rungs.limits.max_slot_wait_s)
+            opened = await open_answer(on, self.req.messages, self.sampling_on(on, None), self.req.n, on.slots,
+                                       self.rungs.limits.max_slot_wait_s)
         except BaseException as exc:
             if isinstance(exc, BackendError):
                 self.rungs.telemetry.backend_error(on, exc)
-            admission.leave(on, self.req.n)
+            self.lease.leave(place)
             raise
+        self.lease.hold(opened)
+        self._live = place
+        return opened
 
     def evidence(self, answer: Opened | asyncio.Task[Answer]) -> list[Evidence]:
         raise TypeError("a live stream is relayed as it comes, never judged: an itinerary that judges answers "
                         "is served whole (AnswerLadder)")
 
+    _live: TierPlace | None = None  # the live answer's tier place
+
     async def close(self, opened: Opened) -> None:
-        """Close the answer's upstream streams (its slots go back), then leave the tier's admission."""
+        """Close the answer's upstream streams (its slots go back), then leave the tier's place."""
         try:
-            await opened.aclose()
+            await self.lease.close_opened(opened)
         finally:
-            self.rungs.admission.leave(opened.tier, len(opened.streams))
+            if self._live is not None:
+                self.lease.leave(self._live)
 
 
 def _agreement(report: BranchReport) -> float | None:

@@ -81,7 +81,7 @@ class GatewayMetrics:
         self._redis: RedisSeries | None = None
 
     def redis(self) -> RedisSeries:
-        """The shared limits' Redis series, made on first use (exported only when `[gateway] redis_url` is set)."""
+        """The shared limits' Redis series, made on first use (exported only when `[gateway.redis] url` is set)."""
         if self._redis is None:
             self._redis = RedisSeries(self.registry)
         return self._redis
@@ -105,11 +105,14 @@ class RedisSeries:
         self.errors = Counter("cascade_redis_errors", "Redis calls of the shared limits that failed or timed out",
                               ["op"], registry=registry)
         self.fail_open = Counter("cascade_redis_fail_open", "Requests admitted on this gateway's own limits because "
-                                 "Redis did not answer (redis_failure = open)", ["op"], registry=registry)
+                                 "Redis did not answer ([gateway.redis] failure = open)", ["op"], registry=registry)
         self.fail_closed = Counter("cascade_redis_fail_closed", "Requests refused with 503 because Redis did not "
-                                   "answer (redis_failure = closed)", ["op"], registry=registry)
+                                   "answer ([gateway.redis] failure = closed)", ["op"], registry=registry)
         self.up = Gauge("cascade_redis_up", "1 while the last Redis call of the shared limits succeeded",
                         registry=registry)
+        self.settles_dropped = Counter(
+            "cascade_redis_settles_dropped", "Token corrections given up (Redis may have applied them, or did not "
+            "answer for a minute): the key's bucket stays as its admission left it", registry=registry)
 
 
 _HEALTH_CODE = {"up": 0, "unknown": 1, "down": 2}

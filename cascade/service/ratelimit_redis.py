@@ -9,7 +9,7 @@ A bucket is a hash `cascade:rl:{KEY}:requests` (and `:tokens`) of its level and 
 when it would be full again (a missing bucket reads as full, which is the same), so the keys of idle tenants leave
 Redis on their own. `{KEY}` is a Redis Cluster hash tag: a key's two buckets live on one node.
 
-When Redis does not answer (`[gateway] redis_failure`): "open" decides on this gateway's own buckets (a
+When Redis does not answer (`[gateway.redis] failure`): "open" decides on this gateway's own buckets (a
 `LocalRateLimiter`, full at first), "closed" refuses with LimitsUnavailable (a 503).
 
 A request settles in the buckets that admitted it (`Allowance.shared`), wherever Redis is by then: one admitted on
@@ -19,8 +19,8 @@ failure, within RETRY_S): Redis certainly did not apply it, so it is owed, summe
 answers a ping (every RETRY_S), for SETTLE_RETRY_S at most: after that the bucket has refilled a whole minute's limit
 and the correction means little. Sent with no answer: a hung Redis applies what it had received when it resumes, so a
 retry could apply it twice; it is dropped (at most once, never twice). A dropped correction is counted
-(`dropped_settles`) and logged, one line per LOG_EVERY_S at most. A timed-out `acquire` is the same case: a hung Redis
-may take its tokens on resuming, while this gateway admitted the request on its own buckets.
+(`cascade_redis_settles_dropped_total`) and logged, one line per LOG_EVERY_S at most. A timed-out `acquire` is the
+same case: a hung Redis may take its tokens on resuming, while this gateway admitted the request on its own buckets.
 """
 
 from __future__ import annotations
@@ -104,7 +104,7 @@ class RedisRateLimiter:
 
     def __init__(self, store: RedisStore, fallback: LocalRateLimiter | None = None) -> None:
         self.store = store
-        self.fallback = fallback or LocalRateLimiter()  # redis_failure = "open" while Redis is away
+        self.fallback = fallback or LocalRateLimiter()  # [gateway.redis] failure = "open" while Redis is away
         self.dropped_settles = 0  # corrections given up: Redis may have applied them, or did not answer for long
         self._owed: dict[str, _Owed] = {}
         self._repaying: asyncio.Task[None] | None = None
@@ -166,6 +166,7 @@ class RedisRateLimiter:
 
     def _drop(self, owed: _Owed, why: str) -> None:
         self.dropped_settles += 1
+        self.store.series.settles_dropped.inc()
         now = time.monotonic()
         if now - self._logged_at < LOG_EVERY_S:
             self._unlogged += 1

@@ -1,11 +1,11 @@
-"""The Redis behind the shared limits (`[gateway] redis_url`; docs/scaling.md, "What is global").
+"""The Redis behind the shared limits (`[gateway.redis]`; docs/scaling.md, "What is global").
 
 Every call is one Lua script: EVALSHA, and EVAL when the server does not know the script yet (a new or restarted
 Redis; EVAL also caches it), so that what a call reads and writes is one atomic step among all the gateways, timed by
 the server's clock (`TIME`), never by a gateway's. `redis.asyncio` is imported here only, when a URL is set: the
 default serve does not need the package.
 
-Nothing waits on Redis for longer than `redis_timeout_s`: one call, connecting and waiting for a pooled connection
+Nothing waits on Redis for longer than `timeout_s`: one call, connecting and waiting for a pooled connection
 included, is bounded by it (the client's own retries and timers are off: one deadline, `_Deadline`). The deadline
 does not count the gateway's event loop's lag: an answer Redis sent in time is taken even when the loop, busy with
 other requests' CPU work, reads it late (a plain asyncio timeout lost it: every call on a new connection failed while
@@ -15,7 +15,7 @@ MAX_LAG_S past the timeout whatever the lag. A call that fails or times out rais
 RETRY_S seconds calls fail at once without trying, so that a Redis that hangs costs a request at most one timeout per
 RETRY_S, not three per request; after that the next call tries again, which is how the store reconnects when Redis is
 back. What a failed call means for a request is the caller's to ask: `unavailable(op)`
-applies `redis_failure` (open: counted, and the caller goes on with this gateway's own limits; closed: counted and
+applies `failure` (open: counted, and the caller goes on with this gateway's own limits; closed: counted and
 LimitsUnavailable, a 503). Failures are logged as one WARNING line per LOG_EVERY_S at most (with how many more there
 were), and the return once; `cascade_redis_*` in /metrics count them (cascade/service/metrics.py `RedisSeries`).
 
@@ -74,14 +74,14 @@ class RedisStore:
         try:
             from redis.exceptions import NoScriptError, RedisError
         except ImportError:
-            raise ConfigError("`gateway.redis_url` is set but the `redis` package is not installed: "
+            raise ConfigError("`gateway.redis.url` is set but the `redis` package is not installed: "
                               "pip install 'cascade-gateway[redis]'") from None
         from redis.asyncio.connection import parse_url
 
         try:
             parse_url(url)
         except ValueError as exc:  # the message names the part, never the password
-            raise ConfigError(f"`gateway.redis_url`: {exc}") from None
+            raise ConfigError(f"`gateway.redis.url`: {exc}") from None
         self.url = url
         self.where = where(url)
         self.timeout_s = timeout_s
@@ -104,7 +104,7 @@ class RedisStore:
         """Check that Redis answers (logged either way); the gateway starts in any case."""
         if not await self.ping("ping"):
             return
-        log.info("shared limits in redis at %s (redis_failure = %s)", self.where,
+        log.info("shared limits in redis at %s ([gateway.redis] failure = %s)", self.where,
                  "open" if self.fail_open else "closed")
 
     async def run(self, op: str, script: Script, keys: Sequence[str], args: Sequence[str | int | float]) -> Any:
@@ -212,8 +212,8 @@ class RedisStore:
             return
         what = (f"no answer within {self.timeout_s:g} s" if isinstance(exc, TimeoutError) and not str(exc)
                 else f"{type(exc).__name__}: {exc}")
-        then = ("admitting requests on each gateway's own limits (redis_failure = open)" if self.fail_open
-                else "refusing requests with 503 (redis_failure = closed)")
+        then = ("admitting requests on each gateway's own limits ([gateway.redis] failure = open)" if self.fail_open
+                else "refusing requests with 503 ([gateway.redis] failure = closed)")
         more = f" ({self._unlogged} more failures since the last line)" if self._unlogged else ""
         log.warning("redis at %s: %s failed (%s); %s until it answers%s", self.where, op, what, then, more)
         self._logged_at, self._unlogged = now, 0
@@ -229,7 +229,7 @@ class RedisStore:
 
 
 class _Deadline:
-    """A Redis call's deadline that does not count the gateway loop's lag: the call fails once `redis_timeout_s` has
+    """A Redis call's deadline that does not count the gateway loop's lag: the call fails once `timeout_s` has
     passed and the loop is free, so that what Redis sent by then has been read.
 
     A loop kept busy (other requests' CPU work) past a call's deadline finds, when it runs again, the timer due and

@@ -15,6 +15,7 @@ from cascade.answer import Answer
 from cascade.errors import CascadeError, Overloaded
 from cascade.schemas import (
     AssistantMessage,
+    Billed,
     BranchStats,
     CascadeInfo,
     ChatCompletion,
@@ -33,7 +34,7 @@ from cascade.tiers import Tier
 _encode = msgspec.json.Encoder().encode
 
 
-def completion(decision: Decision, answer: Answer) -> ChatCompletion:
+def completion(decision: Decision, answer: Answer, billed: Billed | None = None) -> ChatCompletion:
     results = answer.results
     usage = usage_of(answer)
     return ChatCompletion(
@@ -45,12 +46,13 @@ def completion(decision: Decision, answer: Answer) -> ChatCompletion:
                    logprobs=None if r.logprobs is None else ChoiceLogprobs(content=r.logprobs))
             for i, r in enumerate(results)
         ],
-        usage=usage, cascade=cascade_info(decision, answer),
+        usage=usage, cascade=cascade_info(decision, answer, billed),
     )
 
 
-def whole_answer_frames(decision: Decision, answer: Answer, include_usage: bool) -> bytes:
-    """A whole answer as one stream body (cascade mode, reasoning branches: known only at the end)."""
+def whole_answer_frames(decision: Decision, answer: Answer, include_usage: bool, billed: Billed | None = None) -> bytes:
+    """A whole answer as one stream body (cascade mode, reasoning branches: known only at the end); its last chunk
+    carries the bill."""
     results = answer.results
     frames = ChunkFrames(f"chatcmpl-{uuid.uuid4().hex}", int(time.time()), decision.tier.name)
     body = [frames.role(len(results), cascade_info(decision, answer))]
@@ -60,7 +62,7 @@ def whole_answer_frames(decision: Decision, answer: Answer, include_usage: bool)
         else:
             body.append(frames.content(i, r.text, r.reasoning))
         body.append(frames.finish(i, r.finish_reason))
-    body.append(frames.tail(cascade_info(decision, answer), usage_of(answer) if include_usage else None))
+    body.append(frames.tail(cascade_info(decision, answer, billed), usage_of(answer) if include_usage else None))
     return b"".join(body)
 
 
@@ -70,11 +72,11 @@ def usage_of(answer: Answer) -> Usage:
     return Usage(prompt_tokens=prompt, completion_tokens=completion_tokens, total_tokens=prompt + completion_tokens)
 
 
-def cascade_info(decision: Decision, answer: Answer | None = None) -> CascadeInfo:
+def cascade_info(decision: Decision, answer: Answer | None = None, billed: Billed | None = None) -> CascadeInfo:
     assessment = decision.assessment
     # One branch per choice: a choice aborted upstream (finish_reason "abort") is cut off, not finished.
     aborted = 0 if answer is None else sum(r.finish_reason == "abort" for r in answer.results)
-    branches = BranchStats(configured=answer.branches_configured if answer else decision.tier.config.branches,
+    branches = BranchStats(configured=answer.branches_configured if answer else decision.tier.config.branches.n,
                            launched=0 if answer is None else len(answer.results),
                            finished=0 if answer is None else len(answer.results) - aborted, failed=aborted)
     if answer is not None and answer.reports:
@@ -97,7 +99,7 @@ def cascade_info(decision: Decision, answer: Answer | None = None) -> CascadeInf
         out_of_domain=assessment is not None and assessment.out_of_domain, escalations=decision.escalations,
         confidence=None if decision.confidence is None else round(decision.confidence, 4),
         branches=branches, retries=0 if answer is None else sum(r.retries for r in answer.results),
-        fallback_from=decision.fallback_from, note=decision.note, degraded=decision.degraded,
+        fallback_from=decision.fallback_from, note=decision.note, degraded=decision.degraded, billed=billed,
     )
 
 

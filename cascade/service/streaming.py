@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
-from collections.abc import AsyncGenerator, Awaitable, Callable
+from collections.abc import AsyncGenerator, Awaitable
 
 from cascade.answer import Answer, Opened, Streams
 from cascade.branches.backend import GenerationResult, StreamDelta
@@ -24,6 +24,7 @@ from cascade.schemas import Usage
 from cascade.service.decision import Decision
 from cascade.service.frames import ChunkFrames
 from cascade.service.ladders import StreamLadder
+from cascade.service.lease import Bill
 from cascade.service.responses import cascade_info, in_band_error, whole_answer_frames
 from cascade.service.telemetry import Telemetry
 
@@ -32,9 +33,10 @@ from cascade.service.telemetry import Telemetry
 KEEPALIVE = b": keep-alive\n\n"
 
 
-async def relay(opened: Opened, ladder: StreamLadder, decision: Decision, include_usage: bool, telemetry: Telemetry
-                ) -> AsyncGenerator[bytes, None]:
-    """The frames of `opened`'s streams; `ladder` closes it at the end, whatever ends it."""
+async def relay(opened: Opened, ladder: StreamLadder, decision: Decision, include_usage: bool, telemetry: Telemetry,
+                bill: Bill) -> AsyncGenerator[bytes, None]:
+    """The frames of `opened`'s streams; `ladder` closes it at the end, whatever ends it. The tokens relayed are
+    billed however it ends (to where a client that left cut it), before the last chunk, which carries the bill."""
     tier, streams, firsts, start = opened.tier, opened.streams, opened.firsts, opened.start
     frames = ChunkFrames(f"chatcmpl-{uuid.uuid4().hex}", int(time.time()), tier.name)
     prompt_tokens = 0
@@ -87,6 +89,7 @@ async def relay(opened: Opened, ladder: StreamLadder, decision: Decision, includ
         yield in_band_error(exc)
         return
     finally:
+        bill.add(tier.name, prompt_tokens, sum(completion_tokens))
         try:
             if merged is not None:
                 await merged.aclose()
@@ -98,15 +101,15 @@ async def relay(opened: Opened, ladder: StreamLadder, decision: Decision, includ
         usage = Usage(prompt_tokens=prompt_tokens, completion_tokens=total_completion,
                       total_tokens=prompt_tokens + total_completion)
     done = [GenerationResult(text="", retries=retries) for _ in range(finished)]
-    yield frames.tail(cascade_info(decision, Answer(results=done)), usage)
+    yield frames.tail(cascade_info(decision, Answer(results=done), bill.billed()), usage)
     telemetry.success(decision, time.perf_counter() - start, prompt_tokens, total_completion, stream=True)
 
 
 async def deferred(serve: Awaitable[tuple[Decision, Answer]], keepalive_s: float, include_usage: bool,
-                   telemetry: Telemetry, after: Callable[[], None] | None = None) -> AsyncGenerator[bytes, None]:
-    """`serve`'s answer (an `AnswerLadder`'s, usually) as one SSE body, with keep-alives while it works; the caller
-    starts this at once (the service's `chat` does), so that `serve` is always awaited or cancelled. `after` is
-    called once `serve` has ended or been cancelled, however (the ladder's `let_go`: the place it took ahead)."""
+                   telemetry: Telemetry, bill: Bill) -> AsyncGenerator[bytes, None]:
+    """`serve`'s answer (an `AnswerLadder`'s, usually, which bills each tier's answer) as one SSE body, with
+    keep-alives while it works; the caller starts this at once (the service's `chat` does), so that `serve` is
+    always awaited or cancelled. The last chunk carries the bill."""
     start = time.perf_counter()
     task = asyncio.ensure_future(serve)
     try:
@@ -124,15 +127,11 @@ async def deferred(serve: Awaitable[tuple[Decision, Answer]], keepalive_s: float
         yield in_band_error(exc)
         return
     finally:
-        try:
-            if not task.done():
-                task.cancel()
-                await asyncio.gather(task, return_exceptions=True)
-        finally:
-            if after is not None:
-                after()
+        if not task.done():
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
     telemetry.first_token(decision.tier, time.perf_counter() - start)
-    body = whole_answer_frames(decision, answer, include_usage)
+    body = whole_answer_frames(decision, answer, include_usage, bill.billed())
     yield body
     results = answer.results
     telemetry.success(decision, time.perf_counter() - start, results[0].prompt_tokens,

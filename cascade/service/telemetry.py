@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import time
-from contextvars import ContextVar
 
 from cascade.answer import Answer
 from cascade.branches.runner import BranchReport
@@ -18,22 +17,6 @@ _BRANCH_EVENTS = ("launched", "finished", "pruned_phase1", "pruned_phase2", "pru
                  "failed")
 
 
-class Meter:
-    """What one request was served with (tier, tokens in and out), for its API key's limits and metrics. The chat
-    route sets one in `METER` around its work; `Telemetry.success` fills it in the request's task."""
-
-    __slots__ = ("completion_tokens", "prompt_tokens", "replied", "tier")
-
-    def __init__(self) -> None:
-        self.replied = False  # the route got its reply (a whole answer, or a started stream)
-        self.tier: str | None = None
-        self.prompt_tokens = 0
-        self.completion_tokens = 0
-
-
-METER: ContextVar[Meter | None] = ContextVar("cascade_meter", default=None)
-
-
 class Telemetry:
     def __init__(self, metrics: GatewayMetrics, traffic: TrafficLog | None = None,
                  headroom: Headroom | None = None) -> None:
@@ -44,8 +27,6 @@ class Telemetry:
     def success(self, decision: Decision, latency_s: float, prompt_tokens: int, completion_tokens: int,
                 answer: Answer | None = None, stream: bool = False) -> None:
         tier = decision.tier
-        if (meter := METER.get()) is not None:
-            meter.tier, meter.prompt_tokens, meter.completion_tokens = tier.name, prompt_tokens, completion_tokens
         self.metrics.requests.labels(tier.name, "ok").inc()
         self.metrics.latency.labels(tier.name).observe(latency_s)
         if self.headroom is not None:

@@ -1,5 +1,6 @@
-"""API keys as tenants: who is calling (`Keyring.authenticate`), what it may ask for and how much (`Tenants.admit`),
-and what it used (`Tenants.settle`: its token bucket corrected, its metrics counted).
+"""API keys as tenants: who is calling (`Keyring.authenticate`), what it may ask for (`Tenants.permit`, and the tiers
+that may serve it), how much it may hold and spend (`enter`, `reserve`), and what it is billed (`Tenants.settle`: its
+token bucket corrected to the bill, its metrics counted).
 
 Keys are known by their sha256 only (`[[gateway.keys]]`, made by `cascade keys add`); the digest of what a client
 sends is compared with every configured one in constant time (hmac.compare_digest, no early exit). Plain
@@ -11,18 +12,21 @@ from __future__ import annotations
 import hashlib
 import hmac
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, NoReturn
 
 import msgspec
 
 from cascade.config import ApiKey
-from cascade.errors import ConfigError, Forbidden, RateLimited, Unauthorized
-from cascade.router.policy import NAMED_HINTS, parse_hint
+from cascade.errors import ConfigError, Forbidden, Overloaded, RateLimited, Unauthorized
+from cascade.router.policy import NAMED_HINTS, ROUTED_MODEL, QualityHint
 from cascade.schemas import ChatCompletionRequest
+from cascade.service.admission import SharedPlaces
 from cascade.service.metrics import GatewayMetrics
 from cascade.service.ratelimit import Allowance, RateLimiter
-from cascade.service.telemetry import Meter
 
-ROUTED_MODEL = "cascade"
+if TYPE_CHECKING:
+    from cascade.service.lease import Bill  # the lease imports this module
+
 _NO_KEY = "missing or invalid API key: send `Authorization: Bearer <key>`"
 
 
@@ -34,6 +38,7 @@ class Tenant:
     tokens_per_minute: int = 0
     hints: frozenset[str] = frozenset()  # empty: all
     tiers: frozenset[str] = frozenset()  # empty: all
+    max_in_flight: int = 0  # 0: unlimited
 
 
 class Keyring:
@@ -42,7 +47,7 @@ class Keyring:
         Its limits and permits would depend on the order (a key listed in `api_keys` and, with limits, in
         `[[gateway.keys]]` lost its limits)."""
         self.tenants = [Tenant(k.name, bytes.fromhex(k.sha256), k.requests_per_minute, k.tokens_per_minute,
-                               frozenset(k.hints), frozenset(k.tiers)) for k in keys]
+                               frozenset(k.hints), frozenset(k.tiers), k.max_in_flight) for k in keys]
         self.tenants += [Tenant(f"api_keys[{i}]", _digest(key)) for i, key in enumerate(plain)]
         first: dict[bytes, str] = {}
         for tenant in self.tenants:
@@ -95,69 +100,115 @@ class Pass:
 
 
 class Tenants:
+    """What each key may ask for (`permit`, `allowed_tiers`), holds (`enter`/`leave`: its requests in flight) and
+    spends (`reserve` before dispatch, `settle` to its bill at the end). A request's lease (cascade/service/lease.py)
+    calls them in that order and gives back exactly what it took."""
+
     def __init__(self, limiter: RateLimiter, metrics: GatewayMetrics, tier_names: list[str],
-                 default_quality: str) -> None:
+                 places: SharedPlaces | None = None) -> None:
+        """`places`: in-flight places shared with the other gateways (Redis), by scope `key:NAME`."""
         self.limiter = limiter
         self.metrics = metrics
         self.tier_names = tier_names
-        self.default_quality = default_quality
+        self.tier_index = {name: i for i, name in enumerate(tier_names)}
+        self.places = places
+        self.in_flight: dict[str, int] = {}
 
-    async def admit(self, tenant: Tenant, req: ChatCompletionRequest, hint_header: str | None) -> Pass:
-        """Check what `req` asks for against `tenant`'s hints and tiers (Forbidden: a 403) and take its request and
-        estimated tokens from its buckets (RateLimited: a 429; LimitsUnavailable, a 503, when the buckets are in a
-        Redis that does not answer and `redis_failure = "closed"`)."""
-        self._permit(tenant, req, hint_header)
-        reserved = estimate_tokens(req)
-        allowance = await self.limiter.acquire(tenant.name, tenant.requests_per_minute, tenant.tokens_per_minute,
-                                               reserved)
-        if allowance.refused is not None:
-            self.metrics.key_rate_limited.labels(tenant.name, allowance.refused).inc()
-            raise RateLimited(_refusal(tenant, allowance, reserved), allowance.refused, allowance.retry_after_s,
-                              allowance.headers())
-        return Pass(tenant, reserved, allowance)
-
-    def settle(self, granted: Pass, meter: Meter | None) -> None:
-        """The request ended: with `meter` filled (it was served), count its usage and correct its token bucket to
-        it; with None (it failed before an answer), give its tokens back; with an empty meter (a stream cut short),
-        keep the reservation. The correction goes to the buckets that admitted it (Redis's, or this gateway's own
-        when Redis was away), wherever Redis is now."""
-        tenant = granted.tenant
-        if meter is None:
-            self.limiter.settle(tenant.name, tenant.tokens_per_minute, granted.reserved, 0, granted.allowance)
-            return
-        if meter.tier is None:
-            return
-        used = meter.prompt_tokens + meter.completion_tokens
-        self.limiter.settle(tenant.name, tenant.tokens_per_minute, granted.reserved, used, granted.allowance)
-        self.metrics.key_requests.labels(tenant.name, meter.tier).inc()
-        self.metrics.key_tokens.labels(tenant.name, meter.tier, "in").inc(meter.prompt_tokens)
-        self.metrics.key_tokens.labels(tenant.name, meter.tier, "out").inc(meter.completion_tokens)
-
-    def _permit(self, tenant: Tenant, req: ChatCompletionRequest, hint_header: str | None) -> None:
-        model = req.model
-        if model in self.tier_names:
-            if tenant.tiers and model not in tenant.tiers:
+    def permit(self, tenant: Tenant, tier: str | None, hint: QualityHint | None) -> None:
+        """Check the tier a request names as its model, or the quality hint it is routed with (the service's, after
+        the body > header > model alias > default precedence), against `tenant`'s permits (Forbidden: a 403). The
+        tier the router, an escalation or a fallback picks is kept to the key's tiers by the service
+        (`allowed_tiers`)."""
+        if tier is not None:
+            if tenant.tiers and tier not in tenant.tiers:
                 may = ", ".join(sorted(tenant.tiers))
-                raise Forbidden(f"this API key may not use tier `{model}`; it may use: {may} (or `{ROUTED_MODEL}` "
+                raise Forbidden(f"this API key may not use tier `{tier}`; it may use: {may} (or `{ROUTED_MODEL}` "
                                 "with a quality hint)", "model")
             return
-        base, _, alias = model.partition(":")
-        if base != ROUTED_MODEL or not tenant.hints:
-            return  # an unknown model is the service's 404
-        raw = req.quality if req.quality is not None else hint_header or alias or self.default_quality
-        hint = parse_hint(raw, "quality")
-        name = "numeric" if hint is None or hint.name not in NAMED_HINTS else hint.name
+        if hint is None or not tenant.hints:
+            return
+        name = hint.name if hint.name in NAMED_HINTS else "numeric"
         if name not in tenant.hints:
             may = ", ".join(h for h in (*NAMED_HINTS, "numeric") if h in tenant.hints)
-            raise Forbidden(f"this API key may not use quality hint `{raw}`; it may use: {may}", "quality")
+            raise Forbidden(f"this API key may not use quality hint `{hint.label}`; it may use: {may}", "quality")
+
+    def allowed_tiers(self, tenant: Tenant | None) -> frozenset[int] | None:
+        """The tier indices that may serve `tenant` (None: all)."""
+        if tenant is None or not tenant.tiers:
+            return None
+        return frozenset(self.tier_index[name] for name in tenant.tiers if name in self.tier_index)
+
+    async def enter(self, tenant: Tenant) -> None:
+        """Take one of `tenant`'s in-flight places (`max_in_flight`; Overloaded, a 429, when all are held)."""
+        cap = tenant.max_in_flight
+        if not cap:
+            return
+        held = self.in_flight.get(tenant.name, 0)
+        if held >= cap:
+            self._refused_in_flight(tenant)
+        self.in_flight[tenant.name] = held + 1
+        if self.places is not None:
+            try:
+                taken = await self.places.take(f"key:{tenant.name}", cap)
+            except BaseException:
+                self._leave_local(tenant)
+                raise
+            if not taken:
+                self._leave_local(tenant)
+                self._refused_in_flight(tenant, across=True)
+
+    def leave(self, tenant: Tenant) -> None:
+        if not tenant.max_in_flight:
+            return
+        self._leave_local(tenant)
+        if self.places is not None:
+            self.places.give(f"key:{tenant.name}")
+
+    def _leave_local(self, tenant: Tenant) -> None:
+        left = self.in_flight[tenant.name] - 1
+        if left:
+            self.in_flight[tenant.name] = left
+        else:
+            del self.in_flight[tenant.name]
+
+    def _refused_in_flight(self, tenant: Tenant, across: bool = False) -> NoReturn:
+        self.metrics.key_rate_limited.labels(tenant.name, "in_flight").inc()
+        where = " across the gateways" if across else ""
+        raise Overloaded(f"API key `{tenant.name}` has {tenant.max_in_flight} requests in flight{where}, its limit "
+                         "(max_in_flight): wait for one to end")
+
+    async def reserve(self, tenant: Tenant, tokens: int) -> Pass:
+        """Take one request and `tokens` from `tenant`'s buckets (RateLimited: a 429; LimitsUnavailable, a 503, when
+        the buckets are in a Redis that does not answer and `failure = "closed"`)."""
+        allowance = await self.limiter.acquire(tenant.name, tenant.requests_per_minute, tenant.tokens_per_minute,
+                                               tokens)
+        if allowance.refused is not None:
+            self.metrics.key_rate_limited.labels(tenant.name, allowance.refused).inc()
+            raise RateLimited(_refusal(tenant, allowance, tokens), allowance.refused, allowance.retry_after_s,
+                              allowance.headers())
+        return Pass(tenant, tokens, allowance)
+
+    def settle(self, granted: Pass, bill: Bill) -> None:
+        """The request ended: correct its token bucket to its bill (nothing decoded: its tokens go back; an answer
+        cut while under way, whose count is unknown: the reservation stands) and count the bill in the key's
+        metrics. The correction goes to the buckets that admitted it (Redis's, or this gateway's own when Redis was
+        away), wherever Redis is now."""
+        tenant = granted.tenant
+        used = granted.reserved if bill.unknown else bill.total
+        self.limiter.settle(tenant.name, tenant.tokens_per_minute, granted.reserved, used, granted.allowance)
+        if bill.tier is None:
+            return
+        self.metrics.key_requests.labels(tenant.name, bill.tier).inc()
+        self.metrics.key_tokens.labels(tenant.name, bill.tier, "in").inc(bill.prompt_tokens)
+        self.metrics.key_tokens.labels(tenant.name, bill.tier, "out").inc(bill.completion_tokens)
 
 
-def estimate_tokens(req: ChatCompletionRequest) -> int:
-    """Tokens reserved at admission: the messages' JSON bytes / 4, plus max_tokens for each of the n choices (none
-    when the request sets no max_tokens: then the usage settles it)."""
+def estimate_tokens(req: ChatCompletionRequest, branches: int = 1, default_max_tokens: int = 0) -> int:
+    """Tokens reserved before dispatch: the messages' JSON bytes / 4, plus max_tokens (the tier's default when the
+    request sets none) for each of the n choices and each of its `branches` (the most any tier it may reach runs)."""
     prompt = len(msgspec.json.encode(req.messages)) // 4 + 1
-    out = req.max_completion_tokens or req.max_tokens or 0
-    return prompt + out * max(1, req.n)
+    out = req.max_completion_tokens or req.max_tokens or default_max_tokens
+    return prompt + out * max(1, req.n) * max(1, branches)
 
 
 def _refusal(tenant: Tenant, allowance: Allowance, reserved: int) -> str:

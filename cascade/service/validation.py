@@ -10,11 +10,10 @@ import math
 
 import msgspec
 
-from cascade.branches.runner import BranchSettings
-from cascade.config import Limits
+from cascade.config import BranchSettings, BrokenRule, Limits, check_branches
 from cascade.errors import InvalidRequest
-from cascade.schemas import ONE_ANSWER, PASSTHROUGH, ChatCompletionRequest
-from cascade.tiers import Tier, branch_settings
+from cascade.schemas import ONE_ANSWER, PASSTHROUGH, BranchOverride, ChatCompletionRequest
+from cascade.tiers import Tier
 from cascade.upstream import stops
 
 
@@ -63,19 +62,9 @@ def branches_for(req: ChatCompletionRequest, tier: Tier, lim: Limits) -> BranchS
                                  "answer text, and that field asks for the engine's one answer as it is",
                                  "branches.n")
         return None  # one branch, the engine's answer as it gave it (cascade.note says so)
-    settings = branch_settings(tier)
+    settings = tier.config.branches
     if override is not None:
-        n = override.n if override.n is not None else settings.n
-        settings = msgspec.structs.replace(
-            settings, n=n, m=override.m if override.m is not None else min(settings.m, n),
-            alpha=settings.alpha if override.alpha is None else override.alpha,
-            beta=settings.beta if override.beta is None else override.beta,
-            score_every_steps=settings.score_every_steps if override.k is None else override.k,
-            aggregation=override.aggregation or settings.aggregation,
-        )
-        _check_override(settings, lim.max_branches)
-        if settings.first_wave >= settings.m:  # the request's M leaves no room for the tier's first wave
-            settings = msgspec.structs.replace(settings, first_wave=0, wave_margin=0)
+        settings = _overridden(settings, override, lim.max_branches)
     if settings.n > 1 and tier.greedy_only:
         raise InvalidRequest(f"tier `{tier.name}`'s engine decodes every request greedily (an embedded worker at "
                              f"temperature 0), so its {settings.n} branches would be one answer repeated: ask a "
@@ -91,17 +80,30 @@ def branches_for(req: ChatCompletionRequest, tier: Tier, lim: Limits) -> BranchS
     return settings if settings.n > 1 else None
 
 
-def _check_override(settings: BranchSettings, max_branches: int) -> None:
-    checks = [
-        (1 <= settings.n <= max_branches, "branches.n", f"must be between 1 and {max_branches}"),
-        (1 <= settings.m <= settings.n, "branches.m", f"must be between 1 and branches.n ({settings.n})"),
-        (0.0 <= settings.alpha <= 1.0, "branches.alpha", "must be in [0, 1]"),
-        (0 <= settings.beta <= settings.n, "branches.beta", f"must be between 0 and branches.n ({settings.n})"),
-        (1 <= settings.score_every_steps <= 1000, "branches.k", "must be between 1 and 1000"),
-    ]
-    for ok, param, rule in checks:
-        if not ok:
-            raise InvalidRequest(f"`{param}` {rule}", param)
+def _overridden(settings: BranchSettings, override: BranchOverride, max_branches: int) -> BranchSettings:
+    """The tier's `settings` with the request's `override`, checked by the settings' own rules (check_branches)
+    and the limits a client is held to beyond them."""
+    n = override.n if override.n is not None else settings.n
+    settings = msgspec.structs.replace(
+        settings, n=n, m=override.m if override.m is not None else min(settings.m, n),
+        alpha=settings.alpha if override.alpha is None else override.alpha,
+        beta=settings.beta if override.beta is None else override.beta,
+        k=settings.k if override.k is None else override.k,
+        aggregation=override.aggregation or settings.aggregation,
+    )
+    if not 1 <= settings.n <= max_branches:
+        raise InvalidRequest(f"`branches.n` must be between 1 and {max_branches}", "branches.n")
+    if settings.first_wave >= settings.m:  # the request's M leaves no room for the tier's first wave
+        settings = msgspec.structs.replace(settings, first_wave=0, wave_margin=0)
+    try:
+        check_branches(settings, lambda key: f"branches.{key}")
+    except BrokenRule as broken:
+        raise InvalidRequest(f"`branches.{broken.key}` {broken.rule}", f"branches.{broken.key}") from None
+    if settings.beta > settings.n:
+        raise InvalidRequest(f"`branches.beta` must be between 0 and branches.n ({settings.n})", "branches.beta")
+    if settings.k > 1000:
+        raise InvalidRequest("`branches.k` must be between 1 and 1000", "branches.k")
+    return settings
 
 
 def forwarded(req: ChatCompletionRequest) -> set[str]:

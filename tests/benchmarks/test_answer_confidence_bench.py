@@ -12,7 +12,7 @@ from pathlib import Path
 
 from cascade.cli import main
 from cascade.engines.fake_server import FakeEngine, FakeScript
-from cascade.testing import serve_asgi
+from cascade.testing.asgi import serve_asgi
 
 SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "answer_confidence.py"
 RIGHT = "So_the_answer_is_18.|####_18"

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from cascade.testing import run
+from cascade.testing.processes import run
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "benchmarks" / "load_reactive.py"

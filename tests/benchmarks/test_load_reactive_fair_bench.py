@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from cascade.testing import run
+from cascade.testing.processes import run
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "benchmarks" / "load_reactive_fair.py"

@@ -21,7 +21,7 @@ CLOSED = ("stream=False status=503  b'{\"error\":{\"code\":\"upstream_unavailabl
 
 
 def outcome(started: float, ended: float, status: int | None = 503, detail: str = CLOSED) -> object:
-    return soak.Outcome("soak-1", False, "error", status, started, ended, detail)
+    return soak.Outcome("error_reported", status, started, ended, detail, marker="soak-1")
 
 
 def test_a_request_in_flight_while_the_gateway_died_is_in_the_window() -> None:

@@ -12,7 +12,7 @@ from urllib.parse import urlsplit
 
 import pytest
 
-from cascade.testing import run
+from cascade.testing.processes import run
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "benchmarks" / "simulator_vs_loadgen.py"

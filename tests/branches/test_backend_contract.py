@@ -32,7 +32,8 @@ from cascade.engines.fake_server import FakeEngine, FakeScript, script_for, toke
 from cascade.engines.fake_sglang import FakeSGLang
 from cascade.errors import BackendFailed, BackendUnavailable
 from cascade.schemas import ChatMessage
-from cascade.testing import eventually, serve_asgi
+from cascade.testing.asgi import serve_asgi
+from cascade.testing.waiting import eventually
 from tests.servers import Replay, Reply, dead_url
 
 TIMEOUTS = Timeouts(connect_s=1.0, read_s=5.0, total_s=10.0)

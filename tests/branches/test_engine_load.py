@@ -18,7 +18,8 @@ from cascade.branches.engine_poller import EngineMonitor, EnginePoller
 from cascade.config import EngineLoadConfig
 from cascade.engines.fake_script import FakeScript
 from cascade.engines.fake_sglang import FakeSGLang
-from cascade.testing import eventually, serve_asgi
+from cascade.testing.asgi import serve_asgi
+from cascade.testing.waiting import eventually
 
 # What SGLang's multiprocess collector writes, cut down: two data-parallel ranks with priority scheduling (each
 from tests.servers import Replay, Reply, dead_url, open_streams

@@ -20,7 +20,7 @@ from cascade.config import FailoverConfig, HealthConfig, Timeouts
 from cascade.engines.fake_server import FakeEngine, FakeScript
 from cascade.errors import BackendUnavailable
 from cascade.schemas import ChatMessage
-from cascade.testing import serve_asgi
+from cascade.testing.asgi import serve_asgi
 
 REQUEST = GenerationRequest(messages=[ChatMessage(role="user", content="hi")], max_tokens=4)
 

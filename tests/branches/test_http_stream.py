@@ -15,7 +15,8 @@ from cascade.branches.http_connection import HIGH_WATER, ConnectFailed, Connecti
 from cascade.branches.http_stream import StreamPool
 from cascade.engines.fake_server import FakeEngine, FakeScript
 from cascade.engines.supervisor import free_port
-from cascade.testing import eventually, serve_asgi
+from cascade.testing.asgi import serve_asgi
+from cascade.testing.waiting import eventually
 
 HEADERS = {"Content-Type": "application/json"}
 

@@ -21,7 +21,8 @@ from cascade.config import Timeouts
 from cascade.engines.fake_server import FakeEngine, FakeScript
 from cascade.errors import BackendError
 from cascade.schemas import ChatMessage
-from cascade.testing import eventually, serve_asgi
+from cascade.testing.asgi import serve_asgi
+from cascade.testing.waiting import eventually
 
 RIGHT = "3_*_6_=_18.|So_the_answer_is_18.|####_18"
 WRONG = "3_*_6_=_19.|So_the_answer_is_19.|####_19"
@@ -60,7 +61,7 @@ def test_early_stop_cancels_the_branches_still_running_once_m_finished(engine) -
     url, fake = engine
     slow = "ttft_ms=0 itl_ms=50 tokens=400"
     directives = f"[fake answer={RIGHT}] [fake@seed=2 {slow}] [fake@seed=3 {slow}]"
-    result = run(url, BranchSettings(n=4, m=2, prune=False), directives)
+    result = run(url, BranchSettings(n=4, m=2), directives)
     report = result.report
     assert (report.launched, report.finished, report.early_stopped) == (4, 2, 2)
     assert report.answer == "18" and result.text.endswith("#### 18")
@@ -71,7 +72,7 @@ def test_early_stop_cancels_the_branches_still_running_once_m_finished(engine) -
 def test_majority_vote_wins_over_a_single_dissenting_branch(engine) -> None:
     url, _ = engine
     directives = f"[fake answer={RIGHT}] [fake@seed=1 answer={WRONG}]"
-    result = run(url, BranchSettings(n=3, m=3, prune=False), directives)
+    result = run(url, BranchSettings(n=3, m=3), directives)
     assert result.report.answer == "18" and result.report.votes == {"18": 2, "19": 1}
     assert result.report.chosen in (0, 2)
 
@@ -81,7 +82,7 @@ def test_phase_one_prunes_a_branch_scoring_below_alpha_at_most_beta_times(engine
     # The right branches start late, so the looping ones are scored before anything finishes.
     directives = (f"[fake answer={RIGHT} ttft_ms=400] [fake@seed=2 answer={LOOPING} ttft_ms=0 itl_ms=5] "
                   f"[fake@seed=3 answer={LOOPING} ttft_ms=0 itl_ms=5]")
-    settings = BranchSettings(n=4, m=2, alpha=0.3, beta=1, score_every_steps=1)
+    settings = BranchSettings(n=4, m=2, alpha=0.3, beta=1, k=1)
     result = run(url, settings, directives, CPUScorer())
     report = result.report
     assert report.pruned_phase1 == 1 and report.answer == "18"
@@ -94,7 +95,7 @@ def test_phase_two_prunes_live_branches_scoring_below_the_first_finished_branch(
     long_right = "|".join(f"{k}_+_1_=_{k + 1}." for k in range(10)) + "|####_18"
     directives = (f"[fake answer={long_right} itl_ms=10] [fake@seed=0 answer={RIGHT} itl_ms=1] "
                   f"[fake@seed=1 answer={WRONG}|{LOOPING} itl_ms=10]")
-    settings = BranchSettings(n=3, m=2, alpha=0.0, score_every_steps=1)
+    settings = BranchSettings(n=3, m=2, alpha=0.0, k=1)
     result = run(url, settings, directives, CPUScorer())
     report = result.report
     assert report.pruned_phase1 == 0 and report.pruned_phase2 == 1 and report.finished == 2
@@ -106,8 +107,8 @@ def test_weighted_vote_follows_the_scores(engine) -> None:
     url, _ = engine
     # Two branches agree on 19 but their arithmetic is wrong; one right branch scores higher.
     directives = f"[fake answer={WRONG}|{WRONG}] [fake@seed=0 answer={RIGHT}]"
-    settings = BranchSettings(n=3, m=3, prune=True, alpha=0.0, aggregation="weighted", score_every_steps=100)
-    majority = run(url, BranchSettings(n=3, m=3, prune=False), directives)
+    settings = BranchSettings(n=3, m=3, alpha=0.0, aggregation="weighted", k=100)
+    majority = run(url, BranchSettings(n=3, m=3), directives)
     weighted = run(url, settings, directives, CPUScorer())
     assert majority.report.answer == "19"
     assert weighted.report.votes == {"18": 1, "19": 2}
@@ -125,12 +126,12 @@ def test_a_request_whose_branches_all_fail_raises_the_backend_error(engine) -> N
 
 def test_one_failing_branch_does_not_fail_the_request(engine) -> None:
     url, _ = engine
-    result = run(url, BranchSettings(n=3, m=2, prune=False), f"[fake answer={RIGHT}] [fake@seed=1 status=500]")
+    result = run(url, BranchSettings(n=3, m=2), f"[fake answer={RIGHT}] [fake@seed=1 status=500]")
     assert result.report.failed == 1 and result.report.finished == 2 and result.report.answer == "18"
 
 
 def test_m_above_n_is_refused() -> None:
-    with pytest.raises(ValueError, match="m <= n"):
+    with pytest.raises(ValueError, match="`m` must be between 1 and n"):
         BranchRunner(OpenAIBackend("x", "http://127.0.0.1:9", "m"), BranchSettings(n=2, m=3))
 
 
@@ -163,7 +164,7 @@ def test_a_branch_hands_its_slot_back_only_once_its_upstream_stream_is_closed() 
     seen_at_end: list[int] = []  # closed streams at each slot hand-back
     requests = [GenerationRequest(messages=[ChatMessage(role="user", content="Q")], max_tokens=400, seed=i)
                 for i in range(3)]
-    result = asyncio.run(BranchRunner(backend, BranchSettings(n=3, m=1, prune=False), None).run(  # type: ignore[arg-type]
+    result = asyncio.run(BranchRunner(backend, BranchSettings(n=3, m=1), None).run(  # type: ignore[arg-type]
         "Q", requests, lambda: seen_at_end.append(backend.closed)))
     assert result.report.answer == "18" and result.report.early_stopped == 2
     # Three hand-backs, each after (never before) a stream was closed: a waiting request admitted into a
@@ -173,7 +174,7 @@ def test_a_branch_hands_its_slot_back_only_once_its_upstream_stream_is_closed() 
 
 def test_a_first_wave_that_agrees_answers_and_the_other_branches_never_start(engine) -> None:
     url, fake = engine
-    result = run(url, BranchSettings(n=8, m=8, prune=False, first_wave=2), f"[fake answer={RIGHT}]")
+    result = run(url, BranchSettings(n=8, m=8, first_wave=2), f"[fake answer={RIGHT}]")
     report = result.report
     assert (report.launched, report.finished, report.waves, report.early_stopped) == (2, 2, 1, 0)
     assert report.answer == "18" and report.votes == {"18": 2}
@@ -185,7 +186,7 @@ def test_a_first_wave_that_disagrees_launches_the_rest_and_all_of_them_vote(engi
     url, fake = engine
     # Seed 1 dissents in the first wave; the second wave (seeds 2-5) sides with seed 0.
     directives = f"[fake answer={RIGHT}] [fake@seed=1 answer={WRONG}] [fake@seed=2 answer={WRONG}]"
-    result = run(url, BranchSettings(n=6, m=6, prune=False, first_wave=2), directives)
+    result = run(url, BranchSettings(n=6, m=6, first_wave=2), directives)
     report = result.report
     assert (report.launched, report.finished, report.waves) == (6, 6, 2)
     assert report.votes == {"18": 4, "19": 2} and report.answer == "18"
@@ -197,7 +198,7 @@ def test_a_first_wave_branch_cut_by_max_tokens_is_no_agreement(engine) -> None:
     # Seed 1 runs past max_tokens: its answer is incomplete, so the wave cannot stand on it even if it agrees.
     cut = "|".join(["3_*_6_=_18."] * 150)  # past the 400 max_tokens: ends with finish_reason "length"
     directives = f"[fake answer={RIGHT}] [fake@seed=1 answer={cut}]"
-    result = run(url, BranchSettings(n=4, m=3, prune=False, first_wave=2), directives)
+    result = run(url, BranchSettings(n=4, m=3, first_wave=2), directives)
     assert result.report.waves == 2 and result.report.launched == 4
 
 
@@ -205,22 +206,22 @@ def test_waves_with_a_margin_double_until_one_answer_leads_by_it(engine) -> None
     url, fake = engine
     # Waves of 2, 4, 8 with margin 2: seed 1 dissents (1-1), seeds 2 and 3 side with seed 0 (3-1): settled at 4.
     directives = f"[fake answer={RIGHT}] [fake@seed=1 answer={WRONG}]"
-    result = run(url, BranchSettings(n=8, m=8, prune=False, first_wave=2, wave_margin=2), directives)
+    result = run(url, BranchSettings(n=8, m=8, first_wave=2, wave_margin=2), directives)
     report = result.report
     assert (report.launched, report.finished, report.waves) == (4, 4, 2)
     assert report.votes == {"18": 3, "19": 1} and fake.stats.streams_started == 4
     # Seeds 1 and 3 dissent: 2-2 at four, so the last wave runs all eight (6-2).
     directives += f" [fake@seed=3 answer={WRONG}]"
-    result = run(url, BranchSettings(n=8, m=8, prune=False, first_wave=2, wave_margin=2), directives)
+    result = run(url, BranchSettings(n=8, m=8, first_wave=2, wave_margin=2), directives)
     assert (result.report.launched, result.report.waves, result.report.votes) == (8, 3, {"18": 6, "19": 2})
 
 
 def test_a_wave_margin_needs_a_first_wave() -> None:
-    with pytest.raises(ValueError, match="wave margin"):
+    with pytest.raises(ValueError, match="`wave_margin` needs first_wave"):
         BranchRunner(None, BranchSettings(n=8, m=8, wave_margin=2))  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize("first_wave, m", [(1, 4), (4, 4), (5, 4)])
 def test_a_first_wave_needs_two_branches_and_room_below_m(first_wave: int, m: int) -> None:
-    with pytest.raises(ValueError, match="first wave"):
+    with pytest.raises(ValueError, match="`first_wave` must be 0"):
         BranchRunner(None, BranchSettings(n=8, m=m, first_wave=first_wave))  # type: ignore[arg-type]

@@ -13,10 +13,10 @@ from cascade.branches.runner import BranchRun, BranchRunner, BranchSettings
 from cascade.config import Timeouts
 from cascade.engines.fake_server import FakeEngine, FakeScript
 from cascade.schemas import ChatMessage
-from cascade.testing import serve_asgi
+from cascade.testing.asgi import serve_asgi
 
 ANSWER = "[fake answer=3_*_6_=_18.|So_the_answer_is_18.|####_18 itl_ms=10]"
-PRUNING = BranchSettings(n=3, m=2, prune=False, prune_confidence=0.5, confidence_group=4)
+PRUNING = BranchSettings(n=3, m=2, prune_confidence=0.5, confidence_group=4)
 
 
 def run(settings: BranchSettings, directives: str, logprobs: bool = True) -> tuple[BranchRun, FakeEngine]:
@@ -47,7 +47,7 @@ def test_an_unsure_branch_is_pruned_on_its_group_confidence_and_the_sure_ones_vo
 
 
 def test_the_last_live_branch_is_never_pruned() -> None:
-    settings = BranchSettings(n=2, m=1, prune=False, prune_confidence=0.5, confidence_group=4)
+    settings = BranchSettings(n=2, m=1, prune_confidence=0.5, confidence_group=4)
     result, _ = run(settings, "[fake logprob=-3]")
     assert result.report.pruned_confidence == 1 and result.report.finished == 1 and result.text.endswith("18")
 

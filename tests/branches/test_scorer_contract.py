@@ -28,7 +28,7 @@ from cascade.branches.scoring import Scorer, split_steps
 from cascade.config import Timeouts
 from cascade.engines.fake_server import read_body, send_json
 from cascade.errors import BackendError, BackendUnavailable
-from cascade.testing import serve_asgi
+from cascade.testing.asgi import serve_asgi
 from tests.servers import dead_url
 
 TIMEOUTS = Timeouts(connect_s=1.0, read_s=5.0, total_s=10.0)

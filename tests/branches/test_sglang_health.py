@@ -9,7 +9,7 @@ from typing import Any
 
 from cascade.branches.sglang_client import SGLangBackend
 from cascade.config import Timeouts
-from cascade.testing import serve_asgi
+from cascade.testing.asgi import serve_asgi
 
 
 class SlowHealth:

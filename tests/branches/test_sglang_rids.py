@@ -26,7 +26,8 @@ from cascade.engines.fake_server import FakeScript
 from cascade.engines.fake_sglang import FakeSGLang
 from cascade.errors import BackendFailed, InvalidRequest
 from cascade.schemas import ChatMessage
-from cascade.testing import eventually, serve_asgi
+from cascade.testing.asgi import serve_asgi
+from cascade.testing.waiting import eventually
 
 T = TypeVar("T")
 Served = tuple[str, FakeSGLang]
@@ -154,7 +155,7 @@ def test_pruning_one_of_twelve_branches_aborts_only_that_branch_upstream(sglang:
     url, app = sglang
     requests = branches(12, f"[fake@seed=1 answer={BAD}]")
     scorer = FakeScorer(lambda _, steps: 0.0 if any("BAD" in s for s in steps) else 1.0)
-    settings = BranchSettings(n=12, m=12, alpha=0.5, beta=1, score_every_steps=1)
+    settings = BranchSettings(n=12, m=12, alpha=0.5, beta=1, k=1)
     report = run(url, settings, requests, scorer).report
     pruned = requests[1].request_id
     assert (report.pruned_phase1, report.finished, report.failed) == (1, 11, 0)
@@ -166,7 +167,7 @@ def test_pruning_one_of_twelve_branches_aborts_only_that_branch_upstream(sglang:
 
 def test_a_branch_refused_with_400_mid_request_ends_only_that_branch(sglang: Served) -> None:
     url, _ = sglang
-    run_ = run(url, BranchSettings(n=3, m=3, prune=False), branches(3, f"[fake answer={RIGHT} itl_ms=20] "
+    run_ = run(url, BranchSettings(n=3, m=3), branches(3, f"[fake answer={RIGHT} itl_ms=20] "
                                                                       "[fake@seed=1 status=400]"))
     report = run_.report
     assert (report.launched, report.finished, report.failed) == (3, 2, 1)
@@ -177,7 +178,7 @@ def test_a_branch_refused_as_a_duplicate_rid_ends_only_that_branch(sglang: Serve
     url, app = sglang
     first, second = branches(2)
     twins = [first, msgspec.structs.replace(second, request_id=first.request_id)]  # the bug of issue 30
-    report = run(url, BranchSettings(n=2, m=2, prune=False), twins).report
+    report = run(url, BranchSettings(n=2, m=2), twins).report
     assert (report.finished, report.failed) == (1, 1)
     assert app.stats.streams_started == 1
 
@@ -185,7 +186,7 @@ def test_a_branch_refused_as_a_duplicate_rid_ends_only_that_branch(sglang: Serve
 def test_when_every_branch_is_refused_the_run_raises_the_refusal_instead_of_hanging(sglang: Served) -> None:
     url, _ = sglang
     with pytest.raises(InvalidRequest, match="scripted failure 400"):
-        run(url, BranchSettings(n=3, m=2, prune=False), branches(3, "[fake status=400]"))
+        run(url, BranchSettings(n=3, m=2), branches(3, "[fake status=400]"))
 
 
 def test_a_branch_aborted_upstream_is_counted_failed_and_does_not_vote(sglang: Served) -> None:
@@ -197,7 +198,7 @@ def test_a_branch_aborted_upstream_is_counted_failed_and_does_not_vote(sglang: S
             await asyncio.sleep(0.01)
         await backend.abort(requests[2].request_id)  # someone else (an operator) aborts it
 
-    report = run(url, BranchSettings(n=3, m=3, prune=False), requests, meanwhile=abort_branch_two).report
+    report = run(url, BranchSettings(n=3, m=3), requests, meanwhile=abort_branch_two).report
     assert list(app.stats.aborted) == [requests[2].request_id]
     assert (report.finished, report.failed, report.early_stopped) == (2, 1, 0)
     assert report.votes == {"18": 2} and report.answer == "18"
@@ -213,4 +214,4 @@ def test_a_run_whose_every_branch_is_aborted_upstream_fails_cleanly(sglang: Serv
         await backend.request("POST", "/abort_request", b'{"abort_all": true}')
 
     with pytest.raises(BackendFailed, match="aborted the branch"):
-        run(url, BranchSettings(n=2, m=1, prune=False), requests, meanwhile=abort_all)
+        run(url, BranchSettings(n=2, m=1), requests, meanwhile=abort_all)

@@ -25,7 +25,8 @@ from cascade.engines.fake_server import FakeScript
 from cascade.engines.fake_sglang import FakeSGLang
 from cascade.errors import BackendFailed, BackendTimeout, BackendUnavailable, CascadeError, InvalidRequest
 from cascade.schemas import ChatMessage
-from cascade.testing import eventually, serve_asgi
+from cascade.testing.asgi import serve_asgi
+from cascade.testing.waiting import eventually
 from tests.servers import Replay, Reply, dead_url
 
 FIXTURES = Path(__file__).parents[1] / "fixtures" / "sglang"

@@ -24,7 +24,7 @@ from cascade.engines.fake_asgi import Receive, Scope, Send, read_body
 from cascade.engines.fake_script import FakeScript
 from cascade.engines.fake_sglang import FakeSGLang
 from cascade.gateway.server import Gateway
-from cascade.testing import serve_asgi
+from cascade.testing.asgi import serve_asgi
 from tests.contract.sglang_protocol import SGLangProtocol
 from tests.contract.sglang_wire import (
     FIXTURES,
@@ -125,7 +125,7 @@ class Recorder:
 def ladder(url: str) -> str:
     backend = f'backends = [{{ kind = "sglang", url = "{url}", model = "{MODEL}" }}]'
     return (f'[[tiers]]\nname = "direct"\ndefault_max_tokens = 16\n{backend}\n'
-            f'[[tiers]]\nname = "thinker"\ndefault_max_tokens = 24\nbranches = 3\nbranches_to_finish = 2\n'
+            f'[[tiers]]\nname = "thinker"\ndefault_max_tokens = 24\nbranches = {{ n = 3, m = 2 }}\n'
             f'scorer = "none"\n{backend}\n')
 
 

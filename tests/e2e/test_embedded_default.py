@@ -107,13 +107,14 @@ def test_fast_and_best_are_answered_by_different_real_tiers(served) -> None:
     # The 0.5B model answering greedily (the direct tier's worker) gets this one right (17 x 23 = 391; asked
     # bare, "What is 17*23?", it answers 401 without a step-by-step system prompt). The reasoning tier's worker
     # samples (T 0.7 / top_p 0.8, whatever a request asks), so its vote may go either way: only its shape is
-    # checked. With pruning on, as few as one branch may finish: phase 2 prunes below the first finisher's score.
+    # checked. Adaptive (a first wave of 2 of 8, no pruning): 2 branches when both end with one answer, else all 8
+    # (at this token budget both are cut by max_tokens, which is no agreement), and every launched one finishes.
     assert "391" in (direct.choices[0].message.content or "")
     assert reason_body.choices[0].message.content
     branches = reason_body.model_extra["cascade"]["branches"]
-    assert branches["launched"] == 8 and 1 <= branches["finished"] <= 2
-    # Every branch ended one way or another: nothing left running upstream.
-    assert branches["finished"] + branches["early_stopped"] + branches["pruned"] == 8
+    assert branches["launched"] in (2, 8) and branches["finished"] == branches["launched"]
+    # Every branch ended one way or another: nothing left running upstream, nothing pruned.
+    assert branches["early_stopped"] == branches["pruned"] == 0
 
 
 def test_route_decision_matches_serving_and_requests_are_logged(served) -> None:

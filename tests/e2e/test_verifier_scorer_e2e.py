@@ -16,7 +16,7 @@ from cascade.engines.models import load_card, prepare
 from cascade.engines.scorer_server import ScorerApp
 from cascade.engines.supervisor import Supervisor
 from cascade.engines.verifier_model import VerifierModel
-from cascade.testing import serve_asgi
+from cascade.testing.asgi import serve_asgi
 from cascade.tiers import build_tiers, make_workers
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(180)]
@@ -93,7 +93,7 @@ role = "scorer"
 
 [[tiers]]
 name = "reason"
-branches = 2
+branches = { n = 2 }
 scorer = { worker = "judge" }
 backends = [{ kind = "openai", url = "http://127.0.0.1:1", model = "m" }]
 """)

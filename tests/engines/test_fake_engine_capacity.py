@@ -11,7 +11,7 @@ import msgspec
 
 from cascade.engines.fake_server import FakeEngine, FakeScript
 from cascade.engines.fake_sglang import FakeSGLang
-from cascade.testing import serve_asgi
+from cascade.testing.asgi import serve_asgi
 
 
 def ask(url: str, text: str = "hi", model: str = "m") -> httpx.Response:

@@ -9,7 +9,7 @@ import httpx
 import pytest
 
 from cascade.engines.fake_server import FakeEngine, FakeScript
-from cascade.testing import serve_asgi
+from cascade.testing.asgi import serve_asgi
 
 
 def test_logprobs_only_when_asked_whole_and_streamed() -> None:

@@ -17,7 +17,8 @@ from cascade.cli import build_parser
 from cascade.engines.fake_garbage import GARBAGE, start_garbage_server
 from cascade.engines.fake_script import FAULTS
 from cascade.engines.fake_server import FakeEngine, FakeScript
-from cascade.testing import eventually, serve_asgi
+from cascade.testing.asgi import serve_asgi
+from cascade.testing.waiting import eventually
 
 ROOT = Path(__file__).resolve().parents[2]
 FULL = "t0 t1 t2 t3 t4 t5 "  # the answer of a 6-token script

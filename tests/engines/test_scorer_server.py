@@ -19,7 +19,7 @@ from cascade.config import PRMScorerConfig, Timeouts, decode_config
 from cascade.engines.scorer_server import ScorerApp, scorer_command
 from cascade.engines.supervisor import Worker
 from cascade.errors import BackendFailed, ConfigError
-from cascade.testing import serve_asgi
+from cascade.testing.asgi import serve_asgi
 from cascade.tiers import make_scorer, workers_of
 
 TIMEOUTS = Timeouts(connect_s=1.0, read_s=5.0, total_s=10.0)
@@ -114,7 +114,7 @@ threads = 2
 
 [[tiers]]
 name = "reason"
-branches = 4
+branches = { n = 4 }
 backends = [{ kind = "openai", url = "http://127.0.0.1:1", model = "m" }]
 """
 
@@ -164,5 +164,5 @@ def test_the_example_config_prunes_its_reasoning_tier_with_a_verifier_worker() -
 
     config = load_config(Path(__file__).resolve().parents[2] / "examples" / "embedded-verifier.toml")
     tier = config.tiers[-1]
-    assert tier.scorer == PRMScorerConfig(worker="judge") and tier.branches > 1
+    assert tier.scorer == PRMScorerConfig(worker="judge") and tier.branches.n > 1
     assert workers_of(config, [tier.name]) == {"qwen-sampling", "judge"}

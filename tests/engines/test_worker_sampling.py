@@ -47,8 +47,7 @@ backends = [{{ kind = "worker", worker = "greedy" }}]
 
 [[tiers]]
 name = "thinker"
-branches = 2
-branch_temperature = 0.9
+branches = {{ n = 2, temperature = 0.9 }}
 scorer = "none"
 backends = [{{ kind = "worker", worker = "sampling" }}]
 """
@@ -71,7 +70,7 @@ def test_the_generation_config_is_the_models_own_with_sampling_on(tmp_path) -> N
 
 
 def test_a_sampling_worker_sends_its_generation_config_at_start_up_and_with_every_request(tmp_path) -> None:
-    from cascade.testing import serve_asgi
+    from cascade.testing.asgi import serve_asgi
 
     bodies: list[dict[str, Any]] = []
 

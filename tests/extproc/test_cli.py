@@ -13,7 +13,7 @@ import pytest
 
 from cascade.cli import main
 from cascade.engines.supervisor import free_port
-from cascade.testing import CASCADE, process
+from cascade.testing.processes import CASCADE, process
 from tests.extproc.extproc_setup import TOML, wait_port
 
 

@@ -19,12 +19,14 @@ import httpx
 import pytest
 
 from cascade.config import decode_config
+from cascade.deploy.envoy import picker_bootstrap, to_json
 from cascade.engines.fake_server import FakeEngine, FakeScript
 from cascade.engines.supervisor import free_port
 from cascade.extproc.engines import Endpoint, tier_engines
-from cascade.extproc.envoy_config import bootstrap
-from cascade.optimizer.envoy import to_json
-from cascade.testing import CASCADE, process, run, serve_asgi, serve_config, wait_http
+from cascade.testing.asgi import serve_asgi
+from cascade.testing.processes import CASCADE, process, run
+from cascade.testing.servers import serve_config
+from cascade.testing.waiting import wait_http
 from tests.extproc.extproc_setup import TOML as HOSTNAMES_TOML
 from tests.extproc.extproc_setup import wait_port
 
@@ -164,23 +166,23 @@ def validate(document: dict[str, object], folder: Path) -> subprocess.CompletedP
 def test_envoys_validator_accepts_the_bootstrap_with_host_names_tls_and_path_prefixes(
         tmp_path: Path, gateway: Endpoint | None) -> None:
     engines = tier_engines(decode_config(HOSTNAMES_TOML))
-    document = bootstrap(engines, Endpoint("extproc.internal", 9002), Endpoint("0.0.0.0", 8080), 9901,
-                         gateway=gateway)
+    document = picker_bootstrap(engines, Endpoint("extproc.internal", 9002), Endpoint("0.0.0.0", 8080), 9901,
+                                gateway=gateway)
     result = validate(document, tmp_path)
     assert result.returncode == 0, result.stderr.decode()[-2000:]
 
 
 def test_envoys_validator_rejects_a_broken_bootstrap_so_the_validation_is_real(tmp_path: Path) -> None:
-    document: Any = bootstrap(tier_engines(decode_config(HOSTNAMES_TOML)), Endpoint("127.0.0.1", 9002),
-                              Endpoint("127.0.0.1", 8080), 9901)
+    document: Any = picker_bootstrap(tier_engines(decode_config(HOSTNAMES_TOML)), Endpoint("127.0.0.1", 9002),
+                                     Endpoint("127.0.0.1", 8080), 9901)
     filters = document["static_resources"]["listeners"][0]["filter_chains"][0]["filters"][0]["typed_config"]
     filters["http_filters"][0]["typed_config"]["processing_mode"]["request_body_mode"] = "EVERYTHING"
     assert validate(document, tmp_path).returncode != 0
 
 
 def test_the_filter_fails_closed_buffers_the_request_and_leaves_the_response_alone() -> None:
-    document: Any = bootstrap(tier_engines(decode_config(HOSTNAMES_TOML)), Endpoint("127.0.0.1", 9002),
-                              Endpoint("127.0.0.1", 8080), 9901)
+    document: Any = picker_bootstrap(tier_engines(decode_config(HOSTNAMES_TOML)), Endpoint("127.0.0.1", 9002),
+                                     Endpoint("127.0.0.1", 8080), 9901)
     manager = document["static_resources"]["listeners"][0]["filter_chains"][0]["filters"][0]["typed_config"]
     ext_proc = manager["http_filters"][0]["typed_config"]
     assert ext_proc["failure_mode_allow"] is False

@@ -21,8 +21,9 @@ from cascade.errors import ConfigError
 from cascade.extproc.metrics import ExtprocMetrics, MetricsListener
 from cascade.extproc.picker import TierPicker
 from cascade.extproc.processor import SERVICE, process
-from cascade.testing import CASCADE, wait_http
-from cascade.testing import process as subprocess_of
+from cascade.testing.processes import CASCADE
+from cascade.testing.processes import process as subprocess_of
+from cascade.testing.waiting import wait_http
 from tests.extproc.extproc_setup import TOML, chat
 from tests.extproc.test_processor import body, headers
 
@@ -74,7 +75,7 @@ def test_a_request_sent_on_to_the_gateway_counts_for_its_tier_and_the_gateway() 
 def test_a_keys_decisions_and_refusals_and_the_redis_stores_health_are_on_the_pickers_registry() -> None:
     digest = hashlib.sha256(b"csk-team").hexdigest()
     # Redis on a port nothing listens on, failing open: the key's limit is kept in this process instead.
-    p = TierPicker(decode_config(f'[gateway]\nredis_url = "redis://127.0.0.1:{free_port()}"\n'
+    p = TierPicker(decode_config(f'[gateway.redis]\nurl = "redis://127.0.0.1:{free_port()}"\n'
                                  f'[[gateway.keys]]\nname = "team"\nsha256 = "{digest}"\nrequests_per_minute = 1\n'
                                  + TOML))
 

@@ -129,7 +129,7 @@ def test_branches_go_to_the_gateway_pinned_to_the_picked_tier_or_are_refused_wit
 
 
 def test_a_tier_that_runs_branches_is_served_by_the_gateway_when_there_is_one() -> None:
-    toml = TOML.replace('name = "large"', 'name = "large"\nbranches = 3\nscorer = "none"')
+    toml = TOML.replace('name = "large"', 'name = "large"\nbranches = { n = 3 }\nscorer = "none"')
     verdict, _ = routed(pick(picker(toml=toml, gateway=True), chat(quality="best")))
     assert verdict.via_gateway and verdict.tier == "large"
     assert not routed(pick(picker(toml=toml, gateway=True), chat(quality="fast")))[0].via_gateway

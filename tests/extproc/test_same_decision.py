@@ -11,7 +11,7 @@ from cascade.config import decode_config
 from cascade.extproc.picker import Routed, TierPicker
 from cascade.gateway.server import Gateway
 from cascade.service.bodies import decode_chat_request
-from cascade.testing import ladder_toml
+from cascade.testing.servers import ladder_toml
 from tests.learned_router import EASY, HARD
 
 

@@ -1,17 +1,43 @@
 """A gateway over real HTTP in front of the fake engine, for the gateway tests (its three-tier config,
-`ladder_toml` and `TIERS`, is cascade/testing.py's, shared with the benchmarks)."""
+`ladder_toml` and `TIERS`, is cascade/testing/servers.py's, shared with the benchmarks)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import asyncio
+from collections.abc import Awaitable, Callable, Iterator
 from contextlib import ExitStack, contextmanager
+from typing import TypeVar
 
 import httpx
+import msgspec
 
-from cascade.config import decode_config
+from cascade.config import CascadeConfig, decode_config
 from cascade.engines.fake_server import FakeEngine, FakeScript
 from cascade.gateway.server import Gateway
-from cascade.testing import ladder_toml, serve_asgi
+from cascade.service.chat import ChatService, ServiceConfig
+from cascade.service.metrics import GatewayMetrics
+from cascade.testing.asgi import serve_asgi
+from cascade.testing.servers import ladder_toml
+from cascade.tiers import build_tiers
+
+T = TypeVar("T")
+
+
+def on_service(config: CascadeConfig, mode: str, work: Callable[[ChatService], Awaitable[T]]) -> T:
+    """`work` on a ChatService (no HTTP in front) built from `config` in `mode` ("route" or "cascade"); its tiers'
+    backends closed after."""
+
+    async def run() -> T:
+        tiers = build_tiers(config, {})
+        routed = msgspec.structs.replace(config, routing=msgspec.structs.replace(config.routing, mode=mode))
+        service = ChatService(tiers, ServiceConfig.of(routed), GatewayMetrics())
+        try:
+            return await work(service)
+        finally:
+            for tier in tiers:
+                await tier.backend.aclose()
+
+    return asyncio.run(run())
 
 
 @contextmanager
@@ -38,7 +64,7 @@ def user(text: str = "hello") -> list[dict]:
     return [{"role": "user", "content": text}]
 
 
-def small_and_thinker_toml(url: str, branches_to_finish: int = 2) -> str:
+def small_and_thinker_toml(url: str, m: int = 2) -> str:
     """Two tiers on one fake engine: `small` (model fake-small, one branch) and `thinker` (fake-big, 3 branches)."""
     return f"""
 [[tiers]]
@@ -49,7 +75,6 @@ backends = [{{ kind = "openai", url = "{url}", model = "fake-small" }}]
 [[tiers]]
 name = "thinker"
 default_max_tokens = 64
-branches = 3
-branches_to_finish = {branches_to_finish}
+branches = {{ n = 3, m = {m} }}
 backends = [{{ kind = "openai", url = "{url}", model = "fake-big" }}]
 """

@@ -13,7 +13,8 @@ import pytest
 from cascade.config import decode_config
 from cascade.engines.fake_server import FakeEngine, FakeScript
 from cascade.gateway.server import Gateway
-from cascade.testing import TIERS, serve_asgi
+from cascade.testing.asgi import serve_asgi
+from cascade.testing.servers import TIERS
 from tests.gateway.gateway_setup import post_chat, running_gateway, small_and_thinker_toml, user
 
 LOWEST_GROUP = '[routing]\nmode = "cascade"\n[routing.confidence]\nsource = "lowest_group"\ngroup_tokens = 4\n'
@@ -76,7 +77,8 @@ def test_a_reasoning_tier_prunes_an_unsure_branch_without_a_scorer() -> None:
     with ExitStack() as stack:
         url = stack.enter_context(serve_asgi(engine))
         toml = small_and_thinker_toml(url).replace(
-            "branches = 3", 'branches = 3\nscorer = "none"\nprune_confidence = 0.5\nconfidence_group = 4')
+            "branches = { n = 3, m = 2 }",
+            'branches = { n = 3, m = 2, prune_confidence = 0.5, confidence_group = 4 }\nscorer = "none"')
         base = stack.enter_context(serve_asgi(Gateway(decode_config(toml)).app, lifespan="on"))
         prompt = "[fake answer=So_the_answer_is_18.|####_18 itl_ms=10] [fake@seed=1 logprob=-3] Q"
         body = post_chat(base, {"model": "thinker", "seed": 0, "messages": user(prompt)}).json()

@@ -7,7 +7,7 @@ import openai
 import pytest
 
 from cascade.engines.fake_server import FakeScript
-from cascade.testing import TIERS
+from cascade.testing.servers import TIERS
 from tests.gateway.gateway_setup import post_chat, running_gateway, user
 
 

@@ -16,7 +16,8 @@ import pytest
 from cascade.config import decode_config
 from cascade.engines.fake_server import FakeEngine, FakeScript
 from cascade.gateway.server import Gateway
-from cascade.testing import eventually, serve_asgi
+from cascade.testing.asgi import serve_asgi
+from cascade.testing.waiting import eventually
 from tests.gateway.gateway_setup import post_chat, user
 
 RIGHT = "3_*_6_=_18.|So_the_answer_is_18.|####_18"
@@ -24,7 +25,8 @@ WRONG = "3_*_6_=_19.|So_the_answer_is_19.|####_19"
 SLOW = "ttft_ms=0 itl_ms=40 tokens=300"
 
 
-def config(url: str, tier: str = "", extra: str = "", branches: int = 3, to_finish: int = 2) -> str:
+def config(url: str, tier: str = "", extra: str = "", n: int = 3, m: int = 2, branch: str = "") -> str:
+    """`tier`: more keys of the `thinker` tier; `branch`: more of its [tiers.branches]."""
     return f"""{extra}
 [[tiers]]
 name = "plain"
@@ -34,27 +36,30 @@ backends = [{{ kind = "openai", url = "{url}", model = "fake-0" }}]
 [[tiers]]
 name = "thinker"
 default_max_tokens = 400
-branches = {branches}
-branches_to_finish = {to_finish}
 {tier}
 backends = [{{ kind = "openai", url = "{url}", model = "fake-1" }}]
+
+[tiers.branches]
+n = {n}
+m = {m}
+{branch}
 """
 
 
 @contextmanager
-def served(tier: str = "", extra: str = "", branches: int = 3, to_finish: int = 2
+def served(tier: str = "", extra: str = "", n: int = 3, m: int = 2, branch: str = ""
            ) -> Iterator[tuple[str, FakeEngine, Gateway]]:
     """A gateway on `config(...)` in front of a fake engine: its URL, the engine and the gateway itself."""
     engine = FakeEngine(FakeScript(tokens=8))
     with serve_asgi(engine) as engine_url:
-        gw = Gateway(decode_config(config(engine_url, tier, extra, branches, to_finish)))
+        gw = Gateway(decode_config(config(engine_url, tier, extra, n, m, branch)))
         with serve_asgi(gw.app, lifespan="on") as base:
             yield base, engine, gw
 
 
 @contextmanager
-def gateway(tier: str = "", extra: str = "") -> Iterator[tuple[str, FakeEngine]]:
-    with served(tier, extra) as (base, engine, _):
+def gateway(tier: str = "", extra: str = "", branch: str = "") -> Iterator[tuple[str, FakeEngine]]:
+    with served(tier, extra, branch=branch) as (base, engine, _):
         yield base, engine
 
 
@@ -121,7 +126,7 @@ def test_bad_branch_overrides_get_a_400_naming_the_param(override: dict, param: 
 
 
 def test_branch_slots_bound_live_branches_and_freed_slots_admit_waiting_requests() -> None:
-    with gateway(tier="branch_slots = 3") as (base, engine):
+    with gateway(branch="slots = 3") as (base, engine):
         async def burst() -> list[httpx.Response]:
             async with httpx.AsyncClient(timeout=30) as client:
                 body = {"model": "thinker", "messages": user(f"Q [fake answer={RIGHT} itl_ms=20]"), "seed": 0}
@@ -134,7 +139,7 @@ def test_branch_slots_bound_live_branches_and_freed_slots_admit_waiting_requests
 
 def test_a_request_that_cannot_get_slots_in_time_gets_a_429() -> None:
     extra = "[gateway.limits]\nmax_slot_wait_s = 0.2\n"
-    with gateway(tier="branch_slots = 3", extra=extra) as (base, _):
+    with gateway(branch="slots = 3", extra=extra) as (base, _):
         async def two() -> list[httpx.Response]:
             async with httpx.AsyncClient(timeout=30) as client:
                 slow = {"model": "thinker", "messages": user(f"Q [fake {SLOW}]"), "seed": 0, "max_tokens": 30}
@@ -151,8 +156,8 @@ def test_a_request_that_cannot_get_slots_in_time_gets_a_429() -> None:
 def test_a_config_with_fewer_slots_than_branches_is_refused() -> None:
     from cascade.errors import ConfigError
 
-    with pytest.raises(ConfigError, match="branch_slots"):
-        decode_config(config("http://127.0.0.1:9", tier="branch_slots = 2"))
+    with pytest.raises(ConfigError, match=r"tiers\[1\].branches.slots` \(2\) must be 0 \(no limit\) or at least n \(3\)"):
+        decode_config(config("http://127.0.0.1:9", branch="slots = 2"))
 
 
 @pytest.mark.parametrize(("model", "asked", "tier", "extra"), [
@@ -196,7 +201,7 @@ def test_a_stream_to_a_full_branched_tier_gets_a_429_with_retry_after_and_the_ad
 
 def test_a_streamed_request_that_cannot_get_slots_ends_with_an_in_band_error_not_a_dropped_connection() -> None:
     extra = "[gateway]\nkeepalive_s = 0.05\n[gateway.limits]\nmax_slot_wait_s = 0.3\n"
-    with gateway(tier="branch_slots = 3", extra=extra) as (base, _):
+    with gateway(branch="slots = 3", extra=extra) as (base, _):
         async def two() -> tuple[httpx.Response, bytes]:
             async with httpx.AsyncClient(timeout=30) as client:
                 slow = {"model": "thinker", "messages": user(f"Q [fake {SLOW}]"), "seed": 0, "max_tokens": 30}
@@ -215,7 +220,7 @@ def test_a_streamed_request_that_cannot_get_slots_ends_with_an_in_band_error_not
 
 
 def test_a_first_wave_that_agrees_answers_alone_and_a_request_s_smaller_m_runs_every_branch() -> None:
-    with served(tier="first_wave = 2\nbranch_slots = 5", branches=5, to_finish=5) as (base, engine, gw):
+    with served(branch="first_wave = 2\nslots = 5", n=5, m=5) as (base, engine, gw):
         agreed = ask(base, f"[fake answer={RIGHT}]").json()["cascade"]["branches"]
         assert (agreed["configured"], agreed["launched"], agreed["finished"]) == (5, 2, 2)
         assert engine.stats.requests == 2
@@ -229,8 +234,8 @@ def test_a_first_wave_that_agrees_answers_alone_and_a_request_s_smaller_m_runs_e
 
 
 def test_a_tier_with_a_wave_margin_launches_doubling_waves_until_an_answer_leads_by_it() -> None:
-    tier = "first_wave = 2\nwave_margin = 2\nbranch_slots = 8"
-    with served(tier=tier, branches=8, to_finish=8) as (base, engine, gw):
+    branch = "first_wave = 2\nwave_margin = 2\nslots = 8"
+    with served(branch=branch, n=8, m=8) as (base, engine, gw):
         # Seed 1 dissents: 1-1 after two, 3-1 after four, so the last four never start.
         split = ask(base, f"[fake answer={RIGHT}] [fake@seed=1 answer={WRONG}]").json()["cascade"]["branches"]
         assert (split["launched"], split["finished"], split["votes"]) == (4, 4, {"18": 3, "19": 1})
@@ -241,13 +246,13 @@ def test_a_tier_with_a_wave_margin_launches_doubling_waves_until_an_answer_leads
 def test_a_wave_margin_without_a_first_wave_is_refused() -> None:
     from cascade.errors import ConfigError
 
-    with pytest.raises(ConfigError, match="wave_margin"):
-        decode_config(config("http://127.0.0.1:9", tier="wave_margin = 2", branches=8, to_finish=8))
+    with pytest.raises(ConfigError, match=r"tiers\[1\].branches.wave_margin` needs first_wave"):
+        decode_config(config("http://127.0.0.1:9", branch="wave_margin = 2", n=8, m=8))
 
 
 @pytest.mark.parametrize("first_wave", [1, 2])
-def test_a_first_wave_below_two_or_not_below_branches_to_finish_is_refused(first_wave: int) -> None:
+def test_a_first_wave_below_two_or_not_below_m_is_refused(first_wave: int) -> None:
     from cascade.errors import ConfigError
 
-    with pytest.raises(ConfigError, match="first_wave"):
-        decode_config(config("http://127.0.0.1:9", tier=f"first_wave = {first_wave}"))
+    with pytest.raises(ConfigError, match=r"tiers\[1\].branches.first_wave` must be 0 \(off\) or from 2 to m - 1"):
+        decode_config(config("http://127.0.0.1:9", branch=f"first_wave = {first_wave}"))

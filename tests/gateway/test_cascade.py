@@ -16,7 +16,8 @@ import pytest
 from cascade.config import decode_config
 from cascade.engines.fake_server import FakeScript
 from cascade.gateway.server import Gateway
-from cascade.testing import TIERS, ladder_toml, serve_asgi
+from cascade.testing.asgi import serve_asgi
+from cascade.testing.servers import TIERS, ladder_toml
 from tests.gateway.gateway_setup import post_chat, running_gateway, user
 
 CASCADE = '[routing]\nmode = "cascade"\n'

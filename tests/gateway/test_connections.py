@@ -19,7 +19,8 @@ import uvicorn
 from cascade.config import decode_config
 from cascade.gateway import server
 from cascade.gateway.connections import GatewayProtocol, connection_cap
-from cascade.testing import Served, cascade_serve, eventually, fake_engine, ladder_toml
+from cascade.testing.servers import Served, cascade_serve, fake_engine, ladder_toml
+from cascade.testing.waiting import eventually
 from tests.gateway.gateway_setup import user
 
 TIMEOUT_S = 1.0

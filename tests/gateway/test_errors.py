@@ -14,7 +14,7 @@ import pytest
 
 from cascade.engines.fake_server import FakeScript
 from cascade.engines.supervisor import free_port
-from cascade.testing import TIERS
+from cascade.testing.servers import TIERS
 from tests.gateway.gateway_setup import post_chat, running_gateway, user
 
 LIMITS = "[gateway.limits]\nmax_body_bytes = 20000\nmax_n = 4\nmax_tokens = 1000\nmax_messages = 50\n"

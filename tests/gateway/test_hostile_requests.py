@@ -16,7 +16,7 @@ import pytest
 
 from cascade.config import decode_config
 from cascade.router.router import Router, routed_text
-from cascade.testing import ladder_toml
+from cascade.testing.servers import ladder_toml
 from tests.gateway.gateway_setup import post_chat, running_gateway, user
 
 HOSTILE_PROMPTS = ["\n" * 60_000 + "a", " " * 60_000 + "a", "1" * 60_000, "1+" * 30_000, "A.\n" * 20_000,
@@ -89,7 +89,7 @@ def test_the_router_reads_the_first_and_last_halves_of_a_long_prompt(router_dir:
     from cascade.router.load import TierShape
     from cascade.service.chat import routing_signal
 
-    shapes = [TierShape(t.name, t.branch_slots, t.branches) for t in config.tiers]
+    shapes = [TierShape(t.name, t.branches.slots, t.branches.n) for t in config.tiers]
     router = Router(shapes, config.routing, routing_signal(config, [t.name for t in config.tiers]))
     assert router.assess(prompt) == router.assess(routed)
     for bad in (100, 2_000_000):

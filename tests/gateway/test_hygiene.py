@@ -16,7 +16,8 @@ from cascade.engines.fake_server import FakeScript
 from cascade.gateway.app import create_app
 from cascade.gateway.server import Gateway
 from cascade.schemas import RouteDecision
-from cascade.testing import TIERS, serve_asgi
+from cascade.testing.asgi import serve_asgi
+from cascade.testing.servers import TIERS
 from tests.gateway.gateway_setup import post_chat, running_gateway, user
 from tests.servers import Replay, Reply, dead_url
 

@@ -16,7 +16,7 @@ from cascade.data.records import Prompt
 from cascade.engines.fake_server import FakeEngine, FakeScript
 from cascade.gateway.server import Gateway
 from cascade.label import answer_on_tier
-from cascade.testing import serve_asgi
+from cascade.testing.asgi import serve_asgi
 from cascade.tiers import build_tiers
 from tests.gateway.gateway_setup import small_and_thinker_toml
 
@@ -27,7 +27,7 @@ PROMPT = ("Q [fake answer=####_20] [fake@seed=5 answer=####_18] [fake@seed=6 ans
 
 
 def ladder(url: str) -> str:
-    return small_and_thinker_toml(url, branches_to_finish=3)  # every branch votes
+    return small_and_thinker_toml(url, m=3)  # every branch votes
 
 
 def test_label_and_gateway_give_the_same_answer_for_the_same_seed() -> None:

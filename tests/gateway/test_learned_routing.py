@@ -11,7 +11,7 @@ import pytest
 from cascade.config import decode_config
 from cascade.errors import ConfigError
 from cascade.gateway.server import Gateway
-from cascade.testing import TIERS, ladder_toml
+from cascade.testing.servers import TIERS, ladder_toml
 from tests.gateway.gateway_setup import post_chat, running_gateway, user
 from tests.learned_router import EASY, HARD
 

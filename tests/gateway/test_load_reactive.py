@@ -12,7 +12,8 @@ import httpx
 from cascade.config import decode_config
 from cascade.engines.fake_server import FakeEngine, FakeScript
 from cascade.gateway.server import Gateway
-from cascade.testing import TIERS, serve_asgi
+from cascade.testing.asgi import serve_asgi
+from cascade.testing.servers import TIERS
 from tests.gateway.gateway_setup import post_chat, running_gateway, user
 
 # 100 ms E2E SLO; two answers are evidence; they are forgotten after 1 s.
@@ -80,8 +81,7 @@ window_s = 5.0
 [[tiers]]
 name = "thinker"
 default_max_tokens = 16
-branches = 3
-branches_to_finish = 2
+branches = { n = 3, m = 2 }
 scorer = "none"
 backends = [{ kind = "openai", url = "URL", model = "fake-think" }]
 

@@ -22,7 +22,7 @@ from cascade.errors import InvalidRequest
 from cascade.gateway.openapi import openapi_document
 from cascade.schemas import ChatCompletion, ChatCompletionChunk, ErrorResponse, ModelList, RouteDecision
 from cascade.service.bodies import decode_chat_request
-from cascade.testing import TIERS
+from cascade.testing.servers import TIERS
 from tests.gateway.gateway_setup import running_gateway
 
 README = Path(__file__).resolve().parents[2] / "README.md"

@@ -18,7 +18,7 @@ import pytest
 from cascade.config import decode_config, load_config
 from cascade.engines.fake_server import FakeEngine, FakeScript
 from cascade.gateway.server import Gateway
-from cascade.testing import serve_asgi
+from cascade.testing.asgi import serve_asgi
 from tests.gateway.gateway_setup import post_chat, user
 from tests.servers import Replay, Reply
 
@@ -116,7 +116,7 @@ def test_token_logprobs_reach_the_client_whole_and_streamed() -> None:
 
 def test_a_branched_tier_answers_a_tool_request_with_one_branch_and_says_so() -> None:
     replay = engine(TOOL_CALLS)
-    with serve_asgi(replay) as url, gateway(url, tier="branches = 4\nbranches_to_finish = 2") as base:
+    with serve_asgi(replay) as url, gateway(url, tier="branches = { n = 4, m = 2 }") as base:
         one = post_chat(base, {"model": "agent", "messages": user(), "tools": TOOLS})
         conflict = post_chat(base, {"model": "agent", "messages": user(), "tools": TOOLS, "branches": {"n": 4}})
     assert one.status_code == 200 and len(chats(replay)) == 1

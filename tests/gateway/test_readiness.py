@@ -14,7 +14,7 @@ from timeit import timeit
 import httpx
 
 from cascade.engines.fake_server import FakeEngine, FakeScript
-from cascade.testing import eventually
+from cascade.testing.waiting import eventually
 from tests.gateway.gateway_setup import post_chat, user
 from tests.gateway.test_failover import gateway, ladder, metric, servers
 

@@ -1,7 +1,7 @@
 """The shared limits under Redis faults, each case with a real `redis-server` (issue 48, item 6): a place admitted
-on this gateway's own count (Redis away, `redis_failure = "open"`) is given back without freeing another request's
+on this gateway's own count (Redis away, `failure = "open"`) is given back without freeing another request's
 place; a token settle goes to the bucket that admitted the request, and a correction Redis may already have applied
-is never sent twice; and `redis_timeout_s` counts Redis's time, not the gateway's busy event loop.
+is never sent twice; and `[gateway.redis] timeout_s` counts Redis's time, not the gateway's busy event loop.
 
 Servers and helpers are those of tests/gateway/test_redis_limits.py: each test starts its own redis-server on a free
 loopback port and kills it at the end.
@@ -24,7 +24,7 @@ from cascade.service.admission_redis import RedisPlaces, place_key
 from cascade.service.metrics import GatewayMetrics
 from cascade.service.ratelimit_redis import RedisRateLimiter, bucket
 from cascade.service.redis_store import MAX_LAG_S, RETRY_S, RedisStore, StoreUnavailable, lua
-from cascade.testing import RedisServer, ladder_toml, redis_server
+from cascade.testing.servers import RedisServer, ladder_toml, redis_server
 from cascade.tiers import build_tiers
 from tests.gateway.test_redis_limits import (
     BOUND_S,
@@ -164,6 +164,7 @@ def test_a_settle_sent_to_a_hung_redis_is_dropped_and_counted_never_applied_twic
         await asyncio.sleep(3 * RETRY_S)  # a retry would have been sent by now
         with inspect(redis) as client:
             level = float(client.hget(bucket("team-a", "tokens"), "level") or 0)
+        assert limiter.store.series.settles_dropped._value.get() == limiter.dropped_settles
         return limiter.dropped_settles, limiter.owed(), level
 
     dropped, owed, level = run(work)

@@ -1,4 +1,4 @@
-"""Shared limits in a real Redis (`[gateway] redis_url`): the keys' token buckets and the admission places held
+"""Shared limits in a real Redis (`[gateway.redis] url`): the keys' token buckets and the admission places held
 exactly across gateways, a dead gateway's places freed by its lease, and Redis killed, hung and restarted under the
 gateways: fail open or closed as configured, each call bounded, counted, logged once, and recovered.
 
@@ -30,17 +30,10 @@ from cascade.service.metrics import GatewayMetrics
 from cascade.service.ratelimit import LocalRateLimiter, RateLimiter
 from cascade.service.ratelimit_redis import RedisRateLimiter, bucket
 from cascade.service.redis_store import RETRY_S, RedisStore
-from cascade.testing import (
-    CASCADE,
-    RedisServer,
-    eventually,
-    fake_engine,
-    ladder_toml,
-    redis_server,
-    serve_config,
-    start,
-)
-from cascade.testing import stop as stop_process
+from cascade.testing.processes import CASCADE, start
+from cascade.testing.processes import stop as stop_process
+from cascade.testing.servers import RedisServer, fake_engine, ladder_toml, redis_server, serve_config
+from cascade.testing.waiting import eventually
 from cascade.tiers import Tier, build_tiers
 from tests.gateway.gateway_setup import post_chat, running_gateway, user
 from tests.gateway.test_tenants import bearer, entry
@@ -353,7 +346,7 @@ def test_redis_killed_fail_open_admits_on_local_limits_within_the_timeout_and_re
     assert down == (0, 25) and recovered  # up 0; every call counted
     assert series(metrics, "cascade_redis_errors_total") >= 1
     failures = [r for r in caplog.records if "failed" in r.getMessage()]
-    assert len(failures) == 1 and "redis_failure = open" in failures[0].getMessage()  # one line, not one per call
+    assert len(failures) == 1 and "[gateway.redis] failure = open" in failures[0].getMessage()  # one line, not one per call
     assert any("answers again" in r.getMessage() for r in caplog.records)
 
 
@@ -414,7 +407,7 @@ def test_a_hung_redis_costs_each_call_the_timeout_at_most(redis) -> None:
 
 
 def test_fail_closed_gateway_answers_503_with_an_openai_error_then_recovers(redis) -> None:
-    extra = (f'[gateway]\nredis_url = "{redis.url}"\nredis_failure = "closed"\n'
+    extra = (f'[gateway.redis]\nurl = "{redis.url}"\nfailure = "closed"\n'
              + entry(requests_per_minute=100))
     with running_gateway(extra=extra) as (base, _, _):
         ok = post_chat(base, {"model": "cascade", "messages": user()}, bearer())
@@ -436,7 +429,7 @@ def test_fail_closed_gateway_answers_503_with_an_openai_error_then_recovers(redi
 
 @pytest.mark.parametrize("failure", ["open", "closed"])
 def test_redis_killed_mid_traffic_every_request_is_answered_or_refused_cleanly_and_none_hangs(redis, failure) -> None:
-    extra = f'[gateway]\nredis_url = "{redis.url}"\nredis_failure = "{failure}"\n' + entry(requests_per_minute=10_000)
+    extra = f'[gateway.redis]\nurl = "{redis.url}"\nfailure = "{failure}"\n' + entry(requests_per_minute=10_000)
     answered: list[tuple[int, str, float]] = []
 
     def client(base: str, n: int) -> None:
@@ -466,7 +459,7 @@ def test_redis_killed_mid_traffic_every_request_is_answered_or_refused_cleanly_a
 
 
 def test_a_keys_limit_holds_across_two_cascade_serve_gateways_on_one_redis(redis, tmp_path) -> None:
-    head = f'[gateway]\nredis_url = "{redis.url}"\n' + entry(requests_per_minute=4)
+    head = f'[gateway.redis]\nurl = "{redis.url}"\n' + entry(requests_per_minute=4)
     with fake_engine(tmp_path) as engine_url, \
             serve_config(tmp_path, ladder_toml(engine_url, head)) as first, \
             serve_config(tmp_path, ladder_toml(engine_url, head)) as second:
@@ -485,49 +478,49 @@ def test_a_keys_limit_holds_across_two_cascade_serve_gateways_on_one_redis(redis
 
 
 @pytest.mark.parametrize(("gateway", "message"), [
-    ('redis_url = "http://127.0.0.1:6379"', "must start with redis://, rediss://, unix://"),
-    ('redis_url = "127.0.0.1:6379"', "`gateway.redis_url`"),
-    ('redis_failure = "maybe"', "redis_failure"),
-    ("redis_timeout_s = 0", "redis_timeout_s"),
-    ("redis_timeout_s = 30", "redis_timeout_s"),
+    ('url = "http://127.0.0.1:6379"', "must start with redis://, rediss://, unix://"),
+    ('url = "127.0.0.1:6379"', "`gateway.redis.url`"),
+    ('failure = "maybe"', "gateway.redis.failure"),
+    ("timeout_s = 0", "gateway.redis.timeout_s"),
+    ("timeout_s = 30", "gateway.redis.timeout_s"),
 ])
 def test_bad_redis_settings_are_one_config_error_naming_the_key(gateway: str, message: str) -> None:
     with pytest.raises(ConfigError, match="redis") as caught:
-        decode_config(ladder_toml("http://127.0.0.1:9", f"[gateway]\n{gateway}\n"))
+        decode_config(ladder_toml("http://127.0.0.1:9", f"[gateway.redis]\n{gateway}\n"))
     assert message in str(caught.value)
 
 
 def test_a_password_in_a_bad_redis_url_is_never_echoed() -> None:
     with pytest.raises(ConfigError) as caught:
-        decode_config(ladder_toml("http://127.0.0.1:9", '[gateway]\nredis_url = "http://user:sekrit@host:1"\n'))
+        decode_config(ladder_toml("http://127.0.0.1:9", '[gateway.redis]\nurl = "http://user:sekrit@host:1"\n'))
     assert "sekrit" not in str(caught.value)
 
 
 def test_a_redis_url_redis_cannot_parse_fails_when_the_gateway_is_built() -> None:
     from cascade.gateway.server import Gateway
 
-    config = decode_config(ladder_toml("http://127.0.0.1:9", '[gateway]\nredis_url = "redis://h:port/0"\n'))
-    with pytest.raises(ConfigError, match=r"`gateway.redis_url`: Port could not be cast"):
+    config = decode_config(ladder_toml("http://127.0.0.1:9", '[gateway.redis]\nurl = "redis://h:port/0"\n'))
+    with pytest.raises(ConfigError, match=r"`gateway.redis.url`: Port could not be cast"):
         Gateway(config)
 
 
 def test_redis_settings_default_to_in_process_limits_failing_open() -> None:
     gateway = decode_config(ladder_toml("http://127.0.0.1:9")).gateway
-    assert (gateway.redis_url, gateway.redis_failure, gateway.redis_timeout_s) == ("", "open", 0.25)
+    assert (gateway.redis.url, gateway.redis.failure, gateway.redis.timeout_s) == ("", "open", 0.25)
 
 
 def test_a_redis_url_without_the_redis_package_is_one_clear_error(monkeypatch) -> None:
     monkeypatch.setitem(sys.modules, "redis.exceptions", None)  # as if not installed
     from cascade.gateway.server import Gateway
 
-    config = decode_config(ladder_toml("http://127.0.0.1:9", '[gateway]\nredis_url = "redis://127.0.0.1:1/0"\n'))
+    config = decode_config(ladder_toml("http://127.0.0.1:9", '[gateway.redis]\nurl = "redis://127.0.0.1:1/0"\n'))
     with pytest.raises(ConfigError, match=r"the `redis` package is not installed: pip install"):
         Gateway(config)
 
 
 def test_the_default_gateway_never_imports_redis(tmp_path) -> None:
     code = ("import sys; from cascade.config import decode_config; from cascade.gateway.server import Gateway; "
-            "from cascade.testing import ladder_toml; Gateway(decode_config(ladder_toml('http://127.0.0.1:9'))); "
+            "from cascade.testing.servers import ladder_toml; Gateway(decode_config(ladder_toml('http://127.0.0.1:9'))); "
             "print('redis' in sys.modules)")
     proc = start([*CASCADE[:1], "-c", code], tmp_path / "out.log")
     try:

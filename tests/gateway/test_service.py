@@ -18,11 +18,10 @@ from cascade.config import decode_config
 from cascade.engines.fake_server import FakeEngine, FakeScript
 from cascade.errors import BackendError, InvalidRequest, Overloaded
 from cascade.schemas import ChatCompletion, ChatCompletionRequest
-from cascade.service.chat import ChatService, ServiceConfig, StreamReply, WholeReply
-from cascade.service.metrics import GatewayMetrics
-from cascade.testing import TIERS, ladder_toml, serve_asgi
-from cascade.tiers import build_tiers
-from tests.gateway.gateway_setup import user
+from cascade.service.chat import ChatService, StreamReply, WholeReply
+from cascade.testing.asgi import serve_asgi
+from cascade.testing.servers import TIERS, ladder_toml
+from tests.gateway.gateway_setup import on_service, user
 
 T = TypeVar("T")
 
@@ -32,26 +31,14 @@ def request(**fields: object) -> ChatCompletionRequest:
     return msgspec.json.decode(msgspec.json.encode(body), type=ChatCompletionRequest)
 
 
-SLOTTED_TOP = "branch_slots = 4\n"  # appended to the last tier of the ladder
+SLOTTED_TOP = "branches = { slots = 4 }\n"  # appended to the last tier of the ladder
 
 
 def with_service(mode: str, work: Callable[[ChatService], Awaitable[T]], extra: str = "",
                  edit: Callable[[str], str] = lambda toml: toml) -> tuple[T, FakeEngine]:
     engine = FakeEngine(FakeScript(tokens=8))
     with serve_asgi(engine) as url:
-        config = decode_config(edit(ladder_toml(url) + extra))
-
-        async def run() -> T:
-            tiers = build_tiers(config, {})
-            routed = msgspec.structs.replace(config, routing=msgspec.structs.replace(config.routing, mode=mode))
-            service = ChatService(tiers, ServiceConfig.of(routed), GatewayMetrics())
-            try:
-                return await work(service)
-            finally:
-                for tier in tiers:
-                    await tier.backend.aclose()
-
-        return asyncio.run(run()), engine
+        return on_service(decode_config(edit(ladder_toml(url) + extra)), mode, work), engine
 
 
 async def whole(service: ChatService, req: ChatCompletionRequest) -> ChatCompletion:
@@ -139,7 +126,7 @@ def test_a_stream_is_opened_before_its_frames_and_closes_its_upstream() -> None:
 def test_route_mode_falls_back_only_to_a_tier_that_can_serve_the_request_as_asked() -> None:
     # The middle tier has 4 branch slots: a request for 8 branches that falls back from the cheapest tier
     # skips it for the top tier instead of failing there with a 400 after the first tier's 502.
-    slotted_middle = f'name = "{TIERS[1]}"\nbranch_slots = 4\n'
+    slotted_middle = f'name = "{TIERS[1]}"\nbranches = {{ slots = 4 }}\n'
 
     async def work(service: ChatService):
         req = request(model="cascade:fast", messages=user("[fake@fake-0 status=500] hi"), branches={"n": 8})
@@ -149,7 +136,7 @@ def test_route_mode_falls_back_only_to_a_tier_that_can_serve_the_request_as_aske
     assert completion.model == TIERS[2] and completion.cascade.fallback_from == TIERS[0]
 
 
-ONE_SLOT = f'name = "{TIERS[0]}"\nbranch_slots = 1\n'  # the cheapest tier holds one upstream stream at a time
+ONE_SLOT = f'name = "{TIERS[0]}"\nbranches = {{ slots = 1 }}\n'  # the cheapest tier holds one upstream stream at a time
 
 
 def one_slot(toml: str) -> str:
@@ -253,7 +240,7 @@ def test_the_route_entry_decides_without_serving_or_admitting() -> None:
 
 def test_a_streamed_route_mode_fallback_to_a_tier_with_branches_is_voted_and_sent_whole() -> None:
     # As a stream asked of a branched tier: the fallback's branches vote, and the answer goes out as one SSE body.
-    branched_middle = f'name = "{TIERS[1]}"\nbranches = 3\nbranches_to_finish = 3\n'
+    branched_middle = f'name = "{TIERS[1]}"\nbranches = {{ n = 3, m = 3 }}\n'
 
     async def work(service: ChatService) -> tuple[str, dict[str, object], int]:
         req = request(model="cascade:fast", stream=True, messages=user("[fake@fake-0 status=500] hi"))

@@ -17,7 +17,8 @@ from cascade.config import decode_config
 from cascade.engines.fake_server import FakeScript
 from cascade.engines.fake_sglang import FakeSGLang
 from cascade.gateway.server import Gateway
-from cascade.testing import eventually, serve_asgi
+from cascade.testing.asgi import serve_asgi
+from cascade.testing.waiting import eventually
 from tests.gateway.gateway_setup import post_chat, user
 
 RIGHT = "3_*_6_=_18.|So_the_answer_is_18.|####_18"
@@ -29,8 +30,7 @@ def config(url: str, branches: int) -> str:
 [[tiers]]
 name = "thinker"
 default_max_tokens = 400
-branches = {branches}
-branches_to_finish = {branches}
+branches = {{ n = {branches}, m = {branches} }}
 scorer = "none"
 backends = [{{ kind = "sglang", url = "{url}", model = "fake-1" }}]
 """

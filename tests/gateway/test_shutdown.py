@@ -16,7 +16,8 @@ import pytest
 
 from cascade.config import decode_config
 from cascade.errors import ConfigError
-from cascade.testing import Served, cascade_serve, eventually, fake_engine, ladder_toml
+from cascade.testing.servers import Served, cascade_serve, fake_engine, ladder_toml
+from cascade.testing.waiting import eventually
 from tests.gateway.gateway_setup import user
 
 GRACE_S = 2.0

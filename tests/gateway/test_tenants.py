@@ -18,7 +18,7 @@ from cascade.gateway import server
 from cascade.schemas import ChatCompletionRequest
 from cascade.service.ratelimit import LocalRateLimiter, duration
 from cascade.service.tenants import Keyring, estimate_tokens
-from cascade.testing import TIERS, ladder_toml
+from cascade.testing.servers import TIERS, ladder_toml
 from tests.gateway.gateway_setup import post_chat, running_gateway, user
 
 KEY = "csk-test-key"

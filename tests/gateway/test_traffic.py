@@ -5,7 +5,7 @@ from __future__ import annotations
 import httpx
 
 from cascade.service.traffic import read_traffic
-from cascade.testing import TIERS
+from cascade.testing.servers import TIERS
 from tests.gateway.gateway_setup import post_chat, running_gateway, user
 
 

@@ -12,7 +12,7 @@ import pytest
 
 from cascade.cli import main
 from cascade.engines.fake_server import FakeEngine, FakeScript
-from cascade.testing import serve_asgi
+from cascade.testing.asgi import serve_asgi
 from loadgen.run import LoadConfig, run_load
 from tests.gateway.gateway_setup import running_gateway
 from tests.servers import dead_url

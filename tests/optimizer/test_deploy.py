@@ -6,9 +6,9 @@ from __future__ import annotations
 import msgspec
 import pytest
 
+from cascade.deploy.launch import exposure_warning
 from cascade.engines.sglang_launch import Server, launch_plan, render
 from cascade.errors import ConfigError
-from cascade.optimizer.deploy import exposure_warning
 from cascade.plan import Plan, ReplicaSet, TierDeployment
 
 

@@ -10,11 +10,11 @@ import msgspec
 import pytest
 
 from cascade import files
+from cascade.deploy.launch import with_card_parsers
 from cascade.engines.sglang_launch import Server, launch_plan
 from cascade.engines.sglang_parsers import REASONING_PARSERS, TOOL_CALL_PARSERS
 from cascade.errors import ConfigError
 from cascade.optimizer import cards
-from cascade.optimizer.deploy import with_card_parsers
 from cascade.optimizer.planner import plan_problem
 from cascade.optimizer.problem import load_problem
 from cascade.plan import Plan, TierDeployment

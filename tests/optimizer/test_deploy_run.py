@@ -20,7 +20,7 @@ import pytest
 
 from cascade.config import CascadeConfig, SGLangBackendConfig, load_config
 from cascade.engines.supervisor import free_port
-from cascade.testing import eventually
+from cascade.testing.waiting import eventually
 
 FAKE = f"{shlex.quote(sys.executable)} -m cascade.cli fake-server --port {{port}} --model {{model}}"
 PLAN = {"tiers": ["a", "b"], "operating_points": [], "gpus_per_node": 8,

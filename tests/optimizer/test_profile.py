@@ -28,8 +28,8 @@ from cascade.optimizer.profile import (
     load_profile,
 )
 from cascade.optimizer.simulator import simulate, unloaded_percentile
-from cascade.profiler import Settings, measure
-from cascade.testing import serve_asgi
+from cascade.profiler.fit import Settings, measure
+from cascade.testing.asgi import serve_asgi
 from tests.optimizer.batching_engine import BatchingEngine
 from tests.servers import dead_url
 

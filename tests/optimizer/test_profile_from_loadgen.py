@@ -15,8 +15,8 @@ import pytest
 
 from cascade.errors import CascadeError
 from cascade.optimizer.profile import TracedRequest, fit_trace, load_profile
-from cascade.profiler import profile_from_loadgen
-from cascade.testing import serve_asgi
+from cascade.profiler.fit import profile_from_loadgen
+from cascade.testing.asgi import serve_asgi
 from tests.optimizer.batching_engine import BatchingEngine
 
 

@@ -1,10 +1,10 @@
-"""The live profiler's timing pieces, without a server (cascade/profiler_probe.py)."""
+"""The live profiler's timing pieces, without a server (cascade/profiler/probe.py)."""
 
 from __future__ import annotations
 
 import pytest
 
-from cascade.profiler_probe import Prompts, Settings, Stream
+from cascade.profiler.probe import Prompts, Settings, Stream
 
 
 def test_gaps_are_per_token_when_a_chunk_carries_several_tokens() -> None:

@@ -13,8 +13,8 @@ import pytest
 
 from cascade.engines.fake_server import FakeEngine
 from cascade.engines.fake_sglang import FakeSGLang
-from cascade.profiler_probe import Profiler, Settings
-from cascade.testing import serve_asgi
+from cascade.profiler.probe import Profiler, Settings
+from cascade.testing.asgi import serve_asgi
 from tests.servers import Replay, Reply
 
 INFO = msgspec.json.encode({"max_total_num_tokens": 520000, "version": "0.5.23", "internal_states": [{}]})

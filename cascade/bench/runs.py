@@ -1,4 +1,4 @@
-"""Running `cascade bench branches`' methods (cascade/bench.py) on their tiers, resumably.
+"""Running `cascade bench branches`' methods (cascade/bench/methods.py) on their tiers, resumably.
 
 Resume (with `--out DIR`): each request's record is appended to DIR/requests.jsonl, and flushed, the moment
 it completes, under its run's key: a hash of everything that decides how it ran (method, N, M, alpha, beta,
@@ -28,7 +28,7 @@ from typing import IO, Any
 import msgspec
 import numpy as np
 
-from cascade.bench import BenchSettings, RequestRecord, method_settings, run_key, run_method, summarize
+from cascade.bench.methods import BenchSettings, RequestRecord, method_settings, run_key, run_method, summarize
 from cascade.config import CascadeConfig
 from cascade.data.records import Prompt
 from cascade.engines.supervisor import Worker

@@ -4,8 +4,10 @@ A Deployment (readiness on `/ready`, which a draining gateway or one with no tie
 on `/health`; the config and plan from the ConfigMap `cascade-config`, which holds no secret of ours: create it
 with kubectl), a Service, a PodDisruptionBudget (one gateway down at a time) and a HorizontalPodAutoscaler on the
 gateways' own metric `cascade_in_flight_requests` per pod (a Pods metric: it needs a custom-metrics
-adapter, e.g. prometheus-adapter, that serves it from the pods' /metrics). Plain dicts; written as JSON,
-which kubectl reads like YAML.
+adapter, e.g. prometheus-adapter, that serves it from the pods' /metrics). /metrics and /ready's detail are on the
+pods' monitoring port (`--monitoring-port`, cascade/gateway/monitoring.py), which the Prometheus annotations name;
+the Service exposes the clients' port only, and the probes check it. Plain dicts; written as JSON, which kubectl reads
+like YAML.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from cascade.errors import ConfigError
 
 NAME = "cascade"
 PORT = 8000
+MONITORING_PORT = 29000  # /metrics and /ready's detail; SGLang's model gateway serves its metrics on this port too
 IN_FLIGHT_METRIC = "cascade_in_flight_requests"  # cascade/service/metrics.py
 CONFIG_DIR = "/etc/cascade"
 
@@ -58,12 +61,12 @@ def manifests(g: Gateways) -> dict[str, dict[str, object]]:
 
 def _deployment(g: Gateways, meta: dict[str, object], labels: dict[str, str]) -> dict[str, object]:
     args = ["serve", "--config", f"{CONFIG_DIR}/cascade.toml", "--plan", f"{CONFIG_DIR}/plan.json",
-            "--host", "0.0.0.0", "--port", str(PORT)]
+            "--host", "0.0.0.0", "--port", str(PORT), "--monitoring-port", str(MONITORING_PORT)]
     container = {
         "name": "gateway", "image": g.image, "command": ["cascade"], "args": args,
-        "ports": [{"name": "http", "containerPort": PORT}],
+        "ports": [{"name": "http", "containerPort": PORT}, {"name": "monitoring", "containerPort": MONITORING_PORT}],
         # Both answer from the gateway's memory (engines are probed in the background), in well under a millisecond.
-        # Readiness as Envoy checks it (cascade/optimizer/envoy.py): out after 2 checks in a row that fail (503: no
+        # Readiness as Envoy checks it (cascade/deploy/envoy.py): out after 2 checks in a row that fail (503: no
         # tier can serve, or draining) or get no answer within 1 s (a stuck event loop), in after 1 that passes.
         "readinessProbe": {"httpGet": {"path": "/ready", "port": "http"}, "timeoutSeconds": 1, "periodSeconds": 2,
                            "failureThreshold": 2, "successThreshold": 1},
@@ -78,6 +81,7 @@ def _deployment(g: Gateways, meta: dict[str, object], labels: dict[str, str]) ->
         "strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": 0, "maxSurge": 1}},
         "template": {
             "metadata": {"labels": labels, "annotations": {
-                "prometheus.io/scrape": "true", "prometheus.io/port": str(PORT), "prometheus.io/path": "/metrics"}},
+                "prometheus.io/scrape": "true", "prometheus.io/port": str(MONITORING_PORT),
+                "prometheus.io/path": "/metrics"}},
             "spec": {"terminationGracePeriodSeconds": g.grace_s, "containers": [container],
                      "volumes": [{"name": "config", "configMap": {"name": "cascade-config"}}]}}}}

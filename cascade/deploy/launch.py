@@ -269,13 +269,13 @@ def _private_log(path: Path) -> None:
 
 
 def _write_config(path: Path, text: str, private: bool) -> None:
+    """Written beside `path`, then renamed onto it: whoever waits for the file never reads half of it."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    if not private:
-        path.write_text(text)
-        return
-    path.unlink(missing_ok=True)  # created 0600 from the start: the key is never readable by others
-    with os.fdopen(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "w") as out:
+    part = path.with_name(f".{path.name}.part")
+    part.unlink(missing_ok=True)  # created 0600 from the start when private: the key is never readable by others
+    with os.fdopen(os.open(part, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600 if private else 0o666), "w") as out:
         out.write(text)
+    os.replace(part, path)
 
 
 async def _supervise(supervisor: Supervisor, config_toml: str, config_out: Path, say: Callable[[str], None],

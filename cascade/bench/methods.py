@@ -12,14 +12,14 @@ Method (SART's evaluation, ../shared/PAPERS.md §2.6, on whatever tier is given)
   disagree; with `--wave-margin` D, doubling waves until the leading answer is D votes ahead;
   cascade/branches/runner.py).
   Which tier each runs on and how it decodes (an embedded worker decodes as it is set, whatever the
-  request asks): cascade/bench_plan.py.
+  request asks): cascade/bench/targets.py.
 * Each method runs with the tier's branch slots (`--slots`, default 4 x N): requests wait for free
   slots, and slots freed by finished, pruned and stopped branches admit waiting requests; latency is
   measured from the scheduled arrival, so it includes that queueing.
 * Per request: end-to-end latency, correctness (the shared grader), decode tokens of all branches.
   `--save-branches FILE` also writes every finished self-consistency and adaptive branch's text with its
   correctness and method (local use only: never commit model outputs on dataset questions).
-* A run stopped half-way resumes where it stopped (cascade/bench_run.py).
+* A run stopped half-way resumes where it stopped (cascade/bench/runs.py).
 
 Output (`--json`): {"methods": {name: {"accuracy", "latency_s_mean", "latency_s_p95", "tokens_mean", ...}},
 "config": {...}, "questions": [ids]}; with `--sweep N:M,N:M` also a sweep of SART and self-consistency
@@ -36,12 +36,13 @@ import msgspec
 import numpy as np
 
 from cascade.answer import answer
-from cascade.branches.runner import BranchRun, BranchSettings
+from cascade.branches.runner import BranchRun
 from cascade.branches.slots import BranchSlots
+from cascade.config import BranchSettings, BrokenRule, check_branches
 from cascade.data.arrivals import schedule
 from cascade.data.grading import grade
 from cascade.data.records import Prompt
-from cascade.errors import CascadeError
+from cascade.errors import CascadeError, ConfigError
 from cascade.schemas import ChatMessage
 from cascade.tiers import Tier
 from cascade.upstream import Sampling
@@ -50,6 +51,8 @@ METHODS = ("vanilla", "self_consistency", "sart", "early_stop_only", "prune_only
 # Methods whose finished branches are plain samples (none pruned for its score): the ones --save-branches keeps,
 # so a scorer judged on them is judged on branches no scorer chose.
 UNPRUNED_METHODS = ("self_consistency", "adaptive")
+# Methods that score their branches with the tier's scorer and prune by the scores; the others run without it.
+PRUNING_METHODS = ("sart", "prune_only")
 
 
 class BenchSettings(msgspec.Struct, frozen=True, kw_only=True):
@@ -71,13 +74,31 @@ class BenchSettings(msgspec.Struct, frozen=True, kw_only=True):
 
 def method_settings(method: str, s: BenchSettings) -> BranchSettings:
     return {
-        "vanilla": BranchSettings(n=1, m=1, prune=False),
-        "self_consistency": BranchSettings(n=s.n, m=s.n, prune=False),
-        "sart": BranchSettings(n=s.n, m=s.m, alpha=s.alpha, beta=s.beta, prune=True, score_every_steps=s.k),
-        "early_stop_only": BranchSettings(n=s.n, m=s.m, prune=False),
-        "prune_only": BranchSettings(n=s.n, m=s.n, alpha=s.alpha, beta=s.beta, prune=True, score_every_steps=s.k),
-        "adaptive": BranchSettings(n=s.n, m=s.n, prune=False, first_wave=s.first_wave, wave_margin=s.wave_margin),
+        "vanilla": BranchSettings(n=1, m=1),
+        "self_consistency": BranchSettings(n=s.n, m=s.n),
+        "sart": BranchSettings(n=s.n, m=s.m, alpha=s.alpha, beta=s.beta, k=s.k),
+        "early_stop_only": BranchSettings(n=s.n, m=s.m),
+        "prune_only": BranchSettings(n=s.n, m=s.n, alpha=s.alpha, beta=s.beta, k=s.k),
+        "adaptive": BranchSettings(n=s.n, m=s.n, first_wave=s.first_wave, wave_margin=s.wave_margin),
     }[method]
+
+
+def check_settings(method: str, s: BenchSettings) -> None:
+    """`method`'s branch settings from `s`, held to the rules every branch setting is (check_branches): a
+    ConfigError naming the flag to change."""
+    ran = method_settings(method, s)
+    if method == "adaptive" and not ran.first_wave:
+        raise ConfigError("`--first-wave` must be from 2 to n - 1 for adaptive: without a first wave it is "
+                          "self-consistency")
+    try:
+        check_branches(ran, _flag)
+    except BrokenRule as broken:
+        raise ConfigError(f"`{_flag(broken.key)}` {broken.rule} ({method} runs n = {ran.n}, m = {ran.m})") from None
+
+
+def _flag(key: str) -> str:
+    """The `cascade bench branches` flag of a [tiers.branches] setting: `first_wave` -> `--first-wave`."""
+    return "--" + key.replace("_", "-")
 
 
 def decoding(method: str, s: BenchSettings) -> tuple[float, float | None]:
@@ -88,10 +109,13 @@ def decoding(method: str, s: BenchSettings) -> tuple[float, float | None]:
 def run_key(method: str, s: BenchSettings, tier: str = "") -> bytes:
     """What decides a method's run on `tier`: two runs with equal keys replay the same requests the same way
     (self-consistency ignores M, so a sweep over M runs it once per N)."""
-    branch = msgspec.structs.asdict(method_settings(method, s))
-    for added in ("first_wave", "wave_margin"):
-        if not branch[added]:
-            del branch[added]  # off: keys as before the field existed, so runs recorded then still resume
+    ran = method_settings(method, s)
+    # The branch settings under the names, and in the order, the runner's struct had when the first runs were
+    # recorded, so that they still resume; a wave only when there is one (keys before the waves existed).
+    branch = {"n": ran.n, "m": ran.m, "alpha": ran.alpha, "beta": ran.beta, "prune": method in PRUNING_METHODS,
+              "score_every_steps": ran.k, "aggregation": ran.aggregation, "prune_confidence": ran.prune_confidence,
+              "confidence_group": ran.confidence_group}
+    branch |= {key: getattr(ran, key) for key in ("first_wave", "wave_margin") if getattr(ran, key)}
     return msgspec.json.encode([branch, s.slots or 4 * s.n, s.max_tokens, *decoding(method, s), s.rate, s.seed, tier])
 
 
@@ -117,6 +141,8 @@ async def run_method(
     request's record and `on_branches` each self-consistency or adaptive request's finished branches as soon as it
     completes (so a long run keeps what it finished if it is stopped)."""
     branch_settings = method_settings(method, settings)
+    if method not in PRUNING_METHODS:
+        tier = msgspec.structs.replace(tier, scorer=None)  # the runner scores and prunes with a scorer it is given
     slots = BranchSlots(tier.name, settings.slots or 4 * settings.n)
     # The gateway's answer on a tier (cascade/answer.py), with this method's branch settings and slots.
     temperature, top_p = decoding(method, settings)

@@ -1,11 +1,11 @@
-"""`cascade profile` (command line: cascade/profiler_cli.py): measure a live OpenAI-compatible
+"""`cascade profile` (command line: cascade/profiler/cli.py): measure a live OpenAI-compatible
 backend's prefill and decode-step times and write a profile file (format:
 cascade/optimizer/profile.py) that `cascade optimize plan` uses in place of the roofline estimate
 (`profile = "..."` on a tier of problem.toml). Or, with `--from-loadgen RUN`, fit the same model
 from a finished `cascade loadgen` run's own timings (`profile_from_loadgen`; the method is
 `cascade.optimizer.profile.fit_trace`): the engine as it behaves under staggered arrivals.
 
-How the live backend is measured (the prefill and decode ladders) is cascade/profiler_probe.py; this
+How the live backend is measured (the prefill and decode ladders) is cascade/profiler/probe.py; this
 module turns either source into a `Profile`.
 """
 
@@ -22,7 +22,7 @@ import httpx
 
 from cascade.errors import CascadeError
 from cascade.optimizer.profile import Profile, TracedRequest, fit_decode, fit_prefill, fit_trace
-from cascade.profiler_probe import Profiler, Settings
+from cascade.profiler.probe import Profiler, Settings
 
 # Settings is part of this module's API: callers build one to call `measure`.
 __all__ = ["Settings", "measure", "profile_from_loadgen", "profile_from_records", "read_loadgen_records"]

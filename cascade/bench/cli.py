@@ -1,4 +1,4 @@
-"""`cascade bench branches` (cascade/bench.py has the method). Only argparse at import time."""
+"""`cascade bench branches` (cascade/bench/methods.py has the method). Only argparse at import time."""
 
 from __future__ import annotations
 
@@ -41,28 +41,28 @@ def add_bench_commands(subparsers: Any) -> None:
     br.add_argument("--n-questions", type=int, default=20, help="seeded sample of questions (default 20)")
     br.add_argument("--rate", type=float, default=0.05, help="Poisson arrival rate, requests/s (default 0.05)")
     # The branch settings default to the tier's own (what it serves), so `--methods sart` alone measures it.
-    br.add_argument("--n", type=int, help="branches N (default: the tier's `branches`, or 4 on an unbranched tier)")
-    br.add_argument("--m", type=int, help="branches that must finish, M (default: the tier's `branches_to_finish`, "
-                    "or 2)")
-    br.add_argument("--alpha", type=float, help="phase-1 prune threshold (default: the tier's `prune_alpha`, or 0.3)")
-    br.add_argument("--beta", type=int, help="phase-1 prunes per request at most (default: the tier's `prune_beta`, "
-                    "or 1)")
-    br.add_argument("--k", type=int, help="score every K reasoning steps (default: the tier's `score_every_steps`, "
-                    "or 2)")
+    # Each flag is the [tiers.branches] setting of the same name (cascade/config/branches.py).
+    br.add_argument("--n", type=int, help="branches N (default: the tier's `branches.n`, or 4 on an unbranched tier)")
+    br.add_argument("--m", type=int, help="branches that must finish, M (default: the tier's `branches.m`, or 2)")
+    br.add_argument("--alpha", type=float, help="phase-1 prune threshold (default: the tier's `branches.alpha`, or "
+                    "0.3)")
+    br.add_argument("--beta", type=int, help="phase-1 prunes per request at most (default: the tier's "
+                    "`branches.beta`, or 1)")
+    br.add_argument("--k", type=int, help="score every K reasoning steps (default: the tier's `branches.k`, or 2)")
     br.add_argument("--first-wave", type=int, help="adaptive's first wave: branches launched first, the rest only "
-                    "when they disagree (default: the tier's `first_wave`, or 2)")
+                    "when they disagree (default: the tier's `branches.first_wave`, or 2)")
     br.add_argument("--wave-margin", type=int, help="adaptive's waves: 0 launches the rest at once when the first "
                     "wave disagrees; D > 0 doubles the waves (W, 2W, ... N) and stops once the leading answer is D "
-                    "votes ahead (default: the tier's `wave_margin`, or 0)")
+                    "votes ahead (default: the tier's `branches.wave_margin`, or 0)")
     br.add_argument("--max-tokens", type=int, default=512, help="per branch (default 512)")
     br.add_argument("--temperature", type=float, help="sampling temperature of the branched methods (vanilla is "
                     "greedy). On a tier of embedded workers it is the worker's `temperature`, which its engine "
                     "applies to every request: a different value is refused. Elsewhere default: the tier's "
-                    "branch_temperature")
+                    "`branches.temperature`")
     br.add_argument("--top-p", type=float, help="top_p of the branched methods: on a tier of embedded workers the "
                     "worker's (a different value is refused), elsewhere default 1.0")
     br.add_argument("--slots", type=int, default=0, help="branch slots on the tier (default: the tier's "
-                    "`branch_slots`, else 4 x N)")
+                    "`branches.slots`, else 4 x N)")
     br.add_argument("--methods", default=",".join(("vanilla", "self_consistency", "sart", "early_stop_only",
                                                    "prune_only")), help="comma-separated subset, run in this order "
                     "(adaptive runs only when named)")
@@ -82,15 +82,14 @@ def add_bench_commands(subparsers: Any) -> None:
 
 def _branch_defaults(args: argparse.Namespace, tier: TierConfig) -> None:
     """Fill the branch settings not given from `tier`'s own when it is branched (else the former fixed defaults)."""
-    served = tier.branches > 1
-    for name, own, fixed in (("n", tier.branches, 4), ("m", tier.branches_to_finish, 2),
-                             ("alpha", tier.prune_alpha, 0.3), ("beta", tier.prune_beta, 1),
-                             ("k", tier.score_every_steps, 2), ("first_wave", tier.first_wave or 2, 2),
-                             ("wave_margin", tier.wave_margin, 0)):
-        if getattr(args, name) is None:
-            setattr(args, name, own if served else fixed)
+    served = tier.branches.n > 1
+    for name, fixed in (("n", 4), ("m", 2), ("alpha", 0.3), ("beta", 1), ("k", 2), ("first_wave", 2),
+                        ("wave_margin", 0)):
+        own = getattr(tier.branches, name)
+        if getattr(args, name) is None:  # a tier without a first wave still gives adaptive one of 2
+            setattr(args, name, own if served and (own or name != "first_wave") else fixed)
     if not args.slots and served:
-        args.slots = tier.branch_slots
+        args.slots = tier.branches.slots
 
 
 def _branches(args: argparse.Namespace) -> int:
@@ -99,9 +98,9 @@ def _branches(args: argparse.Namespace) -> int:
 
     import msgspec
 
-    from cascade.bench import METHODS, BenchSettings, arrival_offsets, decoding
-    from cascade.bench_plan import bench_targets
-    from cascade.bench_run import BenchRun, run_benchmark
+    from cascade.bench.methods import METHODS, BenchSettings, arrival_offsets, check_settings, decoding
+    from cascade.bench.runs import BenchRun, run_benchmark
+    from cascade.bench.targets import bench_targets
     from cascade.config import load_config
     from cascade.engines.embedded import embedded_config
     from cascade.label import select_prompts
@@ -120,19 +119,20 @@ def _branches(args: argparse.Namespace) -> int:
     if tier_name not in names:
         raise ConfigError(f"--tier {tier_name!r} is not in the config (tiers: {', '.join(names)})")
     _branch_defaults(args, config.tiers[names.index(tier_name)])
-    if not 1 <= args.m <= args.n:
-        raise ConfigError(f"--n/--m: need 1 <= M <= N, got N={args.n} M={args.m}")
-    if "adaptive" in methods and not 2 <= args.first_wave < args.n:
-        raise ConfigError(f"--first-wave: adaptive needs 2 <= first wave < N, got {args.first_wave} with N={args.n}")
-    if args.wave_margin < 0:
-        raise ConfigError(f"--wave-margin must be 0 (two waves) or more, got {args.wave_margin}")
+    settings = BenchSettings(n=args.n, m=args.m, alpha=args.alpha, beta=args.beta, k=args.k, rate=args.rate,
+                             max_tokens=args.max_tokens, slots=args.slots, seed=args.seed,
+                             first_wave=args.first_wave, wave_margin=args.wave_margin)
+    for method in dict.fromkeys(["sart", *methods]):  # sart's settings hold every flag but adaptive's waves
+        check_settings(method, settings)
+    for n, k in sweep:
+        try:
+            check_settings("sart", msgspec.structs.replace(settings, n=n, m=k))
+        except ConfigError as exc:
+            raise ConfigError(f"--sweep {n}:{k}: {exc.message}") from None
     branched = bool(sweep) or any(m != "vanilla" for m in methods)
     targets = bench_targets(config, tier_name, vanilla="vanilla" in methods, branched=branched,
                             temperature=args.temperature, top_p=args.top_p)
-    settings = BenchSettings(n=args.n, m=args.m, alpha=args.alpha, beta=args.beta, k=args.k, rate=args.rate,
-                             max_tokens=args.max_tokens, temperature=targets.temperature, top_p=targets.top_p,
-                             slots=args.slots, seed=args.seed, first_wave=args.first_wave,
-                             wave_margin=args.wave_margin)
+    settings = msgspec.structs.replace(settings, temperature=targets.temperature, top_p=targets.top_p)
     prompts = select_prompts(args.dataset, args.n_questions, args.seed)
     offsets = arrival_offsets(len(prompts), args.rate, args.seed)
     runs = [BenchRun(method=m, settings=settings, tier=targets.vanilla_tier if m == "vanilla" else targets.tier)
@@ -189,9 +189,7 @@ def _parse_sweep(raw: str | None) -> list[tuple[int, int]]:
             n, m = (int(x) for x in item.split(":"))
         except ValueError:
             raise ConfigError(f"--sweep takes N:M pairs like 2:1,4:2, got {item!r}") from None
-        if not 1 <= m <= n:
-            raise ConfigError(f"--sweep: need 1 <= M <= N, got {item!r}")
-        pairs.append((n, m))
+        pairs.append((n, m))  # checked with the other settings (check_settings)
     return pairs
 
 

@@ -11,7 +11,7 @@ An embedded worker (a [[workers]] entry) decodes every request as it is set, wha
   a tier whose worker is greedy, as the gateway refuses `branches.n` there: its branches would be one
   answer repeated. On a sampling worker's tier they sample at the worker's temperature and top_p (a
   different --temperature or --top-p is refused: it would not be what ran); elsewhere at --temperature
-  (default the tier's `branch_temperature`) and --top-p (default 1.0), sent with every request.
+  (default the tier's `branches.temperature`) and --top-p (default 1.0), sent with every request.
 """
 
 from __future__ import annotations
@@ -59,10 +59,10 @@ def bench_targets(config: CascadeConfig, tier_name: str, *, vanilla: bool, branc
                                   f"run at {fixed:g}) or set the worker's {field}")
         branch_temperature, branch_top_p = sampler.temperature, sampler.top_p
     else:
-        branch_temperature = tier.branch_temperature if temperature is None else temperature
+        branch_temperature = tier.branches.temperature if temperature is None else temperature
         branch_top_p = 1.0 if top_p is None else top_p
     if branched and branch_temperature == 0:
-        source = "--temperature" if temperature is not None else f"tier `{tier.name}`'s branch_temperature"
+        source = "--temperature" if temperature is not None else f"tier `{tier.name}`'s branches.temperature"
         raise ConfigError(f"the branches' temperature is 0 ({source}): every branch would be the same greedy "
                           "answer; give them a temperature > 0")
     vanilla_tier = _greedy_sibling(config, tier, sampler) if vanilla and sampler is not None else tier.name

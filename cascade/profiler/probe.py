@@ -1,4 +1,4 @@
-"""The live measurement behind `cascade profile --url` (cascade/profiler.py fits what it measures):
+"""The live measurement behind `cascade profile --url` (cascade/profiler/fit.py fits what it measures):
 streamed chat requests to an OpenAI-compatible backend, timed chunk by chunk.
 
 Method, all with streaming chat requests of `max_tokens = --output-tokens`:

@@ -1,4 +1,4 @@
-"""`cascade profile`: argparse wiring only (the profiler, cascade/profiler.py, loads when it runs)."""
+"""`cascade profile`: argparse wiring only (the profiler, cascade/profiler/fit.py, loads when it runs)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from cascade.errors import ConfigError
 
 if TYPE_CHECKING:
     from cascade.optimizer.profile import Profile
-    from cascade.profiler import Settings
+    from cascade.profiler.fit import Settings
 
 
 def add_profile_command(sub: argparse._SubParsersAction) -> None:
@@ -53,7 +53,7 @@ def add_profile_command(sub: argparse._SubParsersAction) -> None:
 
 
 def settings_from_args(args: argparse.Namespace) -> Settings:
-    from cascade.profiler import Settings
+    from cascade.profiler.fit import Settings
 
     try:
         ladder = tuple(sorted({int(x) for x in args.prompt_tokens.split(",") if x.strip()}))
@@ -88,7 +88,7 @@ def _profile_command(args: argparse.Namespace) -> int:
     from cascade.optimizer.profile import write_profile
 
     if args.from_loadgen:
-        from cascade.profiler import profile_from_loadgen
+        from cascade.profiler.fit import profile_from_loadgen
 
         _check_positive(args, "tp", "pp")
         profile = profile_from_loadgen(args.from_loadgen, model=args.model, label=args.label,
@@ -117,7 +117,7 @@ def _measure(args: argparse.Namespace) -> Profile:
 
     from tqdm import tqdm
 
-    from cascade.profiler import measure
+    from cascade.profiler.fit import measure
 
     settings = settings_from_args(args)
     total = 1 + len(settings.prompt_tokens) * settings.repeats + len(settings.batches())
