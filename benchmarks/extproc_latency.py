@@ -44,7 +44,7 @@ from cascade.config import decode_config
 from cascade.engines.supervisor import free_port
 from cascade.extproc.picker import TierPicker
 from cascade.testing.processes import CASCADE, start, stop
-from cascade.testing.scripts import fail
+from cascade.testing.scripts import fail, word_problems
 from cascade.testing.waiting import wait_http
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -61,20 +61,10 @@ def config_toml(engine: str, heuristic: bool) -> str:
                              for i, name in enumerate(TIERS))
 
 
-def prompts(n: int, seed: int = 0) -> list[str]:
-    rng = np.random.default_rng(seed)
-    out = []
-    for _ in range(n):
-        k = int(rng.integers(1, 7))
-        out.append(". ".join(f"Sam buys {int(rng.integers(2, 99))} apples for ${int(rng.integers(1, 9))} each"
-                             for _ in range(k)) + ". How much money does he spend in total?")
-    return out
-
-
 def bodies(n: int) -> list[bytes]:
     return [json.dumps({"model": "cascade", "quality": HINTS[i % len(HINTS)],
                         "messages": [{"role": "user", "content": text}]}).encode()
-            for i, text in enumerate(prompts(min(n, 500)))]
+            for i, text in enumerate(word_problems(min(n, 500)))]
 
 
 def stats_ms(ns: list[int] | np.ndarray) -> dict[str, float]:

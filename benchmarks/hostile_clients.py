@@ -55,7 +55,7 @@ import numpy as np
 
 from cascade.engines.supervisor import free_port
 from cascade.testing.processes import CASCADE, start, stop
-from cascade.testing.scripts import fail
+from cascade.testing.scripts import fail, word_problems
 from cascade.testing.waiting import wait_http
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -225,16 +225,6 @@ def attacker_process(conn: Connection) -> None:
 
 
 # --- normal clients ---------------------------------------------------------------------------------------------
-
-
-def word_problems(n: int, seed: int = 0) -> list[str]:
-    rng = np.random.default_rng(seed)
-    out = []
-    for _ in range(n):
-        k = int(rng.integers(1, 7))
-        out.append(". ".join(f"Sam buys {int(rng.integers(2, 99))} apples for ${int(rng.integers(1, 9))} each"
-                             for _ in range(k)) + ". How much money does he spend in total?")
-    return out
 
 
 NORMAL_BODIES = [json.dumps({"model": "cascade", "quality": HINTS[i % 3], "max_tokens": 16, "messages": [

@@ -1,12 +1,26 @@
-"""What benchmark scripts share: `fail`, a script's one-line error exit."""
+"""What benchmark scripts share: `fail`, a script's one-line error exit; `word_problems`, synthetic prompts."""
 
 from __future__ import annotations
 
 import sys
 from pathlib import Path
 
+import numpy as np
+
 
 def fail(message: str, prog: str | None = None) -> int:
     """Print `prog: message` to stderr (default prog: the running script's name) and return exit status 2."""
     print(f"{prog or Path(sys.argv[0]).stem}: {message}", file=sys.stderr)
     return 2
+
+
+def word_problems(n: int, seed: int = 0) -> list[str]:
+    """`n` short synthetic word problems (1-6 sentences), made from `seed`: prompts the router reads like GSM8K's,
+    with no dataset text in the repo."""
+    rng = np.random.default_rng(seed)
+    out = []
+    for _ in range(n):
+        k = int(rng.integers(1, 7))
+        out.append(". ".join(f"Sam buys {int(rng.integers(2, 99))} apples for ${int(rng.integers(1, 9))} each"
+                             for _ in range(k)) + ". How much money does he spend in total?")
+    return out
