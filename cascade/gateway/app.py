@@ -74,7 +74,8 @@ def create_app(
 
     monitoring = [] if monitoring_port else [metrics]  # on the monitoring port instead: a 404 here
 
-    openapi_body = openapi_json(service, auth=bool(keyring))  # encoded once; Litestar's own OpenAPI is off
+    # Encoded once; Litestar's own OpenAPI is off.
+    openapi_body = openapi_json(service, auth=bool(keyring), monitoring_port=bool(monitoring_port))
 
     @get("/openapi.json")
     async def openapi() -> Response[bytes]:

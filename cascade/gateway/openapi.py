@@ -50,8 +50,10 @@ _RETRY = (429, 503)
 _NUMERIC_HINT = r"^(0?\.[0-9]*[1-9][0-9]*|1(\.0*)?)$"
 
 
-def openapi_document(model_ids: Sequence[str] = (), limits: Limits | None = None, auth: bool = False) -> dict[str, Any]:
-    """The OpenAPI 3.1 document of the gateway serving `model_ids` under `limits`; `auth`: it has API keys."""
+def openapi_document(model_ids: Sequence[str] = (), limits: Limits | None = None, auth: bool = False,
+                     monitoring_port: bool = False) -> dict[str, Any]:
+    """The OpenAPI 3.1 document of the gateway serving `model_ids` under `limits`; `auth`: it has API keys;
+    `monitoring_port`: /metrics is served on another port (not this document's)."""
     limits = limits or Limits()
     wire = [ChatCompletionRequest, ChatCompletion, ChatCompletionChunk, RouteDecision, ModelList, ErrorResponse]
     _, schemas = msgspec.json.schema_components(wire, ref_template=_REF)
@@ -103,6 +105,8 @@ def openapi_document(model_ids: Sequence[str] = (), limits: Limits | None = None
             "description": "The OpenAPI document.", "content": {"application/json": {"schema": {"type": "object"}}}},
             (503,))},
     }
+    if monitoring_port:
+        del paths["/metrics"]
     document: dict[str, Any] = {
         "openapi": "3.1.0",
         "info": {"title": "cascade", "version": __version__,
@@ -118,10 +122,10 @@ def openapi_document(model_ids: Sequence[str] = (), limits: Limits | None = None
     return document
 
 
-def openapi_json(service: ChatService, auth: bool) -> bytes:
+def openapi_json(service: ChatService, auth: bool, monitoring_port: bool = False) -> bytes:
     """The encoded document for `service`'s models and limits (the app encodes it once)."""
     ids = [card.id for card in service.model_list().data]
-    return msgspec.json.encode(openapi_document(ids, service.limits, auth))
+    return msgspec.json.encode(openapi_document(ids, service.limits, auth, monitoring_port))
 
 
 def _operation(operation_id: str, summary: str, ok: dict[str, Any], errors: Sequence[int] = (),

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import asyncio
 import time
-import uuid
 from collections.abc import AsyncGenerator, Awaitable
 
 from cascade.answer import Answer, Opened, Streams
@@ -25,7 +24,7 @@ from cascade.service.decision import Decision
 from cascade.service.frames import ChunkFrames
 from cascade.service.ladders import StreamLadder
 from cascade.service.lease import Bill
-from cascade.service.responses import cascade_info, in_band_error, whole_answer_frames
+from cascade.service.responses import cascade_info, completion_id, in_band_error, whole_answer_frames
 from cascade.service.telemetry import Telemetry
 
 # SSE comment sent while a cascade (or branches) works before the first token: proxies and clients
@@ -38,7 +37,7 @@ async def relay(opened: Opened, ladder: StreamLadder, decision: Decision, includ
     """The frames of `opened`'s streams; `ladder` closes it at the end, whatever ends it. The tokens relayed are
     billed however it ends (to where a client that left cut it), before the last chunk, which carries the bill."""
     tier, streams, firsts, start = opened.tier, opened.streams, opened.firsts, opened.start
-    frames = ChunkFrames(f"chatcmpl-{uuid.uuid4().hex}", int(time.time()), tier.name)
+    frames = ChunkFrames(completion_id(), int(time.time()), tier.name)
     prompt_tokens = 0
     completion_tokens = [0] * len(streams)
     finished = 0

@@ -59,6 +59,7 @@ def test_the_monitoring_port_serves_metrics_and_the_ready_detail_and_the_main_po
         posted = httpx.post(f"{monitoring}/metrics", timeout=1)
         served = post_chat(base, {"model": "small", "messages": user()})
         health = httpx.get(f"{base}/health", timeout=1)
+        documented = httpx.get(f"{base}/openapi.json", timeout=1).json()["paths"]
     assert detail.status_code == 200 and detail.json()["tiers"] == {"small": True, "large": False}
     assert detail.json()["unhealthy"] == {"tiers": ["large"], "replicas": ["large/0"]}
     assert status.status_code == 200 and status.json() == {"status": "degraded"}
@@ -68,6 +69,7 @@ def test_the_monitoring_port_serves_metrics_and_the_ready_detail_and_the_main_po
     assert unknown.status_code == 404 and "no route" in unknown.json()["error"]["message"]
     assert posted.status_code == 405 and posted.headers["allow"] == "GET, HEAD"
     assert served.status_code == 200 and health.json() == {"status": "ok"}
+    assert "/metrics" not in documented and "/ready" in documented  # the document describes this port
 
 
 def test_with_no_tier_able_to_serve_both_ports_answer_503_and_the_port_closes_with_the_gateway() -> None:

@@ -137,6 +137,20 @@ def test_deploy_gateways_writes_the_files_and_dry_run_only_prints_them(tmp_path:
         kubernetes_validate.validate(json.loads(path.read_text()), K8S_VERSION, strict=True)
 
 
+def test_deploy_gateways_gives_each_gateway_its_own_monitoring_port(tmp_path: Path) -> None:
+    plan = tmp_path / "plan.json"
+    plan.write_text(json.dumps(PLAN))
+    args = [*CASCADE, "deploy", "--plan", str(plan), "--gateways", "3", "--out", str(tmp_path / "s")]
+    wrote = run([*args, "--monitoring-port", "9100"], timeout_s=60)
+    assert wrote.returncode == 0, wrote.stderr.decode()
+    serves = [shlex.split(line.split(" & ")[0]) for line in (tmp_path / "s" / "gateways.sh").read_text().splitlines()
+              if line.startswith("cascade serve")]
+    assert [(argv[argv.index("--port") + 1], argv[argv.index("--monitoring-port") + 1]) for argv in serves] == \
+        [("8001", "9100"), ("8002", "9101"), ("8003", "9102")]
+    clash = run([*args, "--monitoring-port", "7999"], timeout_s=60)  # 8001 is the second gateway's port
+    assert clash.returncode == 2 and b"8001" in clash.stderr and b"--gateway-port" in clash.stderr
+
+
 def chat(url: str, stream: bool = False) -> httpx.Response:
     body = {"model": "tier-small", "messages": [{"role": "user", "content": "hello"}], "stream": stream}
     return httpx.post(f"{url}/v1/chat/completions", json=body, timeout=10, trust_env=False)
