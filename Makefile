@@ -20,7 +20,7 @@ install-serve:
 	scripts/bootstrap.sh embedded,router
 
 install-test:
-	scripts/bootstrap.sh embedded,dev,router,optimizer,plots,datasets,embeddings,scaleout,extproc,redis
+	scripts/bootstrap.sh embedded,dev,router,optimizer,plots,datasets,embeddings,scaleout,extproc,redis,otel
 
 lint:
 	$(VENV)/bin/ruff check .

@@ -46,6 +46,7 @@ from cascade.branches.confidence import STATISTICS
 from cascade.data.datasets import DatasetError
 from cascade.data.outcomes import OutcomeRow, read_rows, write_row
 from cascade.errors import ConfigError
+from cascade.repo_paths import recorded_path
 from cascade.router import evaluate as ev
 from cascade.testing.scripts import fail
 
@@ -230,7 +231,7 @@ def main(argv: list[str] | None = None) -> int:
     if oof is not None:
         point["prior"] = operating(1.0 - oof[:, 0] < 0.5)
     result = {
-        "outcomes": str(args.outcomes), "tiers": tiers, "statistic": args.statistic, "seed": args.seed,
+        "outcomes": recorded_path(args.outcomes), "tiers": tiers, "statistic": args.statistic, "seed": args.seed,
         "n": len(rows), "rows_in_file": len(all_rows),
         "accuracy": {t: ev.finite(float(correct[:, i].mean())) for i, t in enumerate(tiers)},
         "apgr": apgr, "paired_apgr_difference": paired, "auc_wrong": auc_wrong, "calibration": cal,

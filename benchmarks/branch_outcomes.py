@@ -33,6 +33,7 @@ from cascade.data.datasets import DatasetError, prompts_of
 from cascade.data.grading import extract, grade
 from cascade.data.outcomes import BranchOutcome, OutcomeRow, TierOutcome, read_rows, write_row
 from cascade.errors import ConfigError
+from cascade.repo_paths import recorded_path
 from cascade.testing.scripts import fail
 
 
@@ -146,7 +147,7 @@ def main(argv: list[str] | None = None) -> int:
             write_row(sink, row)
     counts = [len(r.tiers[args.tier].branches or []) for r in rows]
     print(json.dumps({"rows": len(rows), "branches_min": min(counts, default=0), "branches_max": max(counts, default=0),
-                      **({"unlabelled_dropped": unlabelled} if args.labelled else {}), "out": str(out)}))
+                      **({"unlabelled_dropped": unlabelled} if args.labelled else {}), "out": recorded_path(out)}))
     return 0
 
 

@@ -38,6 +38,7 @@ from branch_outcomes import read_saved
 from cascade.data.datasets import prompts_of
 from cascade.data.grading import answer_key, grade
 from cascade.data.outcomes import read_rows
+from cascade.repo_paths import recorded_path
 
 
 def vote_correct(keys: list[str | None], lengths: list[int], correct: list[bool], subset: tuple[int, ...]) -> bool:
@@ -172,12 +173,15 @@ def main() -> int:
             parser.error("--outcomes needs --tier")
         by_question = from_saved(args.branches) if args.branches else from_outcomes(args.outcomes, args.tier)
         result = analyse(by_question, read_greedy(args.greedy), args.n, args.resamples, args.seed)
+        # What it read, as another checkout finds it (branch texts stay outside the repo: a name only).
+        result["branches_file" if args.branches else "outcomes_file"] = recorded_path(args.branches or args.outcomes)
+        result["greedy_file"] = recorded_path(args.greedy)
     except OSError as exc:
         print(f"branch_votes: {exc}", file=sys.stderr)
         return 2
     if args.plot:
         plot(result, args.plot, args.title)
-        result["plot"] = str(args.plot)
+        result["plot"] = recorded_path(args.plot)
     print(json.dumps(result, indent=2))
     return 0
 

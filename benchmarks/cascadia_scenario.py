@@ -29,6 +29,7 @@ import msgspec
 from cascade.optimizer import baselines
 from cascade.optimizer.instance import load_instance
 from cascade.optimizer.problem import Problem, load_problem
+from cascade.repo_paths import recorded_value
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "problem-cascadia.toml"
 PAPER = {
@@ -74,7 +75,7 @@ def main() -> None:
     started = time.perf_counter()
     results = [scenario(problem, float(t), args.requests, args.seed) for t in args.targets.split(",")]
     print(json.dumps({
-        "config": {"spec": args.spec, "gpus": problem.cluster.gpus, "gpu": problem.cluster.gpu,
+        "config": {"spec": recorded_value(args.spec), "gpus": problem.cluster.gpus, "gpu": problem.cluster.gpu,
                    "tiers": [t.model for t in problem.tiers], "rate_rps": problem.workload.rate_rps,
                    "routing": problem.routing.mode, "outcomes": "synthetic gsm8k-like (seeded)"},
         "scenarios": results,

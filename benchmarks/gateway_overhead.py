@@ -16,8 +16,13 @@ Method
   * CPU seconds of the client, the engine and the gateway per completed request come from
     `time.process_time` and /proc/PID/schedstat; client, gateway and engine share the same cores.
 
+  * `--tracing`: a third target, a second gateway with OpenTelemetry tracing on (`[gateway.tracing]`, sampler ratio
+    1.0, OTLP/HTTP to a local sink that decodes and counts: `python -m cascade.testing.otlp`), in the same rounds.
+
 Output: one JSON object on stdout: config, direct, gateway, ratio (each keyed by pass, `c<N>`) and
-targets (added p50 latency at concurrency 1 < 2 ms; throughput ratio at high concurrency >= 0.8).
+targets (added p50 latency at concurrency 1 < 2 ms; throughput ratio at high concurrency >= 0.8); with `--tracing`
+also traced, tracing (traced against the untraced gateway) and tracing_sink (spans the sink received), and the
+target tracing adds < 0.2 ms p50 at concurrency 1.
 Usage: .venv/bin/python benchmarks/gateway_overhead.py [--duration-s 20] [--json-out FILE]
 """
 
@@ -39,6 +44,7 @@ import aiohttp
 import numpy as np
 
 from cascade.engines.supervisor import free_port
+from cascade.repo_paths import recorded_value
 from cascade.testing.processes import CASCADE, start, stop
 from cascade.testing.waiting import wait_http
 
@@ -205,25 +211,57 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--tokens", type=int, default=32)
     p.add_argument("--model", default="cascade", help="`cascade` (routed) or `bench` (the tier)")
     p.add_argument("--gateway-processes", type=int, default=1, help="`cascade serve --processes`")
+    p.add_argument("--tracing", action="store_true",
+                   help="also a gateway with tracing on (ratio 1.0, exported to a local OTLP/HTTP sink), side by side")
     p.add_argument("--json-out", help="also write the JSON here")
     return p.parse_args()
 
 
-def measure(args: argparse.Namespace, engine: Target, gateway: Target) -> dict[str, dict]:
+def measure(args: argparse.Namespace, engine: Target, gateway: Target, traced: Target | None = None
+            ) -> dict[str, dict]:
     uvicorn = {"engine": uvicorn_impl(engine.pid), "gateway": uvicorn_impl(gateway.pid)}
-    result: dict[str, dict] = {"config": {**vars(args), "cpus": os.cpu_count(), "uvicorn": uvicorn},
+    config = {k: recorded_value(v) for k, v in vars(args).items()}  # --json-out repo-relative
+    result: dict[str, dict] = {"config": {**config, "cpus": os.cpu_count(), "uvicorn": uvicorn},
                                "direct": {}, "gateway": {}, "ratio": {}}
+    if traced is not None:
+        result |= {"traced": {}, "tracing": {}}
     for concurrency in dict.fromkeys((args.concurrency, 1)):
         key = f"c{concurrency}"
         print(f"pass {key}: {args.rounds} A/B rounds ...", file=sys.stderr)
-        asyncio.run(run_pass(args, [engine, gateway], concurrency))
+        asyncio.run(run_pass(args, [engine, gateway, *([traced] if traced else [])], concurrency))
         result["direct"][key], result["gateway"][key] = summarize(engine), summarize(gateway)
         result["ratio"][key] = compare(result["direct"][key], result["gateway"][key])
+        if traced is not None:
+            result["traced"][key] = summarize(traced)
+            result["tracing"][key] = {**compare(result["gateway"][key], result["traced"][key]),
+                                      "server_cpu_ms_per_request_added": round(
+                                          result["traced"][key]["server_cpu_ms_per_request"]
+                                          - result["gateway"][key]["server_cpu_ms_per_request"], 3)}
     low, high = result["ratio"]["c1"], result["ratio"][f"c{args.concurrency}"]
     added = [v for v in (low["ttft_p50_added_ms"], low["e2e_p50_added_ms"]) if v is not None]
     result["targets"] = {"added_p50_ms_lt_2": bool(added) and max(added) < 2.0,
                          "throughput_ratio_ge_0_8": high["throughput"] >= 0.8}
+    if traced is not None:
+        low = result["tracing"]["c1"]
+        added = [v for v in (low["ttft_p50_added_ms"], low["e2e_p50_added_ms"]) if v is not None]
+        result["targets"]["tracing_added_p50_ms_lt_0_2"] = bool(added) and max(added) < 0.2
     return result
+
+
+def start_traced(args: argparse.Namespace, tmp: Path, config: Path, procs: list[subprocess.Popen[bytes]]
+                 ) -> tuple[int, int]:
+    """The OTLP/HTTP sink and a second gateway on `config` plus `[gateway.tracing]` exporting to it, started (appended
+    to `procs`, sink first); returns the gateway's port and pid."""
+    sink_port, port = free_port(), free_port()
+    procs.append(start([sys.executable, "-m", "cascade.testing.otlp", "--port", str(sink_port)], tmp / "sink.log"))
+    wait_http(f"http://127.0.0.1:{sink_port}/", procs[-1], tmp / "sink.log")
+    traced = tmp / "traced.toml"
+    traced.write_text(f'[gateway.tracing]\nendpoint = "http://127.0.0.1:{sink_port}/v1/traces"\nsampler_ratio = 1.0\n\n'
+                      + config.read_text())
+    procs.append(start([*CASCADE, "serve", "--config", str(traced), "--port", str(port), "--log-level", "warning",
+                        "--processes", str(args.gateway_processes)], tmp / "traced.log"))
+    wait_http(f"http://127.0.0.1:{port}/ready", procs[-1], tmp / "traced.log")
+    return port, procs[-1].pid
 
 
 def main() -> int:
@@ -243,11 +281,19 @@ def main() -> int:
                                 "--log-level", "warning", "--processes", str(args.gateway_processes)], logs[1]))
             wait_http(f"http://127.0.0.1:{gateway_port}/ready", procs[1], logs[1])
             url = "http://127.0.0.1:{}/v1/chat/completions"
+            traced = start_traced(args, Path(tmp), config, procs) if args.tracing else None
             result = measure(args, Target(url.format(engine_port), "fake-model", procs[0].pid, args.tokens),
-                             Target(url.format(gateway_port), args.model, procs[1].pid, args.tokens))
+                             Target(url.format(gateway_port), args.model, procs[1].pid, args.tokens),
+                             None if traced is None else Target(url.format(traced[0]), args.model, traced[1],
+                                                                args.tokens))
         finally:
             for proc in reversed(procs):
-                stop(proc, grace_s=12)  # uvicorn's own grace is 10 s
+                stop(proc, grace_s=12)  # uvicorn's own grace is 10 s (the traced gateway flushes its spans first)
+        if args.tracing:  # the sink prints what it received when it stops
+            sink_log = (Path(tmp) / "sink.log").read_text()
+            received = re.search(r"spans received: (\d+) in (\d+) requests", sink_log)
+            result["tracing_sink"] = {"spans": int(received.group(1)), "exports": int(received.group(2))} \
+                if received else {"error": sink_log[-500:]}
     text = json.dumps(result, indent=2)
     print(text)
     if args.json_out:

@@ -19,6 +19,7 @@ from pathlib import Path
 
 from cascade.data.outcomes import OutcomeRow, TierOutcome, read_rows, write_row
 from cascade.errors import CascadeError
+from cascade.repo_paths import recorded_path
 from cascade.testing.scripts import fail
 
 
@@ -68,7 +69,7 @@ def main() -> int:
         for row in rows:
             write_row(out, row)
     accuracy = {t: round(sum(bool(r.tiers[t].correct) for r in rows) / len(rows), 3) if rows else None for t in tiers}
-    print(json.dumps({"rows": len(rows), "tiers": tiers, "accuracy": accuracy, "out": str(args.out)}))
+    print(json.dumps({"rows": len(rows), "tiers": tiers, "accuracy": accuracy, "out": recorded_path(args.out)}))
     return 0
 
 

@@ -52,6 +52,7 @@ from typing import Any
 import numpy as np
 
 from cascade.engines.supervisor import free_port
+from cascade.repo_paths import recorded_value
 from cascade.testing.processes import CASCADE, process
 
 LOAD = Path(__file__).resolve().parent / "sse_load.py"
@@ -414,7 +415,7 @@ def main() -> int:
                 continue
             targets.append(Target(name, port, "fake-model", proc.pid, args.tokens))
             versions[name] = PEERS[name]["version"]
-        config_out = {**{k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()},
+        config_out = {**{k: recorded_value(v) for k, v in vars(args).items()},  # paths repo-relative
                       "cpus": os.cpu_count(), "cpu_model": cpu_model(), "python": platform.python_version(),
                       "peer_versions": versions, "client": "benchmarks/sse_load.py (uvloop + httptools)"}
         started = time.monotonic()

@@ -38,6 +38,7 @@ from cascade.errors import CascadeError
 from cascade.optimizer import routing
 from cascade.optimizer.planner import PlanResult, plan_problem
 from cascade.optimizer.problem import Problem, load_problem
+from cascade.repo_paths import recorded_value
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -147,7 +148,7 @@ def main(argv: list[str] | None = None) -> int:
         **{f"{key}_vs_{arm}": ratio(r["planned"][key], r[arm][key])
            for arm in arms if arm != "planned" for key in ("latency_s", "latency_envelope_s", "tokens_per_request")}}
         for t, r in by_target.items()}
-    out = {"spec": args.spec, "branched_tiers": sorted(branched) if branched else "all",
+    out = {"spec": recorded_value(args.spec), "branched_tiers": sorted(branched) if branched else "all",
            "gpus": problem.cluster.gpus, "rate_rps": problem.workload.rate_rps, "candidate_widths": candidates,
            "runs": rows, "ratios": ratios}
     text = json.dumps(out, indent=1)

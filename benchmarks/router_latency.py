@@ -31,6 +31,7 @@ import msgspec
 import numpy as np
 
 from cascade.data.datasets import shared_data_dir
+from cascade.repo_paths import recorded_path
 from cascade.router import embeddings
 from cascade.router.artifact import RouterCard, load_router
 from cascade.router.classifier import DifficultyClassifier
@@ -91,7 +92,7 @@ def main() -> int:
     args = parser.parse_args()
     prompts, correct = _prompts()
     model, card = load_router(args.router)
-    result: dict = {"router": str(args.router), "feature_spec": {"lexical": card.feature_spec.lexical,
+    result: dict = {"router": recorded_path(args.router), "feature_spec": {"lexical": card.feature_spec.lexical,
                     "hash_features": card.feature_spec.hash_features, "embeddings": card.feature_spec.embeddings,
                     "steps": card.feature_spec.steps}}
     result["without_embeddings"] = measure(model, card, prompts, args.n, warmup=200)

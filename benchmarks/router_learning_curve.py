@@ -33,6 +33,7 @@ import time
 import numpy as np
 
 from cascade.errors import ConfigError
+from cascade.repo_paths import recorded_path, recorded_value
 from cascade.router import evaluate as ev
 from cascade.router.outcomes import load_outcomes, parse_tiers, split_indices
 from cascade.router.train import TrainOptions, train_router, training_featurizer
@@ -125,7 +126,7 @@ def main(argv: list[str] | None = None) -> int:
     slopes = per_doubling(sizes, apgrs)
     top = per_doubling(sizes[-2:], apgrs[:, -2:])
     result = {
-        "outcomes": args.outcomes, "tiers": tiers, "features": blocks, "rows": len(outcomes),
+        "outcomes": recorded_value(args.outcomes), "tiers": tiers, "features": blocks, "rows": len(outcomes),
         "test_rows": len(outcomes) - n_train, "train_fraction": args.train_fraction, "repeats": args.repeats,
         "sizes": sizes,
         "apgr_mean": [round(float(v), 4) for v in apgrs.mean(axis=0)],
@@ -139,7 +140,7 @@ def main(argv: list[str] | None = None) -> int:
     }
     if args.plot:
         plot(args.plot, sizes, apgrs, prior, f"{args.outcomes.split('/')[-1]}: {', '.join(blocks)}")
-        result["plot"] = args.plot
+        result["plot"] = recorded_path(args.plot)
     print(json.dumps(result))
     return 0
 

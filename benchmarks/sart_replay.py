@@ -80,6 +80,7 @@ from cascade.data.datasets import DatasetError, prompts_by_id, prompts_of
 from cascade.data.grading import extract
 from cascade.data.outcomes import OutcomeRow, TierOutcome, read_rows, write_row
 from cascade.engines.models import load_card, model_dir
+from cascade.repo_paths import recorded_path
 
 
 @dataclass
@@ -367,7 +368,7 @@ def out_of_sample(candidates: list[Candidate], sc: list[Outcome], questions: lis
 
     baseline = candidate({"family": "greedy"}, [greedy[q] for q in questions if q in greedy]) if greedy else None
     plan = Plan(k=args.cv_folds, seed=args.cv_seed, points=args.cv_points, resamples=args.resamples)
-    return {"greedy_file": str(args.greedy) if args.greedy else None,
+    return {"greedy_file": recorded_path(args.greedy) if args.greedy else None,
             **report([cut(c) for c in candidates], cut(candidate({"family": "self_consistency", "n": args.n}, sc)),
                      baseline, plan)}
 
@@ -469,7 +470,7 @@ def main() -> int:
         print(headline(cross_validated), file=sys.stderr)
     scoring = {"calls": len(scorer.ms), "ms_mean": round(sum(scorer.ms) / len(scorer.ms), 1),
                "ms_p95": round(sorted(scorer.ms)[int(0.95 * (len(scorer.ms) - 1))], 1)} if scorer.ms else {}
-    payload = {"questions": len(questions), "n": args.n, "branches_file": str(source_file),
+    payload = {"questions": len(questions), "n": args.n, "branches_file": recorded_path(source_file),
                "scorer": args.scorer, "scoring_this_run": scoring,
                "self_consistency": summarize(sc, sc),
                "best_within_2pts": sorted([r for r in results if r["accuracy_minus_sc"] >= -0.02],

@@ -95,6 +95,7 @@ from cascade.optimizer.parallelism import SimSettings
 from cascade.optimizer.profile import UNBOUNDED_KV_TOKENS, Profile, ProfileCost, load_profile, write_profile
 from cascade.optimizer.simulator import SimResult, replica_percentile, saturation_rps, simulate, workload_sample
 from cascade.profiler.fit import profile_from_records, read_loadgen_records
+from cascade.repo_paths import recorded_values
 from loadgen.run import LoadConfig, build_workload
 
 TRANSFORMERS_PAGE_SIZE = 256  # tokens per KV block of `transformers serve --continuous-batching`
@@ -462,7 +463,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             t3 = time.monotonic()
     log("simulating")
     result = compare(args, target, profile, dataset, records, profile_after, fitted)
-    return {"target": {"kind": target.kind, "url": target.url, "model": target.model, **target.info},
+    return recorded_values({  # paths (model dir, dataset and profile files, out) repo-relative
+            "target": {"kind": target.kind, "url": target.url, "model": target.model, **target.info},
             "rate_rps": args.rate, "n": args.n, "max_tokens": args.max_tokens, "dataset": dataset, "seed": args.seed,
             "profile": profile_summary(profile, args.profile or str(out / "profile.json")),
             "profile_after": profile_summary(profile_after, str(out / "profile_after.json")) if profile_after else None,
@@ -470,7 +472,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             **result,
             "wall_s": {"profile": round(t1 - t0, 1), "loadgen": round(t2 - t1, 1), "profile_after": round(t3 - t2, 1),
                        "total": round(time.monotonic() - STARTED, 1)},
-            "out": str(out)}
+            "out": str(out)})
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:

@@ -36,6 +36,8 @@ import aiohttp
 import numpy as np
 from simulator_vs_loadgen import log, serve_target
 
+from cascade.repo_paths import recorded_values
+
 
 async def _stream(session: aiohttp.ClientSession, url: str, model: str | None, prompt: str,
                   max_tokens: int) -> list[float]:
@@ -120,7 +122,7 @@ def main(argv: list[str] | None = None) -> int:
     out = Path(args.out)
     with serve_target(args, out) as target:
         result = asyncio.run(measure(args, target.url, target.model))
-    result["config"] = vars(args) | {"target": target.info}
+    result["config"] = recorded_values(vars(args) | {"target": target.info})  # paths repo-relative
     print(json.dumps(result, indent=2))
     return 0
 

@@ -42,6 +42,7 @@ def _serve(args: argparse.Namespace) -> int:
 
 def _label(args: argparse.Namespace) -> int:
     import asyncio
+    import json
     from pathlib import Path
 
     from tqdm import tqdm
@@ -60,6 +61,13 @@ def _label(args: argparse.Namespace) -> int:
     if unknown:
         raise ConfigError(f"--tiers: unknown tier(s) {', '.join(unknown)}")
 
+    branch_file = Path(args.save_branches).open("ab") if args.save_branches else None  # noqa: SIM115
+
+    def save_branches(rows: list[dict[str, object]]) -> None:
+        assert branch_file is not None
+        branch_file.writelines(json.dumps(row).encode() + b"\n" for row in rows)
+        branch_file.flush()  # a row of a prompt whose outcome is not written yet is written again on a rerun
+
     async def run() -> tuple[int, int]:
         # As `cascade serve` (logs never beside --out), but only the workers the labelled tiers run on.
         async with running_ladder(config, wanted, log_dir=Path.cwd() / "logs") as ladder:
@@ -68,9 +76,14 @@ def _label(args: argparse.Namespace) -> int:
                 bar.update(sum(1 for p in prompts if p.id in done))
                 return await label(ladder.tiers, prompts, out, args.concurrency, args.max_tokens, args.seed,
                                    args.with_text, on_row=lambda _: bar.update(1),
-                                   on_failed=lambda row: bar.write(_not_written(row)), logprobs=args.logprobs)
+                                   on_failed=lambda row: bar.write(_not_written(row)), logprobs=args.logprobs,
+                                   on_branches=save_branches if branch_file is not None else None)
 
-    written, failed = asyncio.run(run())
+    try:
+        written, failed = asyncio.run(run())
+    finally:
+        if branch_file is not None:
+            branch_file.close()
     retry = (f"; {failed} prompts failed on some tier and were not written (re-run to retry; lower "
              "--concurrency if they timed out)") if failed else ""
     print(f"wrote {written} rows to {out}{retry}")
@@ -121,9 +134,13 @@ def _fake_server(args: argparse.Namespace) -> int:
     if args.fault == "garbage":
         serve_garbage(args.host, args.port)
         return 0
+    if args.prefix_cache_tokens < 0 or args.cached_ttft_ms < 0:
+        raise ConfigError(f"--prefix-cache-tokens {args.prefix_cache_tokens} / --cached-ttft-ms "
+                          f"{args.cached_ttft_ms:g}: expected >= 0")
     script = FakeScript(ttft_ms=args.ttft_ms, itl_ms=args.itl_ms, tokens=args.tokens, model=args.model,
                         fault=args.fault)
-    serve(args.host, args.port, script, max_running=args.max_running, itl_batch_slope=args.itl_batch_slope)
+    serve(args.host, args.port, script, max_running=args.max_running, itl_batch_slope=args.itl_batch_slope,
+          prefix_cache_tokens=args.prefix_cache_tokens, cached_ttft_ms=args.cached_ttft_ms)
     return 0
 
 
@@ -180,6 +197,9 @@ def build_parser() -> argparse.ArgumentParser:
                      help="ask each engine for token logprobs and record the answer's token confidence (mean, "
                      "lowest group of 32 tokens, tail) per tier; engines that list `logprobs` in unsupported_params "
                      "(the embedded one) are asked nothing and record none")
+    lab.add_argument("--save-branches", metavar="FILE", help="append each reasoning tier's branch texts per prompt "
+                     "to this JSONL (id, tier, seed, branch, text, state, correct; model output, no prompt), for "
+                     "offline replays (benchmarks/branch_logprobs.py)")
     lab.set_defaults(func=_label)
 
     models = sub.add_parser("models", help="manage the embedded CPU models").add_subparsers(
@@ -205,6 +225,13 @@ def build_parser() -> argparse.ArgumentParser:
                       help="batch slots (SGLang's --max-running-requests): requests beyond them queue (0: no limit)")
     fake.add_argument("--itl-batch-slope", type=float, default=0.0,
                       help="time between tokens grows with the batch: itl x (1 + slope x (streams decoding - 1))")
+    fake.add_argument("--prefix-cache-tokens", type=int, default=0, metavar="N",
+                      help="model a prefix cache of N prompt tokens (LRU of message prefixes; 0: none): a prompt "
+                      "whose leading messages are held starts sooner, and usage reports "
+                      "prompt_tokens_details.cached_tokens")
+    fake.add_argument("--cached-ttft-ms", type=float, default=0.0,
+                      help="with --prefix-cache-tokens: time to first token of a fully cached prompt (--ttft-ms is "
+                      "that of an uncached one; a partly cached prompt's is in proportion)")
     fake.add_argument("--model", default="fake-model")
     # Kept in step with cascade.engines.fake_script.FAULTS (not imported: --help stays instant).
     fake.add_argument("--fault", default="", metavar="MODE",

@@ -61,6 +61,15 @@ class RateLimited(Overloaded):
         self.headers = headers
 
 
+class QuotaExceeded(Overloaded):
+    """An API key has spent its budget for the period (`[[gateway.keys]] budget`): OpenAI's 429 with type and code
+    `insufficient_quota`; `retry_after_s` is until the budget resets."""
+
+    def __init__(self, message: str, retry_after_s: float) -> None:
+        super().__init__(message, retry_after_s)
+        self.code = "insufficient_quota"
+
+
 class LimitsUnavailable(CascadeError):
     """The shared store of the limits (`[gateway.redis] url`) did not answer and its `failure = "closed"`: the
     request is refused (a 503) rather than admitted uncounted; the client should retry after `retry_after_s`."""

@@ -31,6 +31,9 @@ def add_keys_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) 
     add.add_argument("--hints", default="", help=f"comma-separated quality hints it may use ({', '.join(HINTS)}); "
                      "default: all")
     add.add_argument("--tiers", default="", help="comma-separated tiers it may name as its model; default: all")
+    add.add_argument("--budget", type=float, default=0.0, help="spend per --budget-period in the tiers' [tiers.price] "
+                     "currency (default 0: none)")
+    add.add_argument("--budget-period", default="month", help="hour, day, month (UTC) or seconds (default: month)")
     add.set_defaults(func=_add)
     listing = keys.add_parser("list", help="show the configured keys' names, limits and permissions (never keys)")
     listing.add_argument("--config", required=True, help="cascade.toml")
@@ -40,12 +43,20 @@ def add_keys_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) 
 def _add(args: argparse.Namespace) -> int:
     if args.rpm < 0 or args.tpm < 0:
         raise ConfigError("--rpm and --tpm must be >= 0 (0: unlimited)")
+    if not 0 <= args.budget <= 1e12:  # also refuses nan
+        raise ConfigError("--budget must be between 0 (none) and 1e12")
+    period = args.budget_period
+    if period not in ("hour", "day", "month") and not (period.isdigit() and 1 <= int(period) <= 31_622_400):
+        raise ConfigError(f"--budget-period must be hour, day, month or 1..31622400 seconds, got {period!r}")
     if args.write and not args.config:
         raise ConfigError("--write needs --config: the file to append the key's entry to")
     hints = [h.strip() for h in args.hints.split(",") if h.strip()]
     tiers = [t.strip() for t in args.tiers.split(",") if t.strip()]
     key = PREFIX + secrets.token_urlsafe(32)
     entry = _entry(args.name, hashlib.sha256(key.encode()).hexdigest(), args.rpm, args.tpm, hints, tiers)
+    if args.budget:
+        entry += f"budget = {args.budget!r}\nbudget_period = {period if period.isdigit() else repr(period)}\n"
+        entry = entry.replace("'", '"')
     if args.config:
         from cascade.config import decode_config
 
@@ -96,7 +107,8 @@ def _list(args: argparse.Namespace) -> int:
         tpm = key.tokens_per_minute or "unlimited"
         hints = ",".join(key.hints) or "all"
         tiers = ",".join(key.tiers) or "all"
-        print(f"{key.name:24s} rpm={rpm} tpm={tpm} hints={hints} tiers={tiers}")
+        budget = f" budget={key.budget:g}/{key.budget_period}" if key.budget else ""
+        print(f"{key.name:24s} rpm={rpm} tpm={tpm} hints={hints} tiers={tiers}{budget}")
     if not config.gateway.keys and not config.gateway.api_keys:
         print("no API keys: every request is served (add one with `cascade keys add`)")
     return 0

@@ -67,8 +67,11 @@ def select_prompts(dataset: str, n: int | None, seed: int) -> list[Prompt]:
     return prompts
 
 
-async def answer_on_tier(tier: Tier, prompt: Prompt, max_tokens: int | None, seed: int, logprobs: bool = False
-                         ) -> TierOutcome:
+BranchTexts = Callable[[list[dict[str, object]]], None]
+
+
+async def answer_on_tier(tier: Tier, prompt: Prompt, max_tokens: int | None, seed: int, logprobs: bool = False,
+                         on_branches: BranchTexts | None = None) -> TierOutcome:
     """One tier's graded answer: exactly what the gateway serves (cascade/answer.py) for the prompt sent
     with `seed`, and `temperature: 0` on a single-branch tier so that its row is reproducible (a tier with
     reasoning branches samples them at its branch temperature, seeded, and runs SART as served). `logprobs`: ask
@@ -87,6 +90,9 @@ async def answer_on_tier(tier: Tier, prompt: Prompt, max_tokens: int | None, see
                            finish_reason="error", error=exc.message)
     result = whole.results[0]
     reference = prompt.reference or ""
+    if on_branches is not None and whole.runs:
+        on_branches([{"id": prompt.id, "tier": tier.name, "seed": seed, "branch": i, "text": text, "state": state,
+                      "correct": grade(text, reference)} for i, (text, state) in enumerate(whole.runs[0].branch_texts)])
     return TierOutcome(
         correct=grade(result.text, reference), answer=extract(result.text, reference),
         output_tokens=result.completion_tokens, latency_s=round(time.perf_counter() - start, 3),
@@ -99,8 +105,10 @@ async def label(
     tiers: list[Tier], prompts: list[Prompt], out: Path, concurrency: int, max_tokens: int | None, seed: int,
     with_text: bool = False, on_row: Callable[[OutcomeRow], None] | None = None,
     on_failed: Callable[[OutcomeRow], None] | None = None, logprobs: bool = False,
+    on_branches: BranchTexts | None = None,
 ) -> tuple[int, int]:
-    """Label `prompts` not yet in `out`; returns (rows written, prompts that failed on some tier)."""
+    """Label `prompts` not yet in `out`; returns (rows written, prompts that failed on some tier). `on_branches`:
+    each branched tier's branch texts per prompt (`--save-branches`), given when its answer is in."""
     done = read_done_ids(out)
     todo = [p for p in prompts if p.id not in done]
     # Weighted: a tier with N reasoning branches holds N of the `concurrency` requests in flight.
@@ -110,7 +118,7 @@ async def label(
         weight = min(concurrency, tier.config.branches.n)
         await slots.acquire(weight, timeout_s=None)
         try:
-            return await answer_on_tier(tier, prompt, max_tokens, seed, logprobs)
+            return await answer_on_tier(tier, prompt, max_tokens, seed, logprobs, on_branches)
         finally:
             slots.release(weight)
 

@@ -94,6 +94,9 @@ class ChatCompletionRequest(msgspec.Struct, kw_only=True, forbid_unknown_fields=
     frequency_penalty: float | None = None
     logit_bias: dict[str, float] | None = None
     user: str | None = None
+    # OpenAI's prefix-cache routing key: read by cascade to pick a tier's replica ([tiers.replicas] choice =
+    # "prefix"; an `x-session-id` header means the same), never sent upstream.
+    prompt_cache_key: str | None = None
     metadata: dict[str, str] | None = None
     logprobs: bool | None = None
     top_logprobs: int | None = None
@@ -154,6 +157,20 @@ class Billed(msgspec.Struct, kw_only=True):
     total_tokens: int
 
 
+class Cost(msgspec.Struct, kw_only=True):
+    """What the request cost (`cascade.cost`, header x-cascade-cost): its bill (`billed`) priced per tier at the
+    tiers' `[tiers.price]`, in `currency` units: `input` its prompt tokens (once per tier that answered), `output`
+    every token decoded for it (every branch, escalated draft and retry), `total` the two. Absent when the tiers have
+    no prices."""
+
+    currency: str
+    input: float
+    output: float
+    total: float
+    # Each tier's share of `total` (the tiers it was answered on: an escalation's draft tiers too).
+    tiers: dict[str, float] = msgspec.field(default_factory=dict)
+
+
 class CascadeInfo(msgspec.Struct, kw_only=True):
     """What cascade decided for this request; returned in every response."""
 
@@ -178,6 +195,8 @@ class CascadeInfo(msgspec.Struct, kw_only=True):
     degraded: Degradation | None = None
     # What its API key is charged (whole answers, and a stream's last chunk; None: not known yet).
     billed: Billed | None = None
+    # What it cost: `billed` priced per tier (None: the tiers have no prices, or not known yet).
+    cost: Cost | None = None
 
 
 class AssistantMessage(msgspec.Struct, kw_only=True):

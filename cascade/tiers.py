@@ -66,8 +66,15 @@ def make_backend(name: str, config: BackendConfig, workers: dict[str, Worker]) -
             # batching keeps the first request's, and after a restart a user's request may come first.
             fixed = {} if worker.config.temperature == 0 else sampling_fields(worker.model_dir, worker.config)
             # transformers serve with a preloaded model answers any model id with that model.
-            return OpenAIBackend(name, worker.url, str(worker.model_dir), config.timeouts, fixed_fields=fixed)
+            return OpenAIBackend(name, worker.url, str(worker.model_dir), config.timeouts, fixed_fields=fixed,
+                                 provider="transformers")
     raise TypeError(f"unknown backend config {type(config).__name__}")
+
+
+def ring_id(config: BackendConfig) -> str:
+    """A replica's name on the hash ring of choice by prefix: what every gateway's config says of it alike (its
+    URL, or its worker's name), never its place in the list or a port picked at start-up."""
+    return f"worker:{config.worker}" if isinstance(config, WorkerBackendConfig) else config.url
 
 
 def make_workers(config: CascadeConfig, log_dir: Path, tier_names: Collection[str] | None = None) -> dict[str, Worker]:
@@ -125,7 +132,8 @@ def build_tiers(config: CascadeConfig, workers: dict[str, Worker], tier_names: C
         replicas = [make_backend(f"{tier_config.name}/{j}", b, workers) for j, b in enumerate(tier_config.backends)]
         slots = BranchSlots(tier_config.name, tier_config.branches.slots) if tier_config.branches.slots else None
         scorer = make_scorer(tier_config, workers)
-        pool = ReplicaPool(tier_config.name, replicas, config.gateway.failover)
+        pool = ReplicaPool(tier_config.name, replicas, config.gateway.failover, tier_config.replicas,
+                           [ring_id(b) for b in tier_config.backends])
         unsupported = frozenset(p for b in tier_config.backends for p in b.unsupported_params)
         greedy_only = any(isinstance(b, WorkerBackendConfig) and workers_by_name[b.worker].temperature == 0
                           for b in tier_config.backends)

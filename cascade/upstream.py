@@ -56,13 +56,18 @@ class Sampling(msgspec.Struct, frozen=True, kw_only=True):
     extra: dict[str, object] = msgspec.field(default_factory=dict)
     # Ask the engine for token logprobs for cascade's own reading (answer confidence, pruning): LOGPROBS_REQUEST.
     token_logprobs: bool = False
+    # The client's prefix-cache key (`prompt_cache_key` or `x-session-id`): GenerationRequest.affinity_key.
+    affinity_key: str = ""
+    # With token_logprobs: candidates per token to ask for (`top_logprobs`) where more than LOGPROBS_REQUEST's one
+    # (DeepConf's token confidence, `[tiers.branches] confidence_top_k`).
+    top_logprobs: int = 0
 
 
 def sampling_of(req: ChatCompletionRequest, max_tokens: int) -> Sampling:
     """A client's request as sampling (`max_tokens` 0: the tier's default)."""
     extra = {name: value for name in PASSTHROUGH if (value := getattr(req, name)) is not None}
     return Sampling(max_tokens=max_tokens or None, temperature=req.temperature, top_p=req.top_p, stop=stops(req),
-                    seed=req.seed, extra=extra)
+                    seed=req.seed, extra=extra, affinity_key=req.prompt_cache_key or "")
 
 
 def label_sampling(max_tokens: int | None, seed: int, branched: bool, token_logprobs: bool = False) -> Sampling:
@@ -82,10 +87,12 @@ def template(tier: TierConfig, messages: list[ChatMessage], sampling: Sampling) 
     if tier.system_prompt:
         messages = [ChatMessage(role="system", content=tier.system_prompt), *messages]
     extra = {**sampling.extra, **LOGPROBS_REQUEST} if sampling.token_logprobs else dict(sampling.extra)
+    if sampling.token_logprobs and sampling.top_logprobs > 1:
+        extra["top_logprobs"] = sampling.top_logprobs
     return GenerationRequest(
         messages=messages, max_tokens=sampling.max_tokens or tier.default_max_tokens,
         temperature=sampling.temperature, top_p=sampling.top_p, stop=list(sampling.stop), seed=sampling.seed,
-        request_id=new_base(), extra=extra,
+        request_id=new_base(), extra=extra, affinity_key=sampling.affinity_key,
     )
 
 

@@ -36,9 +36,15 @@ class _Usage(msgspec.Struct):
     completion_tokens: int | None = None
 
 
+class _Cost(msgspec.Struct):
+    total: float | None = None
+    currency: str | None = None
+
+
 class _Cascade(msgspec.Struct):
     tier: int | None = None
     tier_name: str | None = None
+    cost: _Cost | None = None  # cascade's cost of the request: a whole answer's, or a stream's last chunk's
 
 
 class _ErrorBody(msgspec.Struct):
@@ -88,6 +94,7 @@ class ResponseSink:
     __slots__ = (
         "body",
         "chunks",
+        "cost",
         "end_t",
         "error",
         "finish_reason",
@@ -124,6 +131,7 @@ class ResponseSink:
         self.finish_reason: str | None = None
         self.usage_tokens: int | None = None
         self.prompt_tokens: int | None = None
+        self.cost: _Cost | None = None
         self.error: str | None = None
 
     def on_sent(self, t: float) -> None:
@@ -170,6 +178,8 @@ class ResponseSink:
         if event.cascade is not None:
             self.tier_index = event.cascade.tier
             self.tier = self.tier or event.cascade.tier_name
+            if event.cascade.cost is not None and event.cascade.cost.total is not None:
+                self.cost = event.cascade.cost
         if event.usage is not None:
             self.usage_tokens = event.usage.completion_tokens
             self.prompt_tokens = event.usage.prompt_tokens
@@ -276,6 +286,8 @@ def _fill(record: RequestRecord, sink: ResponseSink, t0: float, due: float | Non
     record.finish_reason = sink.finish_reason
     record.prompt_tokens = sink.prompt_tokens
     record.output = "".join(sink.texts)
+    if sink.cost is not None:
+        record.cost, record.cost_currency = sink.cost.total, sink.cost.currency
     if record.error is None and sink.error is not None:
         record.error = sink.error
     if sent is not None:

@@ -23,6 +23,7 @@ ROWS: tuple[tuple[str, tuple[str, ...], int], ...] = (
     ("SLO attainment", ("slo_attainment",), 4),
     ("accuracy", ("accuracy",), 4),
     ("correct within SLO", ("correct_within_slo",), 4),
+    ("cost per correct answer", ("cost", "per_correct_answer"), 6),
     ("requests", ("requests",), 0),
     ("failed", ("failed",), 0),
     ("achieved rate rps", ("achieved_rate_rps",), 3),

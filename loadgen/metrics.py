@@ -12,6 +12,9 @@ Definitions (vLLM's benchmark where it has one):
 * correct_goodput_rps: requests both graded correct and meeting the SLO / duration (the headline for a
   quality-aware gateway: a fast wrong answer and a right late one both count 0), with a 95% bootstrap
   interval (`correct_goodput_ci95`: the count resampled over the run's requests, seeded, duration fixed).
+* cost (when responses carry one: cascade's `cascade.cost`): `total` over the requests that carried it (failed and
+  wrong answers included: they were paid for), `per_request` over those requests, and `per_correct_answer` = total /
+  requests graded correct (null when none is): what one right answer costs.
 * min_slo_scale: the smallest factor s such that `attainment_level` of all requests meet the SLO with
   every bound multiplied by s (Cascadia's metric); null when failures exceed 1 - attainment_level.
 """
@@ -140,7 +143,23 @@ def group_stats(records: Sequence[RequestRecord], slo: dict[str, float], duratio
         "correct_within_slo": round(on_time_correct / len(graded), 4) if graded else None,
         "correct_goodput_rps": correct_rps,
         "correct_goodput_ci95": correct_ci,
+        "cost": cost_stats(records),
     }
+
+
+def cost_stats(records: Sequence[RequestRecord]) -> dict[str, Any] | None:
+    """What the requests cost, as their responses said (None when none said): total, per request that carried a
+    cost, and per correct answer (null when nothing was graded correct). Costs that are not finite numbers >= 0 are
+    left out: the server's, not ours."""
+    costed = [r for r in records if r.cost is not None and math.isfinite(r.cost) and r.cost >= 0]
+    if not costed:
+        return None
+    total = math.fsum(r.cost or 0.0 for r in costed)
+    correct = sum(1 for r in records if r.correct)
+    currencies = Counter(r.cost_currency for r in costed if r.cost_currency)
+    return {"currency": currencies.most_common(1)[0][0] if currencies else None,
+            "total": round(total, 12), "requests": len(costed), "per_request": round(total / len(costed), 12),
+            "per_correct_answer": round(total / correct, 12) if correct and math.isfinite(total) else None}
 
 
 def summarize(records: Sequence[RequestRecord], slo: dict[str, float], duration_s: float,
@@ -170,6 +189,7 @@ def summarize(records: Sequence[RequestRecord], slo: dict[str, float], duration_
         "correct_goodput_ci95": stats["correct_goodput_ci95"],
         "correct_within_slo": stats["correct_within_slo"],
         "graded": stats["graded"],
+        "cost": stats["cost"],
         "duration_s": round(duration_s, 4),
         "request_throughput_rps": stats["request_throughput_rps"],
         "output_throughput_tps": stats["output_throughput_tps"],

@@ -78,6 +78,20 @@ def _with_ci(stats: dict[str, Any]) -> str:
     return value if ci is None else f"{value} ({_fmt(ci[0], 3)}-{_fmt(ci[1], 3)})"
 
 
+def _cost_rows(cost: dict[str, Any] | None) -> list[str]:
+    """The summary's cost rows, when the responses carried a cost (cascade's `cascade.cost`)."""
+    if not cost:
+        return []
+    unit = f" {cost['currency']}" if cost.get("currency") else ""
+
+    def money(value: float | None) -> str:
+        return "–" if value is None else f"{value:.6g}"
+
+    return [f"| **cost per correct answer** | {money(cost['per_correct_answer'])}{unit} |",
+            f"| cost per request / total ({cost['requests']} costed) | {money(cost['per_request'])} / "
+            f"{money(cost['total'])}{unit} |"]
+
+
 def markdown(summary: dict[str, Any], plots: Sequence[Path], sweep: dict[str, Any] | None = None,
              plotted: bool = True) -> str:
     run = summary.get("run", {})
@@ -103,6 +117,7 @@ def markdown(summary: dict[str, Any], plots: Sequence[Path], sweep: dict[str, An
         f"{_fmt(summary['min_slo_scale'], 3)} |",
         f"| accuracy ({summary['graded']} graded) | {_pct(summary['accuracy'])} |",
         f"| correct within SLO | {_pct(summary['correct_within_slo'])} |",
+        *_cost_rows(summary.get("cost")),
         f"| dispatch lag p50 / p99 | {_fmt(summary['dispatch_lag_ms']['p50'], 2)} / "
         f"{_fmt(summary['dispatch_lag_ms']['p99'], 2)} ms |",
         "", "## Latency (ms)", "", *_latency_table(summary), "",

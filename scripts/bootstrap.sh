@@ -59,6 +59,19 @@ if [[ ",$joined," == *",redis,"* ]] && ! command -v redis-server >/dev/null; the
     command -v redis-server >/dev/null \
         || echo "bootstrap: redis-server is missing and apt-get could not install it: the Redis tests will skip"
 fi
+if [[ ",$joined," == *",dev,"* ]] && ! command -v promtool >/dev/null; then
+    # The alert rules' own tests (tests/deploy/test_monitoring.py: `promtool check rules` and `promtool test rules`
+    # firing each alert on its fault) need Debian's prometheus package; they skip without it.
+    if command -v apt-get >/dev/null && [ "$(id -u)" = 0 ]; then
+        echo "bootstrap: installing prometheus for promtool (apt-get)"
+        apt_install=(env DEBIAN_FRONTEND=noninteractive RUNLEVEL=1 apt-get install -y -qq --no-install-recommends
+                     prometheus)
+        "${apt_install[@]}" >/dev/null 2>&1 \
+            || { apt-get update -qq >/dev/null 2>&1 && "${apt_install[@]}" >/dev/null 2>&1; } || true
+    fi
+    command -v promtool >/dev/null \
+        || echo "bootstrap: promtool is missing and apt-get could not install it: the alert-rule checks will skip"
+fi
 if [[ ",$joined," == *",dev,"* ]]; then
     # SGLang's protocol models for the contract tests: the pinned wheel, --no-deps, outside site-packages.
     CASCADE_VENV="$VENV" scripts/install_sglang_protocol.sh

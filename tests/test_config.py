@@ -125,6 +125,13 @@ def test_example_sglang_config_loads() -> None:
         (MINIMAL.replace('model = "m" }', 'model = "m", unsupported_params = ["logprobs"] }')
          + "[tiers.branches]\nprune_confidence = 0.5\n", "tiers[0].branches.prune_confidence` needs token logprobs"),
         (MINIMAL + "[tiers.branches]\nprune_confidence = 1.5\n", "tiers[0].branches.prune_confidence` must be in"),
+        (MINIMAL.replace('model = "m" }', 'model = "m", unsupported_params = ["logprobs"] }')
+         + "[tiers.branches]\nn = 4\nm = 4\nfirst_wave = 2\nconfidence_keep = 0.9\n",
+         "tiers[0].branches.confidence_keep` needs token logprobs"),
+        (MINIMAL.replace('model = "m" }', 'model = "m", unsupported_params = ["top_logprobs"] }')
+         + '[tiers.branches]\naggregation = "confidence"\n', "tiers[0].branches.aggregation` needs token logprobs"),
+        (MINIMAL + "[tiers.branches]\nn = 4\nm = 4\nconfidence_keep = 0.9\n",
+         "`tiers[0].branches.confidence_keep` needs first_wave"),
         (MINIMAL + "[tiers.branches]\nn = 2\nm = 3\n", "`tiers[0].branches.m` must be between 1 and n (2)"),
         (MINIMAL + "[tiers.branches]\nn = 4\nm = 3\nfirst_wave = 3\n", "`tiers[0].branches.first_wave` must be 0"),
         (MINIMAL + "[tiers.branches]\nn = 4\nwave_margin = 2\n", "`tiers[0].branches.wave_margin` needs first_wave"),
@@ -134,6 +141,9 @@ def test_example_sglang_config_loads() -> None:
         (MINIMAL + '\n[gateway.redis]\nurl = "http://x"\n', "`gateway.redis.url` must start with redis://"),
         (MINIMAL + '\n[gateway.redis]\nfailure = "ajar"\n', "in `gateway.redis.failure`"),
         (MINIMAL + "\n[gateway.redis]\ntimeout_s = 0\n", "in `gateway.redis.timeout_s`"),
+        (MINIMAL + '\n[gateway.tracing]\nendpoint = "127.0.0.1:4318"\n', "`gateway.tracing.endpoint` must be an OTLP"),
+        (MINIMAL + "\n[gateway.tracing]\nsampler_ratio = 1.5\n", "in `gateway.tracing.sampler_ratio`"),
+        (MINIMAL + '\n[gateway.tracing]\nservice_name = ""\n', "in `gateway.tracing.service_name`"),
         (MINIMAL + "\n[gateway.health]\ninterval_s = 0\n", "gateway.health.interval_s"),
         (MINIMAL + "\n[gateway.health]\ninterval_s = 301\n", "gateway.health.interval_s"),
         (MINIMAL + "\n[gateway.health]\ntimeout_s = 0\n", "gateway.health.timeout_s"),
@@ -199,6 +209,12 @@ def test_a_tier_s_branch_settings_are_one_table_under_the_names_a_request_uses()
     (BranchSettings(n=4, m=4, wave_margin=2), "wave_margin"),
     (BranchSettings(prune_confidence=2.0), "prune_confidence"),
     (BranchSettings(confidence_group=0), "confidence_group"),
+    (BranchSettings(n=4, m=4, first_wave=2, confidence_keep=1.5), "confidence_keep"),
+    (BranchSettings(n=4, m=4, confidence_keep=0.9), "confidence_keep"),
+    (BranchSettings(vote_keep=0.0), "vote_keep"),
+    (BranchSettings(vote_keep=1.01), "vote_keep"),
+    (BranchSettings(confidence_top_k=21), "confidence_top_k"),
+    (BranchSettings(confidence_top_k=-1), "confidence_top_k"),
     (BranchSettings(temperature=2.5), "temperature"),
     (BranchSettings(slots=-1), "slots"),
 ])

@@ -142,3 +142,17 @@ def test_labelling_some_tiers_starts_only_their_workers_and_an_unknown_tier_is_r
         assert main(["label", "--config", config, "--dataset", dataset, "--out", str(out), "--tiers", "small"]) == 0
     assert all(set(json.loads(line)["tiers"]) == {"small"} for line in out.read_text().splitlines())
     assert engine.stats.requests == 2  # q0 and q1 on the small tier; the thinker was never asked
+
+
+def test_save_branches_appends_each_reasoning_tiers_branch_texts_without_the_prompt(tmp_path) -> None:
+    out, branches = tmp_path / "outcomes.jsonl", tmp_path / "branches.jsonl"
+    with serve_asgi(FakeEngine(FakeScript(tokens=8))) as url:
+        config, dataset = write_inputs(tmp_path, url)
+        assert main(["label", "--config", config, "--dataset", dataset, "--out", str(out),
+                     "--save-branches", str(branches)]) == 0
+    saved = [json.loads(line) for line in branches.read_text().splitlines()]
+    assert {r["id"] for r in saved} == {"q0", "q1"} and {r["tier"] for r in saved} == {"thinker"}  # small: no branches
+    assert all(set(r) == {"id", "tier", "seed", "branch", "text", "state", "correct"} for r in saved)
+    finished = [r for r in saved if r["state"] == "finished"]
+    assert len(finished) >= 4 and all(r["correct"] and r["text"].endswith("18") for r in finished)
+    assert not any("Q0" in r["text"] or "Q1" in r["text"] for r in saved)  # model output only, never the prompt

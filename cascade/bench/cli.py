@@ -104,6 +104,7 @@ def _branches(args: argparse.Namespace) -> int:
     from cascade.config import load_config
     from cascade.engines.embedded import embedded_config
     from cascade.label import select_prompts
+    from cascade.repo_paths import recorded_value
     from cascade.tiers import make_workers
 
     methods = [m.strip() for m in args.methods.split(",") if m.strip()]
@@ -151,7 +152,8 @@ def _branches(args: argparse.Namespace) -> int:
                   for r in runs if r.main}
     payload = {
         **outcome,
-        "config": {"tier": tier_name, "dataset": args.dataset, "n_questions": len(prompts), "rate_rps": args.rate,
+        "config": {"tier": tier_name, "dataset": recorded_value(args.dataset),  # a file: repo-relative
+                   "n_questions": len(prompts), "rate_rps": args.rate,
                    "n": args.n, "m": args.m, "alpha": args.alpha, "beta": args.beta, "k": args.k,
                    "max_tokens": args.max_tokens,
                    # The branched methods' sampling (None when none ran); each method's own in `methods`.

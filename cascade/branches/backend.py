@@ -26,6 +26,9 @@ class GenerationRequest(msgspec.Struct, kw_only=True, frozen=True):
     request_id: str = ""
     # The client's fields that cascade forwards as sent (schemas.PASSTHROUGH: tools, logprobs, ...).
     extra: dict[str, Any] = msgspec.field(default_factory=dict)
+    # The client's own prefix-cache key (`prompt_cache_key`, or an `x-session-id` header): a tier whose replicas are
+    # chosen by prefix hashes it instead of the conversation's opening (cascade/branches/affinity.py). Never sent.
+    affinity_key: str = ""
 
 
 class StreamDelta(msgspec.Struct, kw_only=True):
@@ -40,6 +43,7 @@ class StreamDelta(msgspec.Struct, kw_only=True):
     finish_reason: str | None = None
     prompt_tokens: int | None = None
     completion_tokens: int | None = None
+    cached_tokens: int | None = None  # of the prompt's, served from the engine's prefix cache (where it reports them)
     chunks: int = 1
     # Set by a replica pool on a stream's first delta: faulty replicas tried before this one, and the tokens those
     # attempts had decoded before they failed (a whole answer is retried even mid-answer: decoded, never returned).
@@ -59,6 +63,8 @@ class StreamDelta(msgspec.Struct, kw_only=True):
             self.prompt_tokens = later.prompt_tokens
         if later.completion_tokens is not None:
             self.completion_tokens = later.completion_tokens
+        if later.cached_tokens is not None:
+            self.cached_tokens = later.cached_tokens
         self.retries = max(self.retries, later.retries)
         if later.tool_calls:
             self.tool_calls = [*(self.tool_calls or []), *later.tool_calls]

@@ -24,13 +24,14 @@ from __future__ import annotations
 import math
 from collections import deque
 from collections.abc import Sequence
+from typing import NamedTuple
 
 import msgspec
 
 from cascade.data.outcomes import TokenConfidence
 
-__all__ = ["DEFAULT_GROUP", "LOGPROBS_REQUEST", "STATISTICS", "GroupWindow", "TokenConfidence", "confidence_of",
-           "token_logprobs"]
+__all__ = ["DEFAULT_GROUP", "LOGPROBS_REQUEST", "STATISTICS", "Certainties", "GroupWindow", "TokenConfidence",
+           "TraceConfidence", "confidence_of", "quantile", "token_certainties", "token_logprobs"]
 
 # What cascade adds to a request to read its answer's confidence: `top_logprobs: 1` too, because llama.cpp's
 # server returns no logprobs without it (SGLang, vLLM and OpenAI return the sampled token's either way).
@@ -42,11 +43,22 @@ FLOOR_LOGPROB = -100.0  # engines send -inf / -9999 for impossible tokens: one s
 STATISTICS = ("mean", "lowest_group", "tail")
 
 
-class _Entry(msgspec.Struct):
+class _Candidate(msgspec.Struct):
     logprob: float | None = None
 
 
+class _Entry(msgspec.Struct):
+    logprob: float | None = None
+    top_logprobs: list[_Candidate] | None = None
+
+
 _decode_entry = msgspec.json.Decoder(_Entry).decode
+
+
+def _clamped(value: float | None) -> float | None:
+    if value is None or math.isnan(value):
+        return None
+    return max(FLOOR_LOGPROB, min(0.0, value))
 
 
 def token_logprobs(entries: Sequence[msgspec.Raw]) -> list[float]:
@@ -55,12 +67,48 @@ def token_logprobs(entries: Sequence[msgspec.Raw]) -> list[float]:
     values = []
     for raw in entries:
         try:
-            value = _decode_entry(raw).logprob
+            value = _clamped(_decode_entry(raw).logprob)
         except msgspec.MsgspecError:
             continue
-        if value is not None and not math.isnan(value):
-            values.append(max(FLOOR_LOGPROB, min(0.0, value)))
+        if value is not None:
+            values.append(value)
     return values
+
+
+class Certainties(NamedTuple):
+    values: list[float]
+    top_k: bool  # DeepConf's (from 2 or more candidates per token); False: the sampled tokens' logprobs
+
+
+def token_certainties(entries: Sequence[msgspec.Raw]) -> Certainties:
+    """Each token's confidence as DeepConf defines it, -(mean log-probability of the top-k candidates the engine
+    sent), where the entries carry `top_logprobs` of 2 or more numbers; else the sampled token's own
+    log-probability stands in (one engine sends one kind throughout, so a branch's values share a scale). Higher is
+    surer either way: a peaked distribution leaves its runners-up far below zero."""
+    values, top_k = [], False
+    for raw in entries:
+        try:
+            entry = _decode_entry(raw)
+        except msgspec.MsgspecError:
+            continue
+        top = [v for c in entry.top_logprobs or () if (v := _clamped(c.logprob)) is not None]
+        if len(top) >= 2:
+            values.append(-math.fsum(top) / len(top))
+            top_k = True
+        elif (own := _clamped(entry.logprob)) is not None:
+            values.append(own)
+    return Certainties(values, top_k)
+
+
+def quantile(values: Sequence[float], q: float) -> float:
+    """The q-quantile of `values` (linear between order statistics, numpy's default); q in [0, 1]."""
+    if not values:
+        raise ValueError("the quantile of no values")
+    ordered = sorted(values)
+    at = q * (len(ordered) - 1)
+    low = math.floor(at)
+    high = min(low + 1, len(ordered) - 1)
+    return ordered[low] + (ordered[high] - ordered[low]) * (at - low)
 
 
 def confidence_of(logprobs: Sequence[float], group: int = DEFAULT_GROUP) -> TokenConfidence | None:
@@ -110,3 +158,48 @@ class GroupWindow:
     def confidence(self) -> float:
         """exp(mean logprob) of the window: the current group confidence."""
         return math.exp(self.mean)
+
+
+class TraceConfidence:
+    """One branch's running confidence (DeepConf): the mean of its last `group` token certainties
+    (`token_certainties`) and the lowest such group mean so far, the trace's confidence. A trace shorter than one
+    group has one group, itself."""
+
+    __slots__ = ("_lowest", "tokens", "top_k", "window")
+
+    def __init__(self, group: int) -> None:
+        self.window = GroupWindow(group)
+        self._lowest = math.inf
+        self.tokens = 0
+        self.top_k = False
+
+    def extend(self, certainties: Certainties) -> None:
+        self.top_k = self.top_k or certainties.top_k
+        for value in certainties.values:
+            self.push(value)
+
+    def push(self, value: float) -> None:
+        self.tokens += 1
+        self.window.push(value)
+        if self.window.full:
+            self._lowest = min(self._lowest, self.window.mean)
+
+    @property
+    def current(self) -> float | None:
+        """The last full group's mean (None until `group` tokens have come)."""
+        return self.window.mean if self.window.full else None
+
+    @property
+    def lowest_group(self) -> float | None:
+        """The trace's confidence: its weakest group's mean (None before any token)."""
+        if math.isfinite(self._lowest):
+            return self._lowest
+        return self.window.mean if self.tokens else None
+
+    @property
+    def weight(self) -> float | None:
+        """The trace confidence as a vote's weight, > 0: DeepConf's as it is, a mean logprob as exp() of it."""
+        lowest = self.lowest_group
+        if lowest is None:
+            return None
+        return max(lowest, 1e-9) if self.top_k else math.exp(lowest)

@@ -33,9 +33,14 @@ class _Choice(msgspec.Struct):
     logprobs: _Logprobs | None = None
 
 
+class _PromptDetails(msgspec.Struct):
+    cached_tokens: int | None = None  # SGLang (--enable-cache-report), vLLM and OpenAI: prompt tokens from the cache
+
+
 class _Usage(msgspec.Struct):
     prompt_tokens: int = 0
     completion_tokens: int = 0
+    prompt_tokens_details: _PromptDetails | None = None
 
 
 class _Chunk(msgspec.Struct):
@@ -115,6 +120,9 @@ def parse_chunk(data: bytes, backend: str) -> StreamDelta | None:
     if chunk.usage is not None:
         delta.prompt_tokens = chunk.usage.prompt_tokens
         delta.completion_tokens = chunk.usage.completion_tokens
+        details = chunk.usage.prompt_tokens_details
+        if details is not None and details.cached_tokens is not None:
+            delta.cached_tokens = max(0, details.cached_tokens)
     delta.chunks = 1 if (delta.text or delta.reasoning or delta.tool_calls) else 0
     if not (delta.text or delta.reasoning or delta.finish_reason or chunk.usage or delta.tool_calls
             or delta.logprobs):

@@ -1,5 +1,11 @@
-"""Replicas of one tier behind one Backend: least-outstanding-requests balancing, failover, and a
-circuit breaker per replica.
+"""Replicas of one tier behind one Backend: least-outstanding-requests balancing (or choice by prefix), failover,
+and a circuit breaker per replica.
+
+Choice (`[tiers.replicas]`, cascade/config/replicas.py): by default the eligible replica with the fewest requests in
+flight; with `choice = "prefix"`, the first eligible replica on a hash ring from the request's affinity key whose
+load stays within the bound (consistent hashing with bounded loads: cascade/branches/affinity.py), so a
+conversation keeps meeting its engine's prefix cache. Either way benched, down and already tried replicas are never
+chosen, so breakers, health and failover work alike: a failed attempt's retry goes to the next replica on the ring.
 
 Failover: a fault before a replica sent its first delta is retried on another replica (`retries`
 more attempts, each on a replica not tried yet), which is safe because nothing was generated yet.
@@ -35,9 +41,10 @@ from typing import Literal
 
 import msgspec
 
+from cascade.branches.affinity import Ring, affinity_point, bounded_choice
 from cascade.branches.backend import Backend, GenerationRequest, GenerationResult, StreamDelta, collect, incomplete
 from cascade.branches.health_poller import HealthPoller, HealthState
-from cascade.config import FailoverConfig
+from cascade.config import FailoverConfig, ReplicasConfig
 from cascade.errors import BackendError, BackendUnavailable, CascadeError, Overloaded
 
 BreakerState = Literal["closed", "open", "half_open"]
@@ -99,14 +106,25 @@ class _Replica:
 
 
 class ReplicaPool:
-    def __init__(self, name: str, replicas: Sequence[Backend], failover: FailoverConfig | None = None) -> None:
+    def __init__(self, name: str, replicas: Sequence[Backend], failover: FailoverConfig | None = None,
+                 choice: ReplicasConfig | None = None, ring_ids: Sequence[str] | None = None) -> None:
+        """`choice`: how a request picks a replica (None: least outstanding); `ring_ids`: the replicas' names on the
+        hash ring of choice by prefix, the same in every gateway (their URLs; None: the backends' names)."""
         if not replicas:
             raise ValueError("a pool needs at least one replica")
+        if ring_ids is not None and len(ring_ids) != len(replicas):
+            raise ValueError(f"pool `{name}` has {len(replicas)} replicas, got {len(ring_ids)} ring ids")
         self.name = name
         self.failover = failover or FailoverConfig()
+        self.choice = choice or ReplicasConfig()
         self._replicas = [_Replica(r) for r in replicas]
+        self._index = {id(r): i for i, r in enumerate(self._replicas)}
+        self._ring = Ring(ring_ids or [r.name for r in replicas]) if self.choice.choice == "prefix" else None
         self._tiebreak = itertools.count()
         self.retried = 0  # attempts made after a fault, on another replica (failovers)
+        self.spilled = 0  # requests by prefix sent past their replica on the ring, which was over its load bound
+        self.prompt_tokens = 0  # prompt tokens the engines reported, every attempt and branch
+        self.cached_prompt_tokens = 0  # ... of which their prefix caches served (engines that report it)
 
     @property
     def outstanding(self) -> int:
@@ -146,8 +164,9 @@ class ReplicaPool:
 
     # --- choosing and judging replicas ---------------------------------------------------------
 
-    def _pick(self, tried: set[int]) -> _Replica:
-        """The eligible replica not tried yet with the fewest outstanding requests (ties rotate)."""
+    def _pick(self, tried: set[int], request: GenerationRequest | None = None) -> _Replica:
+        """The eligible replica not tried yet with the fewest outstanding requests (ties rotate), or, choosing by
+        prefix, the request's on the ring within the load bound."""
         now = time.monotonic()
         start = next(self._tiebreak)
         n = len(self._replicas)
@@ -155,7 +174,10 @@ class ReplicaPool:
         untried = [r for r in candidates if id(r) not in tried]
         eligible = [r for r in untried if r.eligible(now)]
         if eligible:
-            replica = min(eligible, key=lambda r: r.outstanding)
+            if self._ring is not None and request is not None:
+                replica = self._by_prefix(request, eligible)
+            else:
+                replica = min(eligible, key=lambda r: r.outstanding)
             replica.probing = replica.state(now) == "half_open"
         else:  # every replica is benched or down: probe a benched one that was not tried for breaker_open_s
             due = [r for r in untried if not r.probing and not r.down()
@@ -166,6 +188,19 @@ class ReplicaPool:
             replica.probing = True
         replica.attempted_at = now
         return replica
+
+    def _by_prefix(self, request: GenerationRequest, eligible: list[_Replica]) -> _Replica:
+        assert self._ring is not None
+        choice = self.choice
+        loads = {self._index[id(r)]: r.outstanding for r in eligible}
+        point = affinity_point(request, choice.prefix_messages, choice.prefix_chars)
+        index, spilled = bounded_choice(self._ring.walk(point), loads, choice.load_factor)
+        self.spilled += spilled
+        return self._replicas[index]
+
+    def _usage(self, delta: StreamDelta) -> None:
+        self.prompt_tokens += delta.prompt_tokens or 0
+        self.cached_prompt_tokens += delta.cached_tokens or 0
 
     def _all_benched(self, now: float) -> BackendUnavailable:
         down = [r for r in self._replicas if r.down()]
@@ -212,11 +247,12 @@ class ReplicaPool:
     def _attempts(self) -> int:
         return 1 + max(0, min(self.failover.retries, len(self._replicas) - 1))
 
-    def _start(self, attempt: int, tried: set[int], last: CascadeError | None) -> _Replica:
+    def _start(self, attempt: int, tried: set[int], last: CascadeError | None,
+               request: GenerationRequest | None = None) -> _Replica:
         """The replica for this attempt, counted as outstanding; when none is left, the last fault (or,
         on the first attempt, BackendUnavailable)."""
         try:
-            replica = self._pick(tried)
+            replica = self._pick(tried, request)
         except BackendUnavailable:
             if last is not None:
                 raise last from None
@@ -246,12 +282,14 @@ class ReplicaPool:
         last: CascadeError | None = None
         lost = 0  # tokens decoded by failed whole attempts
         for attempt in range(self._attempts()):
-            replica = self._start(attempt, tried, last)
+            replica = self._start(attempt, tried, last, request)
             held: list[StreamDelta] = []
             started = False
             try:
                 async with aclosing(replica.backend.stream(request)) as deltas:
                     async for delta in deltas:
+                        if delta.prompt_tokens is not None:
+                            self._usage(delta)
                         if not (started or held):
                             delta.retries, delta.retried_tokens = attempt, lost
                         if whole:

@@ -21,6 +21,12 @@ SART (../shared/PAPERS.md §2), as implemented here:
 * **Confidence pruning** (DeepConf's online rule, cascade/branches/confidence.py; where the engine returns
   token logprobs): a branch whose last `confidence_group` tokens' group confidence falls below
   `prune_confidence` is stopped, no scorer needed; never the last live branch.
+* **DeepConf with a learned level** (`confidence_keep`, with a first wave as its warm-up): when the first wave
+  does not settle the request, the level is the (1 - keep) quantile of its finished branches' trace confidences
+  (each one's weakest group; DeepConf's token confidence from `top_logprobs`, else the sampled token's logprob),
+  and a later branch whose running group confidence falls below it is stopped (counted as `pruned_confidence`).
+  The vote can keep only the surest `vote_keep` share of the finished branches, and weigh each vote by its
+  branch's confidence (`aggregation = "confidence"`).
 * Pruned and early-stopped branches are cancelled upstream at once: the stream is closed, which
   closes the HTTP response (the engine stops generating), and the SGLang client also sends
   `/abort_request` for the branch's rid.
@@ -45,11 +51,12 @@ from dataclasses import dataclass, field
 
 import msgspec
 
+from cascade import tracing
 from cascade.branches.backend import Backend, GenerationRequest, StreamDelta
-from cascade.branches.confidence import GroupWindow, token_logprobs
+from cascade.branches.confidence import GroupWindow, TraceConfidence, quantile, token_certainties, token_logprobs
 from cascade.branches.sart import Finished, Scored, next_wave, to_prune, vote, wave_settles
 from cascade.branches.scoring import STEP_SEPARATOR, Scorer, split_steps
-from cascade.config import BranchSettings, check_branches
+from cascade.config import BranchSettings, check_branches, reads_confidence
 from cascade.errors import BackendFailed, CascadeError
 
 __all__ = ["BranchReport", "BranchRun", "BranchRunner", "BranchSettings"]  # BranchSettings: cascade/config/branches.py
@@ -69,6 +76,7 @@ class Branch:
     scoring: bool = False
     logprobs: list[float] = field(default_factory=list)  # the sampled tokens' (when the engine sends them)
     window: GroupWindow | None = None
+    trace: TraceConfidence | None = None  # DeepConf's running confidence (where the settings read it)
 
     @property
     def full_text(self) -> str:
@@ -124,13 +132,16 @@ class BranchRunner:
         """Run len(requests) branches (one request each, e.g. distinct seeds) to an aggregated answer.
         `on_branch_end` is called once per branch when its upstream stream is closed (after it finished,
         was pruned, stopped or failed): the moment its engine slot is free again."""
-        return await _Run(self, question, list(requests), on_branch_end).go()
+        # Traced (cascade/tracing/): a span for the run, one per branch under it, each branch's upstream calls in it.
+        with tracing.branches(self.backend.name, len(requests), self.settings.m) as spans:
+            return await _Run(self, question, list(requests), on_branch_end, spans).go()
 
 
 class _Run:
     def __init__(self, runner: BranchRunner, question: str, requests: list[GenerationRequest],
-                 on_branch_end: Callable[[], None] | None) -> None:
+                 on_branch_end: Callable[[], None] | None, spans: tracing.BranchSpans) -> None:
         self.on_branch_end = on_branch_end
+        self.spans = spans
         self.settings = runner.settings
         self.backend = runner.backend
         self.scorer = runner.scorer
@@ -149,6 +160,10 @@ class _Run:
         self.error: Exception | None = None
         self.launched = first  # branches launched so far: a first wave, then (unless it settled) more waves
         self.waves = 1
+        self.traced = reads_confidence(runner.settings)
+        # DeepConf online: the confidence below which a branch after the first wave is stopped, learned from the
+        # first wave's finished branches when the second wave starts (`confidence_keep`).
+        self.stop_below: float | None = None
 
     async def go(self) -> BranchRun:
         try:
@@ -181,7 +196,8 @@ class _Run:
 
     def _launch(self, indices: range) -> None:
         for index in indices:
-            self.tasks[index] = asyncio.create_task(self._pump(index, self.requests[index]))
+            self.tasks[index] = asyncio.create_task(self._pump(index, self.requests[index]),
+                                                    context=self.spans.context(index))
 
     def _next_wave(self) -> bool:
         """Called when no branch is live: launch the next wave of the branches held back, unless the branches
@@ -192,6 +208,11 @@ class _Run:
         if len(finished) >= self.settings.m or wave_settles(self.launched, finished, self.settings.wave_margin):
             return False  # M finished (early stop), or the waves so far settle the request
         first = self.launched
+        if self.settings.confidence_keep > 0 and self.stop_below is None:
+            warm = [w for b in self.branches[:first] if b.state == "finished" and b.trace is not None
+                    and (w := b.trace.lowest_group) is not None]
+            if warm:  # the level the surest `confidence_keep` of them reached at their weakest
+                self.stop_below = quantile(warm, 1.0 - self.settings.confidence_keep)
         self.launched = next_wave(first, len(self.branches), self.settings.wave_margin)
         self.waves += 1
         for branch in self.branches[first:self.launched]:
@@ -201,7 +222,8 @@ class _Run:
 
     @staticmethod
     def _finished(branch: Branch) -> Finished:
-        return Finished(branch.index, branch.full_text, branch.score, branch.tokens, branch.finish_reason == "stop")
+        return Finished(branch.index, branch.full_text, branch.score, branch.tokens, branch.finish_reason == "stop",
+                        None if branch.trace is None else branch.trace.weight)
 
     def _live(self) -> list[Branch]:
         return [b for b in self.branches if b.state == "running"]
@@ -237,6 +259,8 @@ class _Run:
             branch.finish_reason = delta.finish_reason
         if delta.logprobs:
             self._on_logprobs(branch, token_logprobs(delta.logprobs))
+            if self.traced and branch.state == "running":
+                self._on_certainties(branch, delta.logprobs)
             if branch.state != "running":
                 return
         if self.scorer is not None and not branch.scoring:
@@ -258,6 +282,25 @@ class _Run:
         for value in values:
             branch.window.push(value)
             if branch.window.full and branch.window.confidence < threshold and len(self._live()) > 1:
+                self._cancel(branch, "pruned")
+                self.pruned_confidence += 1
+                return
+
+    def _on_certainties(self, branch: Branch, entries: list[msgspec.Raw]) -> None:
+        """DeepConf's reading of the branch's tokens; past the first wave, the learned stop (`confidence_keep`):
+        never the last live branch, never one whose last token has come (it is voted on)."""
+        if branch.trace is None:
+            branch.trace = TraceConfidence(self.settings.confidence_group)
+        certainties = token_certainties(entries)
+        level = self.stop_below
+        if level is None or branch.index < self.settings.first_wave or branch.finish_reason is not None:
+            branch.trace.extend(certainties)
+            return
+        branch.trace.top_k = branch.trace.top_k or certainties.top_k
+        for value in certainties.values:
+            branch.trace.push(value)
+            current = branch.trace.current
+            if current is not None and current < level and len(self._live()) > 1:
                 self._cancel(branch, "pruned")
                 self.pruned_confidence += 1
                 return
@@ -301,6 +344,7 @@ class _Run:
 
     def _leave(self, branch: Branch, state: str) -> None:
         branch.state = state
+        self.spans.left(branch.index, state, branch.tokens, branch.score)
 
     def _cancel(self, branch: Branch, state: str) -> None:
         self._leave(branch, state)
@@ -318,8 +362,10 @@ class _Run:
             if self.error is not None:
                 raise self.error
             raise RuntimeError("no branch finished")  # unreachable: the last live branch is never pruned
-        result = vote([self._finished(b) for b in finished], weighted=self.settings.aggregation == "weighted")
+        result = vote([self._finished(b) for b in finished], weighted=self.settings.aggregation == "weighted",
+                      by_confidence=self.settings.aggregation == "confidence", keep=self.settings.vote_keep)
         chosen = self.branches[result.chosen]
+        self.spans.voted(result.chosen, len(finished), result.votes, result.answer)
         report = BranchReport(
             launched=self.launched, finished=len(finished), pruned_phase1=self.pruned[0],
             pruned_phase2=self.pruned[1], early_stopped=sum(b.state == "stopped" for b in self.branches),

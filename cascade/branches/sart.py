@@ -7,6 +7,7 @@ on saved branches replayed offline, so that the replay measures the served rule,
 
 from __future__ import annotations
 
+import math
 from collections import Counter, defaultdict
 from collections.abc import Sequence
 from typing import NamedTuple
@@ -29,6 +30,9 @@ class Finished(NamedTuple):
     score: float | None
     tokens: int
     complete: bool  # ended on its own (finish `stop`), not cut by max_tokens
+    # Its trace confidence (DeepConf: the weakest group of its tokens, cascade/branches/confidence.py), > 0, higher
+    # surer; None where the engine sent no logprobs.
+    confidence: float | None = None
 
 
 class Vote(NamedTuple):
@@ -84,13 +88,19 @@ def next_wave(launched: int, n: int, margin: int) -> int:
     return min(2 * launched, n) if margin else n
 
 
-def vote(finished: Sequence[Finished], weighted: bool = False) -> Vote:
+def vote(finished: Sequence[Finished], weighted: bool = False, *, by_confidence: bool = False,
+         keep: float = 1.0) -> Vote:
     """Majority vote over the finished branches' answers (those cut by max_tokens only if nothing else
     finished); a branch without an answer never outvotes one with an answer; ties go to the best score,
-    then to the shorter branch (short-m@k). `weighted`: votes weigh the branch's score (0.5 unscored)."""
+    then to the shorter branch (short-m@k). `weighted`: votes weigh the branch's score (0.5 unscored).
+    DeepConf's vote: `keep` < 1 lets only that share of the voters vote, the most confident (at least one; the
+    branches without a confidence stay), and `by_confidence` weighs each vote by its branch's confidence (the
+    least confident voter's where one has none)."""
     if not finished:
         raise ValueError("a vote needs at least one finished branch")
     voters = [f for f in finished if f.complete] or list(finished)
+    voters = _most_confident(voters, keep)
+    floor = min((f.confidence for f in voters if f.confidence is not None), default=1.0)
     groups: dict[str | None, list[Finished]] = defaultdict(list)
     for branch in voters:
         groups[answer_key(branch.text)].append(branch)
@@ -99,6 +109,8 @@ def vote(finished: Sequence[Finished], weighted: bool = False) -> Vote:
         return max((b.score for b in members if b.score is not None), default=0.0)
 
     def weight(members: list[Finished]) -> float:
+        if by_confidence:
+            return sum(b.confidence if b.confidence is not None else floor for b in members)
         if weighted:
             return sum(b.score if b.score is not None else 0.5 for b in members)
         return float(len(members))
@@ -107,3 +119,14 @@ def vote(finished: Sequence[Finished], weighted: bool = False) -> Vote:
                                         -min(b.tokens for b in groups[k])))
     chosen = max(groups[answer], key=lambda b: (b.score if b.score is not None else 0.0, -b.tokens))
     return Vote(answer=answer, chosen=chosen.branch, votes={str(k): len(v) for k, v in groups.items()})
+
+
+def _most_confident(voters: list[Finished], keep: float) -> list[Finished]:
+    """The share `keep` of `voters` with the highest confidence (rounded up, at least one; equal confidences in
+    branch order); those without a confidence are all kept (nothing to rank them by)."""
+    rated = [(f.confidence, f.branch) for f in voters if f.confidence is not None]
+    if keep >= 1.0 or not rated:
+        return voters
+    kept = max(1, math.ceil(keep * len(rated) - 1e-9))
+    chosen = {branch for _, branch in sorted(rated, key=lambda cb: (-cb[0], cb[1]))[:kept]}
+    return [f for f in voters if f.confidence is None or f.branch in chosen]

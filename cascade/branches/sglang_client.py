@@ -45,7 +45,7 @@ class SGLangBackend(OpenAIBackend):
     def __init__(
         self, name: str, url: str, model: str, timeouts: Timeouts = _TIMEOUTS, api_key: str = ""
     ) -> None:
-        super().__init__(name, url, model, timeouts, api_key)
+        super().__init__(name, url, model, timeouts, api_key, provider="sglang")
         # Aborts run as their own tasks: the code that triggers them is often being cancelled itself
         # (anyio cancel scopes re-cancel every await inside them), and the abort must still go out.
         self._pending_aborts: set[asyncio.Task[None]] = set()

@@ -1,12 +1,15 @@
 """`cascade.toml`, decoded into frozen msgspec Structs, one module per part of the file:
 
     base.py       Strict (the base of every config-like Struct, the optimizer's too) and the value types
-    gateway.py    [gateway], [gateway.limits], [gateway.failover], [gateway.health], [gateway.redis]
+    gateway.py    [gateway], [gateway.limits], [gateway.failover], [gateway.health], [gateway.redis],
+                  [gateway.tracing]
     backends.py   a tier's backends (kind = "openai" | "sglang" | "worker") and their timeouts
     workers.py    [[workers]]: embedded engine processes
     branches.py   [tiers.branches]: the branch runner's settings (a request's override and the bench use its
                   names), and the one check of their rules
     tiers.py      [[tiers]]: the ladder, and the checks within one tier
+    replicas.py   [tiers.replicas]: how a request picks one of a tier's replicas (least outstanding, or by prefix)
+    prices.py     [tiers.price]: what a tier's tokens cost, and the checks of prices and keys' budgets
     routing.py    [routing] and its load / engine_load / confidence tables
     moved.py      keys that moved to another table, and the error that says where
     load.py       CascadeConfig (the whole file), the checks across tables, decode_config / load_config
@@ -34,9 +37,18 @@ from cascade.config.base import (
     Strict,
     UnitFloat,
 )
-from cascade.config.branches import BranchSettings, BrokenRule, check_branches
-from cascade.config.gateway import ApiKey, FailoverConfig, GatewayConfig, HealthConfig, Limits, RedisConfig
+from cascade.config.branches import BranchSettings, BrokenRule, check_branches, reads_confidence
+from cascade.config.gateway import (
+    ApiKey,
+    FailoverConfig,
+    GatewayConfig,
+    HealthConfig,
+    Limits,
+    RedisConfig,
+    TracingConfig,
+)
 from cascade.config.load import CascadeConfig, decode_config, load_config, resolve_paths
+from cascade.config.replicas import ReplicaChoice, ReplicasConfig
 from cascade.config.routing import (
     AnswerConfidenceConfig,
     EngineLoadConfig,
@@ -53,7 +65,8 @@ __all__ = [
     "HealthConfig", "Limits",
     "LoadReactiveConfig", "Name",
     "NonNegativeFloat", "NonNegativeInt", "OpenAIBackendConfig", "PRMScorerConfig", "Port", "PositiveFloat",
-    "PositiveInt", "RedisConfig", "RoutingConfig",
-    "SGLangBackendConfig", "Strict", "TierConfig", "Timeouts", "UnitFloat", "WorkerBackendConfig", "WorkerConfig",
-    "check_branches", "check_routing", "decode_config", "load_config", "resolve_paths",
+    "PositiveInt", "RedisConfig", "ReplicaChoice", "ReplicasConfig", "RoutingConfig",
+    "SGLangBackendConfig", "Strict", "TierConfig", "Timeouts", "TracingConfig",
+    "UnitFloat", "WorkerBackendConfig", "WorkerConfig",
+    "check_branches", "check_routing", "decode_config", "load_config", "reads_confidence", "resolve_paths",
 ]

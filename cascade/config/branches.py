@@ -15,7 +15,7 @@ from typing import Literal
 
 from cascade.config.base import Strict
 
-Aggregation = Literal["majority", "weighted"]
+Aggregation = Literal["majority", "weighted", "confidence"]
 
 
 class BranchSettings(Strict, frozen=True):
@@ -42,6 +42,17 @@ class BranchSettings(Strict, frozen=True):
     # logprobs; an engine that lists `logprobs` in unsupported_params (the embedded one) cannot do it.
     prune_confidence: float = 0.0
     confidence_group: int = 32  # cascade.branches.confidence.DEFAULT_GROUP
+    # DeepConf online, with the first wave as its warm-up: when the first wave does not settle the request, the
+    # branches launched after it are stopped once their last `confidence_group` tokens' confidence falls below the
+    # level that this share of the first wave's finished branches reached at their weakest (0: off; 0.9 keeps the
+    # branches at least as sure as the surest 90%, DeepConf-high; 0.1, DeepConf-low). Needs first_wave.
+    confidence_keep: float = 0.0
+    # DeepConf's filtered vote: only this share of the finished branches votes, the most confident (1: all).
+    # `aggregation = "confidence"` weighs each vote by its branch's confidence.
+    vote_keep: float = 1.0
+    # Candidates per token asked of the engine (`top_logprobs`) for DeepConf's token confidence, the negative mean
+    # log-probability of the top k (0 or 1: the sampled token's own log-probability stands in).
+    confidence_top_k: int = 0
     # Sampling temperature of branches when the request gives none (identical greedy branches vote alike). On an
     # embedded worker it must equal the worker's `temperature`, which is what the engine samples at.
     temperature: float = 0.7
@@ -80,9 +91,19 @@ def check_branches(s: BranchSettings, name: Callable[[str], str] = str) -> None:
          "once"),
         (0.0 <= s.prune_confidence <= 1.0, "prune_confidence", "must be in [0, 1]"),
         (s.confidence_group >= 1, "confidence_group", "must be at least 1"),
+        (0.0 <= s.confidence_keep <= 1.0, "confidence_keep", "must be in [0, 1]"),
+        (not s.confidence_keep or s.first_wave, "confidence_keep",
+         f"needs {first_wave}: the stopping level is learned from the first wave's branches"),
+        (0.0 < s.vote_keep <= 1.0, "vote_keep", "must be in (0, 1]"),
+        (0 <= s.confidence_top_k <= 20, "confidence_top_k", "must be from 0 to 20 (OpenAI's top_logprobs bound)"),
         (0.0 <= s.temperature <= 2.0, "temperature", "must be in [0, 2]"),
         (s.slots >= 0, "slots", "must be 0 (no limit) or more"),
     )
     for ok, key, rule in rules:
         if not ok:
             raise BrokenRule(key, rule)
+
+
+def reads_confidence(s: BranchSettings) -> bool:
+    """Whether these settings read the branches' token logprobs (pruning, the learned stop or the vote)."""
+    return s.prune_confidence > 0 or s.confidence_keep > 0 or s.vote_keep < 1.0 or s.aggregation == "confidence"

@@ -1,6 +1,6 @@
 """`[gateway]` of `cascade.toml`: where the gateway listens, who may call it, and the limits that protect the process
-(`[gateway.limits]`), where they are counted (`[gateway.redis]`), how it fails over (`[gateway.failover]`) and how it
-watches its engines' health (`[gateway.health]`).
+(`[gateway.limits]`), where they are counted (`[gateway.redis]`), how it fails over (`[gateway.failover]`), how it
+watches its engines' health (`[gateway.health]`) and where its traces go (`[gateway.tracing]`).
 
 Limits (body size, `n`, `max_tokens`, ...) live here with their defaults so that each has one number and one place.
 """
@@ -11,7 +11,7 @@ from typing import Annotated, Literal
 
 import msgspec
 
-from cascade.config.base import Port, PositiveFloat, PositiveInt, Strict
+from cascade.config.base import Port, PositiveFloat, PositiveInt, Strict, UnitFloat
 
 
 class Limits(Strict, frozen=True):
@@ -114,6 +114,16 @@ class ApiKey(Strict, frozen=True):
     # Tiers that may serve it, whether it names one as its model or the router, an escalation or a fallback picks it;
     # empty: all.
     tiers: tuple[str, ...] = ()
+    # Spend per period, in the tiers' [tiers.price] currency (0: none): each request reserves its worst case before
+    # dispatch and settles to its cost; once spent and reserved reach it, 429 insufficient_quota until the period
+    # resets (cascade/service/budgets.py). Periods are UTC: "hour", "day", "month" (calendar), or seconds since the
+    # Unix epoch in windows of that length.
+    budget: Annotated[float, msgspec.Meta(ge=0, le=1e12)] = 0.0
+    budget_period: Literal["hour", "day", "month"] | Annotated[int, msgspec.Meta(ge=1, le=31_622_400)] = "month"
+    # Past this fraction of the budget (0: off), requests are served as `downgrade_to` asks (a quality hint, or a
+    # tier) instead of as they ask, with a `cascade.note` saying so.
+    downgrade_at: Annotated[float, msgspec.Meta(ge=0, lt=1)] = 0.0
+    downgrade_to: str = "fast"
 
 
 class RedisConfig(Strict, frozen=True):
@@ -133,6 +143,21 @@ class RedisConfig(Strict, frozen=True):
     # gateway's place, its tier's place), so this bounds what a slow or gone Redis adds to it. Loopback or one
     # data-centre hop answers in well under 1 ms.
     timeout_s: Annotated[float, msgspec.Meta(gt=0, le=5)] = 0.25
+
+
+class TracingConfig(Strict, frozen=True):
+    """`[gateway.tracing]`, OpenTelemetry traces (docs/operations.md, "Tracing"; needs the `otel` extra): one trace per
+    request, exported over OTLP/HTTP to `endpoint` ("http://127.0.0.1:4318/v1/traces"). Empty: off, and nothing of
+    OpenTelemetry is imported or sent. The exporter's own environment (OTEL_EXPORTER_OTLP_TRACES_HEADERS, ...) and
+    OTEL_RESOURCE_ATTRIBUTES apply."""
+
+    endpoint: str = ""
+    # The share of new traces recorded; a request whose `traceparent` says sampled or not keeps its caller's choice.
+    sampler_ratio: UnitFloat = 1.0
+    service_name: Annotated[str, msgspec.Meta(min_length=1, max_length=128)] = "cascade"
+    # Prompts and answers on the upstream call spans (gen_ai.input.messages / gen_ai.output.messages). Off: spans
+    # carry models, token counts, tiers and timings, never text.
+    capture_text: bool = False
 
 
 class GatewayConfig(Strict, frozen=True):
@@ -165,6 +190,8 @@ class GatewayConfig(Strict, frozen=True):
     failover: FailoverConfig = FailoverConfig()
     health: HealthConfig = HealthConfig()
     redis: RedisConfig = RedisConfig()
+    tracing: TracingConfig = TracingConfig()
 
 
 REDIS_SCHEMES = ("redis://", "rediss://", "unix://")  # what `redis.url` may start with (cascade/config/load.py)
+TRACING_SCHEMES = ("http://", "https://")  # what `tracing.endpoint` may start with (OTLP/HTTP)

@@ -13,8 +13,9 @@ import msgspec
 from cascade import files
 from cascade.config.backends import SGLangBackendConfig
 from cascade.config.base import Strict
-from cascade.config.gateway import REDIS_SCHEMES, ApiKey, GatewayConfig
+from cascade.config.gateway import REDIS_SCHEMES, TRACING_SCHEMES, ApiKey, GatewayConfig
 from cascade.config.moved import moved_key
+from cascade.config.prices import check_prices
 from cascade.config.routing import RoutingConfig, check_routing
 from cascade.config.tiers import TierConfig, check_tier
 from cascade.config.workers import WorkerConfig
@@ -48,11 +49,17 @@ def _check(config: CascadeConfig) -> None:
         shown = url.rpartition("@")[2]  # never a password
         raise ConfigError(f"`gateway.redis.url` must start with {', '.join(REDIS_SCHEMES)} (e.g. "
                           f"\"redis://127.0.0.1:6379/0\"; empty: limits in each gateway process), got {shown!r}")
+    endpoint = config.gateway.tracing.endpoint
+    if endpoint and not endpoint.startswith(TRACING_SCHEMES):
+        raise ConfigError("`gateway.tracing.endpoint` must be an OTLP/HTTP URL starting with http:// or https:// "
+                          "(e.g. \"http://127.0.0.1:4318/v1/traces\"; empty: no tracing), got "
+                          f"{endpoint.rpartition('@')[2]!r}")
     workers = {w.name: w for w in config.workers}
     if len(workers) != len(config.workers):
         raise ConfigError("`workers` names must be unique")
     for i, tier in enumerate(config.tiers):
         check_tier(tier, i, workers)
+    check_prices(config.tiers, config.gateway.keys)
     check_routing(config.routing, names, any(t.branches.slots for t in config.tiers),
                   any(isinstance(b, SGLangBackendConfig) for t in config.tiers for b in t.backends))
 
@@ -112,5 +119,11 @@ def resolve_paths(config: CascadeConfig, base: Path) -> CascadeConfig:
     router = config.routing.router
     if router and not Path(router).is_absolute():
         routing = msgspec.structs.replace(config.routing, router=str((base / router).resolve()))
-        return msgspec.structs.replace(config, routing=routing)
+        config = msgspec.structs.replace(config, routing=routing)
+    tiers = [t if t.price is None or not t.price.profile or Path(t.price.profile).is_absolute() else
+             msgspec.structs.replace(t, price=msgspec.structs.replace(t.price, profile=str((base / t.price.profile)
+                                                                                            .resolve())))
+             for t in config.tiers]
+    if tiers != config.tiers:
+        config = msgspec.structs.replace(config, tiers=tiers)
     return config

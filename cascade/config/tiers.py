@@ -9,6 +9,8 @@ from typing import Literal
 from cascade.config.backends import BackendConfig, Timeouts, WorkerBackendConfig
 from cascade.config.base import Name, NonNegativeInt, PositiveInt, Strict
 from cascade.config.branches import BranchSettings, BrokenRule, check_branches
+from cascade.config.prices import TierPrice
+from cascade.config.replicas import ReplicasConfig
 from cascade.config.workers import WorkerConfig
 from cascade.errors import ConfigError
 from cascade.schemas import PASSTHROUGH
@@ -47,6 +49,11 @@ class TierConfig(Strict, frozen=True):
     branches: BranchSettings = BranchSettings()
     # Requests in flight on this tier at most (0: gateway.limits.max_in_flight_per_tier); beyond it, 429.
     max_in_flight: NonNegativeInt = 0
+    # What its tokens cost ([tiers.price]: per million input and output tokens, or per GPU-hour; cascade/config/
+    # prices.py). Every tier or none: None everywhere, and responses carry no cost.
+    price: TierPrice | None = None
+    # How a request picks one of the tier's replicas: least outstanding, or by prefix (cascade/config/replicas.py).
+    replicas: ReplicasConfig = ReplicasConfig()
 
 
 def check_tier(tier: TierConfig, i: int, workers: dict[str, WorkerConfig]) -> None:
@@ -62,8 +69,12 @@ def check_tier(tier: TierConfig, i: int, workers: dict[str, WorkerConfig]) -> No
         raise ConfigError(f"`tiers[{i}].branches.slots` ({branches.slots}) must be 0 (no limit) or at least n "
                           f"({branches.n})")
     refused = sorted({"logprobs", "top_logprobs"} & {p for b in tier.backends for p in b.unsupported_params})
-    if branches.prune_confidence and refused:
-        raise ConfigError(f"`tiers[{i}].branches.prune_confidence` needs token logprobs, which a backend of tier "
+    reading = next((key for key, on in (("prune_confidence", branches.prune_confidence > 0),
+                                         ("confidence_keep", branches.confidence_keep > 0),
+                                         ("vote_keep", branches.vote_keep < 1.0),
+                                         ("aggregation", branches.aggregation == "confidence")) if on), None)
+    if reading and refused:
+        raise ConfigError(f"`tiers[{i}].branches.{reading}` needs token logprobs, which a backend of tier "
                           f"`{tier.name}` does not return (it lists `{refused[0]}` in unsupported_params)")
     for j, backend in enumerate(tier.backends):
         where = f"tiers[{i}].backends[{j}]"

@@ -122,16 +122,8 @@ def load_sharegpt(path: Path | None = None, max_prompt_tokens: int = 1024,
     """Conversations whose first turns are human then gpt, filtered like vLLM's benchmark (prompt and
     reply at least 4 tokens, prompt <= 1024, prompt + reply <= 2048). The wheel's JSON file is cut
     short (125 MB of the original); the complete conversations before the cut are used."""
-    raw = (path or sharegpt_path()).read_bytes()
-    try:
-        convs = msgspec.json.decode(raw, type=list[_Conversation])
-    except msgspec.DecodeError:
-        end = raw.rfind(b"\n  },")
-        if end < 0:
-            raise DatasetError(f"{path or sharegpt_path()} is not a ShareGPT JSON array") from None
-        convs = msgspec.json.decode(raw[: end + 4] + b"\n]", type=list[_Conversation])
     prompts = []
-    for conv in convs:
+    for conv in _read_sharegpt(path):
         turns = conv.conversations
         if len(turns) < 2 or turns[0].speaker != "human" or turns[1].speaker != "gpt":
             continue
@@ -142,6 +134,23 @@ def load_sharegpt(path: Path | None = None, max_prompt_tokens: int = 1024,
             continue
         prompts.append(Prompt(id=f"sharegpt:{conv.id}", prompt=turns[0].value, max_tokens=reply_tokens))
     return prompts
+
+
+def _read_sharegpt(path: Path | None) -> list[_Conversation]:
+    raw = (path or sharegpt_path()).read_bytes()
+    try:
+        return msgspec.json.decode(raw, type=list[_Conversation])
+    except msgspec.DecodeError:
+        end = raw.rfind(b"\n  },")
+        if end < 0:
+            raise DatasetError(f"{path or sharegpt_path()} is not a ShareGPT JSON array") from None
+        return msgspec.json.decode(raw[: end + 4] + b"\n]", type=list[_Conversation])
+
+
+def sharegpt_conversations(path: Path | None = None) -> list[tuple[str, list[tuple[str, str]]]]:
+    """Every ShareGPT conversation as (id, [(speaker, text), ...]) with speakers "human" and "gpt" as the file has
+    them, for multi-turn workloads (benchmarks/replica_affinity.py); unfiltered."""
+    return [(conv.id, [(turn.speaker, turn.value) for turn in conv.conversations]) for conv in _read_sharegpt(path)]
 
 
 # --- GSM8K and RouteLLM ---------------------------------------------------------------------

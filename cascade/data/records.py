@@ -50,6 +50,10 @@ class RequestRecord(msgspec.Struct, kw_only=True):
     correct: bool | None = None
     meets_slo: bool | None = None
     output: str = ""
+    # What the gateway said the request cost (cascade's `cascade.cost`: its total, in `cost_currency` units); None
+    # when the response carried no cost.
+    cost: float | None = None
+    cost_currency: str | None = None
 
     @property
     def ok(self) -> bool:

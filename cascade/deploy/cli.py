@@ -59,7 +59,8 @@ def add_deploy_command(sub: argparse._SubParsersAction) -> None:
         "scale-out", "--gateways N writes (or with --dry-run prints) Envoy in front of N gateways and Kubernetes "
         "manifests, and starts nothing (docs/scaling.md)")
     scale.add_argument("--gateways", type=int, metavar="N", help="write OUT/envoy.json, OUT/gateways.sh (the N "
-                       "`cascade serve` commands and Envoy) and OUT/k8s/*.json (N replicas)")
+                       "`cascade serve` commands and Envoy), OUT/k8s/*.json (N replicas) and OUT/monitoring/ (a "
+                       "Grafana dashboard and Prometheus alerting rules)")
     scale.add_argument("--out", metavar="DIR", help="with --gateways: where to write (default: PLAN.scaleout/)")
     scale.add_argument("--gateway-port", type=int, default=8001, help="first gateway port; the N gateways listen on "
                        "127.0.0.1, ports %(default)s, %(default)s+1, ...")
@@ -127,6 +128,7 @@ def _deploy(args: argparse.Namespace) -> int:
 def _scale_out(args: argparse.Namespace) -> int:
     """`cascade deploy --gateways N`: Envoy, the gateway commands and the Kubernetes manifests."""
     from cascade.deploy import envoy, kube
+    from cascade.deploy.monitoring import files as monitoring_files
     from cascade.errors import ConfigError
     from cascade.extproc.engines import Endpoint
 
@@ -151,6 +153,7 @@ def _scale_out(args: argparse.Namespace) -> int:
     scaled = kube.Gateways(replicas=args.gateways, image=args.image, in_flight_per_pod=args.hpa_in_flight,
                            max_replicas=args.max_gateways or 4 * args.gateways)
     files |= {f"k8s/{stem}.json": envoy.to_json(doc) for stem, doc in kube.manifests(scaled).items()}
+    files |= {f"monitoring/{name}": text for name, text in monitoring_files().items()}  # Grafana, Prometheus rules
     for name, text in files.items():
         if args.dry_run:
             print(f"# --- {out / name}\n{text}")

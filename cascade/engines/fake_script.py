@@ -28,6 +28,7 @@ Bytes that are not HTTP cannot come from an ASGI app: cascade/engines/fake_garba
 
 from __future__ import annotations
 
+import math
 import re
 from typing import Any
 
@@ -89,9 +90,16 @@ def token_pieces(script: FakeScript, max_tokens: int) -> list[str]:
     return [f"t{i} " for i in range(min(script.tokens, max_tokens))]
 
 
-def logprob_entries(script: FakeScript, pieces: list[str]) -> list[dict[str, Any]]:
-    """The `logprobs.content` entries of `pieces`, as OpenAI-compatible engines send them."""
-    return [{"token": p, "logprob": script.logprob, "bytes": list(p.encode()), "top_logprobs": []} for p in pieces]
+def logprob_entries(script: FakeScript, pieces: list[str], top: object = 0) -> list[dict[str, Any]]:
+    """The `logprobs.content` entries of `pieces`, as OpenAI-compatible engines send them; `top` (the request's
+    `top_logprobs`) candidates each: the sampled token, then runners-up sharing the rest of the probability evenly
+    (so DeepConf's token confidence, the negative mean of the top logprobs, is higher for a surer token)."""
+    k = min(top, 20) if isinstance(top, int) and not isinstance(top, bool) and top > 0 else 0
+    rest = math.log(max(1e-12, -math.expm1(script.logprob)) / (k - 1)) if k > 1 else 0.0
+    return [{"token": p, "logprob": script.logprob, "bytes": list(p.encode()),
+             "top_logprobs": [{"token": p, "logprob": script.logprob, "bytes": list(p.encode())},
+                              *({"token": f"<alt{j}>", "logprob": rest, "bytes": []} for j in range(1, k))][:k]}
+            for p in pieces]
 
 
 def batch_itl_ms(itl_ms: float, batch: int, slope: float) -> float:

@@ -14,6 +14,10 @@ e.g. ``{"fault": "kill_mid"}`` then ``{"fault": ""}``.
 reads requests but answers nothing, `/health` and `/v1/models` included, until the client goes away (`/fake/*`
 still answers).
 
+`prefix_cache` (``--prefix-cache-tokens N --cached-ttft-ms T``) makes it an engine with a prefix cache
+(cascade/engines/fake_prefix_cache.py): a prompt whose leading messages it has seen starts sooner, and its usage
+reports `prompt_tokens_details.cached_tokens`; /fake/stats then counts prompt and cached tokens.
+
 `GET /fake/stats` reports how many streams started, finished and were cancelled by the client,
 which is how tests prove that a client disconnect stops generation upstream, and how many requests
 were answered with each fault (``status_N`` for a scripted error status).
@@ -32,6 +36,7 @@ from typing import Any
 import msgspec
 
 from cascade.engines.fake_asgi import Receive, Scope, Send, disconnected_within, read_body, send_bytes, send_json
+from cascade.engines.fake_prefix_cache import PrefixCache
 from cascade.engines.fake_script import (
     FakeScript,
     batch_itl_ms,
@@ -59,6 +64,9 @@ class FakeStats(msgspec.Struct):
     tokens_sent: int = 0
     logprobs_requests: int = 0  # requests that asked for token logprobs
     faults: dict[str, int] = msgspec.field(default_factory=dict)  # requests answered with each fault
+    prompt_tokens: int = 0  # with a prefix cache: prompt tokens of the requests answered
+    cached_tokens: int = 0  # ... of which the prefix cache held
+    cache_hits: int = 0  # requests that found some of their prompt in the prefix cache
 
 
 class _InBatch:
@@ -77,6 +85,18 @@ class _InBatch:
         if not self._left:
             self._left = True
             self._stats.in_flight -= 1
+
+
+class _Prompt(msgspec.Struct, frozen=True):
+    prompt_tokens: int
+    cached_tokens: int | None = None  # None: no prefix cache (usage says nothing of one)
+
+    def usage(self, completion_tokens: int) -> dict[str, Any]:
+        usage: dict[str, Any] = {"prompt_tokens": self.prompt_tokens, "completion_tokens": completion_tokens,
+                                 "total_tokens": self.prompt_tokens + completion_tokens}
+        if self.cached_tokens is not None:
+            usage["prompt_tokens_details"] = {"cached_tokens": self.cached_tokens}
+        return usage
 
 
 class _Killed(Exception):
@@ -111,7 +131,8 @@ class FakeEngine:
     labelled outcome says that model did. `stalled`: see the module docstring."""
 
     def __init__(self, script: FakeScript | None = None, max_running: int = 0, hook: ScriptHook | None = None,
-                 itl_batch_slope: float = 0.0, stalled: bool = False) -> None:
+                 itl_batch_slope: float = 0.0, stalled: bool = False, prefix_cache: PrefixCache | None = None
+                 ) -> None:
         if itl_batch_slope < 0:
             raise ValueError(f"itl_batch_slope must be >= 0, got {itl_batch_slope:g}")
         self.script = script or FakeScript()
@@ -120,6 +141,7 @@ class FakeEngine:
         self.hook = hook
         self.itl_batch_slope = itl_batch_slope
         self.stalled = stalled
+        self.prefix_cache = prefix_cache
         self._slots: asyncio.Semaphore | None = None
         self._ids = itertools.count()
         logging.getLogger("uvicorn.error").addFilter(_QUIET_KILLS)  # idempotent
@@ -190,8 +212,22 @@ class FakeEngine:
         rid = f"chatcmpl-fake-{next(self._ids)}"
         if script.fault:
             self._count(script.fault)
+        prompt = self._prompt(body)
+        if prompt.cached_tokens is not None and self.prefix_cache is not None:
+            script = msgspec.structs.replace(script, ttft_ms=self.prefix_cache.ttft_ms(
+                script.ttft_ms, prompt.prompt_tokens, prompt.cached_tokens))
         async with self._batch_slot():
-            await self._answer(receive, send, script, body, pieces, finish, rid)
+            await self._answer(receive, send, script, body, pieces, finish, rid, prompt)
+
+    def _prompt(self, body: dict[str, Any]) -> _Prompt:
+        """The request's prompt tokens (8 without a prefix cache, as ever) and those its prefix cache held."""
+        if self.prefix_cache is None:
+            return _Prompt(8)
+        prompt, cached = self.prefix_cache.admit(body.get("messages"))
+        self.stats.prompt_tokens += prompt
+        self.stats.cached_tokens += cached
+        self.stats.cache_hits += cached > 0
+        return _Prompt(prompt, cached)
 
     def _batch_slot(self) -> contextlib.AbstractAsyncContextManager[Any]:
         if not self.max_running:
@@ -201,7 +237,7 @@ class FakeEngine:
         return self._slots
 
     async def _answer(self, receive: Receive, send: Send, script: FakeScript, body: dict[str, Any],
-                      pieces: list[str], finish: str, rid: str) -> None:
+                      pieces: list[str], finish: str, rid: str, prompt: _Prompt) -> None:
         fault, stream = script.fault, bool(body.get("stream"))
         in_batch = _InBatch(self.stats)
         try:
@@ -215,7 +251,7 @@ class FakeEngine:
             elif fault == "stall_first_byte" or (fault == "stall_mid" and not stream):
                 await disconnected_within(receive, 3600.0)
             elif stream:
-                await self._stream(receive, send, script, pieces, finish, rid, body, in_batch)
+                await self._stream(receive, send, script, pieces, finish, rid, body, in_batch, prompt)
             else:
                 delay_s = (script.ttft_ms + self.itl_now(script) * max(0, len(pieces) - 1)) / 1000
                 if script.stall_after >= 0:
@@ -230,10 +266,9 @@ class FakeEngine:
                     "id": rid, "object": "chat.completion", "created": int(time.time()), "model": script.model,
                     "choices": [{"index": 0, "finish_reason": None if fault == "truncated" else finish,
                                  "message": {"role": "assistant", "content": "".join(pieces)},
-                                 **({"logprobs": {"content": logprob_entries(script, pieces)}}
+                                 **({"logprobs": {"content": logprob_entries(script, pieces, body.get("top_logprobs"))}}
                                     if body.get("logprobs") else {})}],
-                    "usage": {"prompt_tokens": 8, "completion_tokens": len(pieces),
-                              "total_tokens": 8 + len(pieces)},
+                    "usage": prompt.usage(len(pieces)),
                 })
                 if fault == "kill_mid":  # announce the whole body, send half of it, drop the connection
                     await send({"type": "http.response.start", "status": 200, "headers": [
@@ -253,7 +288,7 @@ class FakeEngine:
 
     async def _stream(
         self, receive: Receive, send: Send, script: FakeScript, pieces: list[str], finish: str, rid: str,
-        body: dict[str, Any], in_batch: _InBatch,
+        body: dict[str, Any], in_batch: _InBatch, prompt: _Prompt,
     ) -> None:
         self.stats.streams_started += 1
         disconnected = asyncio.Event()
@@ -300,7 +335,7 @@ class FakeEngine:
                 delta = {"role": "assistant", "content": piece} if i == 0 else {"content": piece}
                 choice = {"index": 0, "delta": delta, "finish_reason": None}
                 if with_logprobs:
-                    choice["logprobs"] = {"content": logprob_entries(script, [piece])}
+                    choice["logprobs"] = {"content": logprob_entries(script, [piece], body.get("top_logprobs"))}
                 chunk = {**head, "choices": [choice]}
                 await send({"type": "http.response.body", "body": b"data: " + _chunk_encoder.encode(chunk) + b"\n\n",
                             "more_body": True})
@@ -316,8 +351,7 @@ class FakeEngine:
                 raise _Killed
             tail = [{**head, "choices": [{"index": 0, "delta": {}, "finish_reason": finish}]}]
             if (body.get("stream_options") or {}).get("include_usage"):
-                usage = {"prompt_tokens": 8, "completion_tokens": len(pieces), "total_tokens": 8 + len(pieces)}
-                tail.append({**head, "choices": [], "usage": usage})
+                tail.append({**head, "choices": [], "usage": prompt.usage(len(pieces))})
             payload = b"".join(b"data: " + _chunk_encoder.encode(c) + b"\n\n" for c in tail) + b"data: [DONE]\n\n"
             await send({"type": "http.response.body", "body": payload, "more_body": False})
             self.stats.streams_finished += 1
@@ -325,9 +359,12 @@ class FakeEngine:
             watcher.cancel()
 
 
-def serve(host: str, port: int, script: FakeScript, max_running: int = 0, itl_batch_slope: float = 0.0) -> None:
-    """Run the fake engine until interrupted (used by `cascade fake-server` and benchmarks)."""
+def serve(host: str, port: int, script: FakeScript, max_running: int = 0, itl_batch_slope: float = 0.0,
+          prefix_cache_tokens: int = 0, cached_ttft_ms: float = 0.0) -> None:
+    """Run the fake engine until interrupted (used by `cascade fake-server` and benchmarks); `prefix_cache_tokens`
+    > 0: with a prefix cache of that many tokens, whose hits start after `cached_ttft_ms`."""
     import uvicorn
 
-    engine = FakeEngine(script, max_running=max_running, itl_batch_slope=itl_batch_slope)
+    cache = PrefixCache(prefix_cache_tokens, cached_ttft_ms) if prefix_cache_tokens > 0 else None
+    engine = FakeEngine(script, max_running=max_running, itl_batch_slope=itl_batch_slope, prefix_cache=cache)
     uvicorn.run(engine, host=host, port=port, log_level="warning", access_log=False)

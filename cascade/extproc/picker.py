@@ -15,6 +15,7 @@ Billing: a request sent to an engine is charged its reservation (the prompt esti
 default where the client set none, for each of its n choices), never settled to its usage: the picker sees requests,
 not responses (Envoy sends it no response body: buffering or streaming every answer through it would put each token
 through gRPC), so it charges the most a request can cost. Requests sent on to the gateway are billed there, exactly.
+A key's budget (`[[gateway.keys]] budget`) is charged the same way: the reservation priced at the tier's price.
 A key's `max_in_flight` likewise counts only at gateways (the picker never sees a request end).
 
 Each verdict on a chat completion is counted in `picker.metrics` (its tier or status, and its time:
@@ -47,6 +48,7 @@ from cascade.plan import Plan
 from cascade.router.policy import RoutingSignal
 from cascade.schemas import ChatCompletionRequest, ChatMessage, RouteDecision
 from cascade.service.bodies import decode_chat_request
+from cascade.service.budgets_redis import RedisLedger
 from cascade.service.chat import ChatService, ServiceConfig, routing_signal
 from cascade.service.errors import error_reply, error_response
 from cascade.service.intake import read_body
@@ -54,7 +56,7 @@ from cascade.service.metrics import GatewayMetrics
 from cascade.service.ratelimit import LocalRateLimiter
 from cascade.service.ratelimit_redis import RedisRateLimiter
 from cascade.service.redis_store import RedisStore
-from cascade.service.tenants import Keyring, estimate_tokens
+from cascade.service.tenants import Keyring, estimate_prompt_tokens, estimate_tokens
 from cascade.tiers import build_tiers
 
 log = logging.getLogger("cascade.extproc")
@@ -119,7 +121,8 @@ class TierPicker:
                                  failure=gw.redis.failure) if gw.redis.url else None)
         limiter = LocalRateLimiter() if self.redis is None else RedisRateLimiter(self.redis)
         self.service = ChatService(tiers, msgspec.structs.replace(service, routing=routing), metrics,
-                                   signal=signal or routing_signal(config, names), limiter=limiter)
+                                   signal=signal or routing_signal(config, names), limiter=limiter,
+                                   ledger=None if self.redis is None else RedisLedger(self.redis))
         # The picker's own series (`cascade_extproc_*`) and, from the gateway's registry, the keys' refusals and the
         # Redis store's health: served on --metrics-port.
         self.metrics = ExtprocMetrics(names, shared=metrics.registry)
@@ -172,7 +175,12 @@ class TierPicker:
                                  "`branches` out", "branches")
         if tenant is not None:  # nothing can fail after it: the reservation is the charge (the module says why)
             default = self.service.tiers[decision.tier].config.default_max_tokens
-            await self.service.tenants.reserve(tenant, estimate_tokens(req, 1, default))
+            reserved = estimate_tokens(req, 1, default)
+            await self.service.tenants.reserve(tenant, reserved)
+            if (prices := self.service.budgets.prices) is not None:
+                prompt = estimate_prompt_tokens(req)
+                await self.service.budgets.reserve(tenant, prices.worst_case([decision.tier_name], prompt,
+                                                                             reserved - prompt))
         return self._to_engine(req, decision, self.engines[decision.tier], key=None if tenant is None else tenant.name)
 
     def _to_engine(self, req: ChatCompletionRequest, decision: RouteDecision, engine: TierEngine,
@@ -183,7 +191,7 @@ class TierPicker:
             messages = [ChatMessage(role="system", content=tier.system_prompt), *messages]
         unset = req.max_tokens is None and req.max_completion_tokens is None
         body = _encode(msgspec.structs.replace(
-            req, model=engine.model, messages=messages, quality=None, branches=None,
+            req, model=engine.model, messages=messages, quality=None, branches=None, prompt_cache_key=None,
             max_tokens=tier.default_max_tokens if unset else req.max_tokens))
         credentials = () if engine.authorization is None else (("authorization", engine.authorization),)
         return Routed(tier=engine.tier, via_gateway=False, body=body,

@@ -28,6 +28,7 @@ from typing import Any
 
 import msgspec
 
+from cascade import tracing
 from cascade.errors import CascadeError
 from cascade.gateway.drain import (
     DRAIN_KEY,
@@ -41,9 +42,14 @@ from cascade.gateway.drain import (
 )
 from cascade.schemas import ChatCompletionRequest
 from cascade.service.chat import ChatService, StreamReply, WholeReply
+from cascade.service.costs import cost_header
 from cascade.service.errors import error_reply, error_response, internal_error
 from cascade.service.intake import read_body
 from cascade.service.tenants import Keyring, Tenant
+
+# A conversation's key for a tier's replica choice by prefix ([tiers.replicas] choice = "prefix"), as SGLang model
+# gateway's routing-key header; the body's `prompt_cache_key` wins over it.
+SESSION_HEADER = "x-session-id"
 
 Scope = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
@@ -52,6 +58,7 @@ ASGIApp = Callable[..., Awaitable[None]]  # Litestar's own ASGI types are narrow
 
 _encode = msgspec.json.Encoder().encode
 PATH = "/v1/chat/completions"
+TRACED_PATHS = frozenset({PATH, "/v1/route"})
 YIELD_EVERY = 256  # frames sent between explicit yields to the event loop (see _stream)
 
 
@@ -69,6 +76,13 @@ class ChatCompletionsASGI:
         self.drain = Drain()  # `cascade serve` sets its grace
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        # Tracing (cascade/tracing/): a SERVER span around the routes that route or serve, when it is on.
+        if (tracer := tracing.active) is not None and scope["type"] == "http" and scope["path"] in TRACED_PATHS:
+            await tracer.serve(self._dispatch, scope, receive, send)
+        else:
+            await self._dispatch(scope, receive, send)
+
+    async def _dispatch(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or scope["path"] != PATH:
             if scope["type"] == "lifespan" and (state := scope.get("state")) is not None:
                 # For the server's connections (cascade/gateway/connections.py).
@@ -127,6 +141,8 @@ class ChatCompletionsASGI:
         caller = self.keyring.authenticate(headers.get("authorization", ""))
         raw = await read_body(_body_chunks(receive), headers.get("content-length"), self.service.limits.max_body_bytes)
         req = self.decode(raw)
+        if req.prompt_cache_key is None and (session := headers.get(SESSION_HEADER)):
+            req.prompt_cache_key = session  # the same key by header, for clients and proxies that cannot add a field
         guard = _DisconnectGuard(receive, self.drain)
         try:
             await guard.run(self._reply(req, caller, headers.get("x-cascade-quality"), guard, send))
@@ -141,6 +157,8 @@ class ChatCompletionsASGI:
             extra = [(b"x-cascade-tier", completion.model.encode()), *reply.headers]
             if completion.cascade is not None and completion.cascade.billed is not None:
                 extra.append((b"x-cascade-billed-tokens", b"%d" % completion.cascade.billed.total_tokens))
+            if completion.cascade is not None and completion.cascade.cost is not None:
+                extra.append((b"x-cascade-cost", cost_header(completion.cascade.cost)))
             await _respond(send, 200, _encode(completion), extra)
             return
         try:

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import math
 import os
 from pathlib import Path
 from typing import Any
 
+from cascade import tracing
 from cascade.config import CascadeConfig, load_config
 from cascade.engines.sglang_launch import is_loopback
 from cascade.errors import ConfigError
@@ -18,6 +20,7 @@ from cascade.gateway.monitoring import MonitoringApp, MonitoringListener
 from cascade.ladder import Ladder
 from cascade.plan import load_plan
 from cascade.service.admission_redis import RedisPlaces
+from cascade.service.budgets_redis import RedisLedger
 from cascade.service.chat import ChatService, ServiceConfig, routing_signal
 from cascade.service.engine_load import EngineLoadCollector, TierEngines
 from cascade.service.metrics import GatewayMetrics
@@ -57,6 +60,7 @@ class Gateway:
             traffic=TrafficLog(config.gateway.traffic_log) if config.gateway.traffic_log else None,
             engines=self.engines, places=self.places,
             limiter=RedisRateLimiter(self.redis) if self.redis is not None else None,
+            ledger=RedisLedger(self.redis) if self.redis is not None else None,
         )
         self.metrics.watch_pools(lambda: [t.backend for t in self.service.tiers])
         # Engine health, probed in the background while the gateway runs: /ready and replica picking read it.
@@ -70,6 +74,8 @@ class Gateway:
         self.monitoring = MonitoringListener(
             MonitoringApp(self.metrics.render, self.ready, lambda: self.app.drain.draining),
             host, gateway.monitoring_port, gateway.limits) if gateway.monitoring_port else None
+        # Traces over OTLP/HTTP when an endpoint is set (cascade/tracing/; the `otel` extra): this process's tracer.
+        self.tracer = tracing.configure(gateway.tracing) if gateway.tracing.endpoint else None
         self.app.drain.grace_s = config.gateway.shutdown_grace_s
         self.app.drain.linger_s = config.gateway.shutdown_linger_s
 
@@ -106,6 +112,10 @@ class Gateway:
             await self.engines.aclose()
             if self.service.telemetry.traffic is not None:
                 self.service.telemetry.traffic.close()
+            if self.tracer is not None:  # the last spans exported (up to the exporter's timeout), off the loop
+                if tracing.active is self.tracer:
+                    tracing.install(None)
+                await asyncio.to_thread(self.tracer.shutdown)
         finally:
             try:
                 await self.ladder.aclose()  # every backend and scorer closed, the embedded workers stopped

@@ -23,6 +23,7 @@ import httpx
 from cascade.errors import CascadeError
 from cascade.optimizer.profile import Profile, TracedRequest, fit_decode, fit_prefill, fit_trace
 from cascade.profiler.probe import Profiler, Settings
+from cascade.repo_paths import recorded_value
 
 # Settings is part of this module's API: callers build one to call `measure`.
 __all__ = ["Settings", "measure", "profile_from_loadgen", "profile_from_records", "read_loadgen_records"]
@@ -49,7 +50,7 @@ async def measure(settings: Settings, tick: Callable[[], None] = lambda: None) -
                            f"--time-limit-s {settings.time_limit_s:g} (need 2 and 1): raise it, or lower "
                            "--prompt-tokens, --repeats, --max-batch or --output-tokens")
     return Profile(
-        model=profiler.model, url=settings.url, label=settings.label, tp=settings.tp, pp=settings.pp,
+        model=_recorded_model(profiler.model), url=settings.url, label=settings.label, tp=settings.tp, pp=settings.pp,
         kv_capacity_tokens=kv, prefill=fit_prefill(prefill),
         decode=fit_decode(decode, prefill, settings.output_tokens),
         prompt_tokens_source="usage" if use_usage else "estimate", prefill_points=prefill, decode_points=decode,
@@ -71,7 +72,7 @@ def profile_from_loadgen(run: str | Path, *, model: str = "", label: str = "", k
     """A profile fitted from a finished `cascade loadgen --out RUN` (see `profile_from_records`)."""
     records = read_loadgen_records(run)
     try:
-        return profile_from_records(records, model=model, label=label, origin=str(run),
+        return profile_from_records(records, model=model, label=label, origin=str(recorded_value(str(run))),
                                     kv_capacity_tokens=kv_capacity_tokens, tp=tp, pp=pp)
     except CascadeError as exc:
         raise CascadeError(f"{run}: {exc.message}") from None
@@ -94,8 +95,16 @@ def profile_from_records(records: list[Any], *, model: str = "", label: str = ""
         raise CascadeError(str(exc)) from None
     models = Counter(r.model for r in done if r.model)
     elapsed = max(r.sent_s or 0.0 for r in done) - min(r.sent_s or 0.0 for r in done)
-    return Profile(source="loadgen", model=model or (models.most_common(1)[0][0] if models else ""), url="",
+    served = model or (models.most_common(1)[0][0] if models else "")
+    return Profile(source="loadgen", model=_recorded_model(served), url="",
                    label=label or f"fitted from {origin} ({len(done)} requests, {fit.decode_gaps} gaps)",
                    tp=tp, pp=pp, kv_capacity_tokens=kv_capacity_tokens, prefill=fit.prefill, decode=fit.decode,
                    prompt_tokens_source="usage", prefill_points=fit.prefill_points, decode_points=fit.decode_points,
                    measured_at=datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"), elapsed_s=round(elapsed, 3))
+
+
+def _recorded_model(model: str) -> str:
+    """The model as a profile records it: `transformers serve` names a local model by its directory
+    (`/root/.cache/cascade/models/qwen2.5-coder-0.5b`), whose name is the embedded model's card name
+    (models/embedded/); a profile is committed, so it keeps that name, not one machine's path."""
+    return Path(model).name if Path(model).is_absolute() else model

@@ -25,6 +25,7 @@ import msgspec
 from cascade import __version__ as cascade_version
 from cascade import files
 from cascade.errors import ConfigError
+from cascade.repo_paths import recorded_path, recorded_value
 from cascade.router.features import LEXICAL_NAMES, FeatureSpec
 from cascade.router.operating import Calibration
 
@@ -100,6 +101,8 @@ def save_router(model: Any, out_dir: str | Path, *, tiers: list[str], data: Data
     model_path = out / MODEL_FILE
     sio.dump(model, model_path)
     params = {k: (list(v) if isinstance(v, tuple) else v) for k, v in model.get_params().items()}
+    if params.get("steps_data") is not None:  # --aux-data as given: recorded repo-relative
+        params["steps_data"] = recorded_value(params["steps_data"])
     params["C_chosen"] = [float(c) for c in model.C_]
     threshold = getattr(model, "domain_threshold_", None)
     params["domain_threshold"] = None if threshold is None else round(float(threshold), 4)
@@ -122,13 +125,24 @@ def _aux_data(model: Any) -> list[AuxDataRef]:
     refs = []
     steps = getattr(model, "steps_model_", None) if model.spec.steps else None
     if steps is not None:
-        refs.append(AuxDataRef(block="steps", path=steps.data_path, sha256=steps.data_sha256, n_rows=steps.n_rows,
-                               cv_r2=steps.cv_r2))
+        refs.append(AuxDataRef(block="steps", path=_recorded(steps.data_path), sha256=steps.data_sha256,
+                               n_rows=steps.n_rows, cv_r2=steps.cv_r2))
     topic = getattr(model, "topic_model_", None) if model.spec.topic_components else None
     if topic is not None:
-        refs.append(AuxDataRef(block="topic", path=topic.data_path, sha256=topic.data_sha256, n_rows=topic.n_rows,
-                               explained_variance=topic.explained_variance))
+        refs.append(AuxDataRef(block="topic", path=_recorded(topic.data_path), sha256=topic.data_sha256,
+                               n_rows=topic.n_rows, explained_variance=topic.explained_variance))
     return refs
+
+
+def _recorded(data_path: str) -> str:
+    # Models fitted before paths were recorded repo-relative hold the machine's absolute path.
+    return recorded_path(data_path) if Path(data_path).is_absolute() else data_path
+
+
+def _same_aux_data(a: list[AuxDataRef], b: list[AuxDataRef]) -> bool:
+    """Whether two lists name the same auxiliary data: its sha256 (and rows, fit statistics) identify it; the path
+    only says where it was read, which differs between machines."""
+    return [msgspec.structs.replace(r, path="") for r in a] == [msgspec.structs.replace(r, path="") for r in b]
 
 
 def read_card(router_dir: str | Path) -> RouterCard:
@@ -187,6 +201,6 @@ def load_router(router_dir: str | Path) -> tuple[Any, RouterCard]:
             isinstance(topic, TopicModel) and topic.components.shape[0] == card.feature_spec.topic_components):
         raise ConfigError(f"{model_path} has no topic model of {card.feature_spec.topic_components} components "
                           "although its card's feature spec uses the topic block")
-    if _aux_data(model) != card.aux_data:
+    if not _same_aux_data(_aux_data(model), card.aux_data):
         raise ConfigError(f"{model_path} does not match its card (auxiliary model data differ)")
     return model, card

@@ -5,8 +5,8 @@ its usage and its bill, with no web framework here. The HTTP gateway (cascade/ga
     chat      validate the request; ask the router its way along the ladder (one call: cascade/router/router.py);
               check the caller's permits (the hint it asks with, the tier it names, and the tiers that may serve it:
               the itinerary is kept to them); check every tier it may reach (the frozen Decision); take the
-              request's lease (cascade/service/lease.py: the key's in-flight place and token reservation, one of
-              the gateway's request places, then each tier's place as it is asked); serve:
+              request's lease (cascade/service/lease.py: the key's in-flight place, token and budget reservations,
+              one of the gateway's request places, then each tier's place as it is asked); serve:
               * whole: the itinerary over an `AnswerLadder` (cascade/service/ladders.py): whole answers on a tier
                 (cascade/answer.py) inside that tier's admission; then the completion (responses.py); the lease is
                 given back, and the key billed, before `chat` returns
@@ -31,6 +31,7 @@ from typing import Protocol
 
 import msgspec
 
+from cascade import tracing
 from cascade.answer import Answer, Opened, question_of
 from cascade.config import AnswerConfidenceConfig, CascadeConfig, Limits, RoutingConfig
 from cascade.errors import Forbidden, UnknownModel
@@ -42,14 +43,17 @@ from cascade.router.router import Router, Routing
 from cascade.schemas import ChatCompletion, ChatCompletionRequest, ModelCard, ModelList, RouteDecision
 from cascade.service import responses, streaming
 from cascade.service.admission import Admission, SharedPlaces
+from cascade.service.budgets import BudgetLedger, Budgets, LocalLedger, downgraded
+from cascade.service.costs import Prices, tier_prices
 from cascade.service.decision import Decision
 from cascade.service.engine_load import TierEngines
 from cascade.service.ladders import AnswerLadder, Rungs, StreamLadder
 from cascade.service.lease import Lease
 from cascade.service.metrics import GatewayMetrics
 from cascade.service.ratelimit import LocalRateLimiter, RateLimiter
+from cascade.service.spans import route_attributes
 from cascade.service.telemetry import Telemetry
-from cascade.service.tenants import Tenant, Tenants, estimate_tokens
+from cascade.service.tenants import Tenant, Tenants, estimate_prompt_tokens, estimate_tokens
 from cascade.service.traffic import TrafficLog
 from cascade.service.validation import check_tier, forwarded, one_answer_field, validate
 from cascade.tiers import Tier
@@ -76,11 +80,13 @@ class ServiceConfig(msgspec.Struct, frozen=True, kw_only=True):
     default_quality: str = "balanced"
     keepalive_s: float = 2.0
     tier_fallback: bool = True
+    prices: Prices | None = None  # the tiers' prices per token (cascade/service/costs.py); None: no costs
 
     @classmethod
     def of(cls, config: CascadeConfig, plan: Plan | None = None) -> ServiceConfig:
         """`config`'s; with a `plan`, its mode and its thresholds per hint over `[routing]`'s (the plan was optimised
-        for its own mode: route-mode operating points, or cascade-mode acceptance thresholds)."""
+        for its own mode: route-mode operating points, or cascade-mode acceptance thresholds). A tier priced per
+        GPU-hour reads the plan's GPUs for it (ConfigError without)."""
         routing, gateway = config.routing, config.gateway
         if plan is not None:
             thresholds = plan.thresholds_by_hint(len(config.tiers))
@@ -90,7 +96,8 @@ class ServiceConfig(msgspec.Struct, frozen=True, kw_only=True):
                 routing = msgspec.structs.replace(routing, mode=plan.routing,
                                                   operating_points={**routing.operating_points, **thresholds})
         return cls(routing=routing, limits=gateway.limits, default_quality=gateway.default_quality,
-                   keepalive_s=gateway.keepalive_s, tier_fallback=gateway.failover.tier_fallback)
+                   keepalive_s=gateway.keepalive_s, tier_fallback=gateway.failover.tier_fallback,
+                   prices=tier_prices(config, plan))
 
     @property
     def confidence(self) -> AnswerConfidenceConfig:
@@ -101,11 +108,12 @@ class ChatService:
     def __init__(self, tiers: Sequence[Tier], config: ServiceConfig, metrics: GatewayMetrics, *,
                  signal: RoutingSignal | None = None, traffic: TrafficLog | None = None,
                  engines: TierEngines | None = None, places: SharedPlaces | None = None,
-                 limiter: RateLimiter | None = None) -> None:
+                 limiter: RateLimiter | None = None, ledger: BudgetLedger | None = None) -> None:
         """`signal`: the routing signal (None: the heuristic); `traffic`: the traffic log (None: off);
         `engines`: the tiers' engines' own load, where read (routing and admission then count every client's);
         `places`: admission places (the gateway's, the tiers', the keys' in-flight) shared with other gateways
-        (None: this process's only); `limiter`: the keys' token buckets (None: this process's)."""
+        (None: this process's only); `limiter`: the keys' token buckets (None: this process's); `ledger`: the keys'
+        budgets (None: this process's)."""
         self.tiers = list(tiers)
         self.by_name = {t.name: t for t in self.tiers}
         self.config = config
@@ -116,6 +124,7 @@ class ChatService:
         self.default_hint: QualityHint = default
         self.admission = Admission(self.tiers, config.limits, metrics, engines, places)
         self.tenants = Tenants(limiter or LocalRateLimiter(), metrics, [t.name for t in self.tiers], places)
+        self.budgets = Budgets(ledger or LocalLedger(), metrics, config.prices)
         shapes = [TierShape(t.name, t.config.branches.slots, t.config.branches.n) for t in self.tiers]
         self.router = Router(shapes, config.routing, signal, self.admission, fallback=config.tier_fallback)
         if self.router.headroom is not None:
@@ -132,8 +141,11 @@ class ChatService:
     async def route(self, req: ChatCompletionRequest, *, caller: Tenant | None = None,
                     hint_header: str | None = None) -> RouteDecision:
         """What `chat` would do with `req` for `caller`, without serving it (`POST /v1/route`, the picker): a bad
-        request, and a hint or tier the caller may not use, fail the same."""
+        request, and a hint or tier the caller may not use, fail the same; a key past its budget's `downgrade_at` is
+        routed as its `downgrade_to` asks."""
+        req, hint_header, note = await self._downgraded(req, hint_header, caller)
         decision, _ = await self._decide(req, hint_header, caller)
+        decision = _noted(decision, note)
         return responses.route_decision(decision, self.tiers)
 
     async def chat(self, req: ChatCompletionRequest, *, caller: Tenant | None = None, hint_header: str | None = None,
@@ -146,12 +158,16 @@ class ChatService:
         returns. Streamed: the stream has started (its first frame is read), and the lease goes back, with its
         upstreams, when its frames end or are closed (`aclose`; the caller must). `client`: whether the client has
         left, read when the work is cancelled or the stream closed early (a disconnect, counted once per request)."""
+        req, hint_header, note = await self._downgraded(req, hint_header, caller)
+        if note is not None and caller is not None:
+            self.metrics.key_budget_downgraded.labels(caller.name).inc()
         decision, max_tokens = await self._decide(req, hint_header, caller)
+        decision = _noted(decision, note)
         asked = decision.tier.name
-        lease = Lease(self.admission, self.tenants, caller)
+        lease = Lease(self.admission, self.tenants, caller, self.budgets)
         frames = None
         try:
-            await lease.take(self._reservation(req, decision))
+            await lease.take(self._reservation(req, decision), self._worst_case(req, decision, caller))
             if not req.stream:
                 completion = await self._complete(req, decision, max_tokens, lease)
                 return WholeReply(completion, lease.limit_headers())
@@ -194,8 +210,37 @@ class ChatService:
         default = max((t.config.default_max_tokens for t in reachable), default=0)
         return estimate_tokens(req, branches, default)
 
+    def _worst_case(self, req: ChatCompletionRequest, decision: Decision, caller: Tenant | None) -> float:
+        """What the caller's budget reserves before dispatch: the token reservation, its prompt and its output each
+        priced at the dearest tier the request may reach (0 for a caller without a budget)."""
+        prices = self.budgets.prices
+        if prices is None or caller is None or caller.budget is None:
+            return 0.0
+        prompt = estimate_prompt_tokens(req)
+        return prices.worst_case([self.tiers[i].name for i in decision.branches], prompt,
+                                 self._reservation(req, decision) - prompt)
+
+    async def _downgraded(self, req: ChatCompletionRequest, hint_header: str | None, caller: Tenant | None
+                          ) -> tuple[ChatCompletionRequest, str | None, str | None]:
+        """`req` and its hint header as the caller's budget has them served, and the note that says so (None: as
+        asked). Past `downgrade_at`, a routed request is routed as `downgrade_to` asks (a hint; a tier serves it);
+        a request that names its tier keeps it, unless `downgrade_to` is a cheaper tier."""
+        found = await self.budgets.downgrade(caller)
+        if found is None:
+            return req, hint_header, None
+        served = downgraded(req, hint_header, found, self.by_name, self.budgets.prices, self.config.default_quality)
+        return (req, hint_header, None) if served is None else served
+
     async def _decide(self, req: ChatCompletionRequest, header_hint: str | None,
                       caller: Tenant | None = None) -> tuple[Decision, int]:
+        with tracing.span("cascade.route") as span:  # None: tracing is off
+            decision, max_tokens = await self._decide_untraced(req, header_hint, caller)
+            if span is not None:
+                span.set_attributes(route_attributes(decision, self.config.routing.mode, self.admission, caller))
+            return decision, max_tokens
+
+    async def _decide_untraced(self, req: ChatCompletionRequest, header_hint: str | None,
+                               caller: Tenant | None = None) -> tuple[Decision, int]:
         """Validate, route, check the caller's permits, and check every tier the request may reach: a bad request
         fails here, before any header. Returns the decision and the max_tokens to use (0: each tier's default)."""
         max_tokens = validate(req, self.limits)
@@ -261,7 +306,7 @@ class ChatService:
         usage = responses.usage_of(whole)
         self.telemetry.success(decision, time.perf_counter() - start, usage.prompt_tokens, usage.completion_tokens,
                                whole)
-        return responses.completion(decision, whole, lease.bill.billed())
+        return responses.completion(decision, whole, lease.bill.billed(), lease.bill.cost())
 
     async def _open_stream(
         self, req: ChatCompletionRequest, decision: Decision, max_tokens: int, lease: Lease
@@ -285,6 +330,13 @@ class ChatService:
         # A route-mode fallback to a tier with branches: they vote, so it is served whole, as on a branched tier.
         return decision, streaming.deferred(_answered(decision, opened), keepalive_s, include_usage, self.telemetry,
                                             lease.bill)
+
+
+def _noted(decision: Decision, note: str | None) -> Decision:
+    """`decision` with `note` first in its `cascade.note`."""
+    if note is None:
+        return decision
+    return msgspec.structs.replace(decision, note=note if decision.note is None else f"{note}; {decision.note}")
 
 
 async def _answered(decision: Decision, answer: Awaitable[Answer]) -> tuple[Decision, Answer]:

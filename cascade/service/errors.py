@@ -19,6 +19,7 @@ from cascade.errors import (
     LimitsUnavailable,
     Overloaded,
     PayloadTooLarge,
+    QuotaExceeded,
     RateLimited,
     Unauthorized,
     UnknownModel,
@@ -85,6 +86,8 @@ def openai_error(exc: CascadeError, status: int) -> bytes:
             429: "rate_limit_error"}.get(status, "server_error")
     if isinstance(exc, RateLimited):
         kind = exc.limit  # as OpenAI: "requests" or "tokens", code "rate_limit_exceeded"
+    elif isinstance(exc, QuotaExceeded):
+        kind = "insufficient_quota"  # as OpenAI, type and code alike
     elif status == 403:
         code = "permission_denied"
     if status == 404:

@@ -22,7 +22,7 @@ import msgspec
 
 from cascade.answer import Answer, Opened, answer, open_answer
 from cascade.branches.runner import BranchReport, BranchSettings
-from cascade.config import AnswerConfidenceConfig, Limits
+from cascade.config import AnswerConfidenceConfig, Limits, reads_confidence
 from cascade.errors import BackendError, InvalidRequest
 from cascade.router.acceptance import calibrated
 from cascade.router.escalation import Evidence, Move
@@ -91,9 +91,10 @@ class _OneRequest:
         if self.req.logprobs or not tier.returns_logprobs:
             return self.sampling
         judges = self.decision.itinerary.judges_answers and self.rungs.confidence.source != "prior"
-        pruning = settings is not None and settings.prune_confidence > 0
-        if pruning or (judges and tier.index < len(self.rungs.tiers) - 1):
-            return msgspec.structs.replace(self.sampling, token_logprobs=True)
+        branches_read = settings is not None and reads_confidence(settings)
+        if branches_read or (judges and tier.index < len(self.rungs.tiers) - 1):
+            top = settings.confidence_top_k if settings is not None and branches_read else 0
+            return msgspec.structs.replace(self.sampling, token_logprobs=True, top_logprobs=top)
         return self.sampling
 
 

@@ -4,6 +4,8 @@ What a request holds, in the order it takes it (`Lease.take`, then the ladders' 
 
     the key's in-flight place   its API key's `max_in_flight` (cascade/service/tenants.py)
     the key's tokens            reserved from its token bucket before dispatch, settled to the bill at the end
+    the key's budget            its worst case cost reserved before dispatch, settled to the cost at the end
+                                (cascade/service/budgets.py)
     the gateway's place         `[gateway.limits] max_in_flight` (cascade/service/admission.py)
     tier places                 one per tier it is answered on, with its upstream streams (admission `enter`)
     a live answer               a streamed answer's upstreams and branch slots (cascade/answer.py `Opened`)
@@ -12,14 +14,16 @@ Whole answers hold their branch slots inside `answer` itself (taken and given ba
 sees them only as the tier place around them. `aclose` closes what is still open and gives back what is still
 held, in reverse order, whatever ended the request (an answer, an error, a cancel, a client that left, the drain):
 each piece knows whether it is held, so a piece given back early (a tier's place when its answer ended) is not
-given back twice. Then the key is billed (`Bill`).
+given back twice. Then the key is billed (`Bill`), and the bill's cost counted and settled with the key's budget.
 """
 
 from __future__ import annotations
 
 from cascade.answer import Opened
-from cascade.schemas import Billed
+from cascade.schemas import Billed, Cost
 from cascade.service.admission import Admission
+from cascade.service.budgets import Budgets, Charge
+from cascade.service.costs import Prices
 from cascade.service.tenants import Pass, Tenant, Tenants
 from cascade.tiers import Tier
 
@@ -30,12 +34,14 @@ class Bill:
     stopped ones included; retries that produced tokens; a stream up to where it was cut). `usage` keeps OpenAI's
     meaning (the returned answer); this is the separate `cascade.billed` figure and `x-cascade-billed-tokens`."""
 
-    __slots__ = ("completion_tokens", "prompt_tokens", "tier", "unknown")
+    __slots__ = ("completion_tokens", "prices", "prompt_tokens", "tier", "tiers", "unknown")
 
-    def __init__(self) -> None:
+    def __init__(self, prices: Prices | None = None) -> None:
         self.prompt_tokens = 0
         self.completion_tokens = 0
         self.tier: str | None = None  # the last tier that answered (the key's metrics label)
+        self.tiers: dict[str, tuple[int, int]] = {}  # per tier: its prompt and decoded tokens, which prices it
+        self.prices = prices  # None: the tiers have no prices, and the bill no cost
         # An answer was cut while under way (a whole answer's tokens are counted when it ends): the key is charged
         # its reservation, the most the request could have cost.
         self.unknown = False
@@ -44,6 +50,8 @@ class Bill:
         self.tier = tier
         self.prompt_tokens += prompt_tokens
         self.completion_tokens += decoded
+        prompt, out = self.tiers.get(tier, (0, 0))
+        self.tiers[tier] = (prompt + prompt_tokens, out + decoded)
 
     @property
     def total(self) -> int:
@@ -52,6 +60,10 @@ class Bill:
     def billed(self) -> Billed:
         return Billed(prompt_tokens=self.prompt_tokens, completion_tokens=self.completion_tokens,
                       total_tokens=self.total)
+
+    def cost(self) -> Cost | None:
+        """The bill priced per tier (`cascade.cost`); None when the tiers have no prices."""
+        return None if self.prices is None else self.prices.cost(self.tiers)
 
 
 class TierPlace:
@@ -66,12 +78,16 @@ class TierPlace:
 
 
 class Lease:
-    def __init__(self, admission: Admission, tenants: Tenants, caller: Tenant | None) -> None:
+    def __init__(self, admission: Admission, tenants: Tenants, caller: Tenant | None,
+                 budgets: Budgets | None = None) -> None:
+        """`budgets`: the keys' budgets and the tiers' prices (None: no cost is counted)."""
         self.admission = admission
         self.tenants = tenants
         self.caller = caller
-        self.bill = Bill()
+        self.budgets = budgets
+        self.bill = Bill(None if budgets is None else budgets.prices)
         self.granted: Pass | None = None
+        self.charge: Charge | None = None
         self.places: list[TierPlace] = []
         self.opened: list[Opened] = []
         self.answering = 0  # whole answers under way
@@ -79,13 +95,16 @@ class Lease:
         self._gateway_place = False
         self._closed = False
 
-    async def take(self, reserve: int) -> None:
-        """Take the key's in-flight place, reserve `reserve` tokens from its buckets, then take a gateway place
-        (Overloaded, RateLimited: a 429; what was taken before the refusal stays recorded for `aclose`)."""
+    async def take(self, reserve: int, worst_case: float = 0.0) -> None:
+        """Take the key's in-flight place, reserve `reserve` tokens from its buckets and `worst_case` from its budget,
+        then take a gateway place (Overloaded, RateLimited, QuotaExceeded: a 429; what was taken before the refusal
+        stays recorded for `aclose`)."""
         if self.caller is not None:
             await self.tenants.enter(self.caller)
             self._key_place = True
             self.granted = await self.tenants.reserve(self.caller, reserve)
+            if self.budgets is not None:
+                self.charge = await self.budgets.reserve(self.caller, worst_case)
         await self.admission.admit()
         self._gateway_place = True
 
@@ -127,9 +146,11 @@ class Lease:
             if self._gateway_place:
                 self._gateway_place = False
                 self.admission.release()
+            if self.answering:
+                self.bill.unknown = True
+            if self.budgets is not None:
+                self.budgets.settle(self.caller, self.bill, self.charge)
             if self.caller is not None:
-                if self.answering:
-                    self.bill.unknown = True
                 if self.granted is not None:
                     self.tenants.settle(self.granted, self.bill)
                 if self._key_place:
@@ -138,7 +159,8 @@ class Lease:
 
     def limit_headers(self) -> list[tuple[bytes, bytes]]:
         """The key's rate-limit headers (x-ratelimit-*), as its buckets stood when it was admitted."""
-        return [] if self.granted is None else self.granted.allowance.headers()
+        limits = [] if self.granted is None else self.granted.allowance.headers()
+        return limits if self.budgets is None else limits + self.budgets.headers(self.charge)
 
     @property
     def held(self) -> bool:

@@ -14,6 +14,8 @@ from cascade.router.load import Headroom
 
 # Seconds; spans CPU-engine answers (tens of seconds) down to fake-backend round trips.
 _LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 20, 40, 80, 160, 320)
+# Seconds per output token after the first: a fake's milliseconds to a loaded CPU engine's second.
+_TPOT_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.28, 2.56)
 _DECISION_BUCKETS = (1e-5, 2.5e-5, 5e-5, 1e-4, 2.5e-4, 5e-4, 1e-3, 2.5e-3, 5e-3, 1e-2, 5e-2)
 
 
@@ -31,6 +33,10 @@ class GatewayMetrics:
         self.ttft = Histogram(
             "cascade_ttft_seconds", "Time to first token by tier (streaming)", ["tier"], buckets=_LATENCY_BUCKETS,
             registry=r,
+        )
+        self.tpot = Histogram(
+            "cascade_tpot_seconds", "Time per output token after the first, by tier (streamed answers relayed as they "
+            "decode; per choice)", ["tier"], buckets=_TPOT_BUCKETS, registry=r,
         )
         self.in_flight = Gauge("cascade_in_flight_requests", "Requests being served now", registry=r)
         self.tier_in_flight = Gauge("cascade_tier_in_flight_requests", "Requests being served now by tier",
@@ -77,6 +83,17 @@ class GatewayMetrics:
                                   "(completion)", ["key", "tier", "direction"], registry=r)
         self.key_rate_limited = Counter("cascade_key_rate_limited", "Requests refused (429) because an API key was "
                                         "over a limit", ["key", "limit"], registry=r)
+        # Cost ([tiers.price]; only when the tiers have prices): what the engines processed for each request, priced
+        # per tier, in the prices' currency units (cascade/service/costs.py); and the keys' budgets (budgets.py).
+        self.cost = Counter("cascade_cost", "Cost of the requests served, by tier: every token the engines processed "
+                            "for them (branches, escalated drafts, retries), at the tier's price", ["tier"], registry=r)
+        self.key_cost = Counter("cascade_key_cost", "Cost per API key and tier, at the tiers' prices",
+                                ["key", "tier"], registry=r)
+        self.key_budget_spent = Gauge("cascade_key_budget_spent", "What an API key spent and reserved in its budget's "
+                                      "current period, as this gateway last read it", ["key"], registry=r)
+        self.key_budget_downgraded = Counter("cascade_key_budget_downgraded", "Requests served as the key's "
+                                             "downgrade_to asks because it was past downgrade_at of its budget",
+                                             ["key"], registry=r)
 
         self._redis: RedisSeries | None = None
 
@@ -99,7 +116,8 @@ class GatewayMetrics:
 
 
 class RedisSeries:
-    """The shared limits' store (cascade/service/redis_store.py); `op`: acquire, settle, admit, release, heartbeat."""
+    """The shared limits' store (cascade/service/redis_store.py); `op`: acquire, settle, admit, release, heartbeat,
+    budget, budget_settle, budget_read."""
 
     def __init__(self, registry: CollectorRegistry) -> None:
         self.errors = Counter("cascade_redis_errors", "Redis calls of the shared limits that failed or timed out",
@@ -135,6 +153,14 @@ class _PoolCollector(Collector):
         health = GaugeMetricFamily(
             "cascade_replica_health_state", "Background health checks of each replica's engine ([gateway.health]): "
             "0 up, 1 unknown (no verdict yet), 2 down (gets no requests)", labels=["tier", "replica"])
+        prompt = CounterMetricFamily("cascade_upstream_prompt_tokens", "Prompt tokens the tier's engines reported, "
+                                     "every branch and attempt", labels=["tier"])
+        cached = CounterMetricFamily("cascade_cached_prompt_tokens", "Of those, prompt tokens the engines served "
+                                     "from their prefix cache (usage.prompt_tokens_details.cached_tokens; engines "
+                                     "that report it)", labels=["tier"])
+        spills = CounterMetricFamily("cascade_replica_spills", "Requests whose replica by prefix was over its load "
+                                     "bound ([tiers.replicas] load_factor), sent to the next on the ring",
+                                     labels=["tier"])
         for pool in self.pools():
             for replica in pool.states():
                 state.add_metric([pool.name, replica.name], replica.state_code)
@@ -142,7 +168,10 @@ class _PoolCollector(Collector):
                 outstanding.add_metric([pool.name, replica.name], replica.outstanding)
                 health.add_metric([pool.name, replica.name], _HEALTH_CODE[replica.health])
             retries.add_metric([pool.name], pool.retried)
-        yield from (state, opened, outstanding, retries, health)
+            prompt.add_metric([pool.name], pool.prompt_tokens)
+            cached.add_metric([pool.name], pool.cached_prompt_tokens)
+            spills.add_metric([pool.name], pool.spilled)
+        yield from (state, opened, outstanding, retries, health, prompt, cached, spills)
 
 
 class _HeadroomCollector(Collector):

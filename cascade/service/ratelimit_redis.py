@@ -26,15 +26,11 @@ same case: a hung Redis may take its tokens on resuming, while this gateway admi
 from __future__ import annotations
 
 import asyncio
-import logging
-import math
 import time
 from dataclasses import dataclass
 
 from cascade.service.ratelimit import Allowance, Limit, LocalRateLimiter, state
-from cascade.service.redis_store import LOG_EVERY_S, RETRY_S, RedisStore, StoreUnavailable, lua
-
-log = logging.getLogger("cascade.gateway")
+from cascade.service.redis_store import RETRY_S, RedisStore, StoreUnavailable, ThrottledWarning, lua
 
 SETTLE_RETRY_S = 60.0  # a correction Redis could not take is sent again for this long at most
 
@@ -108,8 +104,7 @@ class RedisRateLimiter:
         self.dropped_settles = 0  # corrections given up: Redis may have applied them, or did not answer for long
         self._owed: dict[str, _Owed] = {}
         self._repaying: asyncio.Task[None] | None = None
-        self._logged_at = -math.inf
-        self._unlogged = 0
+        self._drops = ThrottledWarning()
 
     async def acquire(self, key: str, rpm: int, tpm: int, tokens: int) -> Allowance:
         if not rpm and not tpm:
@@ -167,11 +162,6 @@ class RedisRateLimiter:
     def _drop(self, owed: _Owed, why: str) -> None:
         self.dropped_settles += 1
         self.store.series.settles_dropped.inc()
-        now = time.monotonic()
-        if now - self._logged_at < LOG_EVERY_S:
-            self._unlogged += 1
-            return
-        more = f" ({self._unlogged} more since the last line)" if self._unlogged else ""
-        log.warning("redis at %s: dropped a token correction of %+d tokens (%s); the key's bucket stays as the "
-                    "request's admission left it%s", self.store.where, owed.tokens, why, more)
-        self._logged_at, self._unlogged = now, 0
+        if self._drops.due():
+            self._drops.warn("redis at %s: dropped a token correction of %+d tokens (%s); the key's bucket stays as "
+                             "the request's admission left it", self.store.where, owed.tokens, why)

@@ -42,6 +42,33 @@ log = logging.getLogger("cascade.gateway")
 
 RETRY_S = 0.5  # after a failed call, calls fail at once for this long
 LOG_EVERY_S = 10.0  # one warning line per this, at most
+
+
+class ThrottledWarning:
+    """A warning line at most once per LOG_EVERY_S; the lines held back in between are counted into the next."""
+
+    __slots__ = ("_logged_at", "_unlogged", "what")
+
+    def __init__(self, what: str = "") -> None:
+        self.what = what  # names what was held back: " more failures since the last line"
+        self.reset()
+
+    def reset(self) -> None:
+        """The next `warn` writes at once."""
+        self._logged_at, self._unlogged = -math.inf, 0
+
+    def due(self) -> bool:
+        """Whether a line may be written now; if not, one more is counted as held back."""
+        if time.monotonic() - self._logged_at < LOG_EVERY_S:
+            self._unlogged += 1
+            return False
+        return True
+
+    def warn(self, message: str, *args: object) -> None:
+        """Write `message % args` with the held-back count appended (call after `due`)."""
+        more = f" ({self._unlogged} more{self.what} since the last line)" if self._unlogged else ""
+        log.warning(message + "%s", *args, more)
+        self._logged_at, self._unlogged = time.monotonic(), 0
 POOL_SIZE = 64  # connections per gateway process; a call holds one for well under a millisecond
 LAG_TOLERANCE_S = 0.01  # a call's timer firing later than this: the event loop was busy, and the call waits longer
 MAX_LAG_S = 2.0  # what a busy loop's lag adds to a call's timeout, at most
@@ -93,8 +120,7 @@ class RedisStore:
         self._up = False
         self._retry_at = 0.0
         self._down_since: float | None = None
-        self._logged_at = -math.inf
-        self._unlogged = 0
+        self._failures = ThrottledWarning(" failures")
         self._pending: set[asyncio.Task[None]] = set()
         self._ping = lua(_PING)
         self.closed = False
@@ -207,23 +233,20 @@ class RedisStore:
         self._retry_at = now + RETRY_S
         if self._down_since is None:
             self._down_since = now
-        if now - self._logged_at < LOG_EVERY_S:
-            self._unlogged += 1
+        if not self._failures.due():
             return
         what = (f"no answer within {self.timeout_s:g} s" if isinstance(exc, TimeoutError) and not str(exc)
                 else f"{type(exc).__name__}: {exc}")
         then = ("admitting requests on each gateway's own limits ([gateway.redis] failure = open)" if self.fail_open
                 else "refusing requests with 503 ([gateway.redis] failure = closed)")
-        more = f" ({self._unlogged} more failures since the last line)" if self._unlogged else ""
-        log.warning("redis at %s: %s failed (%s); %s until it answers%s", self.where, op, what, then, more)
-        self._logged_at, self._unlogged = now, 0
+        self._failures.warn("redis at %s: %s failed (%s); %s until it answers", self.where, op, what, then)
 
     def _recovered(self) -> None:
         if self._down_since is not None:
             log.warning("redis at %s answers again after %.1f s; the limits are shared again", self.where,
                         time.monotonic() - self._down_since)
         self._down_since = None
-        self._logged_at, self._unlogged = -math.inf, 0  # the next failure is logged at once
+        self._failures.reset()  # the next failure is logged at once
         self._up = True
         self.series.up.set(1)
 

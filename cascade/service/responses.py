@@ -22,6 +22,7 @@ from cascade.schemas import (
     ChatCompletion,
     Choice,
     ChoiceLogprobs,
+    Cost,
     FunctionCallDelta,
     RouteDecision,
     ToolCall,
@@ -53,7 +54,8 @@ class _CompletionIds:
 completion_id = _CompletionIds()
 
 
-def completion(decision: Decision, answer: Answer, billed: Billed | None = None) -> ChatCompletion:
+def completion(decision: Decision, answer: Answer, billed: Billed | None = None, cost: Cost | None = None
+               ) -> ChatCompletion:
     results = answer.results
     usage = usage_of(answer)
     return ChatCompletion(
@@ -65,13 +67,14 @@ def completion(decision: Decision, answer: Answer, billed: Billed | None = None)
                    logprobs=None if r.logprobs is None else ChoiceLogprobs(content=r.logprobs))
             for i, r in enumerate(results)
         ],
-        usage=usage, cascade=cascade_info(decision, answer, billed),
+        usage=usage, cascade=cascade_info(decision, answer, billed, cost),
     )
 
 
-def whole_answer_frames(decision: Decision, answer: Answer, include_usage: bool, billed: Billed | None = None) -> bytes:
+def whole_answer_frames(decision: Decision, answer: Answer, include_usage: bool, billed: Billed | None = None,
+                        cost: Cost | None = None) -> bytes:
     """A whole answer as one stream body (cascade mode, reasoning branches: known only at the end); its last chunk
-    carries the bill."""
+    carries the bill and its cost."""
     results = answer.results
     frames = ChunkFrames(completion_id(), int(time.time()), decision.tier.name)
     body = [frames.role(len(results), cascade_info(decision, answer))]
@@ -81,7 +84,7 @@ def whole_answer_frames(decision: Decision, answer: Answer, include_usage: bool,
         else:
             body.append(frames.content(i, r.text, r.reasoning))
         body.append(frames.finish(i, r.finish_reason))
-    body.append(frames.tail(cascade_info(decision, answer, billed), usage_of(answer) if include_usage else None))
+    body.append(frames.tail(cascade_info(decision, answer, billed, cost), usage_of(answer) if include_usage else None))
     return b"".join(body)
 
 
@@ -91,7 +94,8 @@ def usage_of(answer: Answer) -> Usage:
     return Usage(prompt_tokens=prompt, completion_tokens=completion_tokens, total_tokens=prompt + completion_tokens)
 
 
-def cascade_info(decision: Decision, answer: Answer | None = None, billed: Billed | None = None) -> CascadeInfo:
+def cascade_info(decision: Decision, answer: Answer | None = None, billed: Billed | None = None,
+                 cost: Cost | None = None) -> CascadeInfo:
     assessment = decision.assessment
     # One branch per choice: a choice aborted upstream (finish_reason "abort") is cut off, not finished.
     aborted = 0 if answer is None else sum(r.finish_reason == "abort" for r in answer.results)
@@ -119,6 +123,7 @@ def cascade_info(decision: Decision, answer: Answer | None = None, billed: Bille
         confidence=None if decision.confidence is None else round(decision.confidence, 4),
         branches=branches, retries=0 if answer is None else sum(r.retries for r in answer.results),
         fallback_from=decision.fallback_from, note=decision.note, degraded=decision.degraded, billed=billed,
+        cost=cost,
     )
 
 

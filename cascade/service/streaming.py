@@ -35,26 +35,27 @@ KEEPALIVE = b": keep-alive\n\n"
 async def relay(opened: Opened, ladder: StreamLadder, decision: Decision, include_usage: bool, telemetry: Telemetry,
                 bill: Bill) -> AsyncGenerator[bytes, None]:
     """The frames of `opened`'s streams; `ladder` closes it at the end, whatever ends it. The tokens relayed are
-    billed however it ends (to where a client that left cut it), before the last chunk, which carries the bill."""
+    billed however it ends (to where a client that left cut it), before the last chunk, which carries the bill and
+    its cost."""
     tier, streams, firsts, start = opened.tier, opened.streams, opened.firsts, opened.start
     frames = ChunkFrames(completion_id(), int(time.time()), tier.name)
     prompt_tokens = 0
     completion_tokens = [0] * len(streams)
     finished = 0
-    first_token = True
+    first_token_at: float | None = None
     retries = sum(f.retries for f in firsts if f is not None)
 
     def frame_for(index: int, delta: StreamDelta) -> bytes:
-        nonlocal prompt_tokens, finished, first_token
+        nonlocal prompt_tokens, finished, first_token_at
         if delta.prompt_tokens is not None:
             prompt_tokens = delta.prompt_tokens
         if delta.completion_tokens is not None:
             completion_tokens[index] = delta.completion_tokens
         frame = b""
         if delta.text or delta.reasoning or delta.tool_calls or delta.logprobs:
-            if first_token:
-                telemetry.first_token(tier, time.perf_counter() - start)
-                first_token = False
+            if first_token_at is None:
+                first_token_at = time.perf_counter()
+                telemetry.first_token(tier, first_token_at - start)
             if delta.completion_tokens is None:
                 completion_tokens[index] += delta.chunks
             if delta.tool_calls or delta.logprobs:  # rare: the fast path below carries text only
@@ -100,15 +101,18 @@ async def relay(opened: Opened, ladder: StreamLadder, decision: Decision, includ
         usage = Usage(prompt_tokens=prompt_tokens, completion_tokens=total_completion,
                       total_tokens=prompt_tokens + total_completion)
     done = [GenerationResult(text="", retries=retries) for _ in range(finished)]
-    yield frames.tail(cascade_info(decision, Answer(results=done), bill.billed()), usage)
-    telemetry.success(decision, time.perf_counter() - start, prompt_tokens, total_completion, stream=True)
+    yield frames.tail(cascade_info(decision, Answer(results=done), bill.billed(), bill.cost()), usage)
+    end = time.perf_counter()
+    telemetry.success(decision, end - start, prompt_tokens, total_completion, stream=True)
+    if first_token_at is not None:
+        telemetry.per_token(tier, first_token_at, end, total_completion / len(streams))
 
 
 async def deferred(serve: Awaitable[tuple[Decision, Answer]], keepalive_s: float, include_usage: bool,
                    telemetry: Telemetry, bill: Bill) -> AsyncGenerator[bytes, None]:
     """`serve`'s answer (an `AnswerLadder`'s, usually, which bills each tier's answer) as one SSE body, with
     keep-alives while it works; the caller starts this at once (the service's `chat` does), so that `serve` is
-    always awaited or cancelled. The last chunk carries the bill."""
+    always awaited or cancelled. The last chunk carries the bill and its cost."""
     start = time.perf_counter()
     task = asyncio.ensure_future(serve)
     try:
@@ -130,7 +134,7 @@ async def deferred(serve: Awaitable[tuple[Decision, Answer]], keepalive_s: float
             task.cancel()
             await asyncio.gather(task, return_exceptions=True)
     telemetry.first_token(decision.tier, time.perf_counter() - start)
-    body = whole_answer_frames(decision, answer, include_usage, bill.billed())
+    body = whole_answer_frames(decision, answer, include_usage, bill.billed(), bill.cost())
     yield body
     results = answer.results
     telemetry.success(decision, time.perf_counter() - start, results[0].prompt_tokens,

@@ -64,6 +64,11 @@ class Telemetry:
         if self.headroom is not None:
             self.headroom.observe_ttft(tier.index, seconds)
 
+    def per_token(self, tier: Tier, first_token_s: float, end_s: float, tokens: float) -> None:
+        """TPOT: (end - first token) / (tokens - 1), for a streamed choice of `tokens` tokens (vLLM's definition)."""
+        if tokens > 1 and end_s >= first_token_s:
+            self.metrics.tpot.labels(tier.name).observe((end_s - first_token_s) / (tokens - 1))
+
     def degraded(self, decision: Decision) -> None:
         if decision.degraded is not None:
             d = decision.degraded

@@ -21,6 +21,7 @@ from cascade.errors import ConfigError, Forbidden, Overloaded, RateLimited, Unau
 from cascade.router.policy import NAMED_HINTS, ROUTED_MODEL, QualityHint
 from cascade.schemas import ChatCompletionRequest
 from cascade.service.admission import SharedPlaces
+from cascade.service.budgets import Budget
 from cascade.service.metrics import GatewayMetrics
 from cascade.service.ratelimit import Allowance, RateLimiter
 
@@ -39,6 +40,7 @@ class Tenant:
     hints: frozenset[str] = frozenset()  # empty: all
     tiers: frozenset[str] = frozenset()  # empty: all
     max_in_flight: int = 0  # 0: unlimited
+    budget: Budget | None = None  # spend per period (cascade/service/budgets.py); None: none
 
 
 class Keyring:
@@ -47,7 +49,7 @@ class Keyring:
         Its limits and permits would depend on the order (a key listed in `api_keys` and, with limits, in
         `[[gateway.keys]]` lost its limits)."""
         self.tenants = [Tenant(k.name, bytes.fromhex(k.sha256), k.requests_per_minute, k.tokens_per_minute,
-                               frozenset(k.hints), frozenset(k.tiers), k.max_in_flight) for k in keys]
+                               frozenset(k.hints), frozenset(k.tiers), k.max_in_flight, Budget.of(k)) for k in keys]
         self.tenants += [Tenant(f"api_keys[{i}]", _digest(key)) for i, key in enumerate(plain)]
         first: dict[bytes, str] = {}
         for tenant in self.tenants:
@@ -206,9 +208,13 @@ class Tenants:
 def estimate_tokens(req: ChatCompletionRequest, branches: int = 1, default_max_tokens: int = 0) -> int:
     """Tokens reserved before dispatch: the messages' JSON bytes / 4, plus max_tokens (the tier's default when the
     request sets none) for each of the n choices and each of its `branches` (the most any tier it may reach runs)."""
-    prompt = len(msgspec.json.encode(req.messages)) // 4 + 1
     out = req.max_completion_tokens or req.max_tokens or default_max_tokens
-    return prompt + out * max(1, req.n) * max(1, branches)
+    return estimate_prompt_tokens(req) + out * max(1, req.n) * max(1, branches)
+
+
+def estimate_prompt_tokens(req: ChatCompletionRequest) -> int:
+    """The prompt part of `estimate_tokens`: the messages' JSON bytes / 4."""
+    return len(msgspec.json.encode(req.messages)) // 4 + 1
 
 
 def _refusal(tenant: Tenant, allowance: Allowance, reserved: int) -> str:

@@ -112,13 +112,16 @@ def test_the_replay_reports_the_out_of_fold_choice_beside_the_in_sample_best(tmp
     assert {"minus_sc", "minus_greedy"} <= set(everything["out_of_fold"])
 
 
-def test_the_committed_out_of_fold_replay_is_what_the_committed_records_give() -> None:
-    """benchmarks/results/sart_replay_qwen15_train_cv.json, replayed from the repo's own records end to end."""
+def test_the_committed_out_of_fold_replay_is_what_the_committed_records_give(tmp_path: Path) -> None:
+    """benchmarks/results/sart_replay_qwen15_train_cv.json, replayed from the repo's own records end to end (the
+    command docs/measured.md gives): every number, every setting and both input paths, as committed."""
     committed = json.loads((ROOT / "benchmarks/results/sart_replay_qwen15_train_cv.json").read_text())
+    out = tmp_path / "replay.json"
     done = subprocess.run([sys.executable, str(SCRIPT), "--outcomes", committed["branches_file"], "--n", "8",
                            "--m", "1,2,3,4,5,6,7", "--alpha", "0", "--beta", "0", "--k", "2", "--max-tokens", "512",
                            "--first-wave", "2,3,4", "--wave-m", "3,4,5,6", "--wave-margin", "1,2,3",
-                           "--greedy", committed["out_of_sample"]["greedy_file"]],
+                           "--greedy", committed["out_of_sample"]["greedy_file"], "--json-out", str(out)],
                           capture_output=True, text=True, timeout=300, cwd=ROOT)
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout)["out_of_sample"] == committed["out_of_sample"]
+    assert json.loads(out.read_text()) == committed

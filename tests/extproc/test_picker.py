@@ -120,6 +120,23 @@ def test_a_keys_limits_hold_a_forbidden_hint_is_403_and_past_its_rpm_429_with_re
     assert isinstance(verdict, Refused) and "retry-after" in dict(verdict.headers)
 
 
+def test_a_keys_budget_is_charged_each_requests_worst_case_and_refused_once_spent() -> None:
+    digest = hashlib.sha256(KEY.encode()).hexdigest()
+    prices = {"small": "{ input_per_mtok = 1, output_per_mtok = 2 }",
+              "medium": "{ input_per_mtok = 10, output_per_mtok = 20 }",
+              "large": "{ input_per_mtok = 100, output_per_mtok = 200 }"}
+    toml = TOML
+    for tier, price in prices.items():
+        toml = toml.replace(f'name = "{tier}"\n', f'name = "{tier}"\nprice = {price}\n')
+    # Each fast request reserves its prompt and 64 tokens on `small`: about 1.4e-4; a budget of 3e-4 takes 3.
+    keyed = picker(f'[[gateway.keys]]\nname = "team"\nsha256 = "{digest}"\nbudget = 3e-4\n', toml=toml)
+    auth = {"authorization": f"Bearer {KEY}"}
+    verdicts = [pick(keyed, chat(quality="fast"), **auth) for _ in range(4)]
+    assert [isinstance(v, Routed) for v in verdicts] == [True, True, True, False]
+    error = refused(verdicts[-1], 429)
+    assert error["type"] == error["code"] == "insufficient_quota" and "API key `team`" in error["message"]
+
+
 def test_branches_go_to_the_gateway_pinned_to_the_picked_tier_or_are_refused_without_one() -> None:
     branched = chat(quality="best", branches={"n": 2})
     assert refused(pick(picker(), branched), 400)["param"] == "branches"
@@ -180,3 +197,10 @@ def test_a_request_for_the_gateway_is_left_to_the_gateways_own_key_limits_so_it_
     routed(pick(keyed, chat(quality="fast"), **auth))
     assert refused(pick(keyed, chat(quality="fast"), **auth), 429)
     assert refused(pick(keyed, chat(quality="fast")), 401)
+
+
+def test_prompt_cache_key_picks_a_gateways_replica_and_never_reaches_an_engine() -> None:
+    _, body = routed(pick(picker(), chat(quality="fast", prompt_cache_key="session-1")))
+    assert "prompt_cache_key" not in body  # read by cascade ([tiers.replicas]), not an engine's field
+    _, body = routed(pick(picker(gateway=True), chat(quality="best", branches={"n": 2}, prompt_cache_key="s-1")))
+    assert body["prompt_cache_key"] == "s-1"  # the gateway behind chooses the tier's replica by it

@@ -87,3 +87,21 @@ def test_a_reasoning_tier_prunes_an_unsure_branch_without_a_scorer() -> None:
     assert branches["pruned_confidence"] == 1 and branches["pruned"] == 1 and branches["finished"] == 2
     assert body["choices"][0]["message"]["content"].endswith("18") and body["choices"][0].get("logprobs") is None
     assert 'cascade_branches_total{event="pruned_confidence",tier="thinker"} 1.0' in metrics
+
+
+def test_a_deepconf_tier_asks_for_top_k_candidates_and_stops_a_later_branch_less_sure_than_its_first_wave() -> None:
+    engine = FakeEngine(FakeScript(tokens=8))
+    with ExitStack() as stack:
+        url = stack.enter_context(serve_asgi(engine))
+        toml = small_and_thinker_toml(url).replace(
+            "branches = { n = 3, m = 2 }",
+            "branches = { n = 4, m = 4, first_wave = 2, confidence_keep = 0.9, confidence_group = 4, "
+            'confidence_top_k = 5, aggregation = "confidence" }\nscorer = "none"')
+        base = stack.enter_context(serve_asgi(Gateway(decode_config(toml)).app, lifespan="on"))
+        prompt = ("[fake answer=So_the_answer_is_18.|####_18 itl_ms=10] "
+                  "[fake@seed=1 answer=So_the_answer_is_17.|####_17] [fake@seed=3 logprob=-3] Q")
+        body = post_chat(base, {"model": "thinker", "seed": 0, "messages": user(prompt)}).json()
+    branches = body["cascade"]["branches"]
+    assert branches["pruned_confidence"] == 1 and branches["finished"] == 3, branches
+    assert body["choices"][0]["message"]["content"].endswith("18") and body["choices"][0].get("logprobs") is None
+    assert engine.stats.logprobs_requests == 4  # every branch asked; the client asked for none and got none

@@ -121,6 +121,20 @@ def test_ttft_is_observed_for_streams(gw) -> None:
     assert f'cascade_ttft_seconds_count{{tier="{TIERS[1]}"}}' in httpx.get(f"{base}/metrics").text
 
 
+def test_tpot_is_the_time_per_token_after_the_first_of_a_stream() -> None:
+    # 6 tokens 30 ms apart: (end - first token) / 5 is 30 ms, give or take the loop's jitter.
+    with running_gateway(FakeScript(tokens=6, itl_ms=30)) as (base, _, _):
+        with httpx.stream("POST", f"{base}/v1/chat/completions", timeout=10,
+                          json={"model": TIERS[1], "messages": user(), "stream": True}) as response:
+            response.read()
+        metrics = httpx.get(f"{base}/metrics").text
+    count = f'cascade_tpot_seconds_count{{tier="{TIERS[1]}"}} 1.0'
+    total = next(float(line.split()[-1]) for line in metrics.splitlines()
+                 if line.startswith(f'cascade_tpot_seconds_sum{{tier="{TIERS[1]}"}}'))
+    assert count in metrics and 0.02 < total < 0.2, total
+    assert f'cascade_tpot_seconds_count{{tier="{TIERS[0]}"}}' not in metrics  # no stream there: no series
+
+
 def test_sampling_params_are_accepted_and_max_completion_tokens_is_honoured(gw) -> None:
     base = gw[0]
     response = post_chat(base, {"model": "cascade:fast", "messages": user(), "temperature": 0.5, "top_p": 0.9,

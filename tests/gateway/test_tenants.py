@@ -220,3 +220,18 @@ def test_a_weak_plain_key_stops_a_gateway_bound_beyond_loopback(key: str, monkey
     strong = decode_config(ladder_toml("http://127.0.0.1:9", '[gateway]\napi_keys = ["csk-Zq8vW2rT5yL0pN4mK7xB"]\n'))
     server.run(strong, None, "0.0.0.0", 8000)
     assert started == ["127.0.0.1", "0.0.0.0"]
+
+
+def test_keys_add_writes_a_budget_the_gateway_reads_and_list_shows_it(tmp_path, capsys) -> None:
+    config = tmp_path / "cascade.toml"
+    config.write_text('[[tiers]]\nname = "small"\nprice = { input_per_mtok = 1, output_per_mtok = 2 }\n'
+                      'backends = [{ kind = "openai", url = "http://127.0.0.1:9", model = "m" }]\n')
+    assert main(["keys", "add", "--name", "ops", "--config", str(config), "--write", "--budget", "2.5",
+                 "--budget-period", "day"]) == 0
+    assert 'budget = 2.5\nbudget_period = "day"\n' in capsys.readouterr().out
+    assert main(["keys", "list", "--config", str(config)]) == 0
+    assert "budget=2.5/day" in capsys.readouterr().out
+    assert main(["keys", "add", "--name", "a", "--budget", "nan"]) == 2
+    assert "--budget must be between 0" in capsys.readouterr().err
+    assert main(["keys", "add", "--name", "a", "--budget", "1", "--budget-period", "week"]) == 2
+    assert "--budget-period must be hour, day, month" in capsys.readouterr().err

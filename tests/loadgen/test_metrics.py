@@ -99,3 +99,26 @@ def test_min_slo_scale_is_cascadias_95_percent_point() -> None:
     assert min_slo_scale(records, slo, 0.5) == pytest.approx(1.0)
     records[-1].error = records[-2].error = "failed"
     assert min_slo_scale(records, slo, 0.95) is None  # 2 failures > 5%
+
+
+def test_cost_per_correct_answer_counts_what_every_request_cost_over_the_right_answers() -> None:
+    records = [rec(i, reference="1", correct=i < 2) for i in range(4)]  # 2 right of 4
+    for r, cost in zip(records, [0.25, 0.5, 0.75, 1.5], strict=True):
+        r.cost, r.cost_currency = cost, "USD"
+    records.append(rec(4, error="HTTP 429: quota", reference="1", correct=False))  # refused: no cost
+    s = summarize(records, {}, duration_s=1.0)
+    assert s["cost"] == {"currency": "USD", "total": 3.0, "requests": 4, "per_request": 0.75,
+                         "per_correct_answer": 1.5}
+    assert s["by_tier"]["small"]["cost"]["total"] == 3.0
+    assert summarize([rec(0), rec(1)], {}, duration_s=1.0)["cost"] is None  # no response carried a cost
+    nothing_right = [rec(0, reference="1", correct=False)]
+    nothing_right[0].cost = 2.0
+    assert summarize(nothing_right, {}, duration_s=1.0)["cost"]["per_correct_answer"] is None
+
+
+def test_a_servers_hostile_costs_are_left_out_of_the_sums() -> None:
+    records = [rec(i, reference="1", correct=True) for i in range(4)]
+    for r, cost in zip(records, [math.inf, -1.0, math.nan, 0.5], strict=True):
+        r.cost = cost
+    s = summarize(records, {}, duration_s=1.0)
+    assert s["cost"]["total"] == 0.5 and s["cost"]["requests"] == 1 and s["cost"]["per_correct_answer"] == 0.125

@@ -13,9 +13,11 @@ import pytest
 from cascade.cli import main
 from cascade.engines.fake_server import FakeEngine, FakeScript
 from cascade.testing.asgi import serve_asgi
+from loadgen.report import markdown
 from loadgen.run import LoadConfig, run_load
 from tests.gateway.gateway_setup import running_gateway
 from tests.servers import dead_url
+from tests.service.pricing import running_priced_gateway
 
 CONTRACT_KEYS = {"requests", "completed", "failed", "achieved_rate_rps", "ttft_ms", "tpot_ms", "itl_ms", "e2el_ms",
                  "goodput_rps", "slo_attainment", "accuracy"}
@@ -206,3 +208,21 @@ def test_loadgen_help_imports_nothing_heavy() -> None:
     result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip().splitlines()[-1] == "[]"
+
+
+@pytest.mark.parametrize("stream", [True, False])
+def test_a_priced_gateways_costs_are_read_and_cost_per_correct_answer_reported(tmp_path, stream: bool) -> None:
+    data = write_jsonl(tmp_path / "qa.jsonl", [
+        {"prompt": "[fake answer=The_answer_is_18]", "reference": "#### 18"},
+        {"prompt": "[fake answer=The_answer_is_7]", "reference": "#### 18"},
+    ])
+    with running_priced_gateway() as gateway_url:
+        summary, records = run_load(LoadConfig(url=gateway_url, dataset=data, rate=40, n=8, seed=1, stream=stream,
+                                               progress=False))
+    assert summary["failed"] == 0 and all(r.cost is not None and r.cost > 0 for r in records)
+    cost = summary["cost"]
+    correct = sum(1 for r in records if r.correct)
+    assert cost["currency"] == "USD" and cost["requests"] == 8 and 0 < correct < 8
+    assert cost["total"] == pytest.approx(sum(r.cost or 0 for r in records))
+    assert cost["per_correct_answer"] == pytest.approx(cost["total"] / correct)
+    assert "cost per correct answer" in markdown(summary, [], plotted=False)

@@ -13,9 +13,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from cascade.data.records import RequestRecord
 from cascade.errors import CascadeError
 from cascade.optimizer.profile import TracedRequest, fit_trace, load_profile
-from cascade.profiler.fit import profile_from_loadgen
+from cascade.profiler.fit import profile_from_loadgen, profile_from_records
 from cascade.testing.asgi import serve_asgi
 from tests.optimizer.batching_engine import BatchingEngine
 
@@ -69,6 +70,22 @@ def test_an_exact_trace_gives_back_the_engines_costs() -> None:
     for point in fit.decode_points:
         assert point.step_s == pytest.approx(0.01 + 0.004 * point.batch + 2e-5 * point.batch * point.context_tokens,
                                              rel=1e-6)
+
+
+def test_a_profile_names_a_local_model_by_its_directory_never_by_this_machines_path() -> None:
+    """`transformers serve` names its model by the local directory; a committed profile keeps the directory's name
+    (the embedded model card's), and a load test's folder in its label the same way (cascade/repo_paths.py)."""
+    rng = np.random.default_rng(1)
+    n = 60
+    trace = engine_trace(np.cumsum(rng.exponential(1 / 3.0, n)), rng.integers(20, 400, n), rng.integers(5, 60, n),
+                         prefill=(0.02, 1e-4), step=(0.01, 0.004, 2e-5))
+    records = [RequestRecord(index=i, prompt_id=f"w:{i}", status=200, sent_s=t.sent_s, ttft_ms=t.ttft_s * 1000,
+                             itl_ms=[x * 1000 for x in t.itl_s], prompt_tokens=t.prompt_tokens,
+                             output_tokens=len(t.itl_s) + 1, model="/root/.cache/cascade/models/qwen2.5-coder-0.5b")
+               for i, t in enumerate(trace)]
+    profile = profile_from_records(records)
+    assert profile.model == "qwen2.5-coder-0.5b"
+    assert profile_from_records(records, model="Qwen/Qwen2.5-7B-Instruct").model == "Qwen/Qwen2.5-7B-Instruct"
 
 
 def test_a_flat_context_cost_is_dropped_and_too_little_data_is_an_error() -> None:

@@ -16,6 +16,7 @@ from sklearn.linear_model import Ridge
 
 from cascade.cli import main
 from cascade.errors import ConfigError
+from cascade.repo_paths import OUTSIDE
 from cascade.router import evaluate as ev
 from cascade.router.artifact import CARD_FILE, MODEL_FILE, DataRef, load_router, save_router
 from cascade.router.classifier import P_MIN, DifficultyClassifier
@@ -122,7 +123,9 @@ def test_a_steps_router_round_trips_without_its_training_data(saved_steps_router
     loaded, card = load_router(router_dir)
     assert np.array_equal(loaded.predict_p_fail(prompts), expected)
     assert card.feature_spec.steps and [a.block for a in card.aux_data] == ["steps"]
-    assert card.aux_data[0].path == str(steps_jsonl) and card.aux_data[0].sha256 == model.steps_model_.data_sha256
+    # A file outside the repo is recorded by its name (cascade/repo_paths.py), never by this machine's path.
+    assert card.aux_data[0].path == steps_jsonl.name + OUTSIDE == model.steps_model_.data_path
+    assert card.aux_data[0].sha256 == model.steps_model_.data_sha256
 
 
 def test_a_steps_router_predicts_without_calling_sklearn(saved_steps_router, monkeypatch) -> None:
@@ -150,6 +153,18 @@ def test_a_steps_router_whose_card_names_other_aux_data_is_refused(saved_steps_r
     path.write_text(json.dumps(card))
     with pytest.raises(ConfigError, match=r"auxiliary model data differ"):
         load_router(router_dir)
+
+
+def test_a_steps_router_whose_aux_data_was_read_elsewhere_still_loads(saved_steps_router) -> None:
+    """The aux data's sha256 identifies it; its path only says where one machine read it (a committed card names
+    `../shared/data/...` while a router fitted before that holds `/work/shared/data/...`)."""
+    router_dir, model, prompts, _ = saved_steps_router
+    path = router_dir / CARD_FILE
+    card = json.loads(path.read_text())
+    card["aux_data"][0]["path"] = "/another/machine/train.jsonl"
+    path.write_text(json.dumps(card))
+    loaded, _ = load_router(router_dir)
+    assert np.array_equal(loaded.predict_p_fail(prompts), model.predict_p_fail(prompts))
 
 
 def test_a_router_saved_before_the_new_parameters_existed_still_loads(tmp_path, synthetic) -> None:

@@ -50,6 +50,8 @@ def test_the_command_prints_and_saves_what_the_library_returns(gsm8k_csv, tmp_pa
     assert json.loads(capsys.readouterr().out) == json.loads(json.dumps(trained.metrics))
     card = json.loads((tmp_path / "router" / "card.json").read_text())
     assert card["data"]["train_rows"] == trained.train_rows and card["seed"] == 3
+    # The shared data sits beside the repo: the card names it so, never by this machine's path.
+    assert card["data"]["path"] == "../shared/data/routellm/gsm8k_responses.csv"
     from cascade.router.artifact import load_router
 
     served, _ = load_router(tmp_path / "router")

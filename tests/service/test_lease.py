@@ -4,7 +4,8 @@ ChatService is called directly, with an API key as its caller, in front of the f
 127.0.0.1. After each way out (an answer, whole or streamed; a fault; a cancel; a client that leaves mid-stream; a
 full tier, a full key, a rate limit) every place is counted back: the gateway's, each tier's, the upstream streams,
 the branch slots and the key's in-flight places. The bill counts every token the engines decoded for the request:
-every branch, every escalated draft, a retried attempt, a stream up to where it was cut.
+every branch, every escalated draft, a retried attempt, a stream up to where it was cut; and the key's budget is
+settled to the bill's cost on each way out (its worst case where the answer was cut while under way).
 """
 
 from __future__ import annotations
@@ -21,11 +22,13 @@ from cascade.config import decode_config
 from cascade.engines.fake_server import FakeEngine, FakeScript
 from cascade.errors import BackendError, Overloaded, RateLimited
 from cascade.schemas import ChatCompletionRequest
+from cascade.service.budgets import Budget, LocalLedger
 from cascade.service.chat import ChatService, StreamReply, WholeReply
-from cascade.service.tenants import Tenant
+from cascade.service.tenants import Tenant, estimate_prompt_tokens
 from cascade.testing.asgi import serve_asgi
 from cascade.testing.servers import TIERS, ladder_toml
 from tests.gateway.gateway_setup import on_service, user
+from tests.service.pricing import last_chunk, priced
 
 T = TypeVar("T")
 TOKENS = 8  # the fake engine's answer length
@@ -41,13 +44,14 @@ def request(**fields: object) -> ChatCompletionRequest:
 
 
 def with_service(work: Callable[[ChatService], Awaitable[T]], *, mode: str = "route", extra: str = "",
-                 engines: int = 1) -> T:
+                 engines: int = 1, rewrite: Callable[[str], str] = lambda toml: toml) -> T:
     """`work` on a service over three tiers on one fake engine (`engines` = 2: the first tier has two replicas, the
-    first of which cuts every answer short, so a whole answer is retried on the second)."""
+    first of which cuts every answer short, so a whole answer is retried on the second); `rewrite` changes the config
+    (prices, tests/service/test_costs.py)."""
     engine = FakeEngine(FakeScript(tokens=TOKENS))
     faulty = FakeEngine(FakeScript(tokens=TOKENS, fault="truncated", stall_after=3))
     with serve_asgi(engine) as url, serve_asgi(faulty) as bad_url:
-        toml = ladder_toml(url, extra)
+        toml = rewrite(ladder_toml(url, extra))
         if engines == 2:
             first = f'backends = [{{ kind = "openai", url = "{url}", model = "fake-0"'
             toml = toml.replace(first, f'backends = [{{ kind = "openai", url = "{bad_url}", model = "fake-0" }}, '
@@ -247,3 +251,101 @@ def test_a_retried_whole_answer_bills_the_tokens_its_failed_attempt_decoded() ->
     assert any(retries for retries, _, _ in seen)
     for retries, billed, usage in seen:
         assert billed == usage + 3 * retries  # the cut attempt sent 3 tokens before it ended without a finish
+
+
+# --- the key's budget: settled to the cost on every way out -------------------------------------------------------
+
+
+def budgeted(name: str = "acme", amount: float = 10.0, **limits: object) -> Tenant:
+    return key(name, budget=Budget(amount, 3600), **limits)
+
+
+def budget_spent(service: ChatService, tenant: Tenant) -> float:
+    """What the key spent and still reserves this hour (the service's own ledger)."""
+    assert isinstance(service.budgets.ledger, LocalLedger)
+    return service.budgets.ledger.read(tenant.name, 3600).spent
+
+
+def key_cost(service: ChatService, tenant: Tenant, tier: str) -> float:
+    return service.metrics.key_cost.labels(tenant.name, tier)._value.get()
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_an_answer_settles_the_budget_to_its_cost(stream: bool) -> None:
+    caller = budgeted(max_in_flight=1)
+
+    async def work(service: ChatService) -> tuple[bool, float, float]:
+        reply = await service.chat(request(model=TIERS[1], stream=stream), caller=caller)
+        if isinstance(reply, StreamReply):
+            body = b"".join([reply.first, *[frame async for frame in reply.frames]])
+            await reply.frames.aclose()
+            total = last_chunk(body)["cascade"]["cost"]["total"]
+        else:
+            assert reply.completion.cascade is not None and reply.completion.cascade.cost is not None
+            total = reply.completion.cascade.cost.total
+        return nothing_held(service), total, budget_spent(service, caller)
+
+    held_nothing, total, spent = with_service(work, rewrite=priced)
+    assert held_nothing and total > 0 and spent == pytest.approx(total)
+
+
+def test_a_stream_the_client_cuts_settles_the_budget_to_what_was_relayed() -> None:
+    caller = budgeted(max_in_flight=1)
+
+    async def work(service: ChatService) -> tuple[bool, float, float]:
+        req = request(model=TIERS[0], stream=True, messages=user("[fake@fake-0 tokens=2000 itl_ms=2] hi"))
+        reply = await service.chat(req, caller=caller, client=Left())
+        assert isinstance(reply, StreamReply)
+        for _ in range(5):
+            await anext(reply.frames)
+        await reply.frames.aclose()
+        return nothing_held(service), budget_spent(service, caller), key_cost(service, caller, TIERS[0])
+
+    held_nothing, spent, relayed = with_service(work, rewrite=priced)
+    assert held_nothing and spent == pytest.approx(relayed) and 0 < spent < 2000 * 2 / 1e6  # not 2000 tokens' worth
+
+
+def test_a_fault_and_a_full_tier_give_the_whole_reservation_back() -> None:
+    caller = budgeted(max_in_flight=1)
+
+    async def work(service: ChatService) -> tuple[bool, float]:
+        for stream in (False, True):
+            req = request(model=TIERS[1], stream=stream, messages=user("[fake@fake-1 status=500] hi"))
+            with pytest.raises(BackendError):
+                await service.chat(req, caller=caller)
+        service.admission.tier_caps[0] = 0  # refused after the budget's reservation was taken
+        with pytest.raises(Overloaded):
+            await service.chat(request(model=TIERS[0]), caller=caller)
+        return nothing_held(service), budget_spent(service, caller)
+
+    held_nothing, spent = with_service(work, rewrite=priced)
+    assert held_nothing and spent == 0.0
+
+
+def test_a_whole_answer_cancelled_mid_way_keeps_its_worst_case_on_the_budget() -> None:
+    caller = budgeted(max_in_flight=1)
+
+    async def work(service: ChatService) -> tuple[bool, float, float]:
+        req = request(model=TIERS[0], max_tokens=32, messages=user("[fake@fake-0 itl_ms=50] hi"))
+        task = asyncio.create_task(service.chat(req, caller=caller, client=Left()))
+        await asyncio.sleep(0.2)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        prompt = estimate_prompt_tokens(req)
+        return nothing_held(service), budget_spent(service, caller), (prompt * 1 + 32 * 2) / 1e6
+
+    held_nothing, spent, worst = with_service(work, rewrite=priced)
+    assert held_nothing and spent == pytest.approx(worst)  # its tokens are unknown: the reservation stands
+
+
+def test_a_refusal_by_the_token_limit_reserves_nothing_from_the_budget() -> None:
+    caller = budgeted(tokens_per_minute=10)
+
+    async def work(service: ChatService) -> tuple[bool, float]:
+        with pytest.raises(RateLimited):
+            await service.chat(request(model=TIERS[0]), caller=caller)
+        return nothing_held(service), budget_spent(service, caller)
+
+    held_nothing, spent = with_service(work, rewrite=priced)
+    assert held_nothing and spent == 0.0

@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 
 from cascade.errors import ConfigError
+from cascade.repo_paths import recorded_path
 from cascade.router.classifier import DifficultyClassifier
 from cascade.router.embeddings import EMBEDDING_MODELS, TOPIC_EMBEDDINGS, embed, embedding_available
 from cascade.router.features import STEPS_BUCKETS, Featurizer, StepsModel, TopicModel, step_grams
@@ -81,7 +82,8 @@ def _fit_steps_model_cached(path: str, sha256: str) -> StepsModel:
     ridge = Ridge(alpha=STEPS_ALPHA).fit(X, steps)
     n_lex = lexical.shape[1]
     return StepsModel(mean=mean, scale=scale, lexical_coef=ridge.coef_[:n_lex].copy(),
-                      gram_coef=ridge.coef_[n_lex:].copy(), intercept=float(ridge.intercept_), data_path=path,
+                      gram_coef=ridge.coef_[n_lex:].copy(), intercept=float(ridge.intercept_),
+                      data_path=recorded_path(path),
                       data_sha256=sha256, n_rows=len(questions),
                       cv_r2=round(float(1.0 - np.mean((oof - steps) ** 2) / np.var(steps)), 4))
 
@@ -123,7 +125,8 @@ def _fit_topic_model_cached(path: str, sha256: str, components: int) -> TopicMod
     axes = axes[:components]
     axes *= np.sign(axes[np.arange(len(axes)), np.abs(axes).argmax(axis=1)])[:, None]
     explained = float((singular[:components] ** 2).sum() / (singular**2).sum())
-    return TopicModel(mean=mean, components=axes.copy(), explained_variance=round(explained, 4), data_path=path,
+    return TopicModel(mean=mean, components=axes.copy(), explained_variance=round(explained, 4),
+                      data_path=recorded_path(path),
                       data_sha256=sha256, n_rows=len(rows))
 
 

@@ -17,6 +17,7 @@ import msgspec
 import numpy as np
 
 from cascade.errors import ConfigError
+from cascade.repo_paths import recorded_value
 from cascade.router.artifact import DataRef, save_router
 from cascade.router.classifier import DEFAULT_ALPHA, ESTIMATORS, SELECTIONS, DifficultyClassifier
 from cascade.router.domain import DEFAULT_QUANTILE
@@ -133,10 +134,10 @@ class TrainedRouter(msgspec.Struct, frozen=True, kw_only=True):
     train_fraction: float
 
     def save(self, out_dir: str | Path, source: str) -> Path:
-        """Write the router directory (model + card); ``source`` is the outcomes' path as the card names it.
-        Returns the card's path."""
-        data = DataRef(path=source, sha256=self.data_sha256, n_rows=self.n_rows, train_rows=self.train_rows,
-                       split_seed=self.split_seed, train_fraction=self.train_fraction)
+        """Write the router directory (model + card); ``source`` is the outcomes' path as given (the card records
+        it repo-relative: cascade/repo_paths.py). Returns the card's path."""
+        data = DataRef(path=recorded_value(source), sha256=self.data_sha256, n_rows=self.n_rows,
+                       train_rows=self.train_rows, split_seed=self.split_seed, train_fraction=self.train_fraction)
         return save_router(self.model, out_dir, tiers=self.tiers, data=data, metrics=self.metrics,
                            calibration=self.calibration)
 

@@ -1,0 +1,211 @@
+"""DeepConf on the reasoning tier, replayed offline: the served rule (adaptive, first wave 2) with the learned stop
+and the confidence vote, against self-consistency, on saved branches scored by benchmarks/branch_logprobs.py.
+
+The reasoning tier serves adaptive self-consistency (cascade/branches/runner.py): two branches first; when they
+agree, their answer stands; otherwise the other six start and all eight vote. DeepConf (issue 51 item 4) adds,
+once the first wave disagrees: a stopping level learned from the first wave (`confidence_keep`: the level that
+share of its branches reached at their weakest group), below which a later branch is stopped as it decodes, and a
+vote weighted by (`aggregation = "confidence"`) or filtered to (`vote_keep`) the surest branches. This replays
+exactly those rules (the runner's own: cascade.branches.confidence.TraceConfidence, quantile, and
+cascade.branches.sart.vote / wave_agrees) on every question whose eight branches were all saved and scored: the
+later branches decode in lockstep (one token each per step), a branch whose group confidence falls below the
+level is stopped there (its tokens up to then are spent), never the last live one.
+
+Settings are chosen out of sample: nested cross-validation over questions (cascade/bench/out_of_fold.py: on each
+fold, the fewest tokens within --cv-points of self-consistency on the other folds, scored on the held-out fold),
+so the report's out-of-fold line is what choosing this way serves; the in-sample best is printed beside it.
+Tokens per question are every branch's (the first wave's two, plus what the later ones decoded before they
+ended). Questions where the first wave agreed cost the same under every setting here and are not in the
+comparison (their count is reported); so "tokens vs self-consistency" is on the questions that reach a second
+wave, where DeepConf acts.
+
+Goal (issue 51): decode tokens <= 0.5x self-consistency's at accuracy >= self-consistency - 1 point, out of
+sample, with the paired interval. Usage:
+
+    .venv/bin/python benchmarks/deepconf_replay.py \\
+        --logprobs models/outcomes/qwen15-train-label/reason-adaptive-logprobs.jsonl.gz --json-out R.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import itertools
+import json
+import sys
+from collections import defaultdict
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from cascade.bench.out_of_fold import Candidate, Plan, headline, report
+from cascade.branches.confidence import TraceConfidence, quantile
+from cascade.branches.sart import Finished, vote, wave_agrees
+from cascade.repo_paths import recorded_values
+
+KINDS = ("logprob", "certainty", "certainty5")  # the per-token value the trace is read from
+
+
+@dataclass(frozen=True)
+class Scored:
+    """A saved branch with its per-token values (benchmarks/branch_logprobs.py), no text."""
+
+    answer: str | None
+    correct: bool
+    tokens: int
+    capped: bool
+    values: dict[str, list[float]]
+
+
+@dataclass(frozen=True)
+class Setting:
+    keep: float  # confidence_keep (0: no learned stop)
+    group: int  # confidence_group
+    kind: str  # which per-token value
+    aggregation: str  # majority | confidence
+    vote_keep: float
+
+    def describe(self) -> dict[str, Any]:
+        return {"family": "deepconf" if self.keep or self.aggregation != "majority" or self.vote_keep < 1
+                else "adaptive", "first_wave": 2, "confidence_keep": self.keep, "confidence_group": self.group,
+                "value": self.kind, "aggregation": self.aggregation, "vote_keep": self.vote_keep}
+
+
+def load(path: Path, n: int, max_tokens: int) -> dict[str, list[Scored]]:
+    """Questions whose branches 0..n-1 are all scored (seed 0 runs first when a question was run twice)."""
+    by_question: dict[tuple[str, int], dict[int, Scored]] = defaultdict(dict)
+    with gzip.open(path, "rt") as lines:
+        for line in lines:
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError:
+                continue
+            values = {kind: row[kind] for kind in KINDS}
+            by_question[(row["id"], row.get("seed", 0))][row["branch"]] = Scored(
+                answer=row.get("answer"), correct=bool(row["correct"]), tokens=int(row["tokens"]),
+                capped=int(row["tokens"]) >= max_tokens - 2, values=values)
+    out: dict[str, list[Scored]] = {}
+    for (qid, _), branches in sorted(by_question.items()):
+        if qid not in out and all(i in branches for i in range(n)):
+            out[qid] = [branches[i] for i in range(n)]
+    return out
+
+
+def finished(index: int, b: Scored, trace: TraceConfidence | None) -> Finished:
+    return Finished(index, b.answer or "", None, b.tokens, not b.capped, None if trace is None else trace.weight)
+
+
+def trace_of(b: Scored, s: Setting, upto: int | None = None) -> TraceConfidence:
+    trace = TraceConfidence(s.group)
+    trace.top_k = s.kind != "logprob"
+    for value in b.values[s.kind][:upto]:
+        trace.push(value)
+    return trace
+
+
+def replay(branches: list[Scored], s: Setting, wave: int = 2) -> tuple[bool, int]:
+    """(correct, decode tokens) of one question under `s`; branches in launch order."""
+    first = branches[:wave]
+    tokens = sum(b.tokens for b in first)
+    traces = [trace_of(b, s) for b in first]
+    done = [finished(i, b, traces[i]) for i, b in enumerate(first)]
+    if wave_agrees(done):
+        result = vote(done)
+        return branches[result.chosen].correct, tokens
+    level = None
+    if s.keep > 0:
+        warm = [w for t in traces if (w := t.lowest_group) is not None]
+        level = quantile(warm, 1.0 - s.keep) if warm else None
+    later = list(range(wave, len(branches)))
+    live = {i: TraceConfidence(s.group) for i in later}
+    for i in later:
+        live[i].top_k = s.kind != "logprob"
+    spent = dict.fromkeys(later, 0)
+    ended: dict[int, TraceConfidence] = {}
+    for step in itertools.count():
+        if not live:
+            break
+        for i in list(live):
+            b = branches[i]
+            if step >= b.tokens:  # its last token came: it finished
+                ended[i] = live.pop(i)
+                continue
+            trace = live[i]
+            trace.push(b.values[s.kind][step] if step < len(b.values[s.kind]) else 0.0)
+            spent[i] = step + 1
+            current = trace.current
+            if level is not None and current is not None and current < level and len(live) > 1:
+                del live[i]  # stopped: neither votes nor counts
+    tokens += sum(spent.values())
+    voters = done + [finished(i, branches[i], t) for i, t in sorted(ended.items())]
+    result = vote(voters, by_confidence=s.aggregation == "confidence", keep=s.vote_keep)
+    return branches[result.chosen].correct, tokens
+
+
+def self_consistency(branches: list[Scored]) -> tuple[bool, int]:
+    result = vote([finished(i, b, None) for i, b in enumerate(branches)])
+    return branches[result.chosen].correct, sum(b.tokens for b in branches)
+
+
+def grid(args: argparse.Namespace) -> list[Setting]:
+    keeps = [float(x) for x in args.keep.split(",")]
+    groups = [int(x) for x in args.group.split(",")]
+    kinds = args.values.split(",")
+    votes = [("majority", 1.0), ("confidence", 1.0), *(("majority", float(k)) for k in args.vote_keep.split(","))]
+    served = Setting(0.0, groups[0], kinds[0], "majority", 1.0)
+    return [served, *(Setting(k, g, v, a, vk) for k, g, v, (a, vk) in itertools.product(keeps, groups, kinds, votes)
+                      if (k, a, vk) != (0.0, "majority", 1.0))]
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--logprobs", type=Path, required=True, help="benchmarks/branch_logprobs.py's output (.jsonl.gz)")
+    p.add_argument("--n", type=int, default=8, help="branches per question (the served N)")
+    p.add_argument("--max-tokens", type=int, default=512)
+    p.add_argument("--keep", default="0,0.1,0.3,0.5,0.7,0.9", help="confidence_keep values")
+    p.add_argument("--group", default="32,16,64", help="confidence_group values (the first: the served rule's)")
+    p.add_argument("--values", default=",".join(KINDS), help="per-token values: " + ", ".join(KINDS))
+    p.add_argument("--vote-keep", default="0.5,0.75", help="vote_keep values besides 1")
+    p.add_argument("--cv-folds", type=int, default=5)
+    p.add_argument("--cv-points", type=float, default=0.01, help="the criterion's slack below self-consistency")
+    p.add_argument("--cv-seed", type=int, default=0)
+    p.add_argument("--resamples", type=int, default=10_000)
+    p.add_argument("--json-out", type=Path)
+    args = p.parse_args()
+    for kind in args.values.split(","):
+        if kind not in KINDS:
+            p.error(f"--values: unknown {kind!r} (known: {', '.join(KINDS)})")
+    questions = load(args.logprobs, args.n, args.max_tokens)
+    settings = grid(args)
+    second_wave = {q: b for q, b in questions.items() if not wave_agrees([finished(i, x, None)
+                                                                            for i, x in enumerate(b[:2])])}
+    if len(second_wave) < max(2, args.cv_folds):
+        print(f"error: {len(second_wave)} questions reach a second wave with all {args.n} branches scored; "
+              f"need at least {max(2, args.cv_folds)}", file=sys.stderr)
+        return 2
+    order = sorted(second_wave)
+
+    def candidate(setting: dict[str, Any], outcomes: list[tuple[bool, int]]) -> Candidate:
+        correct = np.array([float(c) for c, _ in outcomes])
+        tokens = np.array([float(t) for _, t in outcomes])
+        return Candidate(setting, correct, tokens, tokens)  # lockstep latency is not modelled here: tokens
+
+    reference = candidate({"family": "self_consistency", "n": args.n},
+                          [self_consistency(second_wave[q]) for q in order])
+    candidates = [candidate(s.describe(), [replay(second_wave[q], s) for q in order]) for s in settings]
+    result = report(candidates, reference, None, Plan(args.cv_folds, args.cv_seed, args.cv_points, args.resamples))
+    result["questions"] = {"scored": len(questions), "second_wave": len(order),
+                           "first_wave_agreed": len(questions) - len(order)}
+    result["config"] = recorded_values(vars(args))
+    text = json.dumps(result, indent=1)
+    print(text)
+    print(headline(result), file=sys.stderr)
+    if args.json_out:
+        args.json_out.write_text(text + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

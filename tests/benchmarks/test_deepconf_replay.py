@@ -1,0 +1,77 @@
+"""benchmarks/deepconf_replay.py: DeepConf replayed with the runner's own rules on scored branches (no text).
+
+The invariants: without the learned stop and with the plain vote it is the served adaptive rule, which on a
+question that reaches a second wave is self-consistency exactly; the learned stop spends fewer tokens, never
+stops the last live branch, and the report chooses out of fold."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from benchmarks import deepconf_replay as replay_module
+from benchmarks.deepconf_replay import Scored, Setting, replay, self_consistency
+
+ROOT = Path(__file__).resolve().parents[2]
+SCRIPT = ROOT / "benchmarks" / "deepconf_replay.py"
+
+
+def branch(answer: str, tokens: int, value: float, correct: bool | None = None) -> Scored:
+    values = [value] * tokens
+    return Scored(answer=answer, correct=answer == "18" if correct is None else correct, tokens=tokens, capped=False,
+                  values={"logprob": values, "certainty": [10 + v for v in values], "certainty5": [5 + v for v in values]})
+
+
+# The first wave disagrees (18 vs 17); later: two sure 18s, four unsure 19s.
+QUESTION = [branch("18", 100, -0.1), branch("17", 100, -0.2), branch("18", 120, -0.1), branch("18", 80, -0.15),
+            *(branch("19", 200, -2.0) for _ in range(4))]
+SERVED = Setting(0.0, 8, "logprob", "majority", 1.0)
+
+
+def test_without_deepconf_a_second_wave_is_self_consistency() -> None:
+    assert replay(QUESTION, SERVED) == self_consistency(QUESTION) == (False, 1200)  # the four 19s outvote
+
+
+def test_the_learned_stop_cuts_the_unsure_branches_early_and_the_sure_answer_wins() -> None:
+    correct, tokens = replay(QUESTION, Setting(0.9, 8, "logprob", "majority", 1.0))
+    assert correct and tokens == 200 + 120 + 80 + 4 * 8  # each 19 stopped at its first full group of 8 tokens
+    correct, tokens = replay(QUESTION, Setting(0.9, 8, "certainty", "majority", 1.0))  # the same on DeepConf's scale
+    assert correct and tokens == 432
+
+
+def test_the_last_live_branch_is_never_stopped() -> None:
+    lone = [branch("18", 50, -0.1), branch("17", 50, -0.1), branch("19", 300, -3.0)]
+    correct, tokens = replay(lone, Setting(0.9, 8, "logprob", "majority", 1.0))
+    assert tokens == 400 and correct  # it ran to its end and voted (a three-way tie: the shorter, then the first)
+
+
+def test_a_first_wave_that_agrees_stands() -> None:
+    agreed = [branch("18", 90, -3.0), branch("18", 110, -3.0), *(branch("19", 200, -0.1) for _ in range(6))]
+    assert replay(agreed, Setting(0.9, 8, "logprob", "confidence", 0.5)) == (True, 200)
+
+
+def test_the_confidence_vote_and_filter_prefer_the_sure_minority() -> None:
+    correct, _ = replay(QUESTION, Setting(0.0, 8, "logprob", "confidence", 1.0))
+    filtered, _ = replay(QUESTION, Setting(0.0, 8, "logprob", "majority", 0.5))
+    assert correct and filtered
+
+
+def test_the_script_reports_out_of_fold_on_a_scored_file(tmp_path: Path) -> None:
+    path = tmp_path / "scored.jsonl.gz"
+    with gzip.open(path, "wt") as out:
+        for q in range(12):
+            for i, b in enumerate(QUESTION if q % 2 else QUESTION[:1] * 2 + QUESTION[2:]):
+                out.write(json.dumps({"id": f"q{q}", "seed": 0, "branch": i, "tokens": b.tokens, "correct": b.correct,
+                                      "answer": b.answer, **b.values}) + "\n")
+    done = subprocess.run([sys.executable, str(SCRIPT), "--logprobs", str(path), "--group", "8", "--resamples", "200",
+                           "--keep", "0,0.9"], capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert done.returncode == 0, done.stderr
+    result = json.loads(done.stdout)
+    assert result["questions"] == {"scored": 12, "second_wave": 6, "first_wave_agreed": 6}
+    oof = result["all"]["out_of_fold"]
+    assert oof["accuracy"] == 1.0 and oof["tokens_vs_sc"] == 0.36  # 432 of SC's 1,200 tokens
+    assert result["families"]["adaptive"]["out_of_fold"]["accuracy"] == 0.0
+    assert replay_module.KINDS == ("logprob", "certainty", "certainty5")
