@@ -116,10 +116,16 @@ class ChatCompletionRequest(msgspec.Struct, kw_only=True, forbid_unknown_fields=
     branches: BranchOverride | None = None
 
 
+class PromptTokensDetails(msgspec.Struct, kw_only=True):
+    cached_tokens: int = 0  # of the prompt's, served from the engine's prefix cache
+
+
 class Usage(msgspec.Struct, kw_only=True):
     prompt_tokens: int = 0
     completion_tokens: int = 0
     total_tokens: int = 0
+    # As OpenAI reports it; only where the answering engine reported its cached tokens (SGLang, vLLM), else absent.
+    prompt_tokens_details: PromptTokensDetails | msgspec.UnsetType = msgspec.UNSET
 
 
 class BranchStats(msgspec.Struct, kw_only=True):

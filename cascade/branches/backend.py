@@ -82,6 +82,7 @@ class GenerationResult(msgspec.Struct, kw_only=True):
     retried_tokens: int = 0  # decoded by those failed attempts (billed, not returned)
     tool_calls: list[ToolCall] | None = None
     logprobs: list[msgspec.Raw] | None = None
+    cached_tokens: int | None = None  # of the prompt's, from the engine's prefix cache (None: it reported none)
 
 
 @runtime_checkable
@@ -110,6 +111,7 @@ async def collect(deltas: AsyncGenerator[StreamDelta, None]) -> GenerationResult
     reasoning: list[str] = []
     finish_reason: str | None = None
     prompt_tokens = completion_tokens = 0
+    cached_tokens: int | None = None
     n_deltas = retries = retried_tokens = 0
     calls: list[ToolCallDelta] = []
     logprobs: list[msgspec.Raw] | None = None
@@ -128,6 +130,8 @@ async def collect(deltas: AsyncGenerator[StreamDelta, None]) -> GenerationResult
             prompt_tokens = delta.prompt_tokens
         if delta.completion_tokens is not None:
             completion_tokens = delta.completion_tokens
+        if delta.cached_tokens is not None:
+            cached_tokens = delta.cached_tokens
     if finish_reason is None:
         # A stream that ended without saying why it ended is not an answer (clients raise on this too;
         # this guards every Backend).
@@ -142,6 +146,7 @@ async def collect(deltas: AsyncGenerator[StreamDelta, None]) -> GenerationResult
         retried_tokens=retried_tokens,
         tool_calls=join_tool_calls(calls) or None,
         logprobs=logprobs,
+        cached_tokens=cached_tokens,
     )
 
 

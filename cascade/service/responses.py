@@ -24,6 +24,7 @@ from cascade.schemas import (
     ChoiceLogprobs,
     Cost,
     FunctionCallDelta,
+    PromptTokensDetails,
     RouteDecision,
     ToolCall,
     ToolCallDelta,
@@ -91,7 +92,14 @@ def whole_answer_frames(decision: Decision, answer: Answer, include_usage: bool,
 def usage_of(answer: Answer) -> Usage:
     prompt = answer.results[0].prompt_tokens
     completion_tokens = sum(r.completion_tokens for r in answer.results)
-    return Usage(prompt_tokens=prompt, completion_tokens=completion_tokens, total_tokens=prompt + completion_tokens)
+    return usage(prompt, completion_tokens, answer.results[0].cached_tokens)
+
+
+def usage(prompt_tokens: int, completion_tokens: int, cached_tokens: int | None) -> Usage:
+    """OpenAI's usage; `prompt_tokens_details.cached_tokens` only where the engine reported them."""
+    details = msgspec.UNSET if cached_tokens is None else PromptTokensDetails(cached_tokens=cached_tokens)
+    return Usage(prompt_tokens=prompt_tokens, completion_tokens=completion_tokens,
+                 total_tokens=prompt_tokens + completion_tokens, prompt_tokens_details=details)
 
 
 def cascade_info(decision: Decision, answer: Answer | None = None, billed: Billed | None = None,

@@ -19,12 +19,12 @@ from collections.abc import AsyncGenerator, Awaitable
 from cascade.answer import Answer, Opened, Streams
 from cascade.branches.backend import GenerationResult, StreamDelta
 from cascade.errors import BackendError, CascadeError, Overloaded
-from cascade.schemas import Usage
 from cascade.service.decision import Decision
 from cascade.service.frames import ChunkFrames
 from cascade.service.ladders import StreamLadder
 from cascade.service.lease import Bill
 from cascade.service.responses import cascade_info, completion_id, in_band_error, whole_answer_frames
+from cascade.service.responses import usage as usage_with
 from cascade.service.telemetry import Telemetry
 
 # SSE comment sent while a cascade (or branches) works before the first token: proxies and clients
@@ -43,12 +43,15 @@ async def relay(opened: Opened, ladder: StreamLadder, decision: Decision, includ
     completion_tokens = [0] * len(streams)
     finished = 0
     first_token_at: float | None = None
+    cached_tokens: int | None = None
     retries = sum(f.retries for f in firsts if f is not None)
 
     def frame_for(index: int, delta: StreamDelta) -> bytes:
-        nonlocal prompt_tokens, finished, first_token_at
+        nonlocal prompt_tokens, finished, first_token_at, cached_tokens
         if delta.prompt_tokens is not None:
             prompt_tokens = delta.prompt_tokens
+        if delta.cached_tokens is not None:
+            cached_tokens = delta.cached_tokens
         if delta.completion_tokens is not None:
             completion_tokens[index] = delta.completion_tokens
         frame = b""
@@ -98,8 +101,7 @@ async def relay(opened: Opened, ladder: StreamLadder, decision: Decision, includ
     total_completion = sum(completion_tokens)
     usage = None
     if include_usage:
-        usage = Usage(prompt_tokens=prompt_tokens, completion_tokens=total_completion,
-                      total_tokens=prompt_tokens + total_completion)
+        usage = usage_with(prompt_tokens, total_completion, cached_tokens)
     done = [GenerationResult(text="", retries=retries) for _ in range(finished)]
     yield frames.tail(cascade_info(decision, Answer(results=done), bill.billed(), bill.cost()), usage)
     end = time.perf_counter()

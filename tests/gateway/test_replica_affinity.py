@@ -100,3 +100,27 @@ def test_metrics_count_the_prompt_tokens_the_engines_prefix_caches_served() -> N
     assert value("cascade_cached_prompt_tokens_total") == cached
     assert value("cascade_upstream_prompt_tokens_total") == prompt
     assert value("cascade_replica_spills_total") == 0
+
+
+def test_the_engines_cached_tokens_reach_the_client_in_usage_whole_and_streamed() -> None:
+    conversation = [SYSTEM, {"role": "user", "content": "Tell me about prefix caches, at length. " * 20}]
+    with fleet(gateways=1) as ([gateway], _, _):
+        first = post_chat(gateway, {"model": "chat", "messages": conversation}).json()["usage"]
+        again = post_chat(gateway, {"model": "chat", "messages": conversation}).json()["usage"]
+        with httpx.stream("POST", f"{gateway}/v1/chat/completions", timeout=10,
+                          json={"model": "chat", "messages": conversation, "stream": True,
+                                "stream_options": {"include_usage": True}}) as response:
+            events = [line for line in response.iter_lines() if line.startswith("data: {")]
+    streamed = [e for e in (httpx.Response(200, content=line[6:]).json() for line in events) if e.get("usage")][-1]
+    assert first["prompt_tokens_details"]["cached_tokens"] == 0  # a cold cache says 0, not nothing
+    cached = again["prompt_tokens_details"]["cached_tokens"]
+    assert 0 < cached <= again["prompt_tokens"]
+    assert streamed["usage"]["prompt_tokens_details"]["cached_tokens"] == cached
+
+
+def test_usage_has_no_prompt_tokens_details_when_the_engine_reports_none() -> None:
+    with ExitStack() as stack:
+        url = stack.enter_context(serve_asgi(FakeEngine(FakeScript(tokens=4))))
+        gateway = stack.enter_context(serve_asgi(Gateway(decode_config(config([url]))).app, lifespan="on"))
+        usage = post_chat(gateway, {"model": "chat", "messages": [{"role": "user", "content": "hi"}]}).json()["usage"]
+    assert set(usage) == {"prompt_tokens", "completion_tokens", "total_tokens"}
