@@ -44,15 +44,9 @@ def branch_key(row: dict[str, Any]) -> tuple[str, int, int]:
 
 
 def read_rows(path: Path) -> Iterator[dict[str, Any]]:
-    opener = gzip.open if path.suffix == ".gz" else open
-    if not path.exists():
-        return
-    with opener(path, "rt") as lines:
-        for line in lines:
-            try:
-                yield json.loads(line)
-            except json.JSONDecodeError:
-                continue  # a line cut by an interrupted run
+    from cascade.bench.runs import json_rows
+
+    return (row for row in json_rows(path) if isinstance(row, dict))
 
 
 def certainties(top: Any, k: int) -> list[float]:

@@ -29,7 +29,6 @@ sample, with the paired interval. Usage:
 from __future__ import annotations
 
 import argparse
-import gzip
 import itertools
 import json
 import sys
@@ -41,6 +40,7 @@ from typing import Any
 import numpy as np
 
 from cascade.bench.out_of_fold import Candidate, Plan, headline, report
+from cascade.bench.runs import json_rows
 from cascade.branches.confidence import TraceConfidence, quantile
 from cascade.branches.sart import Finished, vote, wave_agrees
 from cascade.repo_paths import recorded_values
@@ -76,16 +76,11 @@ class Setting:
 def load(path: Path, n: int, max_tokens: int) -> dict[str, list[Scored]]:
     """Questions whose branches 0..n-1 are all scored (seed 0 runs first when a question was run twice)."""
     by_question: dict[tuple[str, int], dict[int, Scored]] = defaultdict(dict)
-    with gzip.open(path, "rt") as lines:
-        for line in lines:
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError:
-                continue
-            values = {kind: row[kind] for kind in KINDS}
-            by_question[(row["id"], row.get("seed", 0))][row["branch"]] = Scored(
-                answer=row.get("answer"), correct=bool(row["correct"]), tokens=int(row["tokens"]),
-                capped=int(row["tokens"]) >= max_tokens - 2, values=values)
+    for row in json_rows(path):  # a file cut by an interrupted run reads up to the cut
+        values = {kind: row[kind] for kind in KINDS}
+        by_question[(row["id"], row.get("seed", 0))][row["branch"]] = Scored(
+            answer=row.get("answer"), correct=bool(row["correct"]), tokens=int(row["tokens"]),
+            capped=int(row["tokens"]) >= max_tokens - 2, values=values)
     out: dict[str, list[Scored]] = {}
     for (qid, _), branches in sorted(by_question.items()):
         if qid not in out and all(i in branches for i in range(n)):

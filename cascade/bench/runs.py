@@ -18,6 +18,7 @@ uninterrupted run (each method's `resumed` says how many of its requests that co
 
 from __future__ import annotations
 
+import gzip
 import hashlib
 import json
 from collections import defaultdict
@@ -185,6 +186,25 @@ def request_rows(path: Path) -> Iterator[RequestRow]:
             yield decoder.decode(line)
         except msgspec.DecodeError:
             continue  # a line cut short when a run was stopped, or not a request row
+
+
+def json_rows(path: Path) -> Iterator[Any]:
+    """The JSON values of a JSONL file, gzipped (`.gz`) or not, in file order: a missing file gives none, and a line
+    or a gzip member cut by an interrupted run ends nothing before it (long runs append as they go)."""
+    if path.suffix != ".gz":
+        yield from _json_lines(path)
+        return
+    if not path.exists():
+        return
+    with gzip.open(path, "rt") as lines:
+        try:
+            for line in lines:
+                try:
+                    yield json.loads(line)
+                except ValueError:
+                    continue
+        except EOFError:
+            return
 
 
 def _json_lines(path: Path) -> Iterator[Any]:

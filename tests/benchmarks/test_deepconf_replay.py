@@ -75,3 +75,16 @@ def test_the_script_reports_out_of_fold_on_a_scored_file(tmp_path: Path) -> None
     assert oof["accuracy"] == 1.0 and oof["tokens_vs_sc"] == 0.36  # 432 of SC's 1,200 tokens
     assert result["families"]["adaptive"]["out_of_fold"]["accuracy"] == 0.0
     assert replay_module.KINDS == ("logprob", "certainty", "certainty5")
+
+
+def test_a_scored_file_cut_by_an_interrupted_run_reads_up_to_the_cut(tmp_path: Path) -> None:
+    from cascade.bench.runs import json_rows
+
+    path = tmp_path / "cut.jsonl.gz"
+    with gzip.open(path, "wt") as out:
+        out.writelines(json.dumps({"id": f"q{i}"}) + "\n" for i in range(500))
+    whole = path.read_bytes()
+    path.write_bytes(whole[: len(whole) // 2])  # killed mid-write: no end-of-stream marker
+    rows = list(json_rows(path))
+    assert 0 < len(rows) < 500 and rows[0] == {"id": "q0"}
+    assert list(json_rows(tmp_path / "missing.jsonl.gz")) == []
