@@ -123,6 +123,7 @@ class TierPicker:
         self.service = ChatService(tiers, msgspec.structs.replace(service, routing=routing), metrics,
                                    signal=signal or routing_signal(config, names), limiter=limiter,
                                    ledger=None if self.redis is None else RedisLedger(self.redis))
+        self.service.budgets.publish(self.keyring.tenants)
         # The picker's own series (`cascade_extproc_*`) and, from the gateway's registry, the keys' refusals and the
         # Redis store's health: served on --metrics-port.
         self.metrics = ExtprocMetrics(names, shared=metrics.registry)

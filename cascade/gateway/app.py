@@ -41,6 +41,7 @@ def create_app(
     `Tenants`: cascade/service/tenants.py). `monitoring_port`: when set, /metrics and /ready's detail are served there
     (cascade/gateway/monitoring.py), not here."""
     keyring = Keyring(keys, api_keys)
+    service.budgets.publish(keyring.tenants)
 
     @post("/v1/route", status_code=200)
     async def route(request: Request[Any, Any, Any]) -> Response[bytes]:

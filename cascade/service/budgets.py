@@ -172,6 +172,13 @@ class Budgets:
         self.clock = clock
         self.currency = "" if prices is None else prices.currency
 
+    def publish(self, tenants: Collection[Tenant]) -> None:
+        """Each key's budget as a metric (cascade_key_budget), beside what it spent: dashboards and alerts read the
+        share spent from the two."""
+        for tenant in tenants:
+            if tenant.budget is not None:
+                self.metrics.key_budget.labels(tenant.name).set(tenant.budget.amount)
+
     async def reserve(self, tenant: Tenant, worst_case: float) -> Charge | None:
         """Reserve `worst_case` from `tenant`'s budget (None: it has none); QuotaExceeded when it is spent."""
         budget = tenant.budget

@@ -89,6 +89,8 @@ class GatewayMetrics:
                             "for them (branches, escalated drafts, retries), at the tier's price", ["tier"], registry=r)
         self.key_cost = Counter("cascade_key_cost", "Cost per API key and tier, at the tiers' prices",
                                 ["key", "tier"], registry=r)
+        self.key_budget = Gauge("cascade_key_budget", "An API key's spend budget per period ([[gateway.keys]] budget), "
+                                "in the tiers' price currency", ["key"], registry=r)
         self.key_budget_spent = Gauge("cascade_key_budget_spent", "What an API key spent and reserved in its budget's "
                                       "current period, as this gateway last read it", ["key"], registry=r)
         self.key_budget_downgraded = Counter("cascade_key_budget_downgraded", "Requests served as the key's "

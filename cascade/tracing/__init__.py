@@ -26,9 +26,7 @@ from cascade.config import TracingConfig
 from cascade.errors import ConfigError
 
 if TYPE_CHECKING:
-    from opentelemetry.trace import Span
-
-    from cascade.tracing.otel import OTelTracer
+    from cascade.tracing.otel import OTelTracer, RecordingSpan
 
 active: OTelTracer | None = None  # the process's tracer; None: tracing is off
 _NO_SPAN: AbstractContextManager[None] = contextlib.nullcontext()
@@ -54,7 +52,7 @@ def install(tracer: OTelTracer | None) -> None:
     active = tracer
 
 
-def span(name: str, attributes: Mapping[str, Any] | None = None) -> AbstractContextManager[Span | None]:
+def span(name: str, attributes: Mapping[str, Any] | None = None) -> AbstractContextManager[RecordingSpan | None]:
     """An INTERNAL span, current inside the block, its error recorded; yields None when tracing is off."""
     if active is None:
         return _NO_SPAN

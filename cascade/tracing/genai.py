@@ -21,7 +21,7 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
 import msgspec
-from opentelemetry.trace import SpanKind, Status, StatusCode, set_span_in_context
+from opentelemetry.trace import SpanKind, Status, StatusCode
 
 if TYPE_CHECKING:
     from cascade.tracing.otel import OTelTracer
@@ -82,9 +82,9 @@ class UpstreamCall:
             attributes["gen_ai.input.messages"] = _encode(
                 [{"role": m.role, "parts": [{"type": "text", "content": m.text()}]} for m in request.messages]
             ).decode()
-        self.span = tracer.tracer.start_span(f"chat {model}", kind=SpanKind.CLIENT, attributes=attributes)
+        self.span = tracer.start(f"chat {model}", SpanKind.CLIENT, attributes)
         carrier = dict(headers)
-        tracer.propagator.inject(carrier, context=set_span_in_context(self.span))
+        self.span.inject(carrier)
         self.headers = carrier  # the call's headers: the backend's and the span's traceparent (and tracestate)
         self._text: list[str] | None = [] if tracer.capture_text else None
         self._input_tokens: int | None = None

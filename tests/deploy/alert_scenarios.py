@@ -50,6 +50,8 @@ def _healthy() -> list[dict[str, str]]:
         _series("cascade_redis_settles_dropped_total", G1, _constant(3)),  # old drops, none lately
         _series("cascade_key_rate_limited_total", f'{G1},key="team-a",limit="requests"', _per_minute(0.5)),
         _series("cascade_key_budget_downgraded_total", f'{G1},key="team-a"', _constant(7)),  # last period's
+        _series("cascade_key_budget", f'{G1},key="team-a"', _constant(100)),
+        _series("cascade_key_budget_spent", f'{G1},key="team-a"', "0+2x40"),  # 80 of 100 at minute 40
         _series("cascade_router_decision_seconds_count", G1, _per_minute(600)),
         _series("cascade_router_out_of_domain_total", G1, _per_minute(60)),  # 10%
         _series("cascade_degraded_requests_total", f'{G1},requested="balanced",served="fast",branches_cut="no"',
@@ -72,6 +74,11 @@ def _faulty() -> list[dict[str, str]]:
         _series("cascade_redis_settles_dropped_total", G1, f"0x{MINUTES - 10} 1x9"),  # one at minute 31
         _series("cascade_key_rate_limited_total", f'{G1},key="team-a",limit="requests"', _per_minute(3)),
         _series("cascade_key_budget_downgraded_total", f'{G1},key="team-a"', f"0x{MINUTES - 10} 0+4x9"),
+        *[_series("cascade_key_budget", f'{g},key="team-a"', _constant(100)) for g in (G1, G2)],
+        _series("cascade_key_budget_spent", f'{G1},key="team-a"', "0+3x40"),  # 90 of 100 at minute 30, 105 at 35
+        _series("cascade_key_budget_spent", f'{G2},key="team-a"', "0+1x40"),  # another gateway's older reading
+        _series("cascade_key_budget", f'{G1},key="team-b"', _constant(100)),
+        _series("cascade_key_budget_spent", f'{G1},key="team-b"', _constant(50)),
         _series("cascade_router_decision_seconds_count", G1, _per_minute(60)),
         _series("cascade_router_out_of_domain_total", G1, _per_minute(30)),  # 50%
         _series("cascade_degraded_requests_total", f'{G1},requested="balanced",served="fast",branches_cut="no"',
@@ -102,6 +109,7 @@ FAULTY: dict[str, list[dict[str, Any]]] = {
     "CascadeRedisSettlesDropped": _labels("warning", **_G1),
     "CascadeKeyOverLimit": _labels("info", key="team-a", limit="requests"),
     "CascadeKeyNearBudget": _labels("info", key="team-a"),
+    "CascadeKeyBudgetNearlySpent": _labels("info", key="team-a"),
     "CascadeRouterOutOfDomain": _labels("info"),
     "CascadeDegradedServing": _labels("warning"),
 }

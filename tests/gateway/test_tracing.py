@@ -228,6 +228,50 @@ def test_an_unsampled_caller_is_followed_records_nothing_and_still_propagates(sp
     assert engine.headers[0]["traceparent"].startswith(f"00-{TRACE_ID}-")
 
 
+@pytest.mark.parametrize("ratio", [0.0, 0.25, 1.0])
+def test_a_new_trace_is_sampled_as_the_sdks_ratio_sampler_decides_and_its_children_follow(ratio: float) -> None:
+    """cascade's spans (RecordingSpan) decide a root's sampling by the SDK's TraceIdRatioBased rule on its trace id;
+    an unsampled span records nothing yet has ids to pass on; children inherit the decision."""
+    from opentelemetry.sdk.trace.sampling import TraceIdRatioBased
+
+    exporter = InMemorySpanExporter()
+    tracer = OTelTracer.to(exporter, ratio=ratio)
+    sdk = TraceIdRatioBased(ratio)
+    sampled = []
+    for _ in range(400):
+        root = tracer.start("root")
+        child = tracer.start("child", parent=root)
+        carrier: dict[str, str] = {}
+        child.inject(carrier)
+        assert WELL_FORMED.fullmatch(carrier["traceparent"]) and carrier["traceparent"][3:35] == f"{root.trace_id:032x}"
+        expected = sdk.should_sample(None, root.trace_id, "root").decision.is_sampled()
+        assert root.is_recording() == child.is_recording() == expected
+        assert carrier["traceparent"].endswith("-01" if expected else "-00")
+        child.end()
+        root.end()
+        sampled.append(expected)
+    finished = exporter.get_finished_spans()
+    assert len(finished) == 2 * sum(sampled)
+    assert all(s.parent.span_id == r.context.span_id for s, r in zip(finished[::2], finished[1::2], strict=True))
+    if ratio in (0.0, 1.0):
+        assert set(sampled) == {bool(ratio)}
+    else:
+        assert 0.15 < sum(sampled) / len(sampled) < 0.35
+
+
+def test_a_span_ends_once_and_records_nothing_after() -> None:
+    exporter = InMemorySpanExporter()
+    tracer = OTelTracer.to(exporter)
+    span = tracer.start("once", attributes={"a": [1, 2]})
+    span.end()
+    span.set_attribute("b", 1)
+    span.add_event("late")
+    span.end()
+    [finished] = exporter.get_finished_spans()
+    assert dict(finished.attributes) == {"a": (1, 2)} and finished.events == ()
+    assert finished.end_time >= finished.start_time and finished.resource.attributes["service.name"] == "cascade"
+
+
 def test_with_tracing_off_no_trace_header_is_added_either_way() -> None:
     with recorded_gateway(small_and_thinker_toml) as (base, engine):
         response = post_chat(base, {"model": "small", "messages": user()}, headers={"traceparent": TRACEPARENT})

@@ -159,7 +159,11 @@ def test_an_over_budget_key_gets_openais_429_with_its_retry_after_and_every_answ
 
         first = post()
         refused = post()
+        metrics = httpx.get(f"{base}/metrics", timeout=10).text
     assert first.status_code == 200
+    # The budget beside what was spent, for the dashboard's share and CascadeKeyBudgetNearlySpent.
+    assert 'cascade_key_budget{key="team-a"} 1e-05' in metrics
+    assert 'cascade_key_budget_spent{key="team-a"}' in metrics
     assert first.headers["x-cascade-budget-limit"] == "0.00001"
     assert float(first.headers["x-cascade-budget-remaining"]) == 0  # its worst case alone was over the budget
     assert refused.status_code == 429

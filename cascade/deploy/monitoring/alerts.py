@@ -19,6 +19,7 @@ ERROR_RATIO = 0.05  # a tier failing more than this share of its requests ...
 ERROR_MIN_RPS = 0.05  # ... while serving at least this many requests per second (a few faults of a quiet tier: not)
 TTFT_P99_SLO_S = 2.0  # streams' time to first token, p99 over 5 minutes, per tier
 KEY_429_PER_MIN = 1.0  # a key refused (over one of its limits) more often than this
+BUDGET_SPENT_SHARE = 0.9  # a key has spent (and reserved) more than this share of its budget this period
 OUT_OF_DOMAIN_SHARE = 0.3  # routed prompts the learned router finds unlike its training data
 DEGRADED_SHARE = 0.2  # requests load-reactive routing served at a cheaper operating point
 
@@ -96,6 +97,11 @@ RULES: tuple[Rule, ...] = (
          "info", "Key {{ $labels.key }} is near its budget",
          "It passed downgrade_at of its budget: its requests are served as its downgrade_to asks until the period "
          "resets; at the budget they get 429 (CascadeKeyOverLimit, limit budget)."),
+    Rule("CascadeKeyBudgetNearlySpent",
+         f"max by (key) (cascade_key_budget_spent) / max by (key) (cascade_key_budget) > {BUDGET_SPENT_SHARE:g}", "0m",
+         "info", "Key {{ $labels.key }} has spent {{ $value | humanizePercentage }} of its budget",
+         "Spent and reserved this period: at its budget the key's requests get 429 insufficient_quota until the "
+         "period resets. Raise its budget, or set downgrade_at so that it is served more cheaply first."),
     Rule("CascadeRouterOutOfDomain",
          f"sum(rate(cascade_router_out_of_domain_total[30m])) / sum(rate(cascade_router_decision_seconds_count"
          f"[30m])) > {OUT_OF_DOMAIN_SHARE}", "30m", "info",
