@@ -15,7 +15,10 @@ so a branch's tokens can differ slightly from those the engine sampled (counts d
 
 Output: gzipped JSONL appended to --out, one row per branch: id, seed, branch, tokens, correct, answer (the
 vote's key of its final number) and the three arrays (rounded to 3 decimals); no text. Resumable: branches
-already in --out are skipped. Reads the dataset in place (../shared/data) for the questions. Usage:
+already in --out are skipped. `--waves W.jsonl`: also one row per question of --branches (id, seed, saved: how
+many branches it launched; 2 when its first wave agreed), merged into W, so that a replay knows which questions
+ended after their first wave without the local branch texts (benchmarks/deepconf_replay.py --waves).
+Reads the dataset in place (../shared/data) for the questions. Usage:
 
     .venv/bin/python benchmarks/branch_logprobs.py --branches B.jsonl --dataset gsm8k-train \\
         --out models/outcomes/qwen15-train-label/reason-adaptive-logprobs.jsonl.gz
@@ -54,6 +57,18 @@ def certainties(top: Any, k: int) -> list[float]:
     return [round(-float(row[:k].mean()), 3) for row in top]
 
 
+def write_waves(branches: Path, path: Path) -> None:
+    """Merge each question's launched-branch count (id, seed, saved) from `branches` into `path` (rewritten whole,
+    sorted; a question seen before keeps the larger count: a branches file lost between sessions loses nothing)."""
+    counts = {(r["id"], int(r.get("seed") or 0)): int(r["saved"]) for r in read_rows(path)} if path.exists() else {}
+    for key, n in Counter((r["id"], int(r.get("seed") or 0)) for r in read_rows(branches)).items():
+        counts[key] = max(n, counts.get(key, 0))
+    text = "".join(json.dumps({"id": q, "seed": s, "saved": n}) + "\n" for (q, s), n in sorted(counts.items()))
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(text)
+    tmp.replace(path)
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--branches", type=Path, required=True, help="saved branches (JSONL with id, branch, text)")
@@ -64,6 +79,7 @@ def main() -> int:
     p.add_argument("--states", default="finished", help="branch states to score (comma-separated)")
     p.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
     p.add_argument("--limit", type=int, default=0, help="score at most this many branches (0: all)")
+    p.add_argument("--waves", type=Path, help="also merge each question's saved-branch count into this JSONL")
     p.add_argument("--min-branches", type=int, default=0, help="only questions with at least this many saved "
                    "branches (8: those whose first wave disagreed, where DeepConf acts)")
     args = p.parse_args()
@@ -76,6 +92,8 @@ def main() -> int:
     from cascade.engines.models import load_card, model_dir
     from cascade.repo_paths import recorded_path
 
+    if args.waves:
+        write_waves(args.branches, args.waves)
     states = set(args.states.split(","))
     done = {branch_key(r) for r in read_rows(args.out)}
     todo = [r for r in read_rows(args.branches) if r.get("state", "finished") in states and branch_key(r) not in done]

@@ -20,10 +20,18 @@ comparison (their count is reported); so "tokens vs self-consistency" is on the 
 wave, where DeepConf acts.
 
 Goal (issue 51): decode tokens <= 0.5x self-consistency's at accuracy >= self-consistency - 1 point, out of
-sample, with the paired interval. Usage:
+sample, with the paired interval. That goal is over all questions, so with `--outcomes` (the run's label rows) and
+`--waves` (which questions ended after their first wave: benchmarks/branch_logprobs.py --waves) the report adds
+`all_questions`: the second-wave figures mixed with the questions whose first wave agreed, where every setting here
+answers as the label did at the label's decode tokens, and self-consistency is taken to answer the same (the
+first wave's answer: on 167 training and 100 test questions replayed with all 8 branches it did on every one) at
+n / first_wave times those tokens (the other branches being samples of the same question): an estimate, marked
+as one. Second-wave questions not scored yet are left out and counted. Usage:
 
-    .venv/bin/python benchmarks/deepconf_replay.py \\
-        --logprobs models/outcomes/qwen15-train-label/reason-adaptive-logprobs.jsonl.gz --json-out R.json
+    L=models/outcomes/qwen15-train-label
+    .venv/bin/python benchmarks/deepconf_replay.py --logprobs $L/reason-adaptive-logprobs.jsonl.gz \\
+        --outcomes models/outcomes/gsm8k-train-embedded-reason-adaptive.jsonl --waves $L/reason-adaptive-waves.jsonl \\
+        --json-out R.json
 """
 
 from __future__ import annotations
@@ -144,6 +152,41 @@ def self_consistency(branches: list[Scored]) -> tuple[bool, int]:
     return branches[result.chosen].correct, sum(b.tokens for b in branches)
 
 
+def all_questions(result: dict[str, Any], second_wave: dict[str, list[Scored]], reference: tuple[float, float],
+                  outcomes: Path, tier: str, waves: Path, n: int, wave: int = 2) -> dict[str, Any]:
+    """The report's headline lines over every question of the run (see the module's docstring): `reference` is
+    self-consistency's (correct, decode tokens) summed over the second-wave questions."""
+    saved = {r["id"]: int(r["saved"]) for r in json_rows(waves) if int(r.get("seed") or 0) == 0}
+    labels = {r["id"]: r["tiers"][tier] for r in json_rows(outcomes) if tier in r.get("tiers", {})}
+    agreed = [labels[q] for q, k in sorted(saved.items()) if k <= wave and q in labels
+              and labels[q].get("correct") is not None and labels[q].get("decode_tokens")]
+    pending = sorted(q for q, k in saved.items() if k > wave and q not in second_wave)
+    n_agreed, n_second = len(agreed), len(second_wave)
+    total = n_agreed + n_second
+    right = sum(bool(r["correct"]) for r in agreed)
+    tokens = sum(int(r["decode_tokens"]) for r in agreed)
+    sc_tokens = (tokens * n / wave + reference[1]) / total
+    sc_accuracy = (right + reference[0]) / total
+    share = n_second / total
+
+    def mixed(line: dict[str, Any]) -> dict[str, Any]:
+        mean_tokens = (tokens + line["tokens_mean"] * n_second) / total
+        d = line["minus_sc"]
+        return {"accuracy": round((right + line["accuracy"] * n_second) / total, 4),
+                "tokens_mean": round(mean_tokens, 1), "tokens_vs_sc": round(mean_tokens / sc_tokens, 3),
+                "minus_sc": {"difference": round(d["difference"] * share, 4),
+                             "ci95": [round(x * share, 4) for x in d["ci95"]]}}
+
+    return {"questions": total, "first_wave_agreed": n_agreed, "second_wave": n_second,
+            "second_wave_not_scored": len(pending),
+            "self_consistency_estimate": {"accuracy": round(sc_accuracy, 4), "tokens_mean": round(sc_tokens, 1)},
+            "served_adaptive": mixed(result["families"]["adaptive"]["in_sample_best"]),
+            "in_sample_best": mixed(result["all"]["in_sample_best"]),
+            "out_of_fold": mixed(result["all"]["out_of_fold"]),
+            "note": "agreeing questions: every setting answers as the label, self-consistency assumed the same at "
+                    f"{n / wave:g}x their tokens; the interval is the second wave's, scaled by its share"}
+
+
 def grid(args: argparse.Namespace) -> list[Setting]:
     keeps = [float(x) for x in args.keep.split(",")]
     groups = [int(x) for x in args.group.split(",")]
@@ -167,8 +210,13 @@ def main() -> int:
     p.add_argument("--cv-points", type=float, default=0.01, help="the criterion's slack below self-consistency")
     p.add_argument("--cv-seed", type=int, default=0)
     p.add_argument("--resamples", type=int, default=10_000)
+    p.add_argument("--outcomes", type=Path, help="the run's label rows: adds all_questions (needs --waves)")
+    p.add_argument("--tier", default="qwen2.5-coder-1.5b-reason", help="the tier of --outcomes' rows")
+    p.add_argument("--waves", type=Path, help="branch_logprobs.py --waves output: which questions had one wave")
     p.add_argument("--json-out", type=Path)
     args = p.parse_args()
+    if (args.outcomes is None) != (args.waves is None):
+        p.error("--outcomes and --waves go together")
     for kind in args.values.split(","):
         if kind not in KINDS:
             p.error(f"--values: unknown {kind!r} (known: {', '.join(KINDS)})")
@@ -187,12 +235,16 @@ def main() -> int:
         tokens = np.array([float(t) for _, t in outcomes])
         return Candidate(setting, correct, tokens, tokens)  # lockstep latency is not modelled here: tokens
 
-    reference = candidate({"family": "self_consistency", "n": args.n},
-                          [self_consistency(second_wave[q]) for q in order])
+    sc = [self_consistency(second_wave[q]) for q in order]
+    reference = candidate({"family": "self_consistency", "n": args.n}, sc)
     candidates = [candidate(s.describe(), [replay(second_wave[q], s) for q in order]) for s in settings]
     result = report(candidates, reference, None, Plan(args.cv_folds, args.cv_seed, args.cv_points, args.resamples))
     result["questions"] = {"scored": len(questions), "second_wave": len(order),
                            "first_wave_agreed": len(questions) - len(order)}
+    if args.outcomes is not None:
+        result["all_questions"] = all_questions(
+            result, second_wave, (float(sum(c for c, _ in sc)), float(sum(t for _, t in sc))), args.outcomes,
+            args.tier, args.waves, args.n)
     result["config"] = recorded_values(vars(args))
     text = json.dumps(result, indent=1)
     print(text)

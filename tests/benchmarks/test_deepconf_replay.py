@@ -88,3 +88,44 @@ def test_a_scored_file_cut_by_an_interrupted_run_reads_up_to_the_cut(tmp_path: P
     rows = list(json_rows(path))
     assert 0 < len(rows) < 500 and rows[0] == {"id": "q0"}
     assert list(json_rows(tmp_path / "missing.jsonl.gz")) == []
+
+
+def test_all_questions_mixes_in_the_questions_whose_first_wave_agreed(tmp_path: Path) -> None:
+    """12 second-wave questions (QUESTION: self-consistency wrong at 1,200 tokens, DeepConf right at 432) and 4 whose
+    first wave agreed (right, 200 decode tokens each; self-consistency taken to cost 4x), one more not scored yet."""
+    scored, outcomes, waves = tmp_path / "s.jsonl.gz", tmp_path / "o.jsonl", tmp_path / "w.jsonl"
+    with gzip.open(scored, "wt") as out:
+        for q in range(12):
+            for i, b in enumerate(QUESTION):
+                out.write(json.dumps({"id": f"q{q}", "seed": 0, "branch": i, "tokens": b.tokens, "correct": b.correct,
+                                      "answer": b.answer, **b.values}) + "\n")
+    tier = {"correct": True, "decode_tokens": 200}
+    outcomes.write_text("".join(json.dumps({"id": f"a{q}", "tiers": {"t": tier}}) + "\n" for q in range(4)))
+    waves.write_text("".join(json.dumps({"id": q, "seed": 0, "saved": n}) + "\n" for q, n in
+                             [*((f"q{q}", 8) for q in range(12)), *((f"a{q}", 2) for q in range(4)), ("late", 8)]))
+    done = subprocess.run([sys.executable, str(SCRIPT), "--logprobs", str(scored), "--group", "8", "--resamples",
+                           "200", "--keep", "0,0.9", "--outcomes", str(outcomes), "--waves", str(waves), "--tier", "t"],
+                          capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert done.returncode == 0, done.stderr
+    mixed = json.loads(done.stdout)["all_questions"]
+    assert (mixed["questions"], mixed["first_wave_agreed"], mixed["second_wave"], mixed["second_wave_not_scored"]) \
+        == (16, 4, 12, 1)
+    assert mixed["self_consistency_estimate"] == {"accuracy": 0.25, "tokens_mean": (4 * 800 + 12 * 1200) / 16}
+    assert mixed["served_adaptive"]["accuracy"] == 0.25 and mixed["served_adaptive"]["tokens_vs_sc"] == round(
+        (4 * 200 + 12 * 1200) / (4 * 800 + 12 * 1200), 3)
+    best = mixed["out_of_fold"]
+    assert best["accuracy"] == 1.0 and best["tokens_mean"] == (4 * 200 + 12 * 432) / 16
+    assert best["minus_sc"]["difference"] == 0.75  # +1 on the second wave's 12 of 16
+
+
+def test_the_waves_file_merges_and_keeps_what_a_lost_branches_file_held(tmp_path: Path) -> None:
+    from benchmarks.branch_logprobs import write_waves
+
+    branches, waves = tmp_path / "b.jsonl", tmp_path / "w.jsonl"
+    branches.write_text("".join(json.dumps({"id": q, "seed": 0, "branch": i}) + "\n"
+                                for q, n in (("x", 2), ("y", 8)) for i in range(n)))
+    write_waves(branches, waves)
+    branches.write_text("".join(json.dumps({"id": "z", "seed": 0, "branch": i}) + "\n" for i in range(2)))
+    write_waves(branches, waves)
+    rows = [json.loads(line) for line in waves.read_text().splitlines()]
+    assert rows == [{"id": q, "seed": 0, "saved": n} for q, n in (("x", 2), ("y", 8), ("z", 2))]
