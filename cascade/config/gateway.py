@@ -152,8 +152,12 @@ class TracingConfig(Strict, frozen=True):
     OTEL_RESOURCE_ATTRIBUTES apply."""
 
     endpoint: str = ""
-    # The share of new traces recorded; a request whose `traceparent` says sampled or not keeps its caller's choice.
+    # The share of new traces recorded; a request whose `traceparent` says sampled or not keeps its caller's choice
+    # while `follow_caller_sampling` is on (OpenTelemetry's parent-based default). Off, `sampler_ratio` decides for
+    # every request and a caller's traceparent only names the trace and the parent: for clients the operator does not
+    # trust, who could otherwise have all their requests traced (each costs the export's encoding CPU).
     sampler_ratio: UnitFloat = 1.0
+    follow_caller_sampling: bool = True
     service_name: Annotated[str, msgspec.Meta(min_length=1, max_length=128)] = "cascade"
     # Prompts and answers on the upstream call spans (gen_ai.input.messages / gen_ai.output.messages). Off: spans
     # carry models, token counts, tiers and timings, never text.

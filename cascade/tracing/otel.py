@@ -89,9 +89,10 @@ class RecordingSpan:
         elif isinstance(parent, RecordingSpan):
             self.trace_id, self.flags, self.state = parent.trace_id, parent.flags, parent.state
             self.parent = parent.context() if parent.flags.sampled else None  # an unsampled span reports nothing
-        else:  # the caller's (remote) span: its sampling decision is followed
-            self.trace_id, self.flags, self.state = parent.trace_id, parent.trace_flags, parent.trace_state
-            self.parent = parent
+        else:  # the caller's (remote) span: its sampling decision is followed, unless the gateway decides alone
+            self.trace_id, self.state, self.parent = parent.trace_id, parent.trace_state, parent
+            self.flags = parent.trace_flags if tracer.follow_caller else (
+                _SAMPLED if self.trace_id & TraceIdRatioBased.TRACE_ID_LIMIT < tracer.bound else _UNSAMPLED)
         self.attributes: dict[str, Any] | None = None
         if self.flags.sampled:
             self.attributes = {}
@@ -144,9 +145,10 @@ class RecordingSpan:
 
 class OTelTracer:
     def __init__(self, processor: SpanProcessor, ratio: float = 1.0, service_name: str = "cascade",
-                 capture_text: bool = False) -> None:
+                 capture_text: bool = False, follow_caller: bool = True) -> None:
         self.processor = processor
         self.bound = TraceIdRatioBased.get_bound_for_rate(ratio)  # the SDK's ratio sampler's rule
+        self.follow_caller = follow_caller  # a caller's sampled flag decides (else the ratio, on its trace id)
         self.resource = Resource.create({"service.name": service_name})
         self.scope = InstrumentationScope("cascade")
         self.capture_text = capture_text
@@ -159,14 +161,15 @@ class OTelTracer:
 
         exporter = OTLPSpanExporter(endpoint=config.endpoint, timeout=EXPORT_TIMEOUT_S)
         # The SDK's batching (512 spans per export; OTEL_BSP_* apply): 64 per export measured worse at 50 streams.
-        return cls.to(BatchSpanProcessor(exporter), config.sampler_ratio, config.service_name, config.capture_text)
+        return cls.to(BatchSpanProcessor(exporter), config.sampler_ratio, config.service_name, config.capture_text,
+                      config.follow_caller_sampling)
 
     @classmethod
     def to(cls, sink: SpanExporter | SpanProcessor, ratio: float = 1.0, service_name: str = "cascade",
-           capture_text: bool = False) -> OTelTracer:
+           capture_text: bool = False, follow_caller: bool = True) -> OTelTracer:
         """Spans to `sink`: a processor as it is, an exporter span by span (tests' in-memory one)."""
         processor = sink if isinstance(sink, SpanProcessor) else SimpleSpanProcessor(sink)
-        return cls(processor, ratio, service_name, capture_text)
+        return cls(processor, ratio, service_name, capture_text, follow_caller)
 
     def shutdown(self) -> None:
         """Export what is left and stop (blocks up to the exporter's timeout: call it off the event loop)."""

@@ -272,6 +272,30 @@ def test_a_span_ends_once_and_records_nothing_after() -> None:
     assert finished.end_time >= finished.start_time and finished.resource.attributes["service.name"] == "cascade"
 
 
+@pytest.mark.parametrize(("ratio", "flag", "recorded"), [(0.0, "01", False), (1.0, "00", True)])
+def test_without_following_the_caller_the_gateways_ratio_decides_and_the_trace_is_still_joined(
+        ratio: float, flag: str, recorded: bool) -> None:
+    """`follow_caller_sampling = false`: a client's sampled flag cannot force its requests to be traced (nor stop
+    them being traced); its trace id and parent are still the spans'."""
+    exporter = InMemorySpanExporter()
+    tracing.install(OTelTracer.to(exporter, ratio=ratio, follow_caller=False))
+    try:
+        with recorded_gateway(small_and_thinker_toml) as (base, engine):
+            response = post_chat(base, {"model": "small", "messages": user()},
+                                 headers={"traceparent": f"00-{TRACE_ID}-{PARENT_ID}-{flag}"})
+    finally:
+        tracing.install(None)
+    assert response.status_code == 200
+    assert response.headers["traceparent"].startswith(f"00-{TRACE_ID}-")
+    assert response.headers["traceparent"].endswith("-01" if recorded else "-00")
+    assert engine.headers[0]["traceparent"].startswith(f"00-{TRACE_ID}-")
+    if recorded:
+        server = one(traced(exporter), "POST /v1/chat/completions")
+        assert server.parent.span_id == int(PARENT_ID, 16) and server.context.trace_id == int(TRACE_ID, 16)
+    else:
+        assert exporter.get_finished_spans() == ()
+
+
 def test_with_tracing_off_no_trace_header_is_added_either_way() -> None:
     with recorded_gateway(small_and_thinker_toml) as (base, engine):
         response = post_chat(base, {"model": "small", "messages": user()}, headers={"traceparent": TRACEPARENT})
