@@ -3,6 +3,7 @@ gateway without the `otel` extra serves as before and refuses a tracing config w
 
 from __future__ import annotations
 
+import contextlib
 import subprocess
 import sys
 from pathlib import Path
@@ -12,6 +13,7 @@ import pytest
 
 pytest.importorskip("opentelemetry.sdk")
 
+from cascade.engines.supervisor import free_port
 from cascade.testing.otlp import otlp_receiver
 from cascade.testing.servers import TIERS, cascade_serve, fake_engine
 from cascade.testing.waiting import eventually
@@ -67,3 +69,47 @@ except ConfigError as exc:
     message = done.stdout.strip()
     assert message.startswith("`gateway.tracing.endpoint` is set but OpenTelemetry is not installed")
     assert "`otel` extra" in message
+
+
+class HungCollector:
+    """A TCP port that accepts connections and never answers: a collector that hangs (or a firewall that drops)."""
+
+    def __init__(self) -> None:
+        import socket
+        import threading
+
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self.listener.getsockname()[1]
+        self.held: list[socket.socket] = []
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        with contextlib.suppress(OSError):
+            while True:
+                self.held.append(self.listener.accept()[0])
+
+    def close(self) -> None:
+        for conn in [*self.held, self.listener]:
+            conn.close()
+
+
+@pytest.mark.parametrize("collector", ["refused", "hung"])
+def test_a_collector_that_is_down_or_hung_costs_spans_never_requests_or_a_stuck_shutdown(
+        tmp_path, monkeypatch, collector: str) -> None:
+    monkeypatch.setenv("OTEL_BSP_SCHEDULE_DELAY", "50")  # export every 50 ms: every export meets the fault
+    hung = HungCollector() if collector == "hung" else None
+    port = hung.port if hung is not None else free_port()  # nothing listens on a free port: refused
+    try:
+        with fake_engine(tmp_path, "--tokens", "4") as engine_url:
+            toml = f'[gateway.tracing]\nendpoint = "http://127.0.0.1:{port}/v1/traces"\n'
+            with cascade_serve(tmp_path, engine_url, toml) as served:
+                codes = [httpx.post(f"{served.url}/v1/chat/completions", timeout=30, json={
+                    "model": TIERS[0], "messages": [{"role": "user", "content": f"hi {i}"}]}).status_code
+                    for i in range(40)]
+                assert codes == [200] * 40, served.output()
+                served.stop()
+                # The last flush waits at most the exporter's timeout (10 s) on a collector that does not answer.
+                assert served.wait_exit(within_s=40) < 40, served.output()
+    finally:
+        if hung is not None:
+            hung.close()
