@@ -108,7 +108,7 @@ def test_a_collector_that_is_down_or_hung_costs_spans_never_requests_or_a_stuck_
                     for i in range(40)]
                 assert codes == [200] * 40, served.output()
                 served.stop()
-                # The last flush waits at most the exporter's timeout (10 s) on a collector that does not answer.
+                # The last flush waits up to the exporter's timeout (10 s) per batch still queued (here one).
                 assert served.wait_exit(within_s=40) < 40, served.output()
     finally:
         if hung is not None:
