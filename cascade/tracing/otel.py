@@ -61,6 +61,7 @@ _current: contextvars.ContextVar[RecordingSpan | None] = contextvars.ContextVar(
 
 
 def _new_id(bits: int) -> int:
+    """A random trace or span id (the random module reseeds itself in a forked worker: `serve --processes`)."""
     while not (value := random.getrandbits(bits)):  # 0 is W3C's invalid id
         pass
     return value
