@@ -29,8 +29,9 @@ What the subclass does, with `[gateway.limits]`:
   the new one, as nginx reuses idle connections, so idle connections never lock clients out; when every
   connection has a request in flight, the new one gets 503 with Retry-After.
 - shutdown: uvicorn calls `shutdown()` on every connection when it stops; the first call starts the
-  app's Drain (cascade/gateway/drain.py), and connections waiting for a request stay open until it is
-  done, so that a request that arrives on one gets a 503 rather than a reset.
+  app's Drain (cascade/gateway/drain.py), and connections waiting for a request (or finishing a response
+  whose headers promised keep-alive) stay open until it is done, so that a request that arrives on one gets
+  a 503 rather than a reset.
 
 Answers are OpenAI error objects with `connection: close`; then the connection discards what the client
 still sends for up to a second before it closes, so that the client reads the answer, not a reset. The
@@ -160,9 +161,12 @@ class GatewayProtocol(HttpToolsProtocol):
             super().shutdown()  # close if waiting for a request, else close after the response
             return
         drain.begin(self.server_state.tasks, self._drained, lambda: len(self.connections))
-        if self.cycle is not None and not self.cycle.response_complete:
-            self.cycle.keep_alive = False
-        # Else waiting for a request: one that arrives gets a 503 from the app; the drain's end closes it.
+        if self.cycle is not None and not self.cycle.response_complete and not self.cycle.response_started:
+            self.cycle.keep_alive = False  # its response's headers will say `connection: close`
+        # Else waiting for a request, or answering one whose headers went out before the signal and promised
+        # keep-alive: closing that connection when its response ends would race a load balancer that reuses it
+        # at once (the request it writes would be reset before any answer, which it cannot retry). So it stays
+        # open as an idle one: a request that arrives gets a 503 from the app; the drain's end closes it.
 
     def _drained(self) -> None:
         for connection in list(self.connections):  # every connection of the server, this one or not

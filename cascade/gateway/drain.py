@@ -8,7 +8,8 @@ answers a request that has no response yet with a plain-text 500. The gateway's 
 1. Every request that arrives from then on gets 503 with `Retry-After`, `connection: close` and
    `x-envoy-immediate-health-check-fail` (Envoy takes the gateway out of its rotation at once, without
    waiting for its next health check), GET /ready included (so that a load balancer stops sending);
-   /health and /metrics still answer. A connection closes once its response is complete.
+   /health and /metrics still answer. A connection closes once its response is complete, except one whose
+   response had started before the signal (its headers promised keep-alive): it stays open as in 4.
 2. Requests in flight finish, for up to `[gateway] shutdown_grace_s`.
 3. When the grace runs out their tasks are cancelled. The cancellation closes their upstream streams
    (the engines stop generating), and the chat handler (cascade/gateway/chat_asgi.py) ends a started

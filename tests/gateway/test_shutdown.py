@@ -185,6 +185,29 @@ def test_a_pooled_idle_connection_stays_open_and_a_request_on_it_gets_the_draini
     assert gateway.proc.returncode == 0 and "Traceback" not in gateway.output()
 
 
+def test_a_response_under_way_at_the_signal_keeps_its_connection_for_the_drains_503(tmp_path: Path) -> None:
+    """A response whose headers went out before the signal promised keep-alive: closing its connection when it
+    completes would race a load balancer that reuses the connection at once (the request it writes is reset
+    before any answer, and it cannot retry what may have been served; the scale-out soak caught one). So that
+    connection stays open like an idle one, and the next request on it gets the drain's 503, which a balancer
+    retries elsewhere."""
+    with fake_engine(tmp_path, "--itl-ms", "20") as slow, cascade_serve(tmp_path, slow, LINGERING) as gateway, \
+            httpx.Client(base_url=gateway.url, timeout=10, trust_env=False) as pool:
+        body = {"model": "tier-small", "messages": user(), "stream": True, "max_tokens": 40}
+        with pool.stream("POST", "/v1/chat/completions", json=body) as stream:
+            assert stream.status_code == 200 and "close" not in stream.headers.get("connection", "")
+            lines = stream.iter_lines()
+            assert next(lines).startswith("data: ")  # under way
+            gateway.stop(signal.SIGTERM)
+            assert eventually(lambda: not listening(gateway), within_s=5), "still accepting connections"
+            assert events(list(lines))[-1] == "[DONE]"  # it finished within the grace
+        refused = pool.post("/v1/chat/completions", json={"model": "tier-small", "messages": user()})
+        assert refused.status_code == 503 and refused.json()["error"]["code"] == "shutting_down"
+        assert refused.headers["connection"] == "close"
+        assert gateway.wait_exit(30) < 30
+    assert gateway.proc.returncode == 0 and "Traceback" not in gateway.output()
+
+
 def test_a_lingering_gateway_exits_once_its_clients_close_their_idle_connections(engine: str, tmp_path: Path) -> None:
     with cascade_serve(tmp_path, engine, LINGERING) as gateway:
         with httpx.Client(base_url=gateway.url, timeout=5, trust_env=False) as pool:
