@@ -122,3 +122,34 @@ def test_resume_keys_of_methods_without_a_first_wave_are_those_recorded_before_i
     assert resume_key(BenchRun(method="adaptive", settings=two_waves, tier=tier), "gsm8k-train") == "824e076705c1b294"
     assert resume_key(BenchRun(method="adaptive", settings=msgspec.structs.replace(two_waves, wave_margin=2),
                                tier=tier), "gsm8k-train") != "824e076705c1b294"
+
+
+def test_a_sampling_seed_samples_the_same_questions_again_as_a_run_of_its_own(tmp_path, capsys) -> None:
+    """--sampling-seed: the same questions at the same arrivals, sampled with other seeds; its records and saved
+    branches are its own (never resumed from, nor taken for, the first sample's)."""
+    bodies: list[dict[str, Any]] = []
+
+    def record(script: FakeScript, body: dict[str, Any]) -> FakeScript:
+        bodies.append(body)
+        return script
+
+    def run(*extra: str) -> dict:
+        with serve_asgi(FakeEngine(FakeScript(tokens=8), hook=record)) as url:
+            write_inputs(tmp_path, url)
+            assert main(["bench", "branches", "--config", str(tmp_path / "cascade.toml"), "--dataset",
+                         str(tmp_path / "q.jsonl"), "--n-questions", str(QUESTIONS), "--rate", "20", "--n", str(N),
+                         "--methods", "self_consistency", "--out", str(tmp_path / "out"), "--save-branches",
+                         str(tmp_path / "b.jsonl"), "--json", *extra]) == 0
+        return json.loads(capsys.readouterr().out)
+
+    first = run()
+    seeds_first = sorted(b["seed"] for b in bodies)
+    bodies.clear()
+    again = run("--sampling-seed", "1")
+    assert again["resumed"] == 0 and len(bodies) == QUESTIONS * N  # a run of its own: every request sent
+    assert set(again["questions"]) == set(first["questions"]) and again["config"]["sampling_seed"] == 1
+    assert not set(seeds_first) & {b["seed"] for b in bodies}  # sampled with other seeds
+    bodies.clear()
+    assert run("--sampling-seed", "1")["resumed"] == QUESTIONS and not bodies  # and it resumes as itself
+    saved = [json.loads(line) for line in lines(tmp_path / "b.jsonl")]
+    assert len(saved) == 2 * QUESTIONS * N and sorted(r.get("seed", 0) for r in saved) == [0] * 6 + [1] * 6

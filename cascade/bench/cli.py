@@ -67,7 +67,10 @@ def add_bench_commands(subparsers: Any) -> None:
                                                    "prune_only")), help="comma-separated subset, run in this order "
                     "(adaptive runs only when named)")
     br.add_argument("--sweep", help="also run sart and self_consistency for each N:M in this list, e.g. 2:1,4:2,8:4")
-    br.add_argument("--seed", type=int, default=0)
+    br.add_argument("--seed", type=int, default=0, help="seed of the question sample, the arrivals and (unless "
+                    "--sampling-seed) the branches' sampling")
+    br.add_argument("--sampling-seed", type=int, help="seed of the branches' sampling alone: the same questions at "
+                    "the same arrivals, sampled again (a run of its own in --out)")
     br.add_argument("--out", help="directory for summary.json, per-request records (requests.jsonl, appended as "
                     "each request finishes: a rerun of the same command resumes from it, and one with a larger "
                     "--n-questions runs only the questions it adds) and the sweep PNG")
@@ -122,6 +125,7 @@ def _branches(args: argparse.Namespace) -> int:
     _branch_defaults(args, config.tiers[names.index(tier_name)])
     settings = BenchSettings(n=args.n, m=args.m, alpha=args.alpha, beta=args.beta, k=args.k, rate=args.rate,
                              max_tokens=args.max_tokens, slots=args.slots, seed=args.seed,
+                             sampling_seed=args.sampling_seed,
                              first_wave=args.first_wave, wave_margin=args.wave_margin)
     for method in dict.fromkeys(["sart", *methods]):  # sart's settings hold every flag but adaptive's waves
         check_settings(method, settings)
@@ -160,7 +164,7 @@ def _branches(args: argparse.Namespace) -> int:
                    "temperature": targets.temperature if branched else None,
                    "top_p": targets.top_p if branched else None,
                    "methods": {r.method: {"tier": r.tier, **per_method[r.method]} for r in runs if r.main},
-                   "slots": args.slots or 4 * args.n, "seed": args.seed},
+                   "slots": args.slots or 4 * args.n, "seed": args.seed, "sampling_seed": args.sampling_seed},
         "questions": [p.id for p in prompts],
     }
     if out is not None:

@@ -68,8 +68,14 @@ class BenchSettings(msgspec.Struct, frozen=True, kw_only=True):
     top_p: float | None = None
     slots: int = 0  # 0: 4 x n
     seed: int = 0
+    # The branches' sampling seed (None: `seed`): another one samples the same questions, arriving as before, again.
+    sampling_seed: int | None = None
     first_wave: int = 2  # `adaptive`'s first wave
     wave_margin: int = 0  # `adaptive`'s waves: 0 two (the first, then the rest), > 0 doubling ones (runner.py)
+
+
+def sampling_seed(s: BenchSettings) -> int:
+    return s.seed if s.sampling_seed is None else s.sampling_seed
 
 
 def method_settings(method: str, s: BenchSettings) -> BranchSettings:
@@ -116,7 +122,10 @@ def run_key(method: str, s: BenchSettings, tier: str = "") -> bytes:
               "score_every_steps": ran.k, "aggregation": ran.aggregation, "prune_confidence": ran.prune_confidence,
               "confidence_group": ran.confidence_group}
     branch |= {key: getattr(ran, key) for key in ("first_wave", "wave_margin") if getattr(ran, key)}
-    return msgspec.json.encode([branch, s.slots or 4 * s.n, s.max_tokens, *decoding(method, s), s.rate, s.seed, tier])
+    key: list[object] = [branch, s.slots or 4 * s.n, s.max_tokens, *decoding(method, s), s.rate, s.seed, tier]
+    if s.sampling_seed is not None:  # appended only when set: the keys recorded before it existed stay as they were
+        key.append({"sampling_seed": s.sampling_seed})
+    return msgspec.json.encode(key)
 
 
 class RequestRecord(msgspec.Struct, kw_only=True):
@@ -147,7 +156,7 @@ async def run_method(
     # The gateway's answer on a tier (cascade/answer.py), with this method's branch settings and slots.
     temperature, top_p = decoding(method, settings)
     sampling = Sampling(max_tokens=settings.max_tokens, temperature=temperature, top_p=top_p,
-                        seed=settings.seed * 1000)
+                        seed=sampling_seed(settings) * 1000)
     start = time.perf_counter() + 0.05
 
     async def one(i: int, prompt: Prompt) -> RequestRecord:

@@ -168,7 +168,9 @@ class BranchSink:
             if not rows or (key, rows[0]["id"]) in self.saved:
                 return
             self.saved.add((key, rows[0]["id"]))
-            labels = {"method": run.method, "n": run.settings.n, "key": key}
+            labels: dict[str, object] = {"method": run.method, "n": run.settings.n, "key": key}
+            if run.settings.sampling_seed is not None:  # (id, seed, branch) names a branch: a second sample's apart
+                labels["seed"] = run.settings.sampling_seed
             self._file.writelines(json.dumps({**row, **labels}).encode() + b"\n" for row in rows)
             self._file.flush()
 
