@@ -11,6 +11,10 @@ cascade.branches.sart.vote / wave_agrees) on every question whose eight branches
 later branches decode in lockstep (one token each per step), a branch whose group confidence falls below the
 level is stopped there (its tokens up to then are spent), never the last live one.
 
+Besides the level each question learns from its own first wave (`confidence_keep`), `--fixed-quantiles` adds
+fixed levels: quantiles of every question's first-wave confidence pooled (two traces of one question may be too few
+to learn a level from; these levels read no correctness, but do read the held-out questions' confidences).
+
 Settings are chosen out of sample: nested cross-validation over questions (cascade/bench/out_of_fold.py: on each
 fold, the fewest tokens within --cv-points of self-consistency on the other folds, scored on the held-out fold),
 so the report's out-of-fold line is what choosing this way serves; the in-sample best is printed beside it.
@@ -74,11 +78,19 @@ class Setting:
     kind: str  # which per-token value
     aggregation: str  # majority | confidence
     vote_keep: float
+    # A fixed stopping level instead of the one learned from the question's first wave (keep 0 then): a level
+    # from many questions' first waves, where two traces of one question may be too few to learn from.
+    level: float | None = None
+    level_quantile: float | None = None  # the quantile of first-wave confidences the level is (for the report)
 
     def describe(self) -> dict[str, Any]:
-        return {"family": "deepconf" if self.keep or self.aggregation != "majority" or self.vote_keep < 1
-                else "adaptive", "first_wave": 2, "confidence_keep": self.keep, "confidence_group": self.group,
-                "value": self.kind, "aggregation": self.aggregation, "vote_keep": self.vote_keep}
+        deepconf = self.keep or self.aggregation != "majority" or self.vote_keep < 1 or self.level is not None
+        described = {"family": "deepconf" if deepconf else "adaptive", "first_wave": 2, "confidence_keep": self.keep,
+                     "confidence_group": self.group, "value": self.kind, "aggregation": self.aggregation,
+                     "vote_keep": self.vote_keep}
+        if self.level is not None:
+            described |= {"fixed_level": round(self.level, 4), "fixed_level_quantile": self.level_quantile}
+        return described
 
 
 def load(path: Path, n: int, max_tokens: int) -> dict[str, list[Scored]]:
@@ -117,8 +129,8 @@ def replay(branches: list[Scored], s: Setting, wave: int = 2) -> tuple[bool, int
     if wave_agrees(done):
         result = vote(done)
         return branches[result.chosen].correct, tokens
-    level = None
-    if s.keep > 0:
+    level = s.level
+    if level is None and s.keep > 0:
         warm = [w for t in traces if (w := t.lowest_group) is not None]
         level = quantile(warm, 1.0 - s.keep) if warm else None
     later = list(range(wave, len(branches)))
@@ -187,14 +199,29 @@ def all_questions(result: dict[str, Any], second_wave: dict[str, list[Scored]], 
                     f"{n / wave:g}x their tokens; the interval is the second wave's, scaled by its share"}
 
 
-def grid(args: argparse.Namespace) -> list[Setting]:
+def fixed_levels(questions: list[list[Scored]], group: int, kind: str, quantiles: list[float]) -> list[float]:
+    """Stopping levels from every question's first wave pooled: the `quantiles` of their weakest-group confidence.
+    Label-free (no correctness read), but from all questions, held-out folds included: a mild transductive choice,
+    said in the report."""
+    lowest = [w for branches in questions for b in branches[:2]
+              if (w := trace_of(b, Setting(0.0, group, kind, "majority", 1.0)).lowest_group) is not None]
+    return [quantile(lowest, q) for q in quantiles] if lowest else []
+
+
+def grid(args: argparse.Namespace, questions: list[list[Scored]] | None = None) -> list[Setting]:
     keeps = [float(x) for x in args.keep.split(",")]
     groups = [int(x) for x in args.group.split(",")]
     kinds = args.values.split(",")
     votes = [("majority", 1.0), ("confidence", 1.0), *(("majority", float(k)) for k in args.vote_keep.split(","))]
     served = Setting(0.0, groups[0], kinds[0], "majority", 1.0)
-    return [served, *(Setting(k, g, v, a, vk) for k, g, v, (a, vk) in itertools.product(keeps, groups, kinds, votes)
-                      if (k, a, vk) != (0.0, "majority", 1.0))]
+    settings = [served, *(Setting(k, g, v, a, vk) for k, g, v, (a, vk)
+                          in itertools.product(keeps, groups, kinds, votes) if (k, a, vk) != (0.0, "majority", 1.0))]
+    quantiles = [float(x) for x in args.fixed_quantiles.split(",") if x]
+    if questions and quantiles:
+        for g, v in itertools.product(groups, kinds):
+            for q, level in zip(quantiles, fixed_levels(questions, g, v, quantiles), strict=False):
+                settings.append(Setting(0.0, g, v, "majority", 1.0, level, q))
+    return settings
 
 
 def main() -> int:
@@ -206,6 +233,8 @@ def main() -> int:
     p.add_argument("--group", default="32,16,64", help="confidence_group values (the first: the served rule's)")
     p.add_argument("--values", default=",".join(KINDS), help="per-token values: " + ", ".join(KINDS))
     p.add_argument("--vote-keep", default="0.5,0.75", help="vote_keep values besides 1")
+    p.add_argument("--fixed-quantiles", default="0.05,0.1,0.25", help="also stop at fixed levels: these quantiles "
+                   "of all questions' first-wave confidences (empty: none)")
     p.add_argument("--cv-folds", type=int, default=5)
     p.add_argument("--cv-points", type=float, default=0.01, help="the criterion's slack below self-consistency")
     p.add_argument("--cv-seed", type=int, default=0)
@@ -221,9 +250,9 @@ def main() -> int:
         if kind not in KINDS:
             p.error(f"--values: unknown {kind!r} (known: {', '.join(KINDS)})")
     questions = load(args.logprobs, args.n, args.max_tokens)
-    settings = grid(args)
     second_wave = {q: b for q, b in questions.items() if not wave_agrees([finished(i, x, None)
                                                                             for i, x in enumerate(b[:2])])}
+    settings = grid(args, list(second_wave.values()))
     if len(second_wave) < max(2, args.cv_folds):
         print(f"error: {len(second_wave)} questions reach a second wave with all {args.n} branches scored; "
               f"need at least {max(2, args.cv_folds)}", file=sys.stderr)

@@ -12,6 +12,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from benchmarks import deepconf_replay as replay_module
 from benchmarks.deepconf_replay import Scored, Setting, replay, self_consistency
 
@@ -129,3 +131,15 @@ def test_the_waves_file_merges_and_keeps_what_a_lost_branches_file_held(tmp_path
     write_waves(branches, waves)
     rows = [json.loads(line) for line in waves.read_text().splitlines()]
     assert rows == [{"id": q, "seed": 0, "saved": n} for q, n in (("x", 2), ("y", 8), ("z", 2))]
+
+
+def test_a_fixed_level_stops_what_falls_below_it_whatever_the_first_wave_says() -> None:
+    # The first wave is sure (-0.1, -0.2): its own learned level would be high; a fixed level of -1 stops only the
+    # unsure 19s (-2.0), at their first full group.
+    correct, tokens = replay(QUESTION, Setting(0.0, 8, "logprob", "majority", 1.0, level=-1.0, level_quantile=0.1))
+    assert correct and tokens == 200 + 120 + 80 + 4 * 8
+    assert replay(QUESTION, Setting(0.0, 8, "logprob", "majority", 1.0, level=-5.0)) == self_consistency(QUESTION)
+    levels = replay_module.fixed_levels([QUESTION, QUESTION], 8, "logprob", [0.0, 1.0])
+    assert levels == pytest.approx([-0.2, -0.1])  # the weakest and strongest first-wave traces pooled
+    described = Setting(0.0, 8, "logprob", "majority", 1.0, level=-1.0, level_quantile=0.1).describe()
+    assert described["family"] == "deepconf" and described["fixed_level"] == -1.0
