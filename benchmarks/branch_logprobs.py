@@ -61,7 +61,8 @@ def write_waves(branches: Path, path: Path) -> None:
     """Merge each question's launched-branch count (id, seed, saved) from `branches` into `path` (rewritten whole,
     sorted; a question seen before keeps the larger count: a branches file lost between sessions loses nothing)."""
     counts = {(r["id"], int(r.get("seed") or 0)): int(r["saved"]) for r in read_rows(path)} if path.exists() else {}
-    for key, n in Counter((r["id"], int(r.get("seed") or 0)) for r in read_rows(branches)).items():
+    launched = {branch_key(r) for r in read_rows(branches)}  # a relabelled question's branches count once
+    for key, n in Counter((q, s) for q, s, _ in launched).items():
         counts[key] = max(n, counts.get(key, 0))
     text = "".join(json.dumps({"id": q, "seed": s, "saved": n}) + "\n" for (q, s), n in sorted(counts.items()))
     tmp = path.with_name(path.name + ".tmp")

@@ -127,7 +127,8 @@ def test_the_waves_file_merges_and_keeps_what_a_lost_branches_file_held(tmp_path
     branches.write_text("".join(json.dumps({"id": q, "seed": 0, "branch": i}) + "\n"
                                 for q, n in (("x", 2), ("y", 8)) for i in range(n)))
     write_waves(branches, waves)
-    branches.write_text("".join(json.dumps({"id": "z", "seed": 0, "branch": i}) + "\n" for i in range(2)))
+    # z was relabelled after a stop: its two branches saved twice still count as two launched
+    branches.write_text("".join(json.dumps({"id": "z", "seed": 0, "branch": i}) + "\n" for i in (0, 1, 0, 1)))
     write_waves(branches, waves)
     rows = [json.loads(line) for line in waves.read_text().splitlines()]
     assert rows == [{"id": q, "seed": 0, "saved": n} for q, n in (("x", 2), ("y", 8), ("z", 2))]
