@@ -14,10 +14,8 @@ import contextlib
 import json
 import time
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import TypeVar
 
-import numpy as np
-import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
@@ -31,7 +29,6 @@ from cascade.router.heuristic import heuristic_difficulty
 from cascade.router.lexical import lexical_features, restated_number
 from cascade.router.policy import parse_hint
 from cascade.router.router import routed_text
-from cascade.router.train.domain_check import fit_word_model
 from cascade.service.bodies import decode_chat_request
 
 WORK_US_PER_CHAR = 20.0
@@ -190,49 +187,3 @@ def test_whole_floats_are_read_as_ints_where_openai_accepts_them_and_nowhere_els
             assert exc.param == next(iter(bad))
         else:
             raise AssertionError(f"{bad} was accepted")
-
-
-def _surprise_per_token(model: Any, prompt: str) -> float:
-    """The word model's surprise computed token by token (what WordModel.surprise groups by distinct pair)."""
-    from itertools import pairwise
-
-    from cascade.router.domain import UNIGRAM_PSEUDOCOUNT, WORD_MIX, _key, _lookup
-
-    tokens = word_tokens(prompt)
-    keys = np.array([_key(t) for t in tokens], dtype=np.uint32)
-    pairs = np.array([_key(f"{a} {b}") for a, b in pairwise(tokens)], dtype=np.uint32)
-    total, vocabulary = float(model.word_counts.sum()), len(model.word_keys) + 1
-    unigram = (_lookup(model.word_keys, model.word_counts, keys[1:]) + UNIGRAM_PSEUDOCOUNT) / (
-        total + UNIGRAM_PSEUDOCOUNT * vocabulary)
-    bigram = _lookup(model.pair_keys, model.pair_counts, pairs) / np.maximum(
-        _lookup(model.context_keys, model.context_counts, keys[:-1]), 1)
-    return float(-np.log(WORD_MIX * bigram + (1.0 - WORD_MIX) * unigram).mean())
-
-
-def _step_grams_per_token(prompt: str) -> dict[int, float]:
-    import math
-    import re
-    import zlib
-    from itertools import pairwise
-
-    tokens = re.findall(r"\w+", prompt.lower())
-    counts: dict[int, float] = {}
-    for gram in (*tokens, *(f"{a} {b}" for a, b in pairwise(tokens))):
-        bucket = zlib.crc32(gram.encode()) & (2**15 - 1)
-        counts[bucket] = counts.get(bucket, 0.0) + 1.0
-    norm = math.sqrt(sum(c * c for c in counts.values())) or 1.0
-    return {b: c / norm for b, c in counts.items()}
-
-
-_WORD_MODEL = fit_word_model([f"Ann has {n} apples and buys {n + 3} more. How many apples does Ann have?"
-                              for n in range(30)], quantile=0.99)
-
-
-@PROPERTY
-@given(TEXT)
-def test_hashing_distinct_grams_once_changes_no_feature(text: str) -> None:
-    """The word model's surprise and the steps block's grams hash each distinct token and pair once (so repetitive
-    hostile text costs its distinct grams); they equal the token-by-token computation on any text."""
-    assert _WORD_MODEL is not None
-    assert _WORD_MODEL.surprise([text])[0] == pytest.approx(_surprise_per_token(_WORD_MODEL, text), rel=1e-12)
-    assert step_grams(text) == pytest.approx(_step_grams_per_token(text), rel=1e-15)

@@ -117,19 +117,11 @@ class WordModel:
         out = np.empty(len(prompts))
         for i, prompt in enumerate(prompts):
             tokens = word_tokens(prompt)
-            # A token's surprise depends only on (previous token, token): each distinct pair is hashed and looked
-            # up once and weighted by its count, so text that repeats a few tokens (a hostile "1+1+1+...") costs
-            # its distinct pairs, not its length; each distinct token is hashed once.
-            transitions = Counter(pairwise(tokens))
-            key = {t: _key(t) for t in dict.fromkeys(tokens)}
-            words = np.array([key[b] for _, b in transitions], dtype=np.uint32)
-            contexts = np.array([key[a] for a, _ in transitions], dtype=np.uint32)
-            pairs = np.array([_key(f"{a} {b}") for a, b in transitions], dtype=np.uint32)
-            weights = np.fromiter(transitions.values(), dtype=float, count=len(transitions))
-            unigram = (_lookup(self.word_keys, self.word_counts, words) + UNIGRAM_PSEUDOCOUNT) / (
+            keys = np.array([_key(t) for t in tokens], dtype=np.uint32)  # words are keys[1:], contexts keys[:-1]
+            pairs = np.array([_key(f"{a} {b}") for a, b in pairwise(tokens)], dtype=np.uint32)
+            unigram = (_lookup(self.word_keys, self.word_counts, keys[1:]) + UNIGRAM_PSEUDOCOUNT) / (
                 total + UNIGRAM_PSEUDOCOUNT * vocabulary)
-            seen = _lookup(self.context_keys, self.context_counts, contexts)
+            seen = _lookup(self.context_keys, self.context_counts, keys[:-1])
             bigram = _lookup(self.pair_keys, self.pair_counts, pairs) / np.maximum(seen, 1)
-            surprise = -np.log(WORD_MIX * bigram + (1.0 - WORD_MIX) * unigram)
-            out[i] = float(surprise @ weights / weights.sum())
+            out[i] = float(-np.log(WORD_MIX * bigram + (1.0 - WORD_MIX) * unigram).mean())
         return out

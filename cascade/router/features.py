@@ -45,7 +45,6 @@ from __future__ import annotations
 import math
 import re
 import zlib
-from collections import Counter
 from functools import cache
 from itertools import pairwise
 from typing import Any
@@ -112,11 +111,9 @@ def step_grams(prompt: str) -> dict[int, float]:
     """Hashed word 1-2 grams (crc32, stable across processes), L2-normalised term frequencies."""
     tokens = _STEP_TOKEN.findall(prompt.lower())
     counts: dict[int, float] = {}
-    # Each distinct gram hashed once, with its count (repetitive text costs its distinct grams, not its length).
-    pairs = Counter(pairwise(tokens))
-    for gram, n in (*Counter(tokens).items(), *((f"{a} {b}", n) for (a, b), n in pairs.items())):
+    for gram in (*tokens, *(f"{a} {b}" for a, b in pairwise(tokens))):
         bucket = zlib.crc32(gram.encode()) & (STEPS_BUCKETS - 1)
-        counts[bucket] = counts.get(bucket, 0.0) + n
+        counts[bucket] = counts.get(bucket, 0.0) + 1.0
     norm = math.sqrt(sum(c * c for c in counts.values())) or 1.0
     return {b: c / norm for b, c in counts.items()}
 
