@@ -85,15 +85,14 @@ class RecordingSpan:
         self.span_id = _new_id(64)
         if parent is None:  # a new trace: the ratio sampler's rule on its id
             self.trace_id = _new_id(128)
-            self.flags = _SAMPLED if self.trace_id & TraceIdRatioBased.TRACE_ID_LIMIT < tracer.bound else _UNSAMPLED
+            self.flags = tracer.sampling(self.trace_id)
             self.state, self.parent = _NO_STATE, None
         elif isinstance(parent, RecordingSpan):
             self.trace_id, self.flags, self.state = parent.trace_id, parent.flags, parent.state
             self.parent = parent.context() if parent.flags.sampled else None  # an unsampled span reports nothing
         else:  # the caller's (remote) span: its sampling decision is followed, unless the gateway decides alone
             self.trace_id, self.state, self.parent = parent.trace_id, parent.trace_state, parent
-            self.flags = parent.trace_flags if tracer.follow_caller else (
-                _SAMPLED if self.trace_id & TraceIdRatioBased.TRACE_ID_LIMIT < tracer.bound else _UNSAMPLED)
+            self.flags = parent.trace_flags if tracer.follow_caller else tracer.sampling(self.trace_id)
         self.attributes: dict[str, Any] | None = None
         if self.flags.sampled:
             self.attributes = {}
@@ -171,6 +170,10 @@ class OTelTracer:
         """Spans to `sink`: a processor as it is, an exporter span by span (tests' in-memory one)."""
         processor = sink if isinstance(sink, SpanProcessor) else SimpleSpanProcessor(sink)
         return cls(processor, ratio, service_name, capture_text, follow_caller)
+
+    def sampling(self, trace_id: int) -> TraceFlags:
+        """The gateway's own decision for a trace: the SDK's ratio rule on its id (so gateways agree on a trace)."""
+        return _SAMPLED if trace_id & TraceIdRatioBased.TRACE_ID_LIMIT < self.bound else _UNSAMPLED
 
     def shutdown(self) -> None:
         """Export what is left and stop (blocks up to the exporter's timeout: call it off the event loop)."""
