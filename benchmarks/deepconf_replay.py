@@ -30,12 +30,26 @@ sample, with the paired interval. That goal is over all questions, so with `--ou
 answers as the label did at the label's decode tokens, and self-consistency is taken to answer the same (the
 first wave's answer: on 167 training and 100 test questions replayed with all 8 branches it did on every one) at
 n / first_wave times those tokens (the other branches being samples of the same question): an estimate, marked
-as one. Second-wave questions not scored yet are left out and counted. Usage:
+as one. Second-wave questions not scored yet are left out and counted.
+
+Held out (`--held-out FILE`: a run whose every question has all N branches scored, e.g. a self-consistency run of
+`cascade bench branches --save-branches` on GSM8K test, scored by branch_logprobs.py): the settings are chosen on
+--logprobs' second-wave questions by the criterion above (all of them, no folds), then the chosen setting, the best
+DeepConf setting alone and the served adaptive rule replay on every held-out question (first waves that agree
+included: with all N saved nothing is estimated), beside self-consistency on the same branches. `--also
+NAME=FILE[:TIER]` adds other methods' per-question outcomes on those questions (benchmarks/sart_replay.py --rows
+on the same branches: SART; a `cascade bench` requests.jsonl), `--greedy FILE[:TIER]` the paired greedy line:
+one table, every method on the same questions, none of them chosen on these. Usage:
 
     L=models/outcomes/qwen15-train-label
     .venv/bin/python benchmarks/deepconf_replay.py --logprobs $L/reason-adaptive-logprobs.jsonl.gz \\
         --outcomes models/outcomes/gsm8k-train-embedded-reason-adaptive.jsonl --waves $L/reason-adaptive-waves.jsonl \\
         --json-out R.json
+    # held out: choose on the training label's branches, score on a test run's
+    T=models/outcomes/qwen15-test-bench
+    .venv/bin/python benchmarks/deepconf_replay.py --logprobs $L/reason-adaptive-logprobs.jsonl.gz \\
+        --held-out $T/sc-s1/logprobs.jsonl.gz --greedy $T/vanilla/requests.jsonl \\
+        --also sart=$T/sc-s1/sart-rows.jsonl:qwen2.5-coder-1.5b-reason --json-out R.json
 """
 
 from __future__ import annotations
@@ -51,11 +65,11 @@ from typing import Any
 
 import numpy as np
 
-from cascade.bench.out_of_fold import Candidate, Plan, headline, report
+from cascade.bench.out_of_fold import Candidate, Plan, choose, headline, measures, report
 from cascade.bench.runs import json_rows
 from cascade.branches.confidence import TraceConfidence, quantile
 from cascade.branches.sart import Finished, vote, wave_agrees
-from cascade.repo_paths import recorded_values
+from cascade.repo_paths import recorded_path, recorded_values
 
 KINDS = ("logprob", "certainty", "certainty5")  # the per-token value the trace is read from
 
@@ -199,6 +213,66 @@ def all_questions(result: dict[str, Any], second_wave: dict[str, list[Scored]], 
                     f"{n / wave:g}x their tokens; the interval is the second wave's, scaled by its share"}
 
 
+def outcome_rows(spec: str) -> dict[str, tuple[bool, int]]:
+    """id -> (correct, decode tokens) from a `cascade bench` requests.jsonl or (`FILE:TIER`) label outcome rows;
+    the last record of an id counts (a resumed run appends)."""
+    path, _, tier = spec.partition(":")
+    out: dict[str, tuple[bool, int]] = {}
+    for row in json_rows(Path(path)):
+        if not isinstance(row, dict) or "id" not in row:
+            continue
+        outcome = (row.get("tiers") or {}).get(tier) if tier else row
+        if outcome is not None and outcome.get("correct") is not None and not outcome.get("error"):
+            out[str(row["id"])] = (bool(outcome["correct"]), int(outcome.get("decode_tokens") or 0))
+    return out
+
+
+def held_out(candidates: list[Candidate], reference: Candidate, settings: list[Setting], path: Path,
+             args: argparse.Namespace, plan: Plan) -> dict[str, Any]:
+    """Choose on the training questions (`candidates`, all of them), replay the choice on `path`'s questions."""
+    everywhere = np.ones(len(reference.correct), dtype=bool)
+    deepconf = [i for i, c in enumerate(candidates) if c.setting["family"] == "deepconf"]
+    picks = {"served_adaptive": 0, "chosen": choose(candidates, reference.correct, everywhere, plan.points)}
+    if deepconf:
+        picks["chosen_deepconf"] = deepconf[choose([candidates[i] for i in deepconf], reference.correct, everywhere,
+                                                   plan.points)]
+    questions = load(path, args.n, args.max_tokens)
+    others = {name: outcome_rows(spec) for name, _, spec in (x.partition("=") for x in args.also)}
+    greedy_rows = outcome_rows(args.greedy) if args.greedy else None
+    order = [q for q in sorted(questions)
+             if all(q in rows for rows in others.values()) and (greedy_rows is None or q in greedy_rows)]
+    if not order:
+        raise SystemExit("error: --held-out: no question scored with all branches is in every --also/--greedy file")
+
+    def line(outcomes: list[tuple[bool, int]], setting: dict[str, Any]) -> Candidate:
+        tokens = np.array([float(t) for _, t in outcomes])
+        return Candidate(setting, np.array([float(c) for c, _ in outcomes]), tokens, tokens)
+
+    sc = line([self_consistency(questions[q]) for q in order], {"family": "self_consistency", "n": args.n})
+    greedy = None if greedy_rows is None else line([greedy_rows[q] for q in order], {"family": "greedy"})
+    second = np.array([not wave_agrees([finished(i, b, None) for i, b in enumerate(questions[q][:2])])
+                       for q in order])
+    methods: dict[str, Any] = {}
+    for name, index in picks.items():
+        s = settings[index]
+        got = line([replay(questions[q], s) for q in order], s.describe())
+        methods[name] = {"setting": s.describe(), **measures(got.correct, got.tokens, got.latency, sc, greedy, plan)}
+        if second.any():
+            on_second = Candidate(sc.setting, sc.correct[second], sc.tokens[second], sc.tokens[second])
+            methods[name]["second_wave"] = measures(got.correct[second], got.tokens[second], got.tokens[second],
+                                                    on_second, None, plan)
+    for name, rows in others.items():
+        got = line([rows[q] for q in order], {"family": name})
+        methods[name] = measures(got.correct, got.tokens, got.latency, sc, greedy, plan)
+    if greedy is not None:
+        methods["greedy"] = measures(greedy.correct, greedy.tokens, greedy.latency, sc, None, plan)
+    return {"file": recorded_path(path), "questions": len(order),
+            "scored_not_in_every_file": len(questions) - len(order), "second_wave": int(second.sum()),
+            "self_consistency": {"accuracy": round(float(sc.correct.mean()), 4),
+                                 "tokens_mean": round(float(sc.tokens.mean()), 1)},
+            "chosen_on": f"{len(reference.correct)} second-wave questions of --logprobs, all of them", **methods}
+
+
 def fixed_levels(questions: list[list[Scored]], group: int, kind: str, quantiles: list[float]) -> list[float]:
     """Stopping levels from every question's first wave pooled: the `quantiles` of their weakest-group confidence.
     Label-free (no correctness read), but from all questions, held-out folds included: a mild transductive choice,
@@ -242,8 +316,18 @@ def main() -> int:
     p.add_argument("--outcomes", type=Path, help="the run's label rows: adds all_questions (needs --waves)")
     p.add_argument("--tier", default="qwen2.5-coder-1.5b-reason", help="the tier of --outcomes' rows")
     p.add_argument("--waves", type=Path, help="branch_logprobs.py --waves output: which questions had one wave")
+    p.add_argument("--held-out", type=Path, help="a scored run with all N branches of every question: choose on "
+                   "--logprobs, score the choice here")
+    p.add_argument("--also", action="append", default=[], metavar="NAME=FILE[:TIER]",
+                   help="with --held-out: another method's per-question outcomes on those questions")
+    p.add_argument("--greedy", metavar="FILE[:TIER]", help="with --held-out: greedy's outcomes, for the paired line")
     p.add_argument("--json-out", type=Path)
     args = p.parse_args()
+    if (args.also or args.greedy) and args.held_out is None:
+        p.error("--also and --greedy go with --held-out")
+    for spec in args.also:
+        if not spec.partition("=")[2] or not spec.partition("=")[0]:
+            p.error(f"--also {spec!r}: expected NAME=FILE[:TIER]")
     if (args.outcomes is None) != (args.waves is None):
         p.error("--outcomes and --waves go together")
     for kind in args.values.split(","):
@@ -267,17 +351,29 @@ def main() -> int:
     sc = [self_consistency(second_wave[q]) for q in order]
     reference = candidate({"family": "self_consistency", "n": args.n}, sc)
     candidates = [candidate(s.describe(), [replay(second_wave[q], s) for q in order]) for s in settings]
-    result = report(candidates, reference, None, Plan(args.cv_folds, args.cv_seed, args.cv_points, args.resamples))
+    plan = Plan(args.cv_folds, args.cv_seed, args.cv_points, args.resamples)
+    result = report(candidates, reference, None, plan)
     result["questions"] = {"scored": len(questions), "second_wave": len(order),
                            "first_wave_agreed": len(questions) - len(order)}
     if args.outcomes is not None:
         result["all_questions"] = all_questions(
             result, second_wave, (float(sum(c for c, _ in sc)), float(sum(t for _, t in sc))), args.outcomes,
             args.tier, args.waves, args.n)
+    if args.held_out is not None:
+        result["held_out"] = held_out(candidates, reference, settings, args.held_out, args, plan)
     result["config"] = recorded_values(vars(args))
     text = json.dumps(result, indent=1)
     print(text)
     print(headline(result), file=sys.stderr)
+    if "held_out" in result:
+        h = result["held_out"]
+        for name in ("chosen", "chosen_deepconf", "served_adaptive"):
+            if name in h:
+                d = h[name]["minus_sc"]
+                print(f"held out ({h['questions']} questions) {name}: {h[name]['accuracy']} at "
+                      f"{h[name]['tokens_vs_sc']}x self-consistency's tokens, {d['difference']:+} "
+                      f"({d['ci95'][0]:+}..{d['ci95'][1]:+}) vs its {h['self_consistency']['accuracy']}",
+                      file=sys.stderr)
     if args.json_out:
         args.json_out.write_text(text + "\n")
     return 0

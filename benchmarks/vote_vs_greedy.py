@@ -15,6 +15,11 @@ appends) or `cascade label` outcome rows (id, tiers.T.correct). Sets are `NAME=M
       --set train=$R/gsm8k-train-embedded-reason-adaptive.jsonl:qwen2.5-coder-1.5b-reason,$R/qwen15-train-label/\
 qwen15-greedy.jsonl:qwen2.5-coder-1.5b --exclude $R/qwen15-train-bench/sc-t07/branches.jsonl
 
+A question in several sets (the same questions sampled again with another `--sampling-seed`, each run a set)
+counts once in the pool, at its mean over those sets for the method and for greedy: the bootstrap resamples
+questions, not samples, and the discordant counts are the questions where one side's mean is higher (McNemar's
+test becomes the sign test on them).
+
 Prints JSON: per set and pooled, the questions, both accuracies, the paired difference with its bootstrap 95%
 interval (seeded), the discordant counts (McNemar's b and c, with the exact two-sided p), and the verdict.
 """
@@ -98,8 +103,7 @@ def main() -> int:
     args = p.parse_args()
     excluded = excluded_ids(args.exclude)
     sets: dict[str, Any] = {}
-    pooled_m: list[float] = []
-    pooled_g: list[float] = []
+    pooled: dict[str, list[tuple[float, float]]] = {}  # question -> (method, greedy) per set holding it
     for spec in args.set:
         name, _, files = spec.partition("=")
         method_spec, _, greedy_spec = files.partition(",")
@@ -111,13 +115,16 @@ def main() -> int:
             p.error(f"--set {name}: no question in both files outside --exclude")
         m = np.array([float(method[i]) for i in ids])
         g = np.array([float(greedy[i]) for i in ids])
-        pooled_m += list(m)
-        pooled_g += list(g)
+        for i, q in enumerate(ids):
+            pooled.setdefault(q, []).append((m[i], g[i]))
         sets[name] = {"method": recorded_path(method_spec.partition(":")[0]),
                       "greedy": recorded_path(greedy_spec.partition(":")[0]),
                       "excluded": len((set(method) & set(greedy)) & excluded),
                       **paired(m, g, args.resamples, args.seed)}
-    result = {"sets": sets, "pooled": paired(np.array(pooled_m), np.array(pooled_g), args.resamples, args.seed),
+    means = np.array([np.mean(pairs, axis=0) for _, pairs in sorted(pooled.items())])
+    result = {"sets": sets, "pooled": {**paired(means[:, 0], means[:, 1], args.resamples, args.seed),
+                                       "samples": sum(len(pairs) for pairs in pooled.values()),
+                                       "questions_in_several_sets": sum(len(pairs) > 1 for pairs in pooled.values())},
               "bound": BOUND, "exclude": [recorded_path(x) for x in args.exclude]}
     text = json.dumps(result, indent=1)
     print(text)

@@ -87,7 +87,9 @@ def paired_difference(a: np.ndarray, b: np.ndarray, resamples: int, seed: int) -
     diff = a[draws].mean(axis=1) - b[draws].mean(axis=1)
     return {"difference": round(float(a.mean() - b.mean()), 4),
             "ci95": [round(float(np.percentile(diff, 2.5)), 4), round(float(np.percentile(diff, 97.5)), 4)],
-            "wins": int(((a > 0) & (b == 0)).sum()), "losses": int(((a == 0) & (b > 0)).sum())}
+            # For 0/1 outcomes the discordant pairs; for per-question means (several samples) the questions
+            # where one side scored higher.
+            "wins": int((a > b).sum()), "losses": int((a < b).sum())}
 
 
 @dataclass(frozen=True)

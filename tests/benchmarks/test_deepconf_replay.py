@@ -144,3 +144,50 @@ def test_a_fixed_level_stops_what_falls_below_it_whatever_the_first_wave_says() 
     assert levels == pytest.approx([-0.2, -0.1])  # the weakest and strongest first-wave traces pooled
     described = Setting(0.0, 8, "logprob", "majority", 1.0, level=-1.0, level_quantile=0.1).describe()
     assert described["family"] == "deepconf" and described["fixed_level"] == -1.0
+
+
+def write_scored(path: Path, questions: dict[str, list[Scored]], seed: int = 0) -> None:
+    with gzip.open(path, "wt") as out:
+        for qid, branches in questions.items():
+            for i, b in enumerate(branches):
+                out.write(json.dumps({"id": qid, "seed": seed, "branch": i, "tokens": b.tokens, "correct": b.correct,
+                                      "answer": b.answer, **b.values}) + "\n")
+
+
+def test_held_out_chooses_on_training_and_scores_every_held_out_question(tmp_path: Path) -> None:
+    """Chosen on 10 training questions (QUESTION: the stop wins), replayed on 6 held-out ones: 3 like QUESTION,
+    3 whose first wave agrees (18 twice, six 19s after): there adaptive answers from 2 branches, self-consistency
+    votes all 8 (the 19s win). `--also` and `--greedy` read outcome rows paired on the same questions; a held-out
+    question missing from them is left out and counted."""
+    train, test = tmp_path / "train.jsonl.gz", tmp_path / "test.jsonl.gz"
+    write_scored(train, {f"t{q}": QUESTION for q in range(10)})
+    agreed = [branch("18", 90, -0.1), branch("18", 110, -0.1), *(branch("19", 200, -0.1) for _ in range(6))]
+    write_scored(test, {**{f"h{q}": QUESTION for q in range(3)}, **{f"a{q}": agreed for q in range(3)},
+                        "extra": QUESTION}, seed=1)
+    ids = [*(f"h{q}" for q in range(3)), *(f"a{q}" for q in range(3))]
+    sart = tmp_path / "sart.jsonl"
+    sart.write_text("".join(json.dumps({"id": q, "tiers": {"r": {"correct": q.startswith("a"), "decode_tokens": 600}}})
+                            + "\n" for q in ids))
+    greedy = tmp_path / "greedy.jsonl"
+    greedy.write_text("".join(json.dumps({"id": q, "correct": True, "decode_tokens": 150}) + "\n" for q in ids))
+    done = subprocess.run([sys.executable, str(SCRIPT), "--logprobs", str(train), "--group", "8", "--resamples", "200",
+                           "--keep", "0,0.9", "--held-out", str(test), "--also", f"sart={sart}:r", "--greedy",
+                           str(greedy)], capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert done.returncode == 0, done.stderr
+    held = json.loads(done.stdout)["held_out"]
+    assert (held["questions"], held["scored_not_in_every_file"], held["second_wave"]) == (6, 1, 3)
+    assert held["self_consistency"] == {"accuracy": 0.0, "tokens_mean": (3 * 1200 + 3 * 1400) / 6}  # 19 wins 8-votes
+    chosen = held["chosen"]
+    assert chosen["setting"]["family"] == "deepconf" and chosen["accuracy"] == 1.0
+    assert chosen["tokens_mean"] == (3 * 432 + 3 * 200) / 6
+    assert chosen["second_wave"]["accuracy"] == 1.0 and chosen["second_wave"]["tokens_vs_sc"] == 0.36
+    assert held["served_adaptive"]["accuracy"] == 0.5  # right where the first wave agreed, wrong where all 8 voted
+    assert held["sart"]["accuracy"] == 0.5 and held["sart"]["minus_greedy"]["difference"] == -0.5
+    assert held["greedy"]["accuracy"] == 1.0
+    assert "held out (6 questions) chosen: 1.0" in done.stderr
+
+
+def test_also_and_greedy_need_held_out(tmp_path: Path) -> None:
+    done = subprocess.run([sys.executable, str(SCRIPT), "--logprobs", str(tmp_path / "x.gz"), "--greedy", "g.jsonl"],
+                          capture_output=True, text=True, timeout=60, cwd=ROOT)
+    assert done.returncode == 2 and "--held-out" in done.stderr

@@ -49,3 +49,20 @@ def test_sets_pool_and_excluded_questions_are_left_out(tmp_path: Path) -> None:
     assert result["sets"]["test"]["questions"] == 10 and result["sets"]["test"]["method_accuracy"] == 0.6
     assert result["sets"]["train"]["questions"] == 4 and result["sets"]["train"]["excluded"] == 2
     assert result["pooled"]["questions"] == 14 and result["pooled"]["difference"] == round(10 / 14, 4)
+
+
+def test_a_question_sampled_under_two_seeds_counts_once_at_its_mean(tmp_path: Path) -> None:
+    """Two sampling seeds of the same 4 questions: the pool has 4 questions, not 8; a question right under one
+    seed only scores 0.5, and the discordant counts are questions, not samples."""
+    seed0, seed1, greedy = tmp_path / "s0.jsonl", tmp_path / "s1.jsonl", tmp_path / "g.jsonl"
+    seed0.write_text("".join(json.dumps({"id": f"q{i}", "correct": i < 3}) + "\n" for i in range(4)))
+    seed1.write_text("".join(json.dumps({"id": f"q{i}", "correct": i < 1}) + "\n" for i in range(4)))
+    greedy.write_text("".join(json.dumps({"id": f"q{i}", "correct": i == 3}) + "\n" for i in range(4)))
+    done = subprocess.run([sys.executable, "benchmarks/vote_vs_greedy.py", "--set", f"s0={seed0},{greedy}",
+                           "--set", f"s1={seed1},{greedy}", "--resamples", "500"],
+                          capture_output=True, text=True, timeout=60, cwd=ROOT)
+    assert done.returncode == 0, done.stderr
+    pooled = json.loads(done.stdout)["pooled"]
+    assert (pooled["questions"], pooled["samples"], pooled["questions_in_several_sets"]) == (4, 8, 4)
+    assert pooled["method_accuracy"] == (1 + 0.5 + 0.5 + 0) / 4 and pooled["greedy_accuracy"] == 0.25
+    assert (pooled["method_only_right"], pooled["greedy_only_right"]) == (3, 1)
