@@ -99,9 +99,10 @@ class Setting:
 
     def describe(self) -> dict[str, Any]:
         deepconf = self.keep or self.aggregation != "majority" or self.vote_keep < 1 or self.level is not None
-        described = {"family": "deepconf" if deepconf else "adaptive", "first_wave": 2, "confidence_keep": self.keep,
-                     "confidence_group": self.group, "value": self.kind, "aggregation": self.aggregation,
-                     "vote_keep": self.vote_keep}
+        described: dict[str, Any] = {
+            "family": "deepconf" if deepconf else "adaptive", "first_wave": 2, "confidence_keep": self.keep,
+            "confidence_group": self.group, "value": self.kind, "aggregation": self.aggregation,
+            "vote_keep": self.vote_keep}
         if self.level is not None:
             described |= {"fixed_level": round(self.level, 4), "fixed_level_quantile": self.level_quantile}
         return described
