@@ -85,7 +85,7 @@ V6_TIERS = [("smollm2-135m", 1, 1, 0.3, 2, 1), ("qwen2.5-coder-0.5b", 1, 1, 0.3,
 # The embedded default's ladder and router (models/outcomes/gsm8k-train-embedded-v7.md): the reasoning tier as
 # cascade/engines/embedded.toml runs it.
 V7 = REPO / "models/outcomes/gsm8k-train-embedded-v7.jsonl"
-V7_ROUTER = REPO / "models/routers/embedded-gsm8k"
+V7_ROUTER = REPO / "models/routers/embedded-gsm8k-v7"
 V7_TIERS = [("smollm2-135m", 1, 1, 0.3, 2, 1), ("qwen2.5-coder-0.5b", 1, 1, 0.3, 2, 1),
             ("qwen2.5-coder-1.5b", 1, 1, 0.3, 2, 1), ("qwen2.5-coder-1.5b-reason", 8, 2, 0.5, 4, 2)]
 QWEN15 = REPO / "models/outcomes/qwen15-train-bench"
