@@ -89,7 +89,7 @@ def paired(method: np.ndarray, greedy: np.ndarray, resamples: int, seed: int) ->
     return {"questions": len(method), "method_accuracy": round(float(method.mean()), 4),
             "greedy_accuracy": round(float(greedy.mean()), 4),
             "difference": d["difference"], "ci95": d["ci95"],
-            "method_only_right": b, "greedy_only_right": c, "mcnemar_p": round(mcnemar_p(b, c), 4),
+            "method_only_right": b, "greedy_only_right": c, "mcnemar_p": float(f"{mcnemar_p(b, c):.3g}"),
             "verdict": verdict}
 
 
