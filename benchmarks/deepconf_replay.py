@@ -214,6 +214,12 @@ def all_questions(result: dict[str, Any], second_wave: dict[str, list[Scored]], 
                     f"{n / wave:g}x their tokens; the interval is the second wave's, scaled by its share"}
 
 
+def candidate(setting: dict[str, Any], outcomes: list[tuple[bool, int]]) -> Candidate:
+    """Per-question (correct, decode tokens) as a Candidate; lockstep latency is not modelled here: tokens."""
+    tokens = np.array([float(t) for _, t in outcomes])
+    return Candidate(setting, np.array([float(c) for c, _ in outcomes]), tokens, tokens)
+
+
 def outcome_rows(spec: str) -> dict[str, tuple[bool, int]]:
     """id -> (correct, decode tokens) from a `cascade bench` requests.jsonl or (`FILE:TIER`) label outcome rows;
     the last record of an id counts (a resumed run appends)."""
@@ -245,25 +251,21 @@ def held_out(candidates: list[Candidate], reference: Candidate, settings: list[S
     if not order:
         raise SystemExit("error: --held-out: no question scored with all branches is in every --also/--greedy file")
 
-    def line(outcomes: list[tuple[bool, int]], setting: dict[str, Any]) -> Candidate:
-        tokens = np.array([float(t) for _, t in outcomes])
-        return Candidate(setting, np.array([float(c) for c, _ in outcomes]), tokens, tokens)
-
-    sc = line([self_consistency(questions[q]) for q in order], {"family": "self_consistency", "n": args.n})
-    greedy = None if greedy_rows is None else line([greedy_rows[q] for q in order], {"family": "greedy"})
+    sc = candidate({"family": "self_consistency", "n": args.n}, [self_consistency(questions[q]) for q in order])
+    greedy = None if greedy_rows is None else candidate({"family": "greedy"}, [greedy_rows[q] for q in order])
     second = np.array([not wave_agrees([finished(i, b, None) for i, b in enumerate(questions[q][:2])])
                        for q in order])
     methods: dict[str, Any] = {}
     for name, index in picks.items():
         s = settings[index]
-        got = line([replay(questions[q], s) for q in order], s.describe())
+        got = candidate(s.describe(), [replay(questions[q], s) for q in order])
         methods[name] = {"setting": s.describe(), **measures(got.correct, got.tokens, got.latency, sc, greedy, plan)}
         if second.any():
             on_second = Candidate(sc.setting, sc.correct[second], sc.tokens[second], sc.tokens[second])
             methods[name]["second_wave"] = measures(got.correct[second], got.tokens[second], got.tokens[second],
                                                     on_second, None, plan)
     for name, rows in others.items():
-        got = line([rows[q] for q in order], {"family": name})
+        got = candidate({"family": name}, [rows[q] for q in order])
         methods[name] = measures(got.correct, got.tokens, got.latency, sc, greedy, plan)
     if greedy is not None:
         methods["greedy"] = measures(greedy.correct, greedy.tokens, greedy.latency, sc, None, plan)
@@ -343,11 +345,6 @@ def main() -> int:
               f"need at least {max(2, args.cv_folds)}", file=sys.stderr)
         return 2
     order = sorted(second_wave)
-
-    def candidate(setting: dict[str, Any], outcomes: list[tuple[bool, int]]) -> Candidate:
-        correct = np.array([float(c) for c, _ in outcomes])
-        tokens = np.array([float(t) for _, t in outcomes])
-        return Candidate(setting, correct, tokens, tokens)  # lockstep latency is not modelled here: tokens
 
     sc = [self_consistency(second_wave[q]) for q in order]
     reference = candidate({"family": "self_consistency", "n": args.n}, sc)
