@@ -30,6 +30,7 @@ from typing import Any
 import numpy as np
 
 from cascade.bench.runs import RequestRow, request_rows
+from cascade.testing.scripts import write_result
 
 
 def read_run(path: Path) -> dict[str, RequestRow]:
@@ -157,7 +158,7 @@ def main(argv: list[str] | None = None) -> int:
     if "latency_warning" in result:
         print(f"bench_compare: {result['latency_warning']}", file=sys.stderr)
     if args.json_out:
-        args.json_out.write_text(text + "\n")
+        write_result(args.json_out, text)
     if args.plot:
         plot(result, args.plot, args.title)
     print(text)

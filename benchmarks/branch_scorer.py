@@ -34,6 +34,7 @@ from sklearn.metrics import roc_auc_score
 from cascade.branches.cpu_scorer import FEATURE_NAMES, ScorerWeights, features, score_features
 from cascade.branches.scoring import split_steps
 from cascade.data.datasets import prompts_by_id
+from cascade.testing.scripts import write_result
 
 
 def partial_steps(text: str, fraction: float) -> list[str]:
@@ -94,7 +95,7 @@ def main() -> None:
         result[key] = block
     print(json.dumps(result, indent=2))
     if args.json_out:
-        Path(args.json_out).write_text(json.dumps(result, indent=2) + "\n")
+        write_result(args.json_out, json.dumps(result, indent=2))
 
 
 def _spread(values: list[float]) -> dict[str, float | int | None]:

@@ -70,6 +70,7 @@ from cascade.bench.runs import json_rows
 from cascade.branches.confidence import TraceConfidence, quantile
 from cascade.branches.sart import Finished, vote, wave_agrees
 from cascade.repo_paths import recorded_path, recorded_values
+from cascade.testing.scripts import write_result
 
 KINDS = ("logprob", "certainty", "certainty5")  # the per-token value the trace is read from
 
@@ -373,7 +374,7 @@ def main() -> int:
                       f"({d['ci95'][0]:+}..{d['ci95'][1]:+}) vs its {h['self_consistency']['accuracy']}",
                       file=sys.stderr)
     if args.json_out:
-        args.json_out.write_text(text + "\n")
+        write_result(args.json_out, text)
     return 0
 
 

@@ -44,7 +44,7 @@ from cascade.config import decode_config
 from cascade.engines.supervisor import free_port
 from cascade.extproc.picker import TierPicker
 from cascade.testing.processes import CASCADE, start, stop
-from cascade.testing.scripts import fail, word_problems
+from cascade.testing.scripts import fail, word_problems, write_result
 from cascade.testing.waiting import wait_http
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -214,9 +214,7 @@ def main() -> int:
     }
     text_out = json.dumps(result, indent=2)
     print(text_out)
-    out = Path(args.json_out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(text_out + "\n")
+    write_result(args.json_out, text_out)
     return 0
 
 

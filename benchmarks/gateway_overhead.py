@@ -46,6 +46,7 @@ import numpy as np
 from cascade.engines.supervisor import free_port
 from cascade.repo_paths import recorded_value
 from cascade.testing.processes import CASCADE, start, stop
+from cascade.testing.scripts import write_result
 from cascade.testing.waiting import wait_http
 
 # The fake engine's tokens are "t0 ", "t1 ", ...; count them, not chunks: a busy gateway merges the
@@ -297,7 +298,7 @@ def main() -> int:
     text = json.dumps(result, indent=2)
     print(text)
     if args.json_out:
-        Path(args.json_out).write_text(text + "\n")
+        write_result(args.json_out, text)
     return 0
 
 

@@ -110,6 +110,7 @@ from cascade.router.train import TrainOptions, train_router
 from cascade.router.train.aux_models import fit_steps_model, fit_topic_model
 from cascade.router.train.estimator import cross_validated_p_fail
 from cascade.router.train.pipeline import classifier_for
+from cascade.testing.scripts import write_result
 
 TIERS = ["mistralai/Mixtral-8x7B-Instruct-v0.1", "gpt-4-1106-preview"]
 # No cross-validated metrics or domain check: neither changes a router's p_fail, and both cost time.
@@ -309,7 +310,7 @@ def main() -> int:
     text = json.dumps(result, indent=2)
     print(text)
     if args.json_out:
-        args.json_out.write_text(text + "\n")
+        write_result(args.json_out, text)
     return 0
 
 

@@ -81,6 +81,7 @@ from cascade.data.grading import extract
 from cascade.data.outcomes import OutcomeRow, TierOutcome, read_rows, write_row
 from cascade.engines.models import load_card, model_dir
 from cascade.repo_paths import recorded_path
+from cascade.testing.scripts import write_result
 
 
 @dataclass
@@ -488,7 +489,7 @@ def main() -> int:
         write_rows(args.rows, args.tier, {q: data[ks[0]][q] for q in questions}, setting)
     text = json.dumps(payload, indent=1)
     if args.json_out:
-        args.json_out.write_text(text + "\n")
+        write_result(args.json_out, text)
     print(json.dumps({k: v for k, v in payload.items() if k != "all"}, indent=1))
     return 0
 

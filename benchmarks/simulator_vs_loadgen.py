@@ -96,6 +96,7 @@ from cascade.optimizer.profile import UNBOUNDED_KV_TOKENS, Profile, ProfileCost,
 from cascade.optimizer.simulator import SimResult, replica_percentile, saturation_rps, simulate, workload_sample
 from cascade.profiler.fit import profile_from_records, read_loadgen_records
 from cascade.repo_paths import recorded_values
+from cascade.testing.scripts import write_result
 from loadgen.run import LoadConfig, build_workload
 
 TRANSFORMERS_PAGE_SIZE = 256  # tokens per KV block of `transformers serve --continuous-batching`
@@ -551,7 +552,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     text = json.dumps(result, indent=2)
     if args.json_out:
-        Path(args.json_out).write_text(text + "\n")
+        write_result(args.json_out, text)
     print(text)
     return 0
 

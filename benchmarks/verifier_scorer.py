@@ -60,6 +60,7 @@ from cascade.branches.verifier import (
     YES_SPELLINGS,
 )
 from cascade.data.datasets import prompts_by_id
+from cascade.testing.scripts import write_result
 
 # Scores in --scores-cache are reused only under the same prompt text.
 PROMPT_VERSION = hashlib.sha256(repr((JUDGE_INSTRUCTION, JUDGE_QUESTION, SELF_QUESTION, YES_SPELLINGS, NO_SPELLINGS)
@@ -300,7 +301,7 @@ def main() -> int:
         cache.close()
     text = json.dumps(result, indent=1)
     if args.json_out:
-        args.json_out.write_text(text + "\n")
+        write_result(args.json_out, text)
     print(text)
     return 0
 

@@ -38,6 +38,7 @@ import numpy as np
 
 from cascade.bench.out_of_fold import paired_difference
 from cascade.repo_paths import recorded_path
+from cascade.testing.scripts import write_result
 
 BOUND = 0.03  # below this upper bound, a vote "does not pay" (issue 51)
 
@@ -129,7 +130,7 @@ def main() -> int:
     text = json.dumps(result, indent=1)
     print(text)
     if args.json_out:
-        args.json_out.write_text(text + "\n")
+        write_result(args.json_out, text)
     return 0
 
 

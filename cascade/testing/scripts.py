@@ -1,4 +1,5 @@
-"""What benchmark scripts share: `fail`, a script's one-line error exit; `word_problems`, synthetic prompts."""
+"""What benchmark scripts share: `fail`, a script's one-line error exit; `write_result`, its --json-out file;
+`word_problems`, synthetic prompts."""
 
 from __future__ import annotations
 
@@ -12,6 +13,17 @@ def fail(message: str, prog: str | None = None) -> int:
     """Print `prog: message` to stderr (default prog: the running script's name) and return exit status 2."""
     print(f"{prog or Path(sys.argv[0]).stem}: {message}", file=sys.stderr)
     return 2
+
+
+def write_result(path: str | Path, text: str) -> None:
+    """Write a script's JSON result to `path` (its --json-out), creating missing folders: a result that took an
+    hour is not lost to a typo'd folder. An unwritable path exits 2 with one line (the result was printed)."""
+    out = Path(path)
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(text.rstrip("\n") + "\n")
+    except OSError as e:
+        raise SystemExit(fail(f"cannot write --json-out {out}: {e.strerror or e}")) from None
 
 
 def word_problems(n: int, seed: int = 0) -> list[str]:

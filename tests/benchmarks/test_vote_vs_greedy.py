@@ -59,9 +59,11 @@ def test_a_question_sampled_under_two_seeds_counts_once_at_its_mean(tmp_path: Pa
     seed1.write_text("".join(json.dumps({"id": f"q{i}", "correct": i < 1}) + "\n" for i in range(4)))
     greedy.write_text("".join(json.dumps({"id": f"q{i}", "correct": i == 3}) + "\n" for i in range(4)))
     done = subprocess.run([sys.executable, "benchmarks/vote_vs_greedy.py", "--set", f"s0={seed0},{greedy}",
-                           "--set", f"s1={seed1},{greedy}", "--resamples", "500"],
+                           "--set", f"s1={seed1},{greedy}", "--resamples", "500",
+                           "--json-out", str(tmp_path / "new" / "folder" / "r.json")],
                           capture_output=True, text=True, timeout=60, cwd=ROOT)
     assert done.returncode == 0, done.stderr
+    assert json.loads((tmp_path / "new" / "folder" / "r.json").read_text()) == json.loads(done.stdout)
     pooled = json.loads(done.stdout)["pooled"]
     assert (pooled["questions"], pooled["samples"], pooled["questions_in_several_sets"]) == (4, 8, 4)
     assert pooled["method_accuracy"] == (1 + 0.5 + 0.5 + 0) / 4 and pooled["greedy_accuracy"] == 0.25
