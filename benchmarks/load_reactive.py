@@ -4,7 +4,7 @@ Method
   * The embedded default's ladder (its tier names, branch settings, learned router and operating points)
     on fake engines, one per tier, in this process on free 127.0.0.1 ports. Each engine answers a GSM8K
     training question with the answer and output length its model gave in the labelled outcomes
-    (models/outcomes/gsm8k-train-embedded-v7.jsonl): accuracy is the real models', speed is scripted
+    (models/outcomes/gsm8k-train-embedded-v8.jsonl): accuracy is the real models', speed is scripted
     (`--speeds`: TTFT ms / ms per token / batch slots per tier), so a tier is at capacity when its batch slots
     are full and further requests queue for their first token, as on SGLang.
   * The questions: the outcome rows, text and reference read in place from ../shared/data/gsm8k/train.jsonl
@@ -54,7 +54,7 @@ from cascade.testing.processes import CASCADE
 from cascade.testing.servers import serve_config
 
 REPO = Path(__file__).resolve().parents[1]
-OUTCOMES = REPO / "models/outcomes/gsm8k-train-embedded-v7.jsonl"
+OUTCOMES = REPO / "models/outcomes/gsm8k-train-embedded-v8.jsonl"
 EMBEDDED = REPO / "cascade/engines/embedded.toml"
 
 

@@ -2,7 +2,7 @@
 
 Method
   * Routers: the committed artifacts, loaded through `load_router` (card checks, skops):
-    models/routers/embedded-gsm8k (trained on 947 GSM8K *training* questions) and
+    models/routers/embedded-gsm8k (trained on 384 GSM8K *training* questions, v8) and
     models/routers/routellm-gsm8k (trained on half of RouteLLM's GSM8K *test* prompts, seed 0).
   * Unseen in-domain prompts: for the embedded router all 1,319 GSM8K test questions; for the RouteLLM router the
     660 prompts of its held-out half (the split in its card).
@@ -124,7 +124,7 @@ def main() -> None:
     mmlu = load_outcomes(data / "routellm" / "mmlu", ROUTELLM_TIERS).prompts
     sharegpt = [p.prompt for p in sample(load_sharegpt(), 2000, np.random.default_rng(0))]
     others = {"mmlu": mmlu, "sharegpt": sharegpt, "chat": CHAT}
-    embedded = load_outcomes(ROUTERS.parents[0] / "outcomes" / "gsm8k-train-embedded-v7.jsonl",
+    embedded = load_outcomes(ROUTERS.parents[0] / "outcomes" / "gsm8k-train-embedded-v8.jsonl",
                              ["smollm2-135m", "qwen2.5-coder-0.5b", "qwen2.5-coder-1.5b", "qwen2.5-coder-1.5b-reason"])
     routellm = load_outcomes(data / "routellm" / "gsm8k_responses.csv", ROUTELLM_TIERS)
     train_rows, test_rows = split_indices(len(routellm), 0.5, 0)
