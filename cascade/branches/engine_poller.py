@@ -20,7 +20,7 @@ from collections.abc import Callable
 import aiohttp
 
 from cascade.branches.engine_load import EngineLoad, Histogram, parse_sglang_metrics
-from cascade.branches.openai_client import split_credentials
+from cascade.branches.openai_client import read_capped, split_credentials
 from cascade.config import EngineLoadConfig
 
 log = logging.getLogger("cascade.engine_load")
@@ -60,7 +60,7 @@ class EnginePoller:
         try:
             timeout = aiohttp.ClientTimeout(total=self.config.timeout_s)
             async with session.get(f"{self.url}/metrics", headers=self.headers, timeout=timeout) as response:
-                status, raw = response.status, await response.read()
+                status, raw = response.status, await read_capped(response)
             if status != 200:
                 raise ValueError(f"/metrics answered {status} (SGLang serves it with --enable-metrics)")
             load = parse_sglang_metrics(raw.decode("utf-8"))

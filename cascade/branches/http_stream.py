@@ -46,11 +46,16 @@ class StreamResponse:
                 return data
             await conn.wait()
 
-    async def read_all(self) -> bytes:
-        parts = []
+    async def read_all(self, limit: int | None = None) -> bytes:
+        """The rest of the body; with `limit`, its first `limit` bytes at most (reading stops there, and
+        `release()` then closes the connection: an error body of gigabytes is not held)."""
+        parts, size = [], 0
         while data := await self.read():
             parts.append(data)
-        return b"".join(parts)
+            size += len(data)
+            if limit is not None and size >= limit:
+                break
+        return b"".join(parts)[:limit]
 
     def release(self) -> None:
         """Hand the connection back: kept alive if the response was read to its end, else closed (which

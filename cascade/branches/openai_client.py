@@ -32,13 +32,33 @@ from cascade import tracing
 from cascade.branches.backend import GenerationRequest, StreamDelta
 from cascade.branches.http_connection import ConnectFailed, ConnectionClosed, StreamError, StreamTimeout
 from cascade.branches.http_stream import StreamPool
-from cascade.branches.openai_wire import EventData, excerpt, parse_chunk, status_error
+from cascade.branches.openai_wire import ERROR_BODY_BYTES, EventData, excerpt, parse_chunk, status_error
 from cascade.config import Timeouts
 from cascade.errors import BackendFailed, BackendTimeout, BackendUnavailable, CascadeError
 
 DEFAULT_TIMEOUTS = Timeouts()
 _encode = msgspec.json.Encoder().encode
 log = logging.getLogger("cascade.backend")
+
+
+# A control-plane answer (health, abort, /metrics, a PRM's rewards) is read this far at most: an engine that
+# answers with an endless body is refused, not held in memory.
+CONTROL_BODY_BYTES = 16 << 20
+
+
+async def read_capped(response: aiohttp.ClientResponse, limit: int | None = None) -> bytes:
+    """An aiohttp response's body, or ValueError once it passes `limit` bytes (default CONTROL_BODY_BYTES; read no
+    further)."""
+    limit = CONTROL_BODY_BYTES if limit is None else limit
+    if response.content_length is not None and response.content_length > limit:
+        raise ValueError(f"a body of {response.content_length} bytes, over the {limit}-byte limit")
+    parts, size = [], 0
+    async for piece in response.content.iter_chunked(1 << 16):
+        size += len(piece)
+        if size > limit:
+            raise ValueError(f"a body over the {limit}-byte limit")
+        parts.append(piece)
+    return b"".join(parts)
 
 
 def make_session(timeouts: Timeouts, max_connections: int = 4096) -> aiohttp.ClientSession:
@@ -102,9 +122,11 @@ class OpenAIBackend:
         try:
             async with self.session.request(method, f"{self.url}{path}", data=body, headers=self._headers,
                                             timeout=timeout) as response:
-                return response.status, await response.read()
+                return response.status, await read_capped(response)
         except (aiohttp.ClientError, TimeoutError) as exc:
             raise self._translate(exc) from None
+        except ValueError as exc:
+            raise BackendFailed(f"backend `{self.name}` answered {method} {path} with {exc}", self.name) from None
 
     def _body(self, request: GenerationRequest) -> bytes:
         body: dict[str, Any] = {
@@ -140,7 +162,7 @@ class OpenAIBackend:
             response = await self.streams.post(self._path + "/v1/chat/completions", body, headers)
             try:
                 if response.status != 200:
-                    raise status_error(self.name, response.status, await response.read_all())
+                    raise status_error(self.name, response.status, await response.read_all(ERROR_BODY_BYTES))
                 if not response.content_type.startswith("text/event-stream"):
                     # A 200 that is not an event stream (a proxy's HTML page, a JSON error) holds no answer.
                     raise BackendFailed(
@@ -148,7 +170,7 @@ class OpenAIBackend:
                         f"{response.content_type or '(none)'}, not text/event-stream: "
                         f"{excerpt(await response.read())}", self.name)
                 finished = False
-                events = EventData()
+                events = EventData(self.name)
                 while chunk := await response.read():
                     merged: StreamDelta | None = None
                     for data in events.feed(chunk):

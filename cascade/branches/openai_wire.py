@@ -66,24 +66,48 @@ _decode_chunk = msgspec.json.Decoder(_Chunk).decode
 _encode = msgspec.json.Encoder().encode
 
 
+# One SSE line at most. An engine's stream chunk is a token or a few (with 20 top_logprobs each, a few KB); a line
+# past this is a broken or hostile engine, and holding it would grow without bound.
+MAX_EVENT_BYTES = 16 << 20
+# An error body is read this far: enough for any engine's message, bounded for one that answers 500 with gigabytes.
+ERROR_BODY_BYTES = 64 << 10
+
+
 class EventData:
     """The `data:` payloads of an SSE body fed in pieces as they arrive (an event may span two reads).
 
     `[DONE]` ends the events, but reading goes on to the end of the body: a response released early
     closes its connection instead of returning it to the pool. A plain object called once per read,
-    not an async generator: one generator hop fewer per token is measurable at hundreds of streams."""
+    not an async generator: one generator hop fewer per token is measurable at hundreds of streams.
+    Work per byte is bounded: only the new piece is searched for a line end, and an unfinished line
+    grows a bytearray (amortized appends), so a long line costs linear, not quadratic, time; a line over
+    `MAX_EVENT_BYTES` is a BackendFailed naming `backend`."""
 
-    __slots__ = ("_buffer", "done")
+    __slots__ = ("_backend", "_buffer", "done")
 
-    def __init__(self) -> None:
-        self._buffer = b""
+    def __init__(self, backend: str = "engine") -> None:
+        self._backend = backend
+        self._buffer = bytearray()  # the unfinished line
         self.done = False
 
     def feed(self, chunk: bytes) -> list[bytes]:
         """The payloads of the events completed by `chunk`, in order."""
-        *lines, self._buffer = (self._buffer + chunk).split(b"\n")
+        end = chunk.rfind(b"\n")
+        if end < 0:
+            self._buffer += chunk
+            self._bounded(len(self._buffer))
+            return []
+        if self._buffer:
+            self._buffer += chunk[:end]
+            completed = bytes(self._buffer)
+            self._buffer = bytearray(chunk[end + 1:])
+        else:
+            completed = chunk[:end]
+            self._buffer += chunk[end + 1:]
+        self._bounded(len(self._buffer))
         payloads = []
-        for line in lines:
+        for line in completed.split(b"\n"):
+            self._bounded(len(line))
             if not line.startswith(b"data:") or self.done:
                 continue
             data = line[5:].strip()
@@ -95,8 +119,13 @@ class EventData:
 
     def tail(self) -> bytes:
         """A last event without its trailing newline (some servers end the body that way), else b""."""
-        data = self._buffer[5:].strip() if self._buffer.startswith(b"data:") else b""
+        data = bytes(self._buffer[5:]).strip() if self._buffer.startswith(b"data:") else b""
         return b"" if self.done or data == b"[DONE]" else data
+
+    def _bounded(self, line_bytes: int) -> None:
+        if line_bytes > MAX_EVENT_BYTES:
+            raise BackendFailed(f"backend `{self._backend}` sent a stream line over {MAX_EVENT_BYTES} bytes "
+                                "(a broken engine: the stream is dropped)", self._backend)
 
 
 def parse_chunk(data: bytes, backend: str) -> StreamDelta | None:

@@ -46,7 +46,7 @@ from typing import Literal
 import aiohttp
 import msgspec
 
-from cascade.branches.openai_client import make_session, split_credentials
+from cascade.branches.openai_client import make_session, read_capped, split_credentials
 from cascade.branches.openai_wire import error_message
 from cascade.config import PRM_TIMEOUTS, PRMScorerConfig, Timeouts
 from cascade.errors import BackendError, BackendFailed, BackendTimeout, BackendUnavailable, ConfigError
@@ -180,9 +180,9 @@ class SGLangPRMScorer:
         try:
             async with asyncio.timeout(self.deadline_s):
                 async with self.session.get(f"{self.url}/health", headers=self._headers) as response:
-                    await response.read()
+                    await read_capped(response)
                     return response.status == 200
-        except (aiohttp.ClientError, TimeoutError):
+        except (aiohttp.ClientError, TimeoutError, ValueError):
             return False
 
     async def aclose(self) -> None:
@@ -194,9 +194,11 @@ class SGLangPRMScorer:
         try:
             async with asyncio.timeout(self.deadline_s):
                 async with self.session.post(self.endpoint, data=body, headers=self._headers) as response:
-                    status, content = response.status, await response.read()
+                    status, content = response.status, await read_capped(response)
         except (aiohttp.ClientError, TimeoutError) as exc:
             raise self._translate(exc) from None
+        except ValueError as exc:
+            raise self._failed(f"answered with {exc}") from None
         if status == 200:
             return content
         detail = error_message(content)

@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
-import pytest
+import itertools
 
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from cascade.branches import openai_wire
 from cascade.branches.openai_wire import EventData, error_message, parse_chunk, status_error
 from cascade.errors import BackendFailed, BackendUnavailable, InvalidRequest, Overloaded
 
@@ -55,3 +60,35 @@ def test_error_messages_are_read_from_every_shape_and_bounded() -> None:
     assert error_message(b'{"detail": "d"}') == "d"
     assert error_message(b"<html>" + b"x" * 1000) == "<html>" + "x" * 294
     assert error_message(b"") == "(empty body)"
+
+
+def split_at(body: bytes, cuts: list[int]) -> list[bytes]:
+    points = sorted({min(c, len(body)) for c in cuts} | {0, len(body)})
+    return [body[a:b] for a, b in itertools.pairwise(points)]
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.one_of(st.binary(max_size=40), st.just(b"data: " + CHUNK), st.just(b"data: [DONE]"),
+                          st.just(b"\n" * 500), st.just(b"data: " + b"x" * 5000)), max_size=12),
+       st.lists(st.integers(0, 20_000), max_size=30))
+def test_how_a_body_is_split_across_reads_never_changes_its_events(lines: list[bytes], cuts: list[int]) -> None:
+    body = b"\n".join(lines)
+    whole = EventData()
+    expected = whole.feed(body)
+    pieces = EventData()
+    got = [payload for piece in split_at(body, cuts) for payload in pieces.feed(piece)]
+    assert got == expected and pieces.done == whole.done and pieces.tail() == whole.tail()
+
+
+def test_a_line_past_the_limit_is_a_backend_failure_whether_it_arrives_whole_or_in_pieces(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(openai_wire, "MAX_EVENT_BYTES", 1000)
+    trickle = EventData("small/0")
+    trickle.feed(b"data: " + CHUNK + b"\n\ndata: ")  # earlier events do not count toward the line
+    for _ in range(99):
+        trickle.feed(b"x" * 10)  # 6 + 990 bytes held: within the limit
+    with pytest.raises(BackendFailed, match=r"small/0.*stream line over 1000 bytes"):
+        trickle.feed(b"x" * 10)
+    with pytest.raises(BackendFailed, match="stream line over 1000 bytes"):
+        EventData().feed(b"data: " + b"x" * 1000 + b"\n")  # a whole line in one read
+    assert EventData().feed(b"data: " + b"x" * 994 + b"\n") == [b"x" * 994]  # exactly the limit passes

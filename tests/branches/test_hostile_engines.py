@@ -1,0 +1,102 @@
+"""What a broken or hostile engine sends cannot grow without bound in the gateway: a stream line with no end, an
+error body of gigabytes, a control-plane answer that never stops. Real sockets on 127.0.0.1 (raw asyncio servers
+write what no well-behaved engine does) against the real client, cascade/branches/openai_client.py."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from cascade.branches import openai_client, openai_wire
+from cascade.branches.backend import GenerationRequest
+from cascade.branches.openai_client import OpenAIBackend
+from cascade.config import Timeouts
+from cascade.errors import BackendFailed
+from cascade.schemas import ChatMessage
+from tests.branches.test_http_stream import read_request, with_raw_server
+
+REQUEST = GenerationRequest(messages=[ChatMessage(role="user", content="hi")], max_tokens=8)
+TIMEOUTS = Timeouts(connect_s=2, read_s=10, total_s=60)
+
+
+async def drain(backend: OpenAIBackend) -> list[str]:
+    return [delta.text async for delta in backend.stream(REQUEST)]
+
+
+def test_a_stream_line_without_an_end_is_dropped_at_the_limit(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(openai_wire, "MAX_EVENT_BYTES", 1 << 20)
+    sent = 0
+
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        nonlocal sent
+        await read_request(reader)
+        writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nConnection: close\r\n\r\ndata: ")
+        try:
+            while sent < 64 << 20:  # 64 MiB of one line, unless the client hangs up first
+                writer.write(b"x" * 16384)
+                sent += 16384
+                await writer.drain()
+        except ConnectionError:
+            pass
+        finally:
+            writer.close()
+
+    async def body(url: str) -> None:
+        backend = OpenAIBackend("hostile/0", url, "m", TIMEOUTS)
+        with pytest.raises(BackendFailed, match=r"hostile/0.*stream line over 1048576 bytes"):
+            await drain(backend)
+        await backend.aclose()
+
+    asyncio.run(with_raw_server(handler, body))
+    assert sent < 16 << 20  # the client stopped reading soon after the limit, not at the end of the line
+
+
+def test_an_error_body_of_gigabytes_is_read_to_its_first_64_kib_only() -> None:
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await read_request(reader)
+        # Announces 1 GiB, sends 1 MiB of it, then waits: a client reading to the end would time out.
+        writer.write(b"HTTP/1.1 500 Internal Server Error\r\nContent-Type: text/plain\r\nContent-Length: 1073741824"
+                     b"\r\n\r\n" + b"E" * (1 << 20))
+        await writer.drain()
+        await reader.read()  # until the client closes
+        writer.close()
+
+    async def body(url: str) -> None:
+        backend = OpenAIBackend("hostile/1", url, "m", TIMEOUTS)
+        with pytest.raises(BackendFailed, match=r"HTTP 500: E+$") as raised:
+            await drain(backend)
+        assert len(raised.value.message) < 400  # the message is an excerpt, whatever the body's size
+        await backend.aclose()
+
+    asyncio.run(with_raw_server(handler, body))
+
+
+@pytest.mark.parametrize("announced", [True, False])
+def test_a_control_plane_answer_past_its_limit_is_a_backend_failure(monkeypatch: pytest.MonkeyPatch,
+                                                                    announced: bool) -> None:
+    monkeypatch.setattr(openai_client, "CONTROL_BODY_BYTES", 1 << 20)
+
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.readuntil(b"\r\n\r\n")
+        size = 4 << 20
+        head = f"Content-Length: {size}" if announced else "Transfer-Encoding: chunked"
+        writer.write(f"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\n{head}\r\n\r\n".encode())
+        try:
+            for _ in range(size // 65536):
+                piece = b"y" * 65536
+                writer.write(piece if announced else b"%x\r\n%s\r\n" % (len(piece), piece))
+                await writer.drain()
+        except ConnectionError:
+            pass
+        finally:
+            writer.close()
+
+    async def body(url: str) -> None:
+        backend = OpenAIBackend("hostile/2", url, "m", TIMEOUTS)
+        with pytest.raises(BackendFailed, match=r"hostile/2.*GET /health with a body.*over the 1048576-byte limit"):
+            await backend.request("GET", "/health")
+        assert await backend.health() is False
+        await backend.aclose()
+
+    asyncio.run(with_raw_server(handler, body))
