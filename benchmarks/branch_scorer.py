@@ -34,7 +34,7 @@ from sklearn.metrics import roc_auc_score
 from cascade.branches.cpu_scorer import FEATURE_NAMES, ScorerWeights, features, score_features
 from cascade.branches.scoring import split_steps
 from cascade.data.datasets import prompts_by_id
-from cascade.testing.scripts import write_result
+from cascade.testing.scripts import print_result
 
 
 def partial_steps(text: str, fraction: float) -> list[str]:
@@ -93,9 +93,7 @@ def main() -> None:
                                             **{n: round(float(c), 3) for n, c in zip(FEATURE_NAMES, coef, strict=True)}}
         block["single_feature_auc_all_rows"] = {n: auc(y, X[:, j]) for j, n in enumerate(FEATURE_NAMES)}
         result[key] = block
-    print(json.dumps(result, indent=2))
-    if args.json_out:
-        write_result(args.json_out, json.dumps(result, indent=2))
+    print_result(result, args.json_out, indent=2)
 
 
 def _spread(values: list[float]) -> dict[str, float | int | None]:

@@ -44,7 +44,7 @@ from cascade.config import decode_config
 from cascade.engines.supervisor import free_port
 from cascade.extproc.picker import TierPicker
 from cascade.testing.processes import CASCADE, start, stop
-from cascade.testing.scripts import fail, word_problems, write_result
+from cascade.testing.scripts import fail, print_result, word_problems
 from cascade.testing.waiting import wait_http
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -212,9 +212,7 @@ def main() -> int:
         "inside_processor": inside,
         "end_to_end": through,
     }
-    text_out = json.dumps(result, indent=2)
-    print(text_out)
-    write_result(args.json_out, text_out)
+    print_result(result, args.json_out, indent=2)
     return 0
 
 

@@ -46,7 +46,7 @@ import numpy as np
 from cascade.engines.supervisor import free_port
 from cascade.repo_paths import recorded_value
 from cascade.testing.processes import CASCADE, start, stop
-from cascade.testing.scripts import write_result
+from cascade.testing.scripts import print_result
 from cascade.testing.waiting import wait_http
 
 # The fake engine's tokens are "t0 ", "t1 ", ...; count them, not chunks: a busy gateway merges the
@@ -295,10 +295,7 @@ def main() -> int:
             received = re.search(r"spans received: (\d+) in (\d+) requests", sink_log)
             result["tracing_sink"] = {"spans": int(received.group(1)), "exports": int(received.group(2))} \
                 if received else {"error": sink_log[-500:]}
-    text = json.dumps(result, indent=2)
-    print(text)
-    if args.json_out:
-        write_result(args.json_out, text)
+    print_result(result, args.json_out, indent=2)
     return 0
 
 

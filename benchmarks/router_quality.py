@@ -88,7 +88,6 @@ Output: one JSON object on stdout. Usage:
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 from pathlib import Path
@@ -110,7 +109,7 @@ from cascade.router.train import TrainOptions, train_router
 from cascade.router.train.aux_models import fit_steps_model, fit_topic_model
 from cascade.router.train.estimator import cross_validated_p_fail
 from cascade.router.train.pipeline import classifier_for
-from cascade.testing.scripts import write_result
+from cascade.testing.scripts import print_result
 
 TIERS = ["mistralai/Mixtral-8x7B-Instruct-v0.1", "gpt-4-1106-preview"]
 # No cross-validated metrics or domain check: neither changes a router's p_fail, and both cost time.
@@ -307,10 +306,7 @@ def main() -> int:
                     "mmlu_variants_meeting_target": [k for k, v in pooled.items() if v >= 0.60]}
     result["targets"] = targets
     result["elapsed_s"] = round(time.perf_counter() - start, 1)
-    text = json.dumps(result, indent=2)
-    print(text)
-    if args.json_out:
-        write_result(args.json_out, text)
+    print_result(result, args.json_out, indent=2)
     return 0
 
 

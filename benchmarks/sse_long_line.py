@@ -12,12 +12,11 @@ beyond it, minutes). Usage: .venv/bin/python benchmarks/sse_long_line.py [--read
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 
 from cascade.branches.openai_wire import MAX_EVENT_BYTES, EventData
-from cascade.testing.scripts import write_result
+from cascade.testing.scripts import print_result
 
 
 class FormerEventData:
@@ -59,10 +58,7 @@ def main() -> int:
     result = {"read_bytes": read_bytes, "max_event_bytes": MAX_EVENT_BYTES, "lines": rows,
               "current_largest_over_smallest": round(rows[-1]["cpu_ms_per_mib"] / max(rows[0]["cpu_ms_per_mib"], 1e-9),
                                                      2)}
-    text = json.dumps(result, indent=1)
-    print(text)
-    if args.json_out:
-        write_result(args.json_out, text)
+    print_result(result, args.json_out)
     return 0
 
 

@@ -38,7 +38,7 @@ import numpy as np
 
 from cascade.bench.out_of_fold import paired_difference
 from cascade.repo_paths import recorded_path
-from cascade.testing.scripts import write_result
+from cascade.testing.scripts import print_result
 
 BOUND = 0.03  # below this upper bound, a vote "does not pay" (issue 51)
 
@@ -127,10 +127,7 @@ def main() -> int:
                                        "samples": sum(len(pairs) for pairs in pooled.values()),
                                        "questions_in_several_sets": sum(len(pairs) > 1 for pairs in pooled.values())},
               "bound": BOUND, "exclude": [recorded_path(x) for x in args.exclude]}
-    text = json.dumps(result, indent=1)
-    print(text)
-    if args.json_out:
-        write_result(args.json_out, text)
+    print_result(result, args.json_out)
     return 0
 
 

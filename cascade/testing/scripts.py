@@ -1,10 +1,12 @@
-"""What benchmark scripts share: `fail`, a script's one-line error exit; `write_result`, its --json-out file;
-`word_problems`, synthetic prompts."""
+"""What benchmark scripts share: `fail`, a script's one-line error exit; `print_result` / `write_result`, its JSON on
+stdout and in its --json-out file; `word_problems`, synthetic prompts."""
 
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -24,6 +26,14 @@ def write_result(path: str | Path, text: str) -> None:
         out.write_text(text.rstrip("\n") + "\n")
     except OSError as e:
         raise SystemExit(fail(f"cannot write --json-out {out}: {e.strerror or e}")) from None
+
+
+def print_result(result: Any, json_out: str | Path | None, indent: int = 1) -> None:
+    """Print a script's JSON result, and write it to `json_out` too when one is given."""
+    text = json.dumps(result, indent=indent)
+    print(text)
+    if json_out:
+        write_result(json_out, text)
 
 
 def word_problems(n: int, seed: int = 0) -> list[str]:

@@ -24,6 +24,21 @@ async def drain(backend: OpenAIBackend) -> list[str]:
     return [delta.text async for delta in backend.stream(REQUEST)]
 
 
+async def send_until_dropped(writer: asyncio.StreamWriter, pieces: int, piece: bytes) -> int:
+    """Write `piece` up to `pieces` times, stopping when the client hangs up; then close. Returns the bytes sent."""
+    sent = 0
+    try:
+        for _ in range(pieces):
+            writer.write(piece)
+            sent += len(piece)
+            await writer.drain()
+    except ConnectionError:
+        pass
+    finally:
+        writer.close()
+    return sent
+
+
 def test_a_stream_line_without_an_end_is_dropped_at_the_limit(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(openai_wire, "MAX_EVENT_BYTES", 1 << 20)
     sent = 0
@@ -32,15 +47,7 @@ def test_a_stream_line_without_an_end_is_dropped_at_the_limit(monkeypatch: pytes
         nonlocal sent
         await read_request(reader)
         writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nConnection: close\r\n\r\ndata: ")
-        try:
-            while sent < 64 << 20:  # 64 MiB of one line, unless the client hangs up first
-                writer.write(b"x" * 16384)
-                sent += 16384
-                await writer.drain()
-        except ConnectionError:
-            pass
-        finally:
-            writer.close()
+        sent = await send_until_dropped(writer, 4096, b"x" * 16384)  # 64 MiB of one line, unless the client hangs up
 
     async def body(url: str) -> None:
         backend = OpenAIBackend("hostile/0", url, "m", TIMEOUTS)
@@ -82,15 +89,8 @@ def test_a_control_plane_answer_past_its_limit_is_a_backend_failure(monkeypatch:
         size = 4 << 20
         head = f"Content-Length: {size}" if announced else "Transfer-Encoding: chunked"
         writer.write(f"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\n{head}\r\n\r\n".encode())
-        try:
-            for _ in range(size // 65536):
-                piece = b"y" * 65536
-                writer.write(piece if announced else b"%x\r\n%s\r\n" % (len(piece), piece))
-                await writer.drain()
-        except ConnectionError:
-            pass
-        finally:
-            writer.close()
+        piece = b"y" * 65536
+        await send_until_dropped(writer, size // len(piece), piece if announced else b"%x\r\n%s\r\n" % (len(piece), piece))
 
     async def body(url: str) -> None:
         backend = OpenAIBackend("hostile/2", url, "m", TIMEOUTS)
