@@ -28,6 +28,12 @@ QUEUED = "sglang:num_queue_reqs"
 TOKEN_USAGE = "sglang:token_usage"
 TTFT = "sglang:time_to_first_token_seconds"
 _WANTED = frozenset((RUNNING, QUEUED, TOKEN_USAGE, TTFT, f"{TTFT}_bucket", f"{TTFT}_sum", f"{TTFT}_count"))
+# What one reading may hold. SGLang's /metrics is tens of KB per scheduler; the lines read here are a few per
+# data-parallel rank plus the TTFT histogram's buckets (about 40 per label set). Past these, the text is refused
+# before the Prometheus parser (about 270 ms of CPU per MiB of wanted lines) sees it: an engine that answers with
+# megabytes must not cost the gateway seconds of CPU every poll.
+METRICS_BODY_BYTES = 4 << 20
+MAX_WANTED_LINES = 20_000
 
 
 class Histogram(msgspec.Struct, frozen=True):
@@ -86,7 +92,10 @@ class EngineLoad(msgspec.Struct, frozen=True, kw_only=True):
 def parse_sglang_metrics(text: str) -> EngineLoad:
     """An EngineLoad from SGLang's Prometheus text; ValueError when the text is not that (an error page, garbage,
     or an engine that has not published its queue yet)."""
-    wanted = "\n".join(line for line in text.splitlines() if _name(line) in _WANTED)
+    lines = [line for line in text.splitlines() if _name(line) in _WANTED]
+    if len(lines) > MAX_WANTED_LINES:
+        raise ValueError(f"{len(lines)} lines of the load metrics, over {MAX_WANTED_LINES}: not a reading to parse")
+    wanted = "\n".join(lines)
     samples: dict[str, list[tuple[dict[str, str], float]]] = defaultdict(list)
     for family in text_string_to_metric_families(wanted):
         for sample in family.samples:

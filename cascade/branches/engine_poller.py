@@ -19,7 +19,7 @@ from collections.abc import Callable
 
 import aiohttp
 
-from cascade.branches.engine_load import EngineLoad, Histogram, parse_sglang_metrics
+from cascade.branches.engine_load import METRICS_BODY_BYTES, EngineLoad, Histogram, parse_sglang_metrics
 from cascade.branches.openai_client import read_capped, split_credentials
 from cascade.config import EngineLoadConfig
 
@@ -60,10 +60,11 @@ class EnginePoller:
         try:
             timeout = aiohttp.ClientTimeout(total=self.config.timeout_s)
             async with session.get(f"{self.url}/metrics", headers=self.headers, timeout=timeout) as response:
-                status, raw = response.status, await read_capped(response)
+                status, raw = response.status, await read_capped(response, METRICS_BODY_BYTES)
             if status != 200:
                 raise ValueError(f"/metrics answered {status} (SGLang serves it with --enable-metrics)")
-            load = parse_sglang_metrics(raw.decode("utf-8"))
+            # Off the event loop: a large reading's parse must not hold every request this gateway serves.
+            load = await asyncio.to_thread(parse_sglang_metrics, raw.decode("utf-8"))
         except (aiohttp.ClientError, TimeoutError, ValueError) as exc:  # UnicodeDecodeError is a ValueError
             self._failed(f"{type(exc).__name__}: {exc}"[:300])
             return False

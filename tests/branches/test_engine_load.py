@@ -13,7 +13,7 @@ from contextlib import contextmanager
 import aiohttp
 import pytest
 
-from cascade.branches.engine_load import Histogram, parse_sglang_metrics
+from cascade.branches.engine_load import MAX_WANTED_LINES, METRICS_BODY_BYTES, Histogram, parse_sglang_metrics
 from cascade.branches.engine_poller import EngineMonitor, EnginePoller
 from cascade.config import EngineLoadConfig
 from cascade.engines.fake_script import FakeScript
@@ -184,6 +184,28 @@ def test_an_engine_without_readable_metrics_has_no_load_and_counts_failures(repl
     with serve_asgi(Replay({("GET", "/metrics"): reply})) as url, polling([url]) as (poller,):
         assert eventually(lambda: poller.failures >= 2)
         assert poller.load() is None and not poller.fresh() and poller.error
+
+
+# A running-requests line of a data-parallel rank, as SGLang writes it, many times: a reading too large to parse.
+RANK_LINE = 'sglang:num_running_reqs{{dp_rank="{}",model_name="m",priority=""}} 1.0\n'
+MANY_LINES = "# TYPE sglang:num_running_reqs gauge\n" + "".join(RANK_LINE.format(i) for i in range(MAX_WANTED_LINES + 1))
+
+
+def test_a_reading_with_more_load_lines_than_the_limit_is_refused_before_parsing() -> None:
+    with pytest.raises(ValueError, match=f"over {MAX_WANTED_LINES}"):
+        parse_sglang_metrics(MANY_LINES + "sglang:num_queue_reqs 0\n")
+    just_under = "".join(RANK_LINE.format(i) for i in range(MAX_WANTED_LINES - 1)) + "sglang:num_queue_reqs 0\n"
+    assert parse_sglang_metrics(just_under).running == MAX_WANTED_LINES - 1
+
+
+@pytest.mark.parametrize(("reply", "error"), [
+    (Reply(body=b"# " + b"x" * METRICS_BODY_BYTES), f"over the {METRICS_BODY_BYTES}-byte limit"),
+    (Reply(body=MANY_LINES.encode()), f"over {MAX_WANTED_LINES}"),
+])
+def test_an_engine_answering_megabytes_of_metrics_is_a_failure_not_a_reading(reply: Reply, error: str) -> None:
+    with serve_asgi(Replay({("GET", "/metrics"): reply})) as url, polling([url]) as (poller,):
+        assert eventually(lambda: poller.failures >= 1)
+        assert poller.load() is None and error in poller.error
 
 
 def test_a_reading_goes_stale_once_the_engine_stops_answering() -> None:
