@@ -55,7 +55,8 @@ class StreamResponse:
             size += len(data)
             if limit is not None and size >= limit:
                 break
-        return b"".join(parts)[:limit]
+        body = b"".join(parts)
+        return body if limit is None else body[:limit]
 
     def release(self) -> None:
         """Hand the connection back: kept alive if the response was read to its end, else closed (which

@@ -41,8 +41,8 @@ _encode = msgspec.json.Encoder().encode
 log = logging.getLogger("cascade.backend")
 
 
-# A control-plane answer (health, abort, /metrics, a PRM's rewards) is read this far at most: an engine that
-# answers with an endless body is refused, not held in memory.
+# A control-plane answer (health, abort, a PRM's rewards; /metrics has its own, engine_load.METRICS_BODY_BYTES) is
+# read this far at most: an engine that answers with an endless body is refused, not held in memory.
 CONTROL_BODY_BYTES = 16 << 20
 
 

@@ -105,9 +105,11 @@ class EventData:
             completed = chunk[:end]
             self._buffer += chunk[end + 1:]
         self._bounded(len(self._buffer))
+        lines = completed.split(b"\n")
+        if len(completed) > MAX_EVENT_BYTES:  # only then can one of its lines be too long: no per-line check per token
+            self._bounded(max(map(len, lines)))
         payloads = []
-        for line in completed.split(b"\n"):
-            self._bounded(len(line))
+        for line in lines:
             if not line.startswith(b"data:") or self.done:
                 continue
             data = line[5:].strip()
