@@ -18,9 +18,9 @@ uninterrupted run (each method's `resumed` says how many of its requests that co
 
 from __future__ import annotations
 
-import gzip
 import hashlib
 import json
+import zlib
 from collections import defaultdict
 from collections.abc import Callable, Collection, Iterator
 from pathlib import Path
@@ -192,21 +192,56 @@ def request_rows(path: Path) -> Iterator[RequestRow]:
 
 def json_rows(path: Path) -> Iterator[Any]:
     """The JSON values of a JSONL file, gzipped (`.gz`) or not, in file order: a missing file gives none, and a line
-    or a gzip member cut by an interrupted run ends nothing before it (long runs append as they go)."""
+    or a gzip member cut by an interrupted run ends nothing before it or after it (long runs append as they go: a
+    resumed run appends a new member after the one its killed predecessor left without an end)."""
     if path.suffix != ".gz":
-        yield from _json_lines(path)
-        return
-    if not path.exists():
-        return
-    with gzip.open(path, "rt") as lines:
+        lines = iter(_lines(path))
+    elif (data := _read(path)) and not data.startswith(GZIP_MAGIC):
+        raise ConfigError(f"{path}: not gzip (a .gz file starts with bytes 1f 8b 08)")
+    else:
+        lines = _gzip_lines(data)
+    for line in lines:
         try:
-            for line in lines:
-                try:
-                    yield json.loads(line)
-                except ValueError:
-                    continue
-        except EOFError:
-            return
+            yield json.loads(line)
+        except ValueError:
+            continue
+
+
+GZIP_MAGIC = b"\x1f\x8b\x08"  # a gzip member's first bytes (ID1, ID2, deflate)
+GZIP_STEP = 65_536  # compressed bytes fed at a time (the one where a member stops decoding is fed again in 64s)
+
+
+def _gzip_lines(data: bytes) -> Iterator[bytes]:
+    """The complete lines of every gzip member in `data`, in order. `gzip` stops at a member without an end (a run
+    killed mid-write) or fails on the member a later run appended after it; here a cut member gives the lines it
+    holds up to where its bytes stop decoding (the cut line dropped), and reading goes on at the next member."""
+    start = data.find(GZIP_MAGIC)
+    while start >= 0:
+        decompressor, out, pos = zlib.decompressobj(wbits=31), bytearray(), start
+        while pos < len(data) and not decompressor.eof:
+            chunk, before = data[pos:pos + GZIP_STEP], decompressor.copy()
+            try:
+                out += decompressor.decompress(chunk)
+            except zlib.error:  # where this member's bytes stop decoding: take what the chunk held before that
+                out += _decoded_until_error(before, chunk)
+                break
+            pos += len(chunk) - (len(decompressor.unused_data) if decompressor.eof else 0)
+        if decompressor.eof:
+            yield from bytes(out).splitlines()
+            start = data.find(GZIP_MAGIC, pos)
+            continue
+        yield from bytes(out[:out.rfind(b"\n") + 1]).splitlines()  # a cut member: its last line may be cut too
+        start = data.find(GZIP_MAGIC, start + 1)  # the next member a resumed run appended (a false match fails fast)
+
+
+def _decoded_until_error(decompressor: Any, chunk: bytes, step: int = 64) -> bytes:
+    out = bytearray()
+    for at in range(0, len(chunk), step):
+        try:
+            out += decompressor.decompress(chunk[at:at + step])
+        except zlib.error:
+            break
+    return bytes(out)
 
 
 def _json_lines(path: Path) -> Iterator[Any]:
@@ -218,10 +253,14 @@ def _json_lines(path: Path) -> Iterator[Any]:
 
 
 def _lines(path: Path) -> list[bytes]:
+    return _read(path).splitlines()
+
+
+def _read(path: Path) -> bytes:
     try:
-        return path.read_bytes().splitlines()
+        return path.read_bytes()
     except FileNotFoundError:
-        return []
+        return b""
     except OSError as exc:
         raise ConfigError(f"cannot read {path}: {exc.strerror}") from None
 
