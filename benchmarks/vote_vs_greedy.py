@@ -13,7 +13,9 @@ appends) or `cascade label` outcome rows (id, tiers.T.correct). Sets are `NAME=M
     .venv/bin/python benchmarks/vote_vs_greedy.py \
       --set test=$T/adaptive/requests.jsonl,$T/vanilla/requests.jsonl \
       --set train=$R/gsm8k-train-embedded-reason-adaptive.jsonl:qwen2.5-coder-1.5b-reason,$R/qwen15-train-label/\
-qwen15-greedy.jsonl:qwen2.5-coder-1.5b --exclude $R/qwen15-train-bench/sc-t07/branches.jsonl
+qwen15-greedy.jsonl:qwen2.5-coder-1.5b \
+      --set test-s1=$T/sc-s1/adaptive-rows.jsonl:qwen2.5-coder-1.5b-reason,$T/vanilla/requests.jsonl \
+      --exclude $R/qwen15-train-bench/sc-t07/branches.jsonl
 
 A question in several sets (the same questions sampled again with another `--sampling-seed`, each run a set)
 counts once in the pool, at its mean over those sets for the method and for greedy: the bootstrap resamples
