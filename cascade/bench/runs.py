@@ -215,26 +215,25 @@ def _gzip_lines(data: bytes) -> Iterator[bytes]:
     """The complete lines of every gzip member in `data`, in order. `gzip` stops at a member without an end (a run
     killed mid-write) or fails on the member a later run appended after it; here a cut member gives the lines it
     holds up to where its bytes stop decoding (the cut line dropped), and reading goes on at the next member."""
-    start = data.find(GZIP_MAGIC)
+    view, start = memoryview(data), data.find(GZIP_MAGIC)  # a view: no copy of the file per chunk
     while start >= 0:
         decompressor, out, pos = zlib.decompressobj(wbits=31), bytearray(), start
         while pos < len(data) and not decompressor.eof:
-            chunk, before = data[pos:pos + GZIP_STEP], decompressor.copy()
+            chunk, before = view[pos:pos + GZIP_STEP], decompressor.copy()
             try:
                 out += decompressor.decompress(chunk)
             except zlib.error:  # where this member's bytes stop decoding: take what the chunk held before that
                 out += _decoded_until_error(before, chunk)
                 break
             pos += len(chunk) - (len(decompressor.unused_data) if decompressor.eof else 0)
-        if decompressor.eof:
-            yield from bytes(out).splitlines()
-            start = data.find(GZIP_MAGIC, pos)
-            continue
-        yield from bytes(out[:out.rfind(b"\n") + 1]).splitlines()  # a cut member: its last line may be cut too
-        start = data.find(GZIP_MAGIC, start + 1)  # the next member a resumed run appended (a false match fails fast)
+        if not decompressor.eof:  # a cut member: its last line may be cut too; the next member starts further on
+            del out[out.rfind(b"\n") + 1:]
+            pos = start + 1
+        yield from bytes(out).splitlines()
+        start = data.find(GZIP_MAGIC, pos)  # (a false match inside a cut member fails fast)
 
 
-def _decoded_until_error(decompressor: Any, chunk: bytes, step: int = 64) -> bytes:
+def _decoded_until_error(decompressor: Any, chunk: memoryview, step: int = 64) -> bytes:
     out = bytearray()
     for at in range(0, len(chunk), step):
         try:
