@@ -71,9 +71,9 @@ class Block:
 sys.meta_path.insert(0, Block())
 from cascade.config.load import load_config
 from cascade.engines.embedded import EMBEDDED_TOML
-from cascade.service.chat import routing_signal
+from cascade.router.signals import routing_signal
 config = load_config(EMBEDDED_TOML)
-routing_signal(config, [t.name for t in config.tiers])
+routing_signal(config.routing, [t.name for t in config.tiers])
 print("ok")
 """
     done = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, timeout=120, cwd=ROOT)

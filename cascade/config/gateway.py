@@ -116,7 +116,7 @@ class ApiKey(Strict, frozen=True):
     tiers: tuple[str, ...] = ()
     # Spend per period, in the tiers' [tiers.price] currency (0: none): each request reserves its worst case before
     # dispatch and settles to its cost; once spent and reserved reach it, 429 insufficient_quota until the period
-    # resets (cascade/service/budgets.py). Periods are UTC: "hour", "day", "month" (calendar), or seconds since the
+    # resets (cascade/service/keys/budgets.py). Periods are UTC: "hour", "day", "month" (calendar), or seconds since the
     # Unix epoch in windows of that length.
     budget: Annotated[float, msgspec.Meta(ge=0, le=1e12)] = 0.0
     budget_period: Literal["hour", "day", "month"] | Annotated[int, msgspec.Meta(ge=1, le=31_622_400)] = "month"

@@ -6,7 +6,8 @@ A price is one of two forms:
     price = { input_per_mtok = 0.15, output_per_mtok = 0.60 }          currency units per million tokens
     price = { gpu_hour = 2.50, profile = "profiles/big.json" }         per GPU-hour: per-token prices from the
                                                                        plan's GPUs for the tier and the engine's
-                                                                       measured throughput (cascade/service/costs.py)
+                                                                       measured throughput
+                                                                       (cascade/service/keys/costs.py)
 
 What a request costs, and how budgets are kept: docs/operations.md, "Cost" and "Budgets".
 """

@@ -3,20 +3,22 @@
     picker = TierPicker(config, plan)                    # once: the gateway's own ChatService, in route mode
     verdict = await picker.pick(headers, body)           # per request: Routed, Refused, or None (not a chat)
 
-Every check and the decision are `cascade serve`'s own: the API key (`Keyring`), the body limit (`read_body`),
-decoding (`decode_chat_request`), `ChatService.route` (validation, the quality hint: body, `X-Cascade-Quality`,
-`cascade:<hint>`, default; the router, heuristic or learned, with `[routing]`'s and the plan's operating points; the
-key's permits: the hint it asks with, the tier it names, and the tiers that may serve it, which the pick is kept to;
-the checks of the tiers it picks), then the key's rate limits (`Tenants.reserve`; last, and only for a request sent
-to an engine: one the gateway serves is counted and billed by the gateway alone). A failure is `Refused` with the
-gateway's status, OpenAI error body and headers.
+Every check and the decision are `cascade serve`'s own, from the same assembly (cascade/service/assemble.py):
+`ChatService.intake` (the API key, the body limit, decoding), `ChatService.route` (validation, the quality hint: body,
+`X-Cascade-Quality`, `cascade:<hint>`, default; the router, heuristic or learned, with `[routing]`'s and the plan's
+operating points; the key's permits: the hint it asks with, the tier it names, and the tiers that may serve it, which
+the pick is kept to; the checks of the tiers it picks), then `ChatService.charge` (the key's rate limits and budget;
+last, and only for a request sent to an engine: one the gateway serves is counted and billed by the gateway alone).
+A failure is `Refused` with the gateway's status, OpenAI error body and headers.
 
 Billing: a request sent to an engine is charged its reservation (the prompt estimate and max_tokens, the tier's
 default where the client set none, for each of its n choices), never settled to its usage: the picker sees requests,
 not responses (Envoy sends it no response body: buffering or streaming every answer through it would put each token
-through gRPC), so it charges the most a request can cost. Requests sent on to the gateway are billed there, exactly.
-A key's budget (`[[gateway.keys]] budget`) is charged the same way: the reservation priced at the tier's price.
-A key's `max_in_flight` likewise counts only at gateways (the picker never sees a request end).
+through gRPC), so it charges the most a request can cost. The charge goes through a request's lease like every other
+path (cascade/service/lease.py), so a refusal by the budget gives back the tokens reserved before it. Requests sent
+on to the gateway are billed there, exactly. A key's budget (`[[gateway.keys]] budget`) is charged the same way: the
+reservation priced at the tier's price. A key's `max_in_flight` counts only at gateways (the picker never sees a
+request end).
 
 Each verdict on a chat completion is counted in `picker.metrics` (its tier or status, and its time:
 cascade/extproc/metrics.py).
@@ -47,16 +49,9 @@ from cascade.extproc.metrics import ExtprocMetrics
 from cascade.plan import Plan
 from cascade.router.policy import RoutingSignal
 from cascade.schemas import ChatCompletionRequest, ChatMessage, RouteDecision
-from cascade.service.bodies import decode_chat_request
-from cascade.service.budgets_redis import RedisLedger
-from cascade.service.chat import ChatService, ServiceConfig, routing_signal
+from cascade.service.assemble import assemble
+from cascade.service.chat import ServiceConfig
 from cascade.service.errors import error_reply, error_response
-from cascade.service.intake import read_body
-from cascade.service.metrics import GatewayMetrics
-from cascade.service.ratelimit import LocalRateLimiter
-from cascade.service.ratelimit_redis import RedisRateLimiter
-from cascade.service.redis_store import RedisStore
-from cascade.service.tenants import Keyring, estimate_prompt_tokens, estimate_tokens
 from cascade.tiers import build_tiers
 
 log = logging.getLogger("cascade.extproc")
@@ -111,22 +106,13 @@ class TierPicker:
         service = ServiceConfig.of(config, plan)
         routing = msgspec.structs.replace(
             service.routing, mode="route", load=msgspec.structs.replace(service.routing.load, enabled=False))
-        metrics = GatewayMetrics()
-        gw = config.gateway
-        self.keyring = Keyring(gw.keys, gw.api_keys)
-        # A key's buckets: in Redis, shared with the gateways, when `[gateway.redis] url` is set (as `cascade serve`
-        # keeps them), else this process's. Its tokens count as reserved: the answer's usage never passes through
-        # the processor.
-        self.redis = (RedisStore(gw.redis.url, metrics.redis(), timeout_s=gw.redis.timeout_s,
-                                 failure=gw.redis.failure) if gw.redis.url else None)
-        limiter = LocalRateLimiter() if self.redis is None else RedisRateLimiter(self.redis)
-        self.service = ChatService(tiers, msgspec.structs.replace(service, routing=routing), metrics,
-                                   signal=signal or routing_signal(config, names), limiter=limiter,
-                                   ledger=None if self.redis is None else RedisLedger(self.redis))
-        self.service.budgets.publish(self.keyring.tenants)
+        # The gateway's own assembly (cascade/service/assemble.py), routing only: a key's buckets and budget in Redis,
+        # shared with the gateways, when `[gateway.redis] url` is set, else this process's.
+        parts = assemble(config, tiers, msgspec.structs.replace(service, routing=routing), serves=False, signal=signal)
+        self.service, self.redis = parts.service, parts.redis
         # The picker's own series (`cascade_extproc_*`) and, from the gateway's registry, the keys' refusals and the
         # Redis store's health: served on --metrics-port.
-        self.metrics = ExtprocMetrics(names, shared=metrics.registry)
+        self.metrics = ExtprocMetrics(names, shared=parts.metrics.registry)
 
     async def start(self) -> None:
         if self.redis is not None:
@@ -164,9 +150,8 @@ class TierPicker:
                            headers=tuple((k.decode("latin-1"), v.decode("latin-1")) for k, v in extra))
 
     async def _pick(self, headers: Mapping[str, str], body: bytes) -> Routed:
-        tenant = self.keyring.authenticate(headers.get("authorization", ""))
-        raw = await read_body(_chunks(body), headers.get("content-length"), self.service.limits.max_body_bytes)
-        req = decode_chat_request(raw, max_depth=self.service.limits.max_json_depth)
+        tenant, req = await self.service.intake(headers.get("authorization", ""), _chunks(body),
+                                                headers.get("content-length"))
         hint = headers.get(HINT_HEADER)
         decision = await self.service.route(req, caller=tenant, hint_header=hint)
         if self.gateway and (req.branches is not None or self.service.tiers[decision.tier].config.branches.n > 1):
@@ -174,14 +159,7 @@ class TierPicker:
         if req.branches is not None:
             raise InvalidRequest("`branches` runs in `cascade serve`, and no gateway is behind this proxy: leave "
                                  "`branches` out", "branches")
-        if tenant is not None:  # nothing can fail after it: the reservation is the charge (the module says why)
-            default = self.service.tiers[decision.tier].config.default_max_tokens
-            reserved = estimate_tokens(req, 1, default)
-            await self.service.tenants.reserve(tenant, reserved)
-            if (prices := self.service.budgets.prices) is not None:
-                prompt = estimate_prompt_tokens(req)
-                await self.service.budgets.reserve(tenant, prices.worst_case([decision.tier_name], prompt,
-                                                                             reserved - prompt))
+        await self.service.charge(req, decision, tenant)  # last: nothing can fail after it (the module says why)
         return self._to_engine(req, decision, self.engines[decision.tier], key=None if tenant is None else tenant.name)
 
     def _to_engine(self, req: ChatCompletionRequest, decision: RouteDecision, engine: TierEngine,

@@ -3,7 +3,6 @@ cascade/gateway/chat_asgi.py), OpenAI error objects for every failure."""
 
 from __future__ import annotations
 
-import functools
 import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -12,16 +11,12 @@ import msgspec
 from litestar import Litestar, Request, Response, get, post
 from litestar.exceptions import HTTPException
 
-from cascade.config import ApiKey
 from cascade.errors import CascadeError
 from cascade.gateway.chat_asgi import ChatCompletionsASGI
 from cascade.gateway.monitoring import readiness
 from cascade.gateway.openapi import openapi_json
-from cascade.service.bodies import decode_chat_request
 from cascade.service.chat import ChatService
 from cascade.service.errors import error_reply, error_response, internal_error
-from cascade.service.intake import read_body
-from cascade.service.tenants import Keyring
 
 log = logging.getLogger("cascade.gateway")
 _encode = msgspec.json.Encoder().encode
@@ -30,27 +25,21 @@ _JSON = "application/json"
 
 def create_app(
     service: ChatService,
-    api_keys: tuple[str, ...] = (),
     ready_check: Callable[[], Awaitable[dict[str, Any]]] | None = None,
     on_startup: list[Callable[[], Awaitable[None]]] | None = None,
     on_shutdown: list[Callable[[], Awaitable[None]]] | None = None,
-    keys: tuple[ApiKey, ...] = (),
     monitoring_port: int = 0,
 ) -> ChatCompletionsASGI:
-    """`api_keys`: plain keys (no limits); `keys`: keys as tenants, with their limits (kept by the service's
-    `Tenants`: cascade/service/tenants.py). `monitoring_port`: when set, /metrics and /ready's detail are served there
-    (cascade/gateway/monitoring.py), not here."""
-    keyring = Keyring(keys, api_keys)
-    service.budgets.publish(keyring.tenants)
+    """The routes over `service`, which holds the API keys (`service.keyring`). `monitoring_port`: when set, /metrics
+    and /ready's detail are served there (cascade/gateway/monitoring.py), not here."""
 
     @post("/v1/route", status_code=200)
     async def route(request: Request[Any, Any, Any]) -> Response[bytes]:
         """The routing decision for a chat request, without generating (same body as chat completions): the key's
         permits apply as they would to the chat completion."""
-        caller = keyring.authenticate(request.headers.get("authorization", ""))
-        raw = await read_body(request.stream(), request.headers.get("content-length"),
-                              service.limits.max_body_bytes)
-        req = decode_chat_request(raw, max_depth=service.limits.max_json_depth)
+        headers = request.headers
+        caller, req = await service.intake(headers.get("authorization", ""), request.stream(),
+                                           headers.get("content-length"))
         decision = await service.route(req, caller=caller, hint_header=request.headers.get("x-cascade-quality"))
         return Response(_encode(decision), media_type=_JSON, headers={"X-Cascade-Tier": decision.tier_name})
 
@@ -76,7 +65,7 @@ def create_app(
     monitoring = [] if monitoring_port else [metrics]  # on the monitoring port instead: a 404 here
 
     # Encoded once; Litestar's own OpenAPI is off.
-    openapi_body = openapi_json(service, auth=bool(keyring), monitoring_port=bool(monitoring_port))
+    openapi_body = openapi_json(service, auth=bool(service.keyring), monitoring_port=bool(monitoring_port))
 
     @get("/openapi.json")
     async def openapi() -> Response[bytes]:
@@ -119,8 +108,4 @@ def create_app(
         debug=False,
     )
     # The hot route bypasses the framework (cascade/gateway/chat_asgi.py says why).
-    return ChatCompletionsASGI(litestar, service, keyring,
-                               functools.partial(decode_chat_request, max_depth=service.limits.max_json_depth))
-
-
-__all__ = ["create_app", "decode_chat_request"]
+    return ChatCompletionsASGI(litestar, service)

@@ -7,9 +7,9 @@ per response, a middleware wrapper around every `send`) cost about a fifth of th
 /metrics, 404/405 for unknown routes) stays in Litestar; both share ChatService, the body reader's
 limits and the OpenAI error objects, and the same tests run against both.
 
-The route is an adapter: authenticate the key (cascade/service/tenants.py `Keyring`), read the body
-(cascade/service/intake.py), make one call (`ChatService.chat`, which validates, checks the key's permits, routes,
-admits, serves and bills), write its reply: a whole response, or a started stream relayed frame by frame and then
+The route is an adapter: read the caller and its request (`ChatService.intake`: the API key, the body under its size
+limit, decoded), make one call (`ChatService.chat`, which validates, checks the key's permits, routes, admits, serves
+and bills), write its reply: a whole response, or a started stream relayed frame by frame and then
 closed (which gives the request's lease back and bills its key).
 
 Disconnects: after the body is read, a watcher awaits `http.disconnect` and cancels the work, which
@@ -42,10 +42,9 @@ from cascade.gateway.drain import (
 )
 from cascade.schemas import ChatCompletionRequest
 from cascade.service.chat import ChatService, StreamReply, WholeReply
-from cascade.service.costs import cost_header
 from cascade.service.errors import error_reply, error_response, internal_error
-from cascade.service.intake import read_body
-from cascade.service.tenants import Keyring, Tenant
+from cascade.service.keys.costs import cost_header
+from cascade.service.keys.tenant import Tenant
 
 # A conversation's key for a tier's replica choice by prefix ([tiers.replicas] choice = "prefix"), as SGLang model
 # gateway's routing-key header; the body's `prompt_cache_key` wins over it.
@@ -67,12 +66,9 @@ class ClientGone(Exception):
 
 
 class ChatCompletionsASGI:
-    def __init__(self, app: ASGIApp, service: ChatService, keyring: Keyring,
-                 decode: Callable[[bytes], ChatCompletionRequest]) -> None:
+    def __init__(self, app: ASGIApp, service: ChatService) -> None:
         self.app = app
         self.service = service
-        self.keyring = keyring
-        self.decode = decode
         self.drain = Drain()  # `cascade serve` sets its grace
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -138,9 +134,8 @@ class ChatCompletionsASGI:
 
     async def _handle(self, scope: Scope, receive: Receive, send: Send) -> None:
         headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in scope["headers"]}
-        caller = self.keyring.authenticate(headers.get("authorization", ""))
-        raw = await read_body(_body_chunks(receive), headers.get("content-length"), self.service.limits.max_body_bytes)
-        req = self.decode(raw)
+        caller, req = await self.service.intake(headers.get("authorization", ""), _body_chunks(receive),
+                                                headers.get("content-length"))
         if req.prompt_cache_key is None and (session := headers.get(SESSION_HEADER)):
             req.prompt_cache_key = session  # the same key by header, for clients and proxies that cannot add a field
         guard = _DisconnectGuard(receive, self.drain)

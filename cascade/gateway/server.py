@@ -19,16 +19,10 @@ from cascade.gateway.drain import longest_drain_s
 from cascade.gateway.monitoring import MonitoringApp, MonitoringListener
 from cascade.ladder import Ladder
 from cascade.plan import load_plan
-from cascade.service.admission_redis import RedisPlaces
-from cascade.service.budgets_redis import RedisLedger
-from cascade.service.chat import ChatService, ServiceConfig, routing_signal
-from cascade.service.engine_load import EngineLoadCollector, TierEngines
-from cascade.service.metrics import GatewayMetrics
-from cascade.service.ratelimit_redis import RedisRateLimiter
+from cascade.service.assemble import assemble
+from cascade.service.chat import ServiceConfig
+from cascade.service.keys.keyring import MIN_KEY_CHARS, MIN_KEY_DISTINCT, weak_plain_keys
 from cascade.service.readiness import Readiness
-from cascade.service.redis_store import RedisStore
-from cascade.service.tenants import MIN_KEY_CHARS, MIN_KEY_DISTINCT, weak_plain_keys
-from cascade.service.traffic import TrafficLog
 
 log = logging.getLogger("cascade.gateway")
 
@@ -43,33 +37,17 @@ class Gateway:
         # Built now (the service needs its tiers), started by `start` and closed by `stop` (cascade/ladder.py).
         self.ladder = Ladder(config, log_dir=log_dir)
         self.workers, tiers = self.ladder.workers, self.ladder.tiers
-        service_config = ServiceConfig.of(config, load_plan(plan_path) if plan_path else None)
-        self.metrics = GatewayMetrics()
-        # Tiers on SGLang read their engines' own load (/metrics), polled while the gateway runs.
-        self.engines = TierEngines(tiers, config.routing.engine_load, config.routing.load)
-        if self.engines.monitor.pollers:
-            self.metrics.registry.register(EngineLoadCollector(self.engines))
-        # Keys' buckets and admission places in Redis, shared with the other gateways, when a URL is set.
+        parts = assemble(config, tiers, ServiceConfig.of(config, load_plan(plan_path) if plan_path else None),
+                         serves=True)
+        self.service, self.metrics, self.redis, self.places = parts.service, parts.metrics, parts.redis, parts.places
+        assert parts.engines is not None  # a serving gateway's
+        self.engines = parts.engines
         gateway = config.gateway
-        self.redis = (RedisStore(gateway.redis.url, self.metrics.redis(), timeout_s=gateway.redis.timeout_s,
-                                 failure=gateway.redis.failure) if gateway.redis.url else None)
-        self.places = RedisPlaces(self.redis) if self.redis is not None else None
-        self.service = ChatService(
-            tiers, service_config, self.metrics,
-            signal=routing_signal(config, [t.name for t in tiers]),
-            traffic=TrafficLog(config.gateway.traffic_log) if config.gateway.traffic_log else None,
-            engines=self.engines, places=self.places,
-            limiter=RedisRateLimiter(self.redis) if self.redis is not None else None,
-            ledger=RedisLedger(self.redis) if self.redis is not None else None,
-        )
         self.metrics.watch_pools(lambda: [t.backend for t in self.service.tiers])
         # Engine health, probed in the background while the gateway runs: /ready and replica picking read it.
         self.readiness = Readiness(tiers, self.workers, config.gateway.health)
-        self.app = create_app(
-            self.service, config.gateway.api_keys, ready_check=self.ready,
-            on_startup=[self.start], on_shutdown=[self.stop], keys=config.gateway.keys,
-            monitoring_port=gateway.monitoring_port,
-        )
+        self.app = create_app(self.service, ready_check=self.ready, on_startup=[self.start], on_shutdown=[self.stop],
+                              monitoring_port=gateway.monitoring_port)
         # /metrics and /ready's detail on a port of their own when one is set (cascade/gateway/monitoring.py).
         self.monitoring = MonitoringListener(
             MonitoringApp(self.metrics.render, self.ready, lambda: self.app.drain.draining),

@@ -7,7 +7,7 @@ tier while they queue that many requests, whoever sent them; without a reading, 
 flight and its engines' own report.
 
 With `[gateway.redis] url`, the gateway's limit and the tiers' places are also counted across every gateway
-(`SharedPlaces`: cascade/service/admission_redis.py): a request takes this process's place first, then the shared
+(`SharedPlaces`: cascade/service/redis/places.py): a request takes this process's place first, then the shared
 one. This process's own limits still hold (with Redis away and `failure = "open"`, they are what is left, and
 a place admitted so is given back without freeing any place in Redis); the backend stream budget and the engines'
 queue stay per process. The counts in this class, and so the router's load view and the `cascade_*in_flight*`

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncGenerator, Awaitable, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -38,37 +38,33 @@ from cascade.errors import Forbidden, UnknownModel
 from cascade.plan import Plan
 from cascade.router.escalation import within
 from cascade.router.load import TierShape
-from cascade.router.policy import NAMED_HINTS, ROUTED_MODEL, HeuristicSignal, QualityHint, RoutingSignal, parse_hint
+from cascade.router.policy import NAMED_HINTS, ROUTED_MODEL, QualityHint, RoutingSignal, parse_hint
 from cascade.router.router import Router, Routing
 from cascade.schemas import ChatCompletion, ChatCompletionRequest, ModelCard, ModelList, RouteDecision
 from cascade.service import responses, streaming
 from cascade.service.admission import Admission, SharedPlaces
-from cascade.service.budgets import BudgetLedger, Budgets, LocalLedger, downgraded
-from cascade.service.costs import Prices, tier_prices
+from cascade.service.bodies import decode_chat_request
 from cascade.service.decision import Decision
 from cascade.service.engine_load import TierEngines
+from cascade.service.intake import read_body
+from cascade.service.keys.budgets import BudgetLedger, Budgets, LocalLedger, downgraded
+from cascade.service.keys.costs import Prices, tier_prices
+from cascade.service.keys.keyring import Keyring
+from cascade.service.keys.ratelimit import LocalRateLimiter, RateLimiter
+from cascade.service.keys.reservation import reserved_tokens, worst_case
+from cascade.service.keys.tenant import Tenant
+from cascade.service.keys.tenants import Tenants
 from cascade.service.ladders import AnswerLadder, Rungs, StreamLadder
 from cascade.service.lease import Lease
 from cascade.service.metrics import GatewayMetrics
-from cascade.service.ratelimit import LocalRateLimiter, RateLimiter
 from cascade.service.spans import route_attributes
 from cascade.service.telemetry import Telemetry
-from cascade.service.tenants import Tenant, Tenants, estimate_prompt_tokens, estimate_tokens
 from cascade.service.traffic import TrafficLog
 from cascade.service.validation import check_tier, forwarded, one_answer_field, validate
 from cascade.tiers import Tier
 
 # Prompts up to this many characters are routed on the event loop (under a millisecond); longer ones in a thread.
 INLINE_ROUTING_CHARS = 1024
-
-
-def routing_signal(config: CascadeConfig, tier_names: list[str]) -> RoutingSignal:
-    """The routing signal `config` names: its learned router, or the heuristic."""
-    if config.routing.policy == "learned":
-        from cascade.router.learned import LearnedSignal  # sklearn/skops only when a router is used
-
-        return LearnedSignal.load(config.routing.router, tier_names)
-    return HeuristicSignal()
 
 
 class ServiceConfig(msgspec.Struct, frozen=True, kw_only=True):
@@ -80,7 +76,7 @@ class ServiceConfig(msgspec.Struct, frozen=True, kw_only=True):
     default_quality: str = "balanced"
     keepalive_s: float = 2.0
     tier_fallback: bool = True
-    prices: Prices | None = None  # the tiers' prices per token (cascade/service/costs.py); None: no costs
+    prices: Prices | None = None  # the tiers' prices per token (cascade/service/keys/costs.py); None: no costs
 
     @classmethod
     def of(cls, config: CascadeConfig, plan: Plan | None = None) -> ServiceConfig:
@@ -108,12 +104,13 @@ class ChatService:
     def __init__(self, tiers: Sequence[Tier], config: ServiceConfig, metrics: GatewayMetrics, *,
                  signal: RoutingSignal | None = None, traffic: TrafficLog | None = None,
                  engines: TierEngines | None = None, places: SharedPlaces | None = None,
-                 limiter: RateLimiter | None = None, ledger: BudgetLedger | None = None) -> None:
+                 limiter: RateLimiter | None = None, ledger: BudgetLedger | None = None,
+                 keyring: Keyring | None = None) -> None:
         """`signal`: the routing signal (None: the heuristic); `traffic`: the traffic log (None: off);
         `engines`: the tiers' engines' own load, where read (routing and admission then count every client's);
         `places`: admission places (the gateway's, the tiers', the keys' in-flight) shared with other gateways
         (None: this process's only); `limiter`: the keys' token buckets (None: this process's); `ledger`: the keys'
-        budgets (None: this process's)."""
+        budgets (None: this process's); `keyring`: the API keys it serves (None: none, every request passes)."""
         self.tiers = list(tiers)
         self.by_name = {t.name: t for t in self.tiers}
         self.config = config
@@ -125,6 +122,8 @@ class ChatService:
         self.admission = Admission(self.tiers, config.limits, metrics, engines, places)
         self.tenants = Tenants(limiter or LocalRateLimiter(), metrics, [t.name for t in self.tiers], places)
         self.budgets = Budgets(ledger or LocalLedger(), metrics, config.prices)
+        self.keyring = keyring or Keyring()
+        self.budgets.publish(self.keyring.tenants)
         shapes = [TierShape(t.name, t.config.branches.slots, t.config.branches.n) for t in self.tiers]
         self.router = Router(shapes, config.routing, signal, self.admission, fallback=config.tier_fallback)
         if self.router.headroom is not None:
@@ -138,6 +137,15 @@ class ChatService:
         ids = [ROUTED_MODEL, *(f"{ROUTED_MODEL}:{h}" for h in NAMED_HINTS), *self.by_name]
         return ModelList(data=[ModelCard(id=i) for i in ids])
 
+    async def intake(self, authorization: str, chunks: AsyncIterator[bytes], declared: str | None
+                     ) -> tuple[Tenant | None, ChatCompletionRequest]:
+        """Who calls and what it asks, as every adapter reads a chat request: the API key first (`authorization`, the
+        header, "" if absent: Unauthorized), then the body from its `chunks` under the size limit (`declared`: its
+        Content-Length; PayloadTooLarge) and decoded (InvalidRequest)."""
+        caller = self.keyring.authenticate(authorization)
+        raw = await read_body(chunks, declared, self.limits.max_body_bytes)
+        return caller, decode_chat_request(raw, max_depth=self.limits.max_json_depth)
+
     async def route(self, req: ChatCompletionRequest, *, caller: Tenant | None = None,
                     hint_header: str | None = None) -> RouteDecision:
         """What `chat` would do with `req` for `caller`, without serving it (`POST /v1/route`, the picker): a bad
@@ -147,6 +155,24 @@ class ChatService:
         decision, _ = await self._decide(req, hint_header, caller)
         decision = _noted(decision, note)
         return responses.route_decision(decision, self.tiers)
+
+    async def charge(self, req: ChatCompletionRequest, decision: RouteDecision, caller: Tenant | None) -> None:
+        """Charge `caller` for `req` answered once on `decision`'s tier by an engine this service never hears from
+        again (the Envoy picker's requests): inside a lease like every request, the key's tokens and budget reserved
+        as `chat` would reserve them for one branch, and kept as the charge (the lease is closed at once, its bill
+        unknown, so it settles at the reservation). A refusal (RateLimited, QuotaExceeded, LimitsUnavailable) gives
+        back what was reserved before it. The key's in-flight place and the gateway's places are not taken: a
+        request the service never sees end cannot hold one."""
+        if caller is None:
+            return
+        tier = self.tiers[decision.tier]
+        reserved = reserved_tokens(req, [1], [tier.config.default_max_tokens])
+        lease = Lease(self.admission, self.tenants, caller, self.budgets)
+        try:
+            await lease.reserve(reserved, self._priced(req, [tier.name], reserved, caller))
+            lease.bill.unknown = True  # sent on: the reservation is the charge
+        finally:
+            await lease.aclose()
 
     async def chat(self, req: ChatCompletionRequest, *, caller: Tenant | None = None, hint_header: str | None = None,
                    client: Client | None = None) -> ChatReply:
@@ -167,7 +193,7 @@ class ChatService:
         lease = Lease(self.admission, self.tenants, caller, self.budgets)
         frames = None
         try:
-            await lease.take(self._reservation(req, decision), self._worst_case(req, decision, caller))
+            await lease.take(*self._reservation(req, decision, caller))
             if not req.stream:
                 completion = await self._complete(req, decision, max_tokens, lease)
                 return WholeReply(completion, lease.limit_headers())
@@ -202,23 +228,18 @@ class ChatService:
         if client is not None and client.gone:
             self.metrics.disconnects.labels(asked).inc()
 
-    def _reservation(self, req: ChatCompletionRequest, decision: Decision) -> int:
-        """The tokens reserved from the key before dispatch: the prompt, and max_tokens (each reachable tier's
-        default where the request sets none) for every choice of every branch of the widest tier it may reach."""
+    def _reservation(self, req: ChatCompletionRequest, decision: Decision, caller: Tenant | None) -> tuple[int, float]:
+        """What the caller reserves before dispatch (cascade/service/keys/reservation.py): tokens for every choice of
+        every branch of the widest tier the request may reach, each tier's default max_tokens where the request sets
+        none; and that priced at the dearest of those tiers (0 for a caller without a budget)."""
         reachable = [self.tiers[i] for i in decision.branches]
-        branches = max((s.n for s in decision.branches.values() if s is not None), default=1)
-        default = max((t.config.default_max_tokens for t in reachable), default=0)
-        return estimate_tokens(req, branches, default)
+        tokens = reserved_tokens(req, [s.n for s in decision.branches.values() if s is not None],
+                                 [t.config.default_max_tokens for t in reachable])
+        return tokens, self._priced(req, [t.name for t in reachable], tokens, caller)
 
-    def _worst_case(self, req: ChatCompletionRequest, decision: Decision, caller: Tenant | None) -> float:
-        """What the caller's budget reserves before dispatch: the token reservation, its prompt and its output each
-        priced at the dearest tier the request may reach (0 for a caller without a budget)."""
-        prices = self.budgets.prices
-        if prices is None or caller is None or caller.budget is None:
-            return 0.0
-        prompt = estimate_prompt_tokens(req)
-        return prices.worst_case([self.tiers[i].name for i in decision.branches], prompt,
-                                 self._reservation(req, decision) - prompt)
+    def _priced(self, req: ChatCompletionRequest, tiers: list[str], tokens: int, caller: Tenant | None) -> float:
+        has_budget = caller is not None and caller.budget is not None
+        return worst_case(req, self.budgets.prices if has_budget else None, tiers, tokens)
 
     async def _downgraded(self, req: ChatCompletionRequest, hint_header: str | None, caller: Tenant | None
                           ) -> tuple[ChatCompletionRequest, str | None, str | None]:

@@ -1,4 +1,4 @@
-"""What every route does with a request before its work (after the API key check, cascade/service/tenants.py):
+"""What every route does with a request before its work (after the API key check, cascade/service/keys/tenants.py):
 reading the body under the size limit. One copy for the Litestar routes (cascade/gateway/app.py) and the plain-ASGI
 chat completions route (cascade/gateway/chat_asgi.py), so both refuse the same requests with the same errors."""
 

@@ -2,10 +2,10 @@
 
 What a request holds, in the order it takes it (`Lease.take`, then the ladders' `enter`/`hold`):
 
-    the key's in-flight place   its API key's `max_in_flight` (cascade/service/tenants.py)
+    the key's in-flight place   its API key's `max_in_flight` (cascade/service/keys/tenants.py)
     the key's tokens            reserved from its token bucket before dispatch, settled to the bill at the end
     the key's budget            its worst case cost reserved before dispatch, settled to the cost at the end
-                                (cascade/service/budgets.py)
+                                (cascade/service/keys/budgets.py)
     the gateway's place         `[gateway.limits] max_in_flight` (cascade/service/admission.py)
     tier places                 one per tier it is answered on, with its upstream streams (admission `enter`)
     a live answer               a streamed answer's upstreams and branch slots (cascade/answer.py `Opened`)
@@ -20,50 +20,13 @@ given back twice. Then the key is billed (`Bill`), and the bill's cost counted a
 from __future__ import annotations
 
 from cascade.answer import Opened
-from cascade.schemas import Billed, Cost
 from cascade.service.admission import Admission
-from cascade.service.budgets import Budgets, Charge
-from cascade.service.costs import Prices
-from cascade.service.tenants import Pass, Tenant, Tenants
+from cascade.service.keys.bill import Bill
+from cascade.service.keys.budgets import Budgets
+from cascade.service.keys.claims import Charge, Pass
+from cascade.service.keys.tenant import Tenant
+from cascade.service.keys.tenants import Tenants
 from cascade.tiers import Tier
-
-
-class Bill:
-    """What a request made the engines process and decode, charged to its key: the prompt once per tier that
-    answered it (an escalated draft's and the final answer's), and every token decoded (every branch, pruned and
-    stopped ones included; retries that produced tokens; a stream up to where it was cut). `usage` keeps OpenAI's
-    meaning (the returned answer); this is the separate `cascade.billed` figure and `x-cascade-billed-tokens`."""
-
-    __slots__ = ("completion_tokens", "prices", "prompt_tokens", "tier", "tiers", "unknown")
-
-    def __init__(self, prices: Prices | None = None) -> None:
-        self.prompt_tokens = 0
-        self.completion_tokens = 0
-        self.tier: str | None = None  # the last tier that answered (the key's metrics label)
-        self.tiers: dict[str, tuple[int, int]] = {}  # per tier: its prompt and decoded tokens, which prices it
-        self.prices = prices  # None: the tiers have no prices, and the bill no cost
-        # An answer was cut while under way (a whole answer's tokens are counted when it ends): the key is charged
-        # its reservation, the most the request could have cost.
-        self.unknown = False
-
-    def add(self, tier: str, prompt_tokens: int, decoded: int) -> None:
-        self.tier = tier
-        self.prompt_tokens += prompt_tokens
-        self.completion_tokens += decoded
-        prompt, out = self.tiers.get(tier, (0, 0))
-        self.tiers[tier] = (prompt + prompt_tokens, out + decoded)
-
-    @property
-    def total(self) -> int:
-        return self.prompt_tokens + self.completion_tokens
-
-    def billed(self) -> Billed:
-        return Billed(prompt_tokens=self.prompt_tokens, completion_tokens=self.completion_tokens,
-                      total_tokens=self.total)
-
-    def cost(self) -> Cost | None:
-        """The bill priced per tier (`cascade.cost`); None when the tiers have no prices."""
-        return None if self.prices is None else self.prices.cost(self.tiers)
 
 
 class TierPlace:
@@ -102,11 +65,18 @@ class Lease:
         if self.caller is not None:
             await self.tenants.enter(self.caller)
             self._key_place = True
-            self.granted = await self.tenants.reserve(self.caller, reserve)
-            if self.budgets is not None:
-                self.charge = await self.budgets.reserve(self.caller, worst_case)
+        await self.reserve(reserve, worst_case)
         await self.admission.admit()
         self._gateway_place = True
+
+    async def reserve(self, tokens: int, worst_case: float = 0.0) -> None:
+        """Reserve `tokens` from the key's buckets and `worst_case` from its budget, and no place (`take` without its
+        places: for a request whose end is never seen, charged at its reservation: `ChatService.charge`)."""
+        if self.caller is None:
+            return
+        self.granted = await self.tenants.reserve(self.caller, tokens)
+        if self.budgets is not None:
+            self.charge = await self.budgets.reserve(self.caller, worst_case)
 
     async def enter(self, tier: Tier, streams: int) -> TierPlace:
         """Occupy one of `tier`'s places and `streams` upstream streams (Overloaded: a 429)."""

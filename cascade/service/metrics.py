@@ -84,7 +84,7 @@ class GatewayMetrics:
         self.key_rate_limited = Counter("cascade_key_rate_limited", "Requests refused (429) because an API key was "
                                         "over a limit", ["key", "limit"], registry=r)
         # Cost ([tiers.price]; only when the tiers have prices): what the engines processed for each request, priced
-        # per tier, in the prices' currency units (cascade/service/costs.py); and the keys' budgets (budgets.py).
+        # per tier, in the prices' currency units (cascade/service/keys/costs.py); and the keys' budgets (budgets.py).
         self.cost = Counter("cascade_cost", "Cost of the requests served, by tier: every token the engines processed "
                             "for them (branches, escalated drafts, retries), at the tier's price", ["tier"], registry=r)
         self.key_cost = Counter("cascade_key_cost", "Cost per API key and tier, at the tiers' prices",
@@ -118,7 +118,7 @@ class GatewayMetrics:
 
 
 class RedisSeries:
-    """The shared limits' store (cascade/service/redis_store.py); `op`: acquire, settle, admit, release, heartbeat,
+    """The shared limits' store (cascade/service/redis/store.py); `op`: acquire, settle, admit, release, heartbeat,
     budget, budget_settle, budget_read."""
 
     def __init__(self, registry: CollectorRegistry) -> None:

@@ -16,7 +16,7 @@ from typing import Any
 
 from cascade.service.admission import Admission
 from cascade.service.decision import Decision
-from cascade.service.tenants import Tenant
+from cascade.service.keys.tenant import Tenant
 
 
 def route_attributes(decision: Decision, mode: str, admission: Admission, caller: Tenant | None) -> dict[str, Any]:

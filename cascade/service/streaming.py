@@ -21,8 +21,8 @@ from cascade.branches.backend import GenerationResult, StreamDelta
 from cascade.errors import BackendError, CascadeError, Overloaded
 from cascade.service.decision import Decision
 from cascade.service.frames import ChunkFrames
+from cascade.service.keys.bill import Bill
 from cascade.service.ladders import StreamLadder
-from cascade.service.lease import Bill
 from cascade.service.responses import cascade_info, completion_id, in_band_error, whole_answer_frames
 from cascade.service.responses import usage as usage_with
 from cascade.service.telemetry import Telemetry

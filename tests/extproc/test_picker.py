@@ -15,6 +15,8 @@ from cascade.errors import ConfigError
 from cascade.extproc.engines import tier_engines
 from cascade.extproc.picker import Refused, Routed, TierPicker, Verdict
 from cascade.plan import Plan
+from cascade.service.keys.budgets import LocalLedger
+from cascade.service.keys.ratelimit import LocalRateLimiter
 from tests.extproc.extproc_setup import TOML, chat
 
 KEY = "csk-test-key"
@@ -135,6 +137,44 @@ def test_a_keys_budget_is_charged_each_requests_worst_case_and_refused_once_spen
     assert [isinstance(v, Routed) for v in verdicts] == [True, True, True, False]
     error = refused(verdicts[-1], 429)
     assert error["type"] == error["code"] == "insufficient_quota" and "API key `team`" in error["message"]
+
+
+def test_a_picker_requests_reservations_go_through_the_lease_and_are_given_back_exactly_once_on_every_exit() -> None:
+    """The picker charges through the request's lease (ChatService.charge): sent to an engine, the key keeps its
+    reservation (tokens and worst-case cost) and holds no place; refused by its budget after its tokens were
+    reserved, those tokens come back, once; refused before any reservation, or sent to the gateway, nothing moves."""
+    digest = hashlib.sha256(KEY.encode()).hexdigest()
+    toml = TOML.replace('name = "small"\n', 'name = "small"\nprice = { input_per_mtok = 1, output_per_mtok = 2 }\n')
+    toml = toml.replace('name = "medium"\n', 'name = "medium"\nprice = { input_per_mtok = 1, output_per_mtok = 2 }\n')
+    toml = toml.replace('name = "large"\n', 'name = "large"\nprice = { input_per_mtok = 1, output_per_mtok = 2 }\n')
+    # A budget that admits one fast request (its worst case ~1.4e-4 passes the budget) and refuses the next.
+    keyed = picker(f'[[gateway.keys]]\nname = "team"\nsha256 = "{digest}"\nbudget = 1e-4\ntokens_per_minute = 100000\n'
+                   'max_in_flight = 1\nhints = ["fast", "balanced", "best"]\n', gateway=True, toml=toml)
+    service = keyed.service
+    service.tenants.limiter = LocalRateLimiter(clock=lambda: 0.0)  # no refill between the reads
+    service.budgets.ledger = ledger = LocalLedger(clock=lambda: 0.0)
+    auth = {"authorization": f"Bearer {KEY}"}
+
+    def standing() -> tuple[float, float]:
+        tokens = service.tenants.limiter.take("team", 0, 100_000, 0).tokens.remaining
+        return tokens, ledger.read("team", 0).spent  # 0: the calendar month, the default period
+
+    def nothing_held() -> bool:
+        return not service.tenants.in_flight and service.admission.in_flight == 0 and not any(
+            service.admission.tier_load)
+
+    assert standing() == (100_000, 0.0)
+    refused(pick(keyed, chat(quality="numeric-nonsense"), **auth), 400)  # before any reservation
+    routed(pick(keyed, chat(quality="best", branches={"n": 2}), **auth))  # to the gateway: it charges
+    assert standing() == (100_000, 0.0) and nothing_held()
+
+    first, _ = routed(pick(keyed, chat(quality="fast"), **auth))
+    assert not first.via_gateway
+    tokens, spent = standing()
+    assert tokens < 100_000 and spent > 0 and nothing_held()  # kept as the charge; no in-flight place held
+    after_admitted = standing()
+    assert refused(pick(keyed, chat(quality="fast"), **auth), 429)["code"] == "insufficient_quota"
+    assert standing() == after_admitted and nothing_held()  # the refused request's tokens came back, once
 
 
 def test_branches_go_to_the_gateway_pinned_to_the_picked_tier_or_are_refused_without_one() -> None:

@@ -87,10 +87,10 @@ def test_the_router_reads_the_first_and_last_halves_of_a_long_prompt(router_dir:
     assert len(routed) <= 1024 and routed.startswith(head[:300]) and routed.endswith(tail)
     assert routed_text("short", 1024) == "short"
     from cascade.router.load import TierShape
-    from cascade.service.chat import routing_signal
+    from cascade.router.signals import routing_signal
 
     shapes = [TierShape(t.name, t.branches.slots, t.branches.n) for t in config.tiers]
-    router = Router(shapes, config.routing, routing_signal(config, [t.name for t in config.tiers]))
+    router = Router(shapes, config.routing, routing_signal(config.routing, [t.name for t in config.tiers]))
     assert router.assess(prompt) == router.assess(routed)
     for bad in (100, 2_000_000):
         with pytest.raises(Exception, match="max_prompt_chars"):

@@ -1,4 +1,4 @@
-"""The keys' budgets in a real Redis (cascade/service/budgets_redis.py): many concurrent requests of one key through
+"""The keys' budgets in a real Redis (cascade/service/redis/ledger.py): many concurrent requests of one key through
 two gateways overspend its budget by one request's worst case at most; the window is the server's (its Lua `window`
 is budgets.py's, calendar months included: hypothesis); the period resets; a settle names its window; Redis away:
 fail open on each gateway's own ledger or closed with a 503, and a settle Redis could not take is sent again.
@@ -23,12 +23,13 @@ from cascade.config import decode_config
 from cascade.engines.fake_server import FakeEngine, FakeScript
 from cascade.errors import LimitsUnavailable, QuotaExceeded
 from cascade.schemas import ChatCompletionRequest
-from cascade.service.budgets import PERIOD_S, Budget, window
-from cascade.service.budgets_redis import WINDOW, RedisLedger, ledger_key
 from cascade.service.chat import ChatService, ServiceConfig, WholeReply
+from cascade.service.keys.budget import PERIOD_S, Budget, window
+from cascade.service.keys.reservation import estimate_prompt_tokens, estimate_tokens
+from cascade.service.keys.tenant import Tenant
 from cascade.service.metrics import GatewayMetrics
-from cascade.service.redis_store import RETRY_S, lua
-from cascade.service.tenants import Tenant, estimate_prompt_tokens, estimate_tokens
+from cascade.service.redis.ledger import WINDOW, RedisLedger, ledger_key
+from cascade.service.redis.store import RETRY_S, lua
 from cascade.testing.asgi import serve_asgi
 from cascade.testing.servers import TIERS, ladder_toml
 from cascade.tiers import build_tiers

@@ -20,10 +20,10 @@ import pytest
 from cascade.config import Limits, decode_config
 from cascade.errors import Overloaded
 from cascade.service.admission import Admission
-from cascade.service.admission_redis import RedisPlaces, place_key
 from cascade.service.metrics import GatewayMetrics
-from cascade.service.ratelimit_redis import RedisRateLimiter, bucket
-from cascade.service.redis_store import MAX_LAG_S, RETRY_S, RedisStore, StoreUnavailable, lua
+from cascade.service.redis.buckets import RedisRateLimiter, bucket
+from cascade.service.redis.places import RedisPlaces, place_key
+from cascade.service.redis.store import MAX_LAG_S, RETRY_S, RedisStore, StoreUnavailable, lua
 from cascade.testing.servers import RedisServer, ladder_toml, redis_server
 from cascade.tiers import build_tiers
 from tests.gateway.test_redis_limits import (

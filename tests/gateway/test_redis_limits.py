@@ -25,11 +25,11 @@ import pytest
 from cascade.config import Limits, decode_config
 from cascade.errors import ConfigError, LimitsUnavailable, Overloaded
 from cascade.service.admission import Admission
-from cascade.service.admission_redis import RedisPlaces, place_key
+from cascade.service.keys.ratelimit import LocalRateLimiter, RateLimiter
 from cascade.service.metrics import GatewayMetrics
-from cascade.service.ratelimit import LocalRateLimiter, RateLimiter
-from cascade.service.ratelimit_redis import RedisRateLimiter, bucket
-from cascade.service.redis_store import RETRY_S, RedisStore
+from cascade.service.redis.buckets import RedisRateLimiter, bucket
+from cascade.service.redis.places import RedisPlaces, place_key
+from cascade.service.redis.store import RETRY_S, RedisStore
 from cascade.testing.processes import CASCADE, start
 from cascade.testing.processes import stop as stop_process
 from cascade.testing.servers import RedisServer, fake_engine, ladder_toml, redis_server, serve_config
@@ -256,9 +256,9 @@ def test_two_gateways_together_fill_a_tiers_places_once(redis) -> None:
 
 _HOLDER = """
 import asyncio, sys
-from cascade.service.admission_redis import RedisPlaces
+from cascade.service.redis.places import RedisPlaces
 from cascade.service.metrics import GatewayMetrics
-from cascade.service.redis_store import RedisStore
+from cascade.service.redis.store import RedisStore
 
 async def main():
     places = RedisPlaces(RedisStore(sys.argv[1], GatewayMetrics().redis()), lease_s=1.0)

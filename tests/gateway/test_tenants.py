@@ -16,8 +16,9 @@ from cascade.config import decode_config
 from cascade.errors import ConfigError
 from cascade.gateway import server
 from cascade.schemas import ChatCompletionRequest
-from cascade.service.ratelimit import LocalRateLimiter, duration
-from cascade.service.tenants import Keyring, estimate_tokens
+from cascade.service.keys.keyring import Keyring
+from cascade.service.keys.ratelimit import LocalRateLimiter, duration
+from cascade.service.keys.reservation import estimate_tokens
 from cascade.testing.servers import TIERS, ladder_toml
 from tests.gateway.gateway_setup import post_chat, running_gateway, user
 

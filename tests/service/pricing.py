@@ -1,4 +1,4 @@
-"""Priced tiers for the tests of cost and budgets (tests/service/test_costs.py, test_budgets.py, test_lease.py and
+"""Priced tiers for the tests of cost and budgets (tests/service/keys/test_costs.py, keys/test_budgets.py, test_lease.py and
 tests/gateway/test_redis_budgets.py): ladder_toml's three tiers with round prices, so that costs are exact sums."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import msgspec
 from cascade.config import decode_config
 from cascade.engines.fake_server import FakeEngine, FakeScript
 from cascade.gateway.server import Gateway
-from cascade.service.costs import MTOK
+from cascade.service.keys.costs import MTOK
 from cascade.testing.asgi import serve_asgi
 from cascade.testing.servers import TIERS, ladder_toml
 

@@ -22,9 +22,11 @@ from cascade.config import decode_config
 from cascade.engines.fake_server import FakeEngine, FakeScript
 from cascade.errors import BackendError, Overloaded, RateLimited
 from cascade.schemas import ChatCompletionRequest
-from cascade.service.budgets import Budget, LocalLedger
 from cascade.service.chat import ChatService, StreamReply, WholeReply
-from cascade.service.tenants import Tenant, estimate_prompt_tokens
+from cascade.service.keys.budget import Budget
+from cascade.service.keys.budgets import LocalLedger
+from cascade.service.keys.reservation import estimate_prompt_tokens
+from cascade.service.keys.tenant import Tenant
 from cascade.testing.asgi import serve_asgi
 from cascade.testing.servers import TIERS, ladder_toml
 from tests.gateway.gateway_setup import on_service, user
@@ -47,7 +49,7 @@ def with_service(work: Callable[[ChatService], Awaitable[T]], *, mode: str = "ro
                  engines: int = 1, rewrite: Callable[[str], str] = lambda toml: toml) -> T:
     """`work` on a service over three tiers on one fake engine (`engines` = 2: the first tier has two replicas, the
     first of which cuts every answer short, so a whole answer is retried on the second); `rewrite` changes the config
-    (prices, tests/service/test_costs.py)."""
+    (prices, tests/service/keys/test_costs.py)."""
     engine = FakeEngine(FakeScript(tokens=TOKENS))
     faulty = FakeEngine(FakeScript(tokens=TOKENS, fault="truncated", stall_after=3))
     with serve_asgi(engine) as url, serve_asgi(faulty) as bad_url:

@@ -1,4 +1,4 @@
-"""Spend budgets per API key (cascade/service/budgets.py): UTC windows (hypothesis), the in-process ledger on a fake
+"""Spend budgets per API key (cascade/service/keys/budgets.py): UTC windows (hypothesis), the in-process ledger on a fake
 clock (reserve, settle, the period's reset), a key over its budget refused with OpenAI's 429 `insufficient_quota`
 (in-process and over HTTP), at most one request's worst case overspent by concurrent requests, and the downgrade
 past `downgrade_at`.
@@ -18,9 +18,11 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from cascade.errors import QuotaExceeded
-from cascade.service.budgets import PERIOD_S, Budget, Budgets, LocalLedger, Standing, window
 from cascade.service.chat import ChatService, WholeReply
-from cascade.service.tenants import Tenant, estimate_prompt_tokens, estimate_tokens
+from cascade.service.keys.budget import PERIOD_S, Budget, Standing, window
+from cascade.service.keys.budgets import Budgets, LocalLedger
+from cascade.service.keys.reservation import estimate_prompt_tokens, estimate_tokens
+from cascade.service.keys.tenant import Tenant
 from cascade.testing.servers import TIERS, ladder_toml
 from tests.gateway.test_tenants import bearer, entry
 from tests.service.pricing import priced, running_priced_gateway
@@ -177,7 +179,7 @@ def test_an_over_budget_key_gets_openais_429_with_its_retry_after_and_every_answ
 
 def test_budgets_in_config_reach_the_keys() -> None:
     from cascade.config import decode_config
-    from cascade.service.tenants import Keyring
+    from cascade.service.keys.keyring import Keyring
 
     toml = priced(ladder_toml("http://127.0.0.1:9", entry("a", budget=2.5, budget_period=600, downgrade_at=0.8,
                                                          downgrade_to=TIERS[0]) + entry("b", key="other")))

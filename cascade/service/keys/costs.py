@@ -1,6 +1,6 @@
 """What a request costs: its bill (cascade/service/lease.py `Bill`: every token the engines processed for it, per
 tier) priced at each tier's `[tiers.price]` (cascade/config/prices.py), and the most it can cost, which a key's
-budget reserves before dispatch (cascade/service/budgets.py).
+budget reserves before dispatch (cascade/service/keys/budgets.py).
 
 A tier priced per GPU-hour gets per-token prices here, once, from two measured sources:
 

@@ -1,104 +1,20 @@
-"""API keys as tenants: who is calling (`Keyring.authenticate`), what it may ask for (`Tenants.permit`, and the tiers
-that may serve it), how much it may hold and spend (`enter`, `reserve`), and what it is billed (`Tenants.settle`: its
-token bucket corrected to the bill, its metrics counted).
-
-Keys are known by their sha256 only (`[[gateway.keys]]`, made by `cascade keys add`); the digest of what a client
-sends is compared with every configured one in constant time (hmac.compare_digest, no early exit). Plain
-`[gateway] api_keys` still work: each is a tenant named `api_keys[i]` with no limits.
+"""What each API key may ask for (`Tenants.permit`, and the tiers that may serve it), how much it may hold and spend
+(`enter`, `reserve`), and what it is billed (`Tenants.settle`: its token bucket corrected to the bill, its metrics
+counted). Who is calling is the key ring's (keyring.py); the key itself is a `Tenant` (tenant.py).
 """
 
 from __future__ import annotations
 
-import hashlib
-import hmac
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, NoReturn
+from typing import NoReturn
 
-import msgspec
-
-from cascade.config import ApiKey
-from cascade.errors import ConfigError, Forbidden, Overloaded, RateLimited, Unauthorized
+from cascade.errors import Forbidden, Overloaded, RateLimited
 from cascade.router.policy import NAMED_HINTS, ROUTED_MODEL, QualityHint
-from cascade.schemas import ChatCompletionRequest
 from cascade.service.admission import SharedPlaces
-from cascade.service.budgets import Budget
+from cascade.service.keys.bill import Bill
+from cascade.service.keys.claims import Pass
+from cascade.service.keys.ratelimit import Allowance, RateLimiter
+from cascade.service.keys.tenant import Tenant
 from cascade.service.metrics import GatewayMetrics
-from cascade.service.ratelimit import Allowance, RateLimiter
-
-if TYPE_CHECKING:
-    from cascade.service.lease import Bill  # the lease imports this module
-
-_NO_KEY = "missing or invalid API key: send `Authorization: Bearer <key>`"
-
-
-@dataclass(frozen=True)
-class Tenant:
-    name: str  # the metrics label
-    digest: bytes
-    requests_per_minute: int = 0
-    tokens_per_minute: int = 0
-    hints: frozenset[str] = frozenset()  # empty: all
-    tiers: frozenset[str] = frozenset()  # empty: all
-    max_in_flight: int = 0  # 0: unlimited
-    budget: Budget | None = None  # spend per period (cascade/service/budgets.py); None: none
-
-
-class Keyring:
-    def __init__(self, keys: tuple[ApiKey, ...] = (), plain: tuple[str, ...] = ()) -> None:
-        """ConfigError when one key is configured twice (plain or hashed, in either list): which entry would it be?
-        Its limits and permits would depend on the order (a key listed in `api_keys` and, with limits, in
-        `[[gateway.keys]]` lost its limits)."""
-        self.tenants = [Tenant(k.name, bytes.fromhex(k.sha256), k.requests_per_minute, k.tokens_per_minute,
-                               frozenset(k.hints), frozenset(k.tiers), k.max_in_flight, Budget.of(k)) for k in keys]
-        self.tenants += [Tenant(f"api_keys[{i}]", _digest(key)) for i, key in enumerate(plain)]
-        first: dict[bytes, str] = {}
-        for tenant in self.tenants:
-            if (other := first.setdefault(tenant.digest, tenant.name)) != tenant.name:
-                raise ConfigError(f"one API key is configured twice, as `{other}` and as `{tenant.name}`: keep one "
-                                  "entry per key (a [[gateway.keys]] entry holds its limits and permits)")
-
-    def __bool__(self) -> bool:
-        return bool(self.tenants)
-
-    def authenticate(self, authorization: str) -> Tenant | None:
-        """The tenant whose key `authorization` (the header, "" if absent) carries as `Bearer <key>`; None when no
-        keys are configured (every request passes); else Unauthorized."""
-        if not self.tenants:
-            return None
-        scheme, _, token = authorization.partition(" ")
-        digest = _digest(token)
-        found = None
-        for tenant in self.tenants:  # every one compared: the time does not tell which matched
-            if hmac.compare_digest(tenant.digest, digest):
-                found = tenant
-        if scheme.lower() != "bearer" or not token or found is None:
-            raise Unauthorized(_NO_KEY)
-        return found
-
-
-def _digest(key: str) -> bytes:
-    return hashlib.sha256(key.encode("utf-8", "surrogateescape")).digest()
-
-
-# A plain key a gateway reachable from the network refuses to start with (`cascade keys add` makes 47 characters).
-MIN_KEY_CHARS = 24
-MIN_KEY_DISTINCT = 8
-
-
-def weak_plain_keys(plain: tuple[str, ...]) -> list[str]:
-    """The `api_keys[i]` entries that are easy to guess: shorter than MIN_KEY_CHARS characters, or made of fewer
-    than MIN_KEY_DISTINCT distinct ones."""
-    return [f"api_keys[{i}]" for i, key in enumerate(plain)
-            if len(key) < MIN_KEY_CHARS or len(set(key)) < MIN_KEY_DISTINCT]
-
-
-@dataclass(frozen=True)
-class Pass:
-    """An admitted request's claim on its tenant's buckets."""
-
-    tenant: Tenant
-    reserved: int
-    allowance: Allowance
 
 
 class Tenants:
@@ -203,18 +119,6 @@ class Tenants:
         self.metrics.key_requests.labels(tenant.name, bill.tier).inc()
         self.metrics.key_tokens.labels(tenant.name, bill.tier, "in").inc(bill.prompt_tokens)
         self.metrics.key_tokens.labels(tenant.name, bill.tier, "out").inc(bill.completion_tokens)
-
-
-def estimate_tokens(req: ChatCompletionRequest, branches: int = 1, default_max_tokens: int = 0) -> int:
-    """Tokens reserved before dispatch: the messages' JSON bytes / 4, plus max_tokens (the tier's default when the
-    request sets none) for each of the n choices and each of its `branches` (the most any tier it may reach runs)."""
-    out = req.max_completion_tokens or req.max_tokens or default_max_tokens
-    return estimate_prompt_tokens(req) + out * max(1, req.n) * max(1, branches)
-
-
-def estimate_prompt_tokens(req: ChatCompletionRequest) -> int:
-    """The prompt part of `estimate_tokens`: the messages' JSON bytes / 4."""
-    return len(msgspec.json.encode(req.messages)) // 4 + 1
 
 
 def _refusal(tenant: Tenant, allowance: Allowance, reserved: int) -> str:

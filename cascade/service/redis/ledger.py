@@ -1,7 +1,7 @@
-"""The keys' budgets in Redis (cascade/service/budgets.py), shared by every gateway on it.
+"""The keys' budgets in Redis (cascade/service/keys/budgets.py), shared by every gateway on it.
 
 One hash per key, `cascade:budget:{KEY}`: the start of its current window and what it spent and reserved in it. Each
-call is one Lua script (cascade/service/redis_store.py) on the Redis server's clock (`TIME`), which also says which
+call is one Lua script (cascade/service/redis/store.py) on the Redis server's clock (`TIME`), which also says which
 window is current (`window`, the same function as budgets.py's, calendar months included), so that N gateways
 reserve from one amount per key, atomically: a request is admitted while the amount is below the budget, and the
 amount grows by its worst case in the same step. A new window starts from zero; the hash expires when its window
@@ -9,21 +9,17 @@ ends. A settle names the window of its reservation and changes nothing once the 
 
 Redis away (`[gateway.redis] failure`): "open" reserves from this gateway's own ledger (a `LocalLedger`, empty at
 first: while Redis is away a key may spend its budget once per gateway), "closed" refuses with LimitsUnavailable (a
-503). A settle goes to the ledger that reserved (`Standing.shared`). One Redis did not take: never sent (the store
-failing fast after a failure) is owed, summed per key and window, and sent again once Redis answers a ping, until its
-window ends; sent without an answer is dropped (a hung Redis applies what it received when it resumes: at most once,
-never twice), and the key keeps its worst case reserved for the window (never an overspend), counted in
-`cascade_redis_settles_dropped_total` and logged (one line per LOG_EVERY_S at most).
+503). A settle goes to the ledger that reserved (`Standing.shared`). One Redis did not take is kept or dropped as
+cascade/service/redis/corrections.py says, kept until its window ends; a dropped one leaves the key its worst case
+reserved for the window (never an overspend).
 """
 
 from __future__ import annotations
 
-import asyncio
-import time
-from dataclasses import dataclass
-
-from cascade.service.budgets import LocalLedger, Standing
-from cascade.service.redis_store import RETRY_S, RedisStore, StoreUnavailable, ThrottledWarning, lua
+from cascade.service.keys.budget import Standing
+from cascade.service.keys.budgets import LocalLedger
+from cascade.service.redis.corrections import Corrections, Owed
+from cascade.service.redis.store import RedisStore, StoreUnavailable, lua
 
 # window(now, period): the UTC window holding `now` (whole seconds): period > 0, windows of that length from the
 # epoch; 0, the calendar month (days to civil dates and back: Howard Hinnant's algorithms, proleptic Gregorian).
@@ -98,23 +94,17 @@ def ledger_key(key: str) -> str:
     return f"cascade:budget:{{{key}}}"
 
 
-@dataclass
-class _Owed:
-    correction: float  # summed
-    start: int
-    end: int  # the window's end: after it the correction changes nothing
-
-
 class RedisLedger:
     """Budgets in Redis, shared by every gateway (and `--processes` worker) on it."""
 
     def __init__(self, store: RedisStore, fallback: LocalLedger | None = None) -> None:
         self.store = store
         self.fallback = fallback or LocalLedger()  # [gateway.redis] failure = "open" while Redis is away
-        self.dropped_settles = 0
-        self._owed: dict[tuple[str, int], _Owed] = {}
-        self._repaying: asyncio.Task[None] | None = None
-        self._drops = ThrottledWarning()
+        # By key and window start; past its window's end a correction changes nothing.
+        self.corrections: Corrections[tuple[str, int]] = Corrections(
+            store, "budget_settle", _SETTLE, None,
+            lambda slot, amount, why: f"redis at {store.where}: dropped a budget correction of {amount:+.6g} for key "
+                                      f"{slot[0]} ({why}); the key keeps its reservation for the period")
 
     async def reserve(self, key: str, budget: float, period_s: int, amount: float) -> Standing:
         try:
@@ -129,8 +119,9 @@ class RedisLedger:
         if not standing.shared:
             self.fallback.settle(key, standing, correction)  # the ledger that reserved it; Redis's never did
             return
-        self.store.spawn("budget_settle", _SETTLE, [ledger_key(key)], [standing.start, repr(correction)],
-                         lambda exc: self._unsettled(key, _Owed(correction, standing.start, standing.end), exc))
+        start = standing.start
+        self.corrections.send((key, start), Owed([ledger_key(key)], lambda amount: [start, repr(amount)], correction,
+                                                 standing.end))
 
     async def standing(self, key: str, period_s: int) -> Standing:
         try:
@@ -140,41 +131,10 @@ class RedisLedger:
             return self.fallback.read(key, period_s)
         return Standing(float(spent), int(float(start)), int(float(end)), shared=True)
 
+    @property
+    def dropped_settles(self) -> int:
+        return self.corrections.dropped_count
+
     def owed(self) -> dict[str, float]:
         """The corrections waiting for Redis, by key."""
-        return {key: owed.correction for (key, _), owed in self._owed.items()}
-
-    def _unsettled(self, key: str, owed: _Owed, exc: StoreUnavailable) -> None:
-        if exc.tried:
-            self._drop(key, owed, "sent without an answer: Redis may have applied it, and a retry could apply it twice")
-            return
-        if (earlier := self._owed.get((key, owed.start))) is not None:
-            owed = _Owed(earlier.correction + owed.correction, owed.start, owed.end)
-        self._owed[(key, owed.start)] = owed
-        if self._repaying is None or self._repaying.done():
-            self._repaying = asyncio.ensure_future(self._repay())
-
-    async def _repay(self) -> None:
-        while self._owed and not self.store.closed:
-            await asyncio.sleep(RETRY_S)
-            for slot, owed in list(self._owed.items()):
-                if time.time() >= owed.end:  # the window is over: the correction would change nothing
-                    del self._owed[slot]
-            if not self._owed or not await self.store.ping("budget_settle"):
-                continue
-            for slot in list(self._owed):
-                owed = self._owed.pop(slot)
-                try:
-                    await self.store.run("budget_settle", _SETTLE, [ledger_key(slot[0])],
-                                         [owed.start, repr(owed.correction)])
-                except StoreUnavailable as exc:
-                    self._unsettled(slot[0], owed, exc)
-        for slot in list(self._owed):
-            self._drop(slot[0], self._owed.pop(slot), "the gateway is stopping")
-
-    def _drop(self, key: str, owed: _Owed, why: str) -> None:
-        self.dropped_settles += 1
-        self.store.series.settles_dropped.inc()
-        if self._drops.due():
-            self._drops.warn("redis at %s: dropped a budget correction of %+.6g for key %s (%s); the key keeps its "
-                             "reservation for the period", self.store.where, owed.correction, key, why)
+        return {key: amount for (key, _), amount in self.corrections.owed().items()}

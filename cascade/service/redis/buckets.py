@@ -1,8 +1,8 @@
-"""Per-key rate limits in Redis: the token buckets of cascade/service/ratelimit.py, shared by every gateway.
+"""Per-key rate limits in Redis: the token buckets of cascade/service/keys/ratelimit.py, shared by every gateway.
 
 The same semantics as `LocalRateLimiter`: a bucket holds at most a minute's limit and refills at limit/60 per second;
 `acquire` takes 1 request and the estimated tokens, all or nothing; `settle` corrects the tokens. Each call is one Lua
-script (cascade/service/redis_store.py) that reads, refills and writes both buckets in one atomic step, on the Redis
+script (cascade/service/redis/store.py) that reads, refills and writes both buckets in one atomic step, on the Redis
 server's clock (`TIME`), so N gateways draw from exactly one bucket per key and limit.
 
 A bucket is a hash `cascade:rl:{KEY}:requests` (and `:tokens`) of its level and when it was last written; it expires
@@ -14,23 +14,19 @@ When Redis does not answer (`[gateway.redis] failure`): "open" decides on this g
 
 A request settles in the buckets that admitted it (`Allowance.shared`), wherever Redis is by then: one admitted on
 this gateway's buckets never touches Redis's, which never reserved its tokens. One admitted by Redis settles in Redis;
-when that call fails, what is right depends on whether it reached Redis. Never sent (the store failing fast after a
-failure, within RETRY_S): Redis certainly did not apply it, so it is owed, summed per key, and sent again once Redis
-answers a ping (every RETRY_S), for SETTLE_RETRY_S at most: after that the bucket has refilled a whole minute's limit
-and the correction means little. Sent with no answer: a hung Redis applies what it had received when it resumes, so a
-retry could apply it twice; it is dropped (at most once, never twice). A dropped correction is counted
-(`cascade_redis_settles_dropped_total`) and logged, one line per LOG_EVERY_S at most. A timed-out `acquire` is the
-same case: a hung Redis may take its tokens on resuming, while this gateway admitted the request on its own buckets.
+a correction Redis does not take is kept or dropped as cascade/service/redis/corrections.py says, and kept for
+SETTLE_RETRY_S at most: after that the bucket has refilled a whole minute's limit and the correction means little. A
+timed-out `acquire` is the dropped case: a hung Redis may take its tokens on resuming, while this gateway admitted
+the request on its own buckets.
 """
 
 from __future__ import annotations
 
-import asyncio
 import time
-from dataclasses import dataclass
 
-from cascade.service.ratelimit import Allowance, Limit, LocalRateLimiter, state
-from cascade.service.redis_store import RETRY_S, RedisStore, StoreUnavailable, ThrottledWarning, lua
+from cascade.service.keys.ratelimit import Allowance, Limit, LocalRateLimiter, state
+from cascade.service.redis.corrections import Corrections, Owed
+from cascade.service.redis.store import RedisStore, StoreUnavailable, lua
 
 SETTLE_RETRY_S = 60.0  # a correction Redis could not take is sent again for this long at most
 
@@ -81,15 +77,6 @@ return 1
 _UNLIMITED = Allowance(Limit(0, 0, 0.0), Limit(0, 0, 0.0))
 
 
-@dataclass
-class _Owed:
-    """The token corrections of one key that Redis has not taken yet."""
-
-    tpm: int
-    tokens: int  # reserved - used, summed: a refund > 0, a debt < 0
-    since: float  # when the oldest of them was first owed (time.monotonic)
-
-
 def bucket(key: str, kind: str) -> str:
     """The Redis key of `key`'s bucket of `kind` ("requests" or "tokens")."""
     return f"cascade:rl:{{{key}}}:{kind}"
@@ -101,10 +88,10 @@ class RedisRateLimiter:
     def __init__(self, store: RedisStore, fallback: LocalRateLimiter | None = None) -> None:
         self.store = store
         self.fallback = fallback or LocalRateLimiter()  # [gateway.redis] failure = "open" while Redis is away
-        self.dropped_settles = 0  # corrections given up: Redis may have applied them, or did not answer for long
-        self._owed: dict[str, _Owed] = {}
-        self._repaying: asyncio.Task[None] | None = None
-        self._drops = ThrottledWarning()
+        self.corrections: Corrections[str] = Corrections(
+            store, "settle", _SETTLE, f"Redis did not answer for {SETTLE_RETRY_S:g} s",
+            lambda key, tokens, why: f"redis at {store.where}: dropped a token correction of {tokens:+.0f} tokens "
+                                     f"({why}); the key's bucket stays as the request's admission left it")
 
     async def acquire(self, key: str, rpm: int, tpm: int, tokens: int) -> Allowance:
         if not rpm and not tpm:
@@ -124,44 +111,14 @@ class RedisRateLimiter:
         if not admitted.shared:
             self.fallback.settle(key, tpm, reserved, used)  # the bucket that reserved them; Redis's never did
             return
-        tokens, since = reserved - used, time.monotonic()
-        self.store.spawn("settle", _SETTLE, [bucket(key, "tokens")], [tpm, tokens],
-                         lambda exc: self._unsettled(key, _Owed(tpm, tokens, since), exc))
+        self.corrections.send(key, Owed([bucket(key, "tokens")], lambda tokens: [tpm, int(tokens)], reserved - used,
+                                        time.time() + SETTLE_RETRY_S))
+
+    @property
+    def dropped_settles(self) -> int:
+        """Corrections given up: Redis may have applied them, or did not answer for long."""
+        return self.corrections.dropped_count
 
     def owed(self) -> dict[str, int]:
         """The corrections waiting for Redis, by key (tokens: a refund > 0, a debt < 0)."""
-        return {key: owed.tokens for key, owed in self._owed.items()}
-
-    def _unsettled(self, key: str, owed: _Owed, exc: StoreUnavailable) -> None:
-        if exc.tried:
-            self._drop(owed, "sent without an answer: Redis may have applied it, and a retry could apply it twice")
-            return
-        if (earlier := self._owed.get(key)) is not None:
-            owed = _Owed(owed.tpm, earlier.tokens + owed.tokens, min(earlier.since, owed.since))
-        self._owed[key] = owed
-        if self._repaying is None or self._repaying.done():
-            self._repaying = asyncio.ensure_future(self._repay())
-
-    async def _repay(self) -> None:
-        while self._owed and not self.store.closed:
-            await asyncio.sleep(RETRY_S)
-            for key, owed in list(self._owed.items()):
-                if time.monotonic() - owed.since > SETTLE_RETRY_S:
-                    self._drop(self._owed.pop(key), f"Redis did not answer for {SETTLE_RETRY_S:g} s")
-            if not self._owed or not await self.store.ping("settle"):  # a ping first: a lost ping costs nothing
-                continue
-            for key in list(self._owed):
-                owed = self._owed.pop(key)
-                try:
-                    await self.store.run("settle", _SETTLE, [bucket(key, "tokens")], [owed.tpm, owed.tokens])
-                except StoreUnavailable as exc:
-                    self._unsettled(key, owed, exc)
-        for key in list(self._owed):
-            self._drop(self._owed.pop(key), "the gateway is stopping")
-
-    def _drop(self, owed: _Owed, why: str) -> None:
-        self.dropped_settles += 1
-        self.store.series.settles_dropped.inc()
-        if self._drops.due():
-            self._drops.warn("redis at %s: dropped a token correction of %+d tokens (%s); the key's bucket stays as "
-                             "the request's admission left it", self.store.where, owed.tokens, why)
+        return {key: int(tokens) for key, tokens in self.corrections.owed().items()}

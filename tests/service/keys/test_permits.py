@@ -20,7 +20,7 @@ from cascade.router.acceptance import NEVER
 from cascade.router.escalation import Cascaded, Pinned, within
 from cascade.router.escalation import Routed as RoutedItinerary
 from cascade.router.policy import Assessment, Route
-from cascade.service.tenants import Tenant
+from cascade.service.keys.tenant import Tenant
 from cascade.testing.servers import TIERS
 from tests.extproc.extproc_setup import TOML, chat
 from tests.gateway.gateway_setup import post_chat, running_gateway, user

@@ -1,5 +1,5 @@
 """Spend budgets per API key (`[[gateway.keys]] budget`): a key spends at most its budget per period, in the tiers'
-price currency (cascade/service/costs.py), and may be served more cheaply near it (`downgrade_at`).
+price currency (cascade/service/keys/costs.py), and may be served more cheaply near it (`downgrade_at`).
 
     reserve   before dispatch (the lease's `take`, after the key's token bucket): the request's worst case (its token
               reservation priced at the dearest tier it may reach) is added to what the key spent this period. A key
@@ -22,90 +22,28 @@ reserved in: a new window starts from zero, and a request still in flight when i
 (its window is gone).
 
 `BudgetLedger` is the seam: this process's (`LocalLedger`), or Redis's, shared by every gateway
-(cascade/service/budgets_redis.py `RedisLedger`), with `[gateway.redis] failure`'s rules while Redis is away.
+(cascade/service/redis/ledger.py `RedisLedger`), with `[gateway.redis] failure`'s rules while Redis is away.
 """
 
 from __future__ import annotations
 
-import math
 import time
 from collections.abc import Callable, Collection
-from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Protocol
+from typing import Protocol
 
 import msgspec
 
-from cascade.config import ApiKey
 from cascade.errors import QuotaExceeded
 from cascade.router.policy import ROUTED_MODEL
 from cascade.schemas import ChatCompletionRequest
-from cascade.service.costs import Prices, plain
+from cascade.service.keys.bill import Bill
+from cascade.service.keys.budget import Budget, Standing, window
+from cascade.service.keys.claims import Charge
+from cascade.service.keys.costs import Prices, plain
+from cascade.service.keys.ratelimit import duration
+from cascade.service.keys.tenant import Tenant
 from cascade.service.metrics import GatewayMetrics
-from cascade.service.ratelimit import duration
-
-if TYPE_CHECKING:
-    from cascade.service.lease import Bill
-    from cascade.service.tenants import Tenant
-
-PERIOD_S = {"hour": 3600, "day": 86_400, "month": 0}  # 0: the calendar month
-
-
-@dataclass(frozen=True)
-class Budget:
-    """A key's budget: `amount` per period (`period_s` seconds; 0: the calendar month)."""
-
-    amount: float
-    period_s: int
-    downgrade_at: float = 0.0  # 0: never downgraded
-    downgrade_to: str = "fast"
-
-    @classmethod
-    def of(cls, key: ApiKey) -> Budget | None:
-        if not key.budget:
-            return None
-        period = key.budget_period
-        return cls(key.budget, PERIOD_S[period] if isinstance(period, str) else period, key.downgrade_at,
-                   key.downgrade_to)
-
-    @property
-    def per(self) -> str:
-        """The period as a message says it: "per month", "per day", "per 600 s"."""
-        names = {s: name for name, s in PERIOD_S.items()}
-        return f"per {names[self.period_s]}" if self.period_s in names else f"per {self.period_s} s"
-
-
-def window(period_s: int, now: float) -> tuple[int, int]:
-    """The UTC window holding `now` (Unix seconds): [start, end) in whole seconds. `period_s` > 0: windows of that
-    length from the Unix epoch; 0: the calendar month. (budgets_redis.py's Lua `window` is the same function.)"""
-    second = math.floor(now)
-    if period_s:
-        start = second - second % period_s
-        return start, start + period_s
-    day = datetime.fromtimestamp(second, UTC)
-    start_at = datetime(day.year, day.month, 1, tzinfo=UTC)
-    end_at = datetime(day.year + day.month // 12, day.month % 12 + 1, 1, tzinfo=UTC)
-    return int(start_at.timestamp()), int(end_at.timestamp())
-
-
-@dataclass(frozen=True)
-class Standing:
-    """A key's window: what it spent and reserved in it (requests in flight count at their worst case)."""
-
-    spent: float
-    start: int
-    end: int
-    admitted: bool = True  # for a reservation: whether it was taken
-    shared: bool = False  # decided by Redis's ledger (its settle goes there); else this process's
-
-
-@dataclass(frozen=True)
-class Charge:
-    """An admitted request's claim on its key's budget, settled when the request ends."""
-
-    tenant: Tenant
-    reserved: float
-    standing: Standing  # as the reservation left it
 
 
 class BudgetLedger(Protocol):

@@ -38,7 +38,7 @@ import os
 import socket
 import time
 
-from cascade.service.redis_store import RedisStore, StoreUnavailable, lua
+from cascade.service.redis.store import RedisStore, StoreUnavailable, lua
 
 LEASE_S = 5.0  # a dead gateway's places are freed within this; renewed every LEASE_S / 4
 

@@ -1,4 +1,4 @@
-"""Cost per request (cascade/service/costs.py): `[tiers.price]` checked with numbers, a GPU-hour turned into per-token
+"""Cost per request (cascade/service/keys/costs.py): `[tiers.price]` checked with numbers, a GPU-hour turned into per-token
 prices from a plan and a profile, every response's `cascade.cost` priced from its bill per tier (branches, escalated
 drafts and streams included), the `x-cascade-cost` header, and the cost metrics per tier and key.
 
@@ -21,8 +21,8 @@ from cascade.optimizer.profile import DecodeModel, DecodePoint, PrefillModel, Pr
 from cascade.plan import OperatingPoint, Plan, ReplicaSet, TierDeployment
 from cascade.schemas import ChatCompletion
 from cascade.service.chat import ChatService, ServiceConfig, StreamReply, WholeReply
-from cascade.service.costs import MTOK, Prices, TokenPrice, cost_header, tier_prices
-from cascade.service.tenants import Tenant
+from cascade.service.keys.costs import MTOK, Prices, TokenPrice, cost_header, tier_prices
+from cascade.service.keys.tenant import Tenant
 from cascade.testing.servers import TIERS, ladder_toml
 from tests.gateway.gateway_setup import post_chat, running_gateway, user
 from tests.service.pricing import PRICES, expected, last_chunk, priced, running_priced_gateway

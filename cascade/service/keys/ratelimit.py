@@ -1,7 +1,7 @@
 """Per-key rate limits: requests and tokens per minute, as token buckets.
 
 `RateLimiter` is the seam: this process's buckets (`LocalRateLimiter`), or buckets in Redis shared by every gateway
-(`RedisRateLimiter`, cascade/service/ratelimit_redis.py, when `[gateway.redis] url` is set). A request `acquire`s 1
+(`RedisRateLimiter`, cascade/service/redis/buckets.py, when `[gateway.redis] url` is set). A request `acquire`s 1
 request and its estimated tokens at admission, all or nothing (awaited: a shared store answers over the network);
 when it ends, `settle` corrects the tokens to what it used (a refund, or a debt that may take the bucket below zero),
 in the buckets that admitted it (`Allowance.shared`: Redis's, or this process's when Redis was away and failed open).
