@@ -103,29 +103,56 @@ class Lease:
         self.bill.add(tier.name, prompt_tokens, decoded)
 
     async def aclose(self) -> None:
-        """Give back everything still held, once, and bill the key. Safe to call more than once."""
+        """Give back everything still held, once, and bill the key. Safe to call more than once. Exception-safe: each
+        piece is given back even when giving back an earlier one raised (a live answer's close, a settle, a metric:
+        an engine's usage cannot stop the key's place from coming back); the first exception is raised at the end."""
         if self._closed:
             return
         self._closed = True
-        try:
-            while self.opened:
+        failures: list[BaseException] = []
+        while self.opened:
+            try:
                 await self.opened.pop().aclose()
-        finally:
-            for place in reversed(self.places):
+            except BaseException as exc:  # a cancel included: the rest is still given back, then it is raised
+                failures.append(exc)
+        for give_back in (self._leave_places, self._release_gateway, self._settle_budget, self._settle_tokens,
+                          self._leave_key):
+            try:
+                give_back()
+            except Exception as exc:
+                failures.append(exc)
+        if failures:
+            raise failures[0]
+
+    def _leave_places(self) -> None:
+        failures = []
+        for place in reversed(self.places):
+            try:
                 self.leave(place)
-            if self._gateway_place:
-                self._gateway_place = False
-                self.admission.release()
-            if self.answering:
-                self.bill.unknown = True
-            if self.budgets is not None:
-                self.budgets.settle(self.caller, self.bill, self.charge)
-            if self.caller is not None:
-                if self.granted is not None:
-                    self.tenants.settle(self.granted, self.bill)
-                if self._key_place:
-                    self._key_place = False
-                    self.tenants.leave(self.caller)
+            except Exception as exc:
+                failures.append(exc)
+        if failures:
+            raise failures[0]
+
+    def _release_gateway(self) -> None:
+        if self._gateway_place:
+            self._gateway_place = False
+            self.admission.release()
+
+    def _settle_budget(self) -> None:
+        if self.answering:
+            self.bill.unknown = True
+        if self.budgets is not None:
+            self.budgets.settle(self.caller, self.bill, self.charge)
+
+    def _settle_tokens(self) -> None:
+        if self.caller is not None and self.granted is not None:
+            self.tenants.settle(self.granted, self.bill)
+
+    def _leave_key(self) -> None:
+        if self.caller is not None and self._key_place:
+            self._key_place = False
+            self.tenants.leave(self.caller)
 
     def limit_headers(self) -> list[tuple[bytes, bytes]]:
         """The key's rate-limit headers (x-ratelimit-*), as its buckets stood when it was admitted."""

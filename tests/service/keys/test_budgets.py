@@ -25,8 +25,8 @@ from cascade.service.keys.reservation import estimate_prompt_tokens, estimate_to
 from cascade.service.keys.tenant import Tenant
 from cascade.testing.servers import TIERS, ladder_toml
 from tests.gateway.test_tenants import bearer, entry
+from tests.service.keys.test_costs import PROPERTY
 from tests.service.pricing import priced, running_priced_gateway
-from tests.service.test_costs import PROPERTY
 from tests.service.test_lease import request, with_service
 
 NOW = 1_764_000_000.0  # 2025-11-24T16:00:00Z
