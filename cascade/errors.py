@@ -105,5 +105,10 @@ class BackendFailed(BackendError):
     """The engine answered with an error status or a response we cannot parse."""
 
 
+class UsageFault(BackendFailed):
+    """The engine reported usage no engine could truthfully report for the request (negative, or past what the
+    request could hold or produce): its count never reaches a bill, and the request is charged its reservation."""
+
+
 class ConfigError(CascadeError):
     """A config, plan or CLI argument is wrong; the message names the key."""

@@ -32,7 +32,15 @@ from cascade import tracing
 from cascade.branches.backend import GenerationRequest, StreamDelta
 from cascade.branches.http_connection import ConnectFailed, ConnectionClosed, StreamError, StreamTimeout
 from cascade.branches.http_stream import StreamPool
-from cascade.branches.openai_wire import ERROR_BODY_BYTES, EventData, excerpt, parse_chunk, status_error
+from cascade.branches.openai_wire import (
+    ERROR_BODY_BYTES,
+    EventData,
+    UsageBounds,
+    check_usage,
+    excerpt,
+    parse_chunk,
+    status_error,
+)
 from cascade.config import Timeouts
 from cascade.errors import BackendFailed, BackendTimeout, BackendUnavailable, CascadeError
 
@@ -151,6 +159,8 @@ class OpenAIBackend:
 
     async def stream(self, request: GenerationRequest) -> AsyncGenerator[StreamDelta, None]:
         body = self._body(request)
+        choices = request.extra.get("n")
+        bounds = UsageBounds.of(len(body), request.max_tokens, choices if isinstance(choices, int) else 1)
         # A deadline, not asyncio.timeout: the stream may be iterated from several tasks (fan-out),
         # and asyncio.timeout would cancel whichever task entered it. Stalls are caught by sock_read.
         deadline = time.monotonic() + self.timeouts.total_s
@@ -182,6 +192,7 @@ class OpenAIBackend:
                         else:
                             merged.absorb(delta)
                     if merged is not None:
+                        check_usage(merged, bounds, self.name)
                         finished = finished or merged.finish_reason is not None
                         if call is not None:
                             call.saw(merged)
@@ -192,6 +203,7 @@ class OpenAIBackend:
                             self.name,
                         )
                 if (tail := events.tail()) and (last := parse_chunk(tail, self.name)) is not None:
+                    check_usage(last, bounds, self.name)
                     finished = finished or last.finish_reason is not None
                     if call is not None:
                         call.saw(last)

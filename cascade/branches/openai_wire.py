@@ -12,7 +12,7 @@ from typing import Any
 import msgspec
 
 from cascade.branches.backend import StreamDelta
-from cascade.errors import BackendFailed, BackendUnavailable, CascadeError, InvalidRequest, Overloaded
+from cascade.errors import BackendFailed, BackendUnavailable, CascadeError, InvalidRequest, Overloaded, UsageFault
 from cascade.schemas import ToolCallDelta
 
 
@@ -165,6 +165,35 @@ def parse_chunk(data: bytes, backend: str) -> StreamDelta | None:
             raise status_error(backend, status, _encode({"error": error}))
         return None
     return delta
+
+
+# What a chat template may add to a request's bytes in tokens (its own markers, a default system prompt, tool
+# instructions): an engine's prompt count above the body's bytes plus this is impossible.
+TEMPLATE_SLACK_TOKENS = 4096
+
+
+class UsageBounds(msgspec.Struct, frozen=True):
+    """The most an engine can truthfully report for one request: its prompt cannot hold more tokens than the request
+    body's bytes (a token covers at least one byte) plus a template's own; its answer no more than max_tokens per
+    choice."""
+
+    prompt_tokens: int
+    completion_tokens: int
+
+    @classmethod
+    def of(cls, body_bytes: int, max_tokens: int, choices: int = 1) -> UsageBounds:
+        return cls(body_bytes + TEMPLATE_SLACK_TOKENS, max(1, max_tokens) * max(1, choices))
+
+
+def check_usage(delta: StreamDelta, bounds: UsageBounds, backend: str) -> None:
+    """BackendFailed when `delta` reports usage no engine could truthfully report for the request (negative, or past
+    `bounds`): a lying or broken engine, whose count must not reach a bill (the request is billed at its reservation,
+    as any answer that failed while under way)."""
+    for name, value, most in (("prompt_tokens", delta.prompt_tokens, bounds.prompt_tokens),
+                              ("completion_tokens", delta.completion_tokens, bounds.completion_tokens)):
+        if value is not None and not 0 <= value <= most:
+            raise UsageFault(f"backend `{backend}` reported usage {name} = {value}, impossible for this request "
+                             f"(0 to {most}): a broken or lying engine", backend)
 
 
 def status_error(backend: str, status: int, content: bytes) -> CascadeError:

@@ -51,7 +51,7 @@ from cascade.service.keys.budgets import BudgetLedger, Budgets, LocalLedger, dow
 from cascade.service.keys.costs import Prices, tier_prices
 from cascade.service.keys.keyring import Keyring
 from cascade.service.keys.ratelimit import LocalRateLimiter, RateLimiter
-from cascade.service.keys.reservation import reserved_tokens, worst_case
+from cascade.service.keys.reservation import Reservation, reservation
 from cascade.service.keys.tenant import Tenant
 from cascade.service.keys.tenants import Tenants
 from cascade.service.ladders import AnswerLadder, Rungs, StreamLadder
@@ -166,10 +166,9 @@ class ChatService:
         if caller is None:
             return
         tier = self.tiers[decision.tier]
-        reserved = reserved_tokens(req, [1], [tier.config.default_max_tokens])
         lease = Lease(self.admission, self.tenants, caller, self.budgets)
         try:
-            await lease.reserve(reserved, self._priced(req, [tier.name], reserved, caller))
+            await lease.reserve(self._reservation(req, caller, [tier], [1]))
             lease.bill.unknown = True  # sent on: the reservation is the charge
         finally:
             await lease.aclose()
@@ -193,7 +192,8 @@ class ChatService:
         lease = Lease(self.admission, self.tenants, caller, self.budgets)
         frames = None
         try:
-            await lease.take(*self._reservation(req, decision, caller))
+            await lease.take(self._reservation(req, caller, [self.tiers[i] for i in decision.branches],
+                                               [s.n for s in decision.branches.values() if s is not None]))
             if not req.stream:
                 completion = await self._complete(req, decision, max_tokens, lease)
                 return WholeReply(completion, lease.limit_headers())
@@ -228,18 +228,14 @@ class ChatService:
         if client is not None and client.gone:
             self.metrics.disconnects.labels(asked).inc()
 
-    def _reservation(self, req: ChatCompletionRequest, decision: Decision, caller: Tenant | None) -> tuple[int, float]:
-        """What the caller reserves before dispatch (cascade/service/keys/reservation.py): tokens for every choice of
-        every branch of the widest tier the request may reach, each tier's default max_tokens where the request sets
-        none; and that priced at the dearest of those tiers (0 for a caller without a budget)."""
-        reachable = [self.tiers[i] for i in decision.branches]
-        tokens = reserved_tokens(req, [s.n for s in decision.branches.values() if s is not None],
-                                 [t.config.default_max_tokens for t in reachable])
-        return tokens, self._priced(req, [t.name for t in reachable], tokens, caller)
-
-    def _priced(self, req: ChatCompletionRequest, tiers: list[str], tokens: int, caller: Tenant | None) -> float:
-        has_budget = caller is not None and caller.budget is not None
-        return worst_case(req, self.budgets.prices if has_budget else None, tiers, tokens)
+    def _reservation(self, req: ChatCompletionRequest, caller: Tenant | None, reachable: list[Tier],
+                     widths: list[int]) -> Reservation:
+        """What the caller reserves before dispatch (cascade/service/keys/reservation.py) for a request that may reach
+        `reachable` tiers running `widths` branches: priced only for a caller with a budget."""
+        priced = caller is not None and caller.budget is not None
+        return reservation(req, widths, [t.config.default_max_tokens for t in reachable],
+                           [t.config.system_prompt for t in reachable], self.budgets.prices if priced else None,
+                           [t.name for t in reachable])
 
     async def _downgraded(self, req: ChatCompletionRequest, hint_header: str | None, caller: Tenant | None
                           ) -> tuple[ChatCompletionRequest, str | None, str | None]:

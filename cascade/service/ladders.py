@@ -139,6 +139,7 @@ class AnswerLadder(_OneRequest):
                                  self.rungs.limits.max_slot_wait_s)
         except Exception as exc:
             lease.answering -= 1
+            lease.failed(exc)
             if isinstance(exc, BackendError):
                 telemetry.backend_error(on, exc)
             raise
@@ -186,6 +187,7 @@ class StreamLadder(_OneRequest):
         except BaseException as exc:
             if isinstance(exc, BackendError):
                 self.rungs.telemetry.backend_error(on, exc)
+            self.lease.failed(exc)
             self.lease.leave(place)
             raise
         self.lease.hold(opened)

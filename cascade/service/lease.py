@@ -20,10 +20,12 @@ given back twice. Then the key is billed (`Bill`), and the bill's cost counted a
 from __future__ import annotations
 
 from cascade.answer import Opened
+from cascade.errors import UsageFault
 from cascade.service.admission import Admission
 from cascade.service.keys.bill import Bill
 from cascade.service.keys.budgets import Budgets
 from cascade.service.keys.claims import Charge, Pass
+from cascade.service.keys.reservation import Reservation
 from cascade.service.keys.tenant import Tenant
 from cascade.service.keys.tenants import Tenants
 from cascade.tiers import Tier
@@ -58,25 +60,27 @@ class Lease:
         self._gateway_place = False
         self._closed = False
 
-    async def take(self, reserve: int, worst_case: float = 0.0) -> None:
-        """Take the key's in-flight place, reserve `reserve` tokens from its buckets and `worst_case` from its budget,
-        then take a gateway place (Overloaded, RateLimited, QuotaExceeded: a 429; what was taken before the refusal
-        stays recorded for `aclose`)."""
+    async def take(self, reservation: Reservation) -> None:
+        """Take the key's in-flight place, reserve `reservation` from its buckets and its budget, then take a gateway
+        place (Overloaded, RateLimited, QuotaExceeded: a 429; what was taken before the refusal stays recorded for
+        `aclose`)."""
         if self.caller is not None:
             await self.tenants.enter(self.caller)
             self._key_place = True
-        await self.reserve(reserve, worst_case)
+        await self.reserve(reservation)
         await self.admission.admit()
         self._gateway_place = True
 
-    async def reserve(self, tokens: int, worst_case: float = 0.0) -> None:
-        """Reserve `tokens` from the key's buckets and `worst_case` from its budget, and no place (`take` without its
-        places: for a request whose end is never seen, charged at its reservation: `ChatService.charge`)."""
+    async def reserve(self, reservation: Reservation) -> None:
+        """Reserve `reservation`'s tokens from the key's buckets and its cost from its budget, and no place (`take`
+        without its places: for a request whose end is never seen, charged at its reservation: `ChatService.charge`).
+        A prompt the engines never count (a stream cut before its usage) is billed at the reservation's bound."""
+        self.bill.prompt_bound = reservation.prompt_tokens
         if self.caller is None:
             return
-        self.granted = await self.tenants.reserve(self.caller, tokens)
+        self.granted = await self.tenants.reserve(self.caller, reservation.tokens)
         if self.budgets is not None:
-            self.charge = await self.budgets.reserve(self.caller, worst_case)
+            self.charge = await self.budgets.reserve(self.caller, reservation.cost)
 
     async def enter(self, tier: Tier, streams: int) -> TierPlace:
         """Occupy one of `tier`'s places and `streams` upstream streams (Overloaded: a 429)."""
@@ -101,6 +105,12 @@ class Lease:
 
     def answered(self, tier: Tier, prompt_tokens: int, decoded: int) -> None:
         self.bill.add(tier.name, prompt_tokens, decoded)
+
+    def failed(self, exc: BaseException) -> None:
+        """An answer failed with `exc`: an engine whose usage was impossible (UsageFault) did work it will not count
+        truthfully, so the key is charged its reservation, the most the request could cost."""
+        if isinstance(exc, UsageFault):
+            self.bill.unknown = True
 
     async def aclose(self) -> None:
         """Give back everything still held, once, and bill the key. Safe to call more than once. Exception-safe: each

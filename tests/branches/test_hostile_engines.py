@@ -100,3 +100,54 @@ def test_a_control_plane_answer_past_its_limit_is_a_backend_failure(monkeypatch:
         await backend.aclose()
 
     asyncio.run(with_raw_server(handler, body))
+
+
+def stream_with_usage(prompt: object, completion: object) -> bytes:
+    usage = f'{{"prompt_tokens": {prompt}, "completion_tokens": {completion}, "total_tokens": 0}}'
+    body = (b'data: {"choices": [{"index": 0, "delta": {"content": "4"}, "finish_reason": null}]}\n\n'
+            b'data: {"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}], "usage": '
+            + usage.encode() + b"}\n\ndata: [DONE]\n\n")
+    return (b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nConnection: close\r\nContent-Length: "
+            + str(len(body)).encode() + b"\r\n\r\n" + body)
+
+
+@pytest.mark.parametrize(("prompt", "completion", "match"), [
+    (-5, 1, "prompt_tokens = -5"),
+    (10**12, 1, "prompt_tokens = 1000000000000"),
+    (3, -1, "completion_tokens = -1"),
+    (3, 9, "completion_tokens = 9"),  # max_tokens is 8
+    (3, 1.5, "unreadable stream chunk"),
+    ('"3"', 1, "unreadable stream chunk"),
+    (10**30, 1, "prompt_tokens = 1" + "0" * 30),
+])
+def test_usage_no_engine_could_report_for_the_request_is_an_engine_fault(prompt: object, completion: object,
+                                                                         match: str) -> None:
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await read_request(reader)
+        writer.write(stream_with_usage(prompt, completion))
+        await writer.drain()
+        writer.close()
+
+    async def body(url: str) -> None:
+        backend = OpenAIBackend("liar/0", url, "m", TIMEOUTS)
+        with pytest.raises(BackendFailed, match=rf"liar/0.*{match}"):
+            await drain(backend)
+        await backend.aclose()
+
+    asyncio.run(with_raw_server(handler, body))
+
+
+def test_usage_within_what_the_request_allows_is_taken_as_reported() -> None:
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await read_request(reader)
+        writer.write(stream_with_usage(4000, 8))  # a template may add more tokens than a short body has bytes
+        await writer.drain()
+        writer.close()
+
+    async def body(url: str) -> None:
+        backend = OpenAIBackend("honest/0", url, "m", TIMEOUTS)
+        deltas = [delta async for delta in backend.stream(REQUEST)]
+        assert deltas[-1].prompt_tokens == 4000 and deltas[-1].completion_tokens == 8
+        await backend.aclose()
+
+    asyncio.run(with_raw_server(handler, body))

@@ -105,31 +105,32 @@ def test_third_request_over_two_per_minute_is_429_with_openai_headers_and_error(
 def test_tokens_per_minute_reserves_max_tokens_and_settles_to_the_usage() -> None:
     body = {"model": "cascade", "messages": user(), "max_tokens": 80}
     reserved = estimate_tokens(msgspec.convert(body, ChatCompletionRequest))
-    assert reserved == len(msgspec.json.encode(msgspec.convert(body, ChatCompletionRequest).messages)) // 4 + 1 + 80
-    with running_gateway(extra=entry(tokens_per_minute=100)) as (base, _, _):
+    # The prompt's bound: its messages' JSON bytes and a chat template's own tokens (cascade/service/keys/reservation.py)
+    assert reserved == len(msgspec.json.encode(msgspec.convert(body, ChatCompletionRequest).messages)) + 32 + 80
+    with running_gateway(extra=entry(tokens_per_minute=300)) as (base, _, _):
         first = post_chat(base, body, bearer())
         # Reserved 80 + prompt, used 8 + 8 (the fake engine's usage): the bucket got the difference back.
         second = post_chat(base, {**body, "max_tokens": 70}, bearer())
-        too_large = post_chat(base, {**body, "max_tokens": 100}, bearer())
-        over = post_chat(base, {**body, "max_tokens": 85}, bearer())
+        too_large = post_chat(base, {**body, "max_tokens": 250}, bearer())
+        over = post_chat(base, {**body, "max_tokens": 225}, bearer())  # fits the limit, not what is left of it
     assert first.status_code == 200 and second.status_code == 200
-    assert first.headers["x-ratelimit-limit-tokens"] == "100"
-    assert first.headers["x-ratelimit-remaining-tokens"] == str(100 - reserved)
+    assert first.headers["x-ratelimit-limit-tokens"] == "300"
+    assert first.headers["x-ratelimit-remaining-tokens"] == str(300 - reserved)
     assert too_large.status_code == 429 and too_large.json()["error"]["type"] == "tokens"
     assert "Request too large" in too_large.json()["error"]["message"]
     assert over.status_code == 429 and over.json()["error"] == {
         "message": over.json()["error"]["message"], "type": "tokens", "param": None, "code": "rate_limit_exceeded"}
-    assert "tokens per min (TPM): Limit 100" in over.json()["error"]["message"]
-    assert int(over.headers["retry-after"]) >= 1 and over.headers["x-ratelimit-limit-tokens"] == "100"
+    assert "tokens per min (TPM): Limit 300" in over.json()["error"]["message"]
+    assert int(over.headers["retry-after"]) >= 1 and over.headers["x-ratelimit-limit-tokens"] == "300"
 
 
 def test_a_request_that_fails_before_an_answer_gets_its_tokens_back() -> None:
     body = {"model": TIERS[2], "messages": user(), "max_tokens": 80}
-    with running_gateway(extra=entry(tokens_per_minute=100), dead_url="http://127.0.0.1:9") as (base, _, _):
+    with running_gateway(extra=entry(tokens_per_minute=200), dead_url="http://127.0.0.1:9") as (base, _, _):
         failed = post_chat(base, body, bearer())
         again = post_chat(base, {**body, "model": TIERS[0]}, bearer())
     assert failed.status_code >= 500
-    assert again.status_code == 200  # 80 + prompt twice would not fit in 100
+    assert again.status_code == 200  # 80 + the prompt's bound (67) twice would not fit in 200
 
 
 def test_a_hint_or_tier_the_key_may_not_use_is_403_naming_what_it_may() -> None:

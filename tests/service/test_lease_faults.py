@@ -34,6 +34,8 @@ from cascade.service.metrics import GatewayMetrics
 from cascade.testing.asgi import serve_asgi
 from cascade.testing.servers import TIERS, ladder_toml
 from cascade.tiers import build_tiers
+from tests.branches.test_hostile_engines import stream_with_usage
+from tests.branches.test_http_stream import read_request, with_raw_server
 from tests.service.pricing import priced
 
 CALLER = Tenant("acme", hashlib.sha256(b"acme").digest(), requests_per_minute=10_000, tokens_per_minute=10_000_000,
@@ -130,8 +132,9 @@ def _request(directive: str, stream: bool) -> ChatCompletionRequest:
     return msgspec.json.decode(msgspec.json.encode(body), type=ChatCompletionRequest)
 
 
-async def _one_request(service: ChatService, req: ChatCompletionRequest, read_frames: int) -> None:
-    reply = await service.chat(req, caller=CALLER)
+async def _one_request(service: ChatService, req: ChatCompletionRequest, read_frames: int,
+                       caller: Tenant = CALLER) -> None:
+    reply = await service.chat(req, caller=caller)
     if isinstance(reply, StreamReply):
         try:
             for _ in range(read_frames):
@@ -175,3 +178,40 @@ def test_a_fault_at_any_point_of_a_request_gives_back_every_place_and_reservatio
                 await tier.backend.aclose()
 
     asyncio.run(run())
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_an_engine_that_lies_about_usage_fails_its_answer_bills_the_reservation_and_leaks_no_place(
+        stream: bool) -> None:
+    """A negative prompt count once made a 500 and held the key's only in-flight place for good (every later request
+    was a 429); a count of 10^12 was billed as such. Now the count is an engine fault: the answer fails, the key pays
+    at most its reservation, and its next request is served."""
+    caller = Tenant("acme", hashlib.sha256(b"acme").digest(), tokens_per_minute=100_000, max_in_flight=1)
+
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await read_request(reader)
+        writer.write(stream_with_usage(-5, 1))
+        await writer.drain()
+        writer.close()
+
+    levels: list[float] = []
+
+    async def body(url: str) -> None:
+        config = decode_config(ladder_toml(url))
+        tiers = build_tiers(config, {})
+        limiter = LocalRateLimiter(clock=lambda: 0.0)
+        service = ChatService(tiers, ServiceConfig.of(config), GatewayMetrics(), limiter=limiter)
+        try:
+            for _ in range(2):  # the second is served like the first: nothing was left held
+                with contextlib.suppress(CascadeError):
+                    await _one_request(service, _request("", stream), 100, caller)
+                assert service.tenants.in_flight == {} and service.admission.in_flight == 0
+                levels.append(limiter.take("acme", 0, 100_000, 0).tokens.remaining)
+        finally:
+            for tier in tiers:
+                await tier.backend.aclose()
+
+    before = 100_000
+    asyncio.run(with_raw_server(handler, body))
+    reservation = before - levels[0]
+    assert 0 < reservation < 2_000 and levels[1] == before - 2 * reservation  # each billed at most its reservation

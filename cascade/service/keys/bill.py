@@ -12,7 +12,7 @@ class Bill:
     stopped ones included; retries that produced tokens; a stream up to where it was cut). `usage` keeps OpenAI's
     meaning (the returned answer); this is the separate `cascade.billed` figure and `x-cascade-billed-tokens`."""
 
-    __slots__ = ("completion_tokens", "prices", "prompt_tokens", "tier", "tiers", "unknown")
+    __slots__ = ("completion_tokens", "prices", "prompt_bound", "prompt_tokens", "tier", "tiers", "unknown")
 
     def __init__(self, prices: Prices | None = None) -> None:
         self.prompt_tokens = 0
@@ -23,8 +23,13 @@ class Bill:
         # An answer was cut while under way (a whole answer's tokens are counted when it ends): the key is charged
         # its reservation, the most the request could have cost.
         self.unknown = False
+        # A prompt the engine never counted (0: a stream cut before its last chunk, where SGLang reports usage; an
+        # engine that reports none) is billed at the reservation's bound (cascade/service/keys/reservation.py).
+        self.prompt_bound = 0
 
     def add(self, tier: str, prompt_tokens: int, decoded: int) -> None:
+        if prompt_tokens <= 0:
+            prompt_tokens = self.prompt_bound
         self.tier = tier
         self.prompt_tokens += prompt_tokens
         self.completion_tokens += decoded
