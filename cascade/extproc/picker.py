@@ -46,7 +46,7 @@ from cascade.extproc.engines import TierEngine, tier_engines
 from cascade.extproc.metrics import ExtprocMetrics
 from cascade.plan import Plan
 from cascade.router.policy import RoutingSignal
-from cascade.schemas import ChatCompletionRequest, ChatMessage, RouteDecision
+from cascade.schemas import ChatCompletionRequest, RouteDecision
 from cascade.service.bodies import decode_chat_request
 from cascade.service.budgets_redis import RedisLedger
 from cascade.service.chat import ChatService, ServiceConfig, routing_signal
@@ -57,7 +57,8 @@ from cascade.service.ratelimit import LocalRateLimiter
 from cascade.service.ratelimit_redis import RedisRateLimiter
 from cascade.service.redis_store import RedisStore
 from cascade.service.tenants import Keyring, estimate_prompt_tokens, estimate_tokens
-from cascade.tiers import build_tiers
+from cascade.tiers.build import build_tiers
+from cascade.tiers.upstream import engine_request
 
 log = logging.getLogger("cascade.extproc")
 
@@ -186,14 +187,7 @@ class TierPicker:
 
     def _to_engine(self, req: ChatCompletionRequest, decision: RouteDecision, engine: TierEngine,
                    key: str | None = None) -> Routed:
-        tier = self.service.tiers[decision.tier].config
-        messages = req.messages
-        if tier.system_prompt:
-            messages = [ChatMessage(role="system", content=tier.system_prompt), *messages]
-        unset = req.max_tokens is None and req.max_completion_tokens is None
-        body = _encode(msgspec.structs.replace(
-            req, model=engine.model, messages=messages, quality=None, branches=None, prompt_cache_key=None,
-            max_tokens=tier.default_max_tokens if unset else req.max_tokens))
+        body = _encode(engine_request(req, self.service.tiers[decision.tier].config, engine.model))
         credentials = () if engine.authorization is None else (("authorization", engine.authorization),)
         return Routed(tier=engine.tier, via_gateway=False, body=body,
                       set_headers=((TIER_HEADER, engine.tier), ("content-length", str(len(body))), *credentials),

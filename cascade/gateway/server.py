@@ -17,7 +17,6 @@ from cascade.gateway.app import create_app
 from cascade.gateway.chat_asgi import ChatCompletionsASGI
 from cascade.gateway.drain import longest_drain_s
 from cascade.gateway.monitoring import MonitoringApp, MonitoringListener
-from cascade.ladder import Ladder
 from cascade.plan import load_plan
 from cascade.service.admission_redis import RedisPlaces
 from cascade.service.budgets_redis import RedisLedger
@@ -29,6 +28,7 @@ from cascade.service.readiness import Readiness
 from cascade.service.redis_store import RedisStore
 from cascade.service.tenants import MIN_KEY_CHARS, MIN_KEY_DISTINCT, weak_plain_keys
 from cascade.service.traffic import TrafficLog
+from cascade.tiers.lifecycle import TierFleet
 
 log = logging.getLogger("cascade.gateway")
 
@@ -40,9 +40,9 @@ class Gateway:
                  host: str = "127.0.0.1") -> None:
         """`host`: where the monitoring port binds (`[gateway] monitoring_port`), as the gateway's own port."""
         self.config = config
-        # Built now (the service needs its tiers), started by `start` and closed by `stop` (cascade/ladder.py).
-        self.ladder = Ladder(config, log_dir=log_dir)
-        self.workers, tiers = self.ladder.workers, self.ladder.tiers
+        # Built now (the service needs its tiers), started by `start` and closed by `stop` (cascade/tiers/lifecycle.py).
+        self.fleet = TierFleet(config, log_dir=log_dir)
+        self.workers, tiers = self.fleet.workers, self.fleet.tiers
         service_config = ServiceConfig.of(config, load_plan(plan_path) if plan_path else None)
         self.metrics = GatewayMetrics()
         # Tiers on SGLang read their engines' own load (/metrics), polled while the gateway runs.
@@ -96,7 +96,7 @@ class Gateway:
         if self.workers:
             log.info("starting %d embedded workers (first start loads the models; ~1 min on 2 cores)",
                      len(self.workers))
-        await self.ladder.start()
+        await self.fleet.start()
         # After the workers: they are healthy by now, and probes during their start would only mark them down.
         await self.readiness.start()
         log.info("tiers: %s", ", ".join(t.name for t in self.service.tiers))
@@ -118,7 +118,7 @@ class Gateway:
                 await asyncio.to_thread(self.tracer.shutdown)
         finally:
             try:
-                await self.ladder.aclose()  # every backend and scorer closed, the embedded workers stopped
+                await self.fleet.aclose()  # every backend and scorer closed, the embedded workers stopped
             finally:
                 if self.monitoring is not None:  # last: a draining gateway can be scraped until here
                     await self.monitoring.aclose()
@@ -175,7 +175,7 @@ def run(
         uvicorn.run(gateway.app, **options)
     finally:
         # uvicorn runs on_shutdown on SIGINT/SIGTERM; this also covers a failed startup.
-        gateway.ladder.supervisor.stop()
+        gateway.fleet.supervisor.stop()
 
 
 def exposure_warning(host: str, api_keys: tuple[str, ...]) -> str | None:

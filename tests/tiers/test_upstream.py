@@ -8,11 +8,11 @@ from itertools import pairwise
 import msgspec
 import pytest
 
-from cascade import upstream
 from cascade.branches.backend import GenerationRequest
 from cascade.branches.confidence import LOGPROBS_REQUEST
 from cascade.config import Limits, TierConfig
 from cascade.schemas import ChatCompletionRequest, ChatMessage
+from cascade.tiers import upstream
 
 MAX_N = 128  # OpenAI's own limit on `n`, above cascade's default (Limits.max_n)
 READABLE = re.compile(r"cascade-[0-9a-f]{32}-c\d{2,}-b\d{2,}")
