@@ -279,8 +279,9 @@ def build_parser() -> argparse.ArgumentParser:
     add_profile_command(sub)
     from cascade.keys_cli import add_keys_commands
     add_keys_commands(sub)
+    from cascade.deploy.cli import add_picker_envoy_options
     from cascade.extproc.cli import add_extproc_command
-    add_extproc_command(sub)
+    add_picker_envoy_options(add_extproc_command(sub))  # `--print-envoy`: deploy writes every Envoy document
     return parser
 
 

@@ -44,6 +44,7 @@ from cascade.config import CascadeConfig
 from cascade.errors import CascadeError, ConfigError, InvalidRequest
 from cascade.extproc.engines import TierEngine, tier_engines
 from cascade.extproc.metrics import ExtprocMetrics
+from cascade.extproc.wire import CHAT_PATH, HINT_HEADER, TIER_HEADER, VIA_HEADER
 from cascade.plan import Plan
 from cascade.router.policy import RoutingSignal
 from cascade.schemas import ChatCompletionRequest, RouteDecision
@@ -62,10 +63,6 @@ from cascade.tiers.upstream import engine_request
 
 log = logging.getLogger("cascade.extproc")
 
-CHAT_PATH = "/v1/chat/completions"
-TIER_HEADER = "x-cascade-tier"
-VIA_HEADER = "x-cascade-via"
-HINT_HEADER = "x-cascade-quality"
 _encode = msgspec.json.Encoder().encode
 
 
