@@ -99,6 +99,26 @@ def test_a_tier_sends_its_instruction_first_its_default_length_and_logprobs_only
     assert sent.request_id != read.request_id  # a fresh rid base per answer
 
 
+@pytest.mark.parametrize(("lengths", "sent"), [
+    ({}, {"max_tokens": 99, "max_completion_tokens": None}),  # the client set none: the tier's default
+    ({"max_tokens": 5}, {"max_tokens": 5, "max_completion_tokens": None}),
+    ({"max_completion_tokens": 7}, {"max_tokens": None, "max_completion_tokens": 7}),  # kept as the client named it
+    ({"max_tokens": 5, "max_completion_tokens": 7}, {"max_tokens": 5, "max_completion_tokens": 7}),
+])
+def test_a_client_request_for_an_engine_follows_the_tiers_rules_without_cascades_own_fields(
+        lengths: dict[str, int], sent: dict[str, int | None]) -> None:
+    tier = TierConfig(name="t", backends=[], system_prompt="Think.", default_max_tokens=99)
+    req = msgspec.convert({"model": "cascade:best", "messages": [{"role": "user", "content": "Q"}], "quality": "best",
+                           "branches": {"n": 2}, "prompt_cache_key": "k", "temperature": 0.5, **lengths},
+                          ChatCompletionRequest)
+    engine = upstream.engine_request(req, tier, "engine-model")
+    assert engine.model == "engine-model" and engine.temperature == 0.5
+    assert [(m.role, m.content) for m in engine.messages] == [("system", "Think."), ("user", "Q")]
+    assert (engine.quality, engine.branches, engine.prompt_cache_key) == (None, None, None)
+    assert {"max_tokens": engine.max_tokens, "max_completion_tokens": engine.max_completion_tokens} == sent
+    assert upstream.template(tier, req.messages, upstream.sampling_of(req, 0)).messages == engine.messages
+
+
 def test_label_decodes_a_single_branch_tier_greedily_and_leaves_branches_to_their_temperature() -> None:
     assert upstream.label_sampling(64, 0, branched=False).temperature == 0.0
     assert upstream.label_sampling(64, 0, branched=True).temperature is None
