@@ -162,7 +162,7 @@ def serve_target(args: argparse.Namespace, out: Path) -> Iterator[Target]:
         from cascade.engines.models import load_card, prepare
 
         config = embedded_worker(args.embedded)
-        worker = Worker(config, prepare(load_card(config.model)), out / "logs")  # as cascade.tiers.make_workers
+        worker = Worker(config, prepare(load_card(config.model)), out / "logs")  # as cascade.tiers.build.make_workers
         log(f"starting embedded worker {config.name} ({config.model}); log {worker.log_path}")
         with started(worker, config.startup_timeout_s):
             command = worker_command(worker.model_dir, worker.port, config)

@@ -50,7 +50,7 @@ def _label(args: argparse.Namespace) -> int:
     from cascade.config import load_config
     from cascade.engines.embedded import embedded_config
     from cascade.label import label, read_done_ids, select_prompts
-    from cascade.ladder import running_ladder
+    from cascade.tiers.lifecycle import running_tiers
 
     config = load_config(args.config) if args.config else embedded_config()
     prompts = select_prompts(args.dataset, args.n, args.seed)
@@ -70,11 +70,11 @@ def _label(args: argparse.Namespace) -> int:
 
     async def run() -> tuple[int, int]:
         # As `cascade serve` (logs never beside --out), but only the workers the labelled tiers run on.
-        async with running_ladder(config, wanted, log_dir=Path.cwd() / "logs") as ladder:
+        async with running_tiers(config, wanted, log_dir=Path.cwd() / "logs") as fleet:
             with tqdm(total=len(prompts), desc="label", unit="prompt") as bar:
                 done = read_done_ids(out)
                 bar.update(sum(1 for p in prompts if p.id in done))
-                return await label(ladder.tiers, prompts, out, args.concurrency, args.max_tokens, args.seed,
+                return await label(fleet.tiers, prompts, out, args.concurrency, args.max_tokens, args.seed,
                                    args.with_text, on_row=lambda _: bar.update(1),
                                    on_failed=lambda row: bar.write(_not_written(row)), logprobs=args.logprobs,
                                    on_branches=save_branches if branch_file is not None else None)
@@ -279,8 +279,9 @@ def build_parser() -> argparse.ArgumentParser:
     add_profile_command(sub)
     from cascade.keys_cli import add_keys_commands
     add_keys_commands(sub)
+    from cascade.deploy.cli import add_picker_envoy_options
     from cascade.extproc.cli import add_extproc_command
-    add_extproc_command(sub)
+    add_picker_envoy_options(add_extproc_command(sub))  # `--print-envoy`: deploy writes every Envoy document
     return parser
 
 

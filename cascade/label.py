@@ -1,9 +1,9 @@
 """`cascade label`: answer every prompt of a dataset on every tier, grade, write outcomes.
 
-The tiers are reached exactly as the gateway reaches them (cascade.tiers), so outcomes describe
+The tiers are reached exactly as the gateway reaches them (cascade/tiers/), so outcomes describe
 what serving will do. Rows are appended as soon as all tiers answered a prompt, so an interrupted
 run resumes where it stopped (ids already in the output are skipped). Each answer is the gateway's
-own (cascade/answer.py) to the prompt sent with `seed`: single-branch tiers decode greedily
+own (cascade/tiers/answer.py) to the prompt sent with `seed`: single-branch tiers decode greedily
 (temperature 0) so that a row is reproducible; tiers with reasoning branches sample them seeded at
 their branch temperature and run SART, as the gateway serves them. The sample of prompts is drawn
 with `seed`.
@@ -25,7 +25,6 @@ from pathlib import Path
 
 import numpy as np
 
-from cascade.answer import answer
 from cascade.branches.confidence import DEFAULT_GROUP
 from cascade.branches.slots import BranchSlots
 from cascade.data.datasets import DatasetError, load, sample
@@ -34,8 +33,9 @@ from cascade.data.outcomes import OutcomeRow, TierOutcome, read_rows, write_row
 from cascade.data.records import Prompt
 from cascade.errors import CascadeError, ConfigError
 from cascade.schemas import ChatMessage
-from cascade.tiers import Tier
-from cascade.upstream import label_sampling
+from cascade.tiers.answer import answer
+from cascade.tiers.build import Tier
+from cascade.tiers.upstream import label_sampling
 
 
 def read_done_ids(path: Path) -> set[str]:
@@ -72,7 +72,7 @@ BranchTexts = Callable[[list[dict[str, object]]], None]
 
 async def answer_on_tier(tier: Tier, prompt: Prompt, max_tokens: int | None, seed: int, logprobs: bool = False,
                          on_branches: BranchTexts | None = None) -> TierOutcome:
-    """One tier's graded answer: exactly what the gateway serves (cascade/answer.py) for the prompt sent
+    """One tier's graded answer: exactly what the gateway serves (cascade/tiers/answer.py) for the prompt sent
     with `seed`, and `temperature: 0` on a single-branch tier so that its row is reproducible (a tier with
     reasoning branches samples them at its branch temperature, seeded, and runs SART as served). `logprobs`: ask
     the engine for token logprobs (where it returns them) and record the answer's token confidence."""

@@ -79,7 +79,7 @@ def test_each_requests_branches_reach_the_sink_when_it_completes_not_at_the_end(
     from cascade.bench.methods import BenchSettings, run_method
     from cascade.config import load_config
     from cascade.label import select_prompts
-    from cascade.tiers import build_tiers
+    from cascade.tiers.build import build_tiers
 
     events: list[tuple[str, str]] = []
 

@@ -24,7 +24,7 @@ from cascade.engines.supervisor import Worker
 from cascade.errors import ConfigError
 from cascade.label import select_prompts
 from cascade.testing.asgi import serve_asgi
-from cascade.tiers import workers_of
+from cascade.tiers.build import workers_of
 from tests.test_bench import write_inputs
 
 IDLE = [sys.executable, "-c", "import time; time.sleep(60)"]  # the worker's process; HTTP is the fake engine

@@ -168,7 +168,7 @@ def test_missing_config_file_is_a_config_error(tmp_path) -> None:
 def test_a_tier_scorer_is_the_cpu_scorer_none_or_an_sglang_prm() -> None:
     from cascade.branches.cpu_scorer import CPUScorer
     from cascade.branches.prm_client import SGLangPRMScorer
-    from cascade.tiers import make_scorer
+    from cascade.tiers.build import make_scorer
 
     base = ('[[tiers]]\nname = "t"\nbranches = { n = 4 }\n'
             'backends = [{ kind = "openai", url = "http://127.0.0.1:1", model = "m" }]\n')

@@ -128,7 +128,7 @@ def test_ctrl_c_cancels_prompts_in_flight_at_once_and_keeps_written_rows(tmp_pat
 
 def test_labelling_some_tiers_starts_only_their_workers_and_an_unknown_tier_is_refused(tmp_path, capsys) -> None:
     from cascade.engines.embedded import embedded_config
-    from cascade.tiers import workers_of
+    from cascade.tiers.build import workers_of
 
     ladder = embedded_config()
     assert workers_of(ladder, ["qwen2.5-coder-1.5b-reason"]) == {"qwen15-sampling"}  # only the worker its tier runs on

@@ -108,7 +108,7 @@ def _branches(args: argparse.Namespace) -> int:
     from cascade.engines.embedded import embedded_config
     from cascade.label import select_prompts
     from cascade.repo_paths import recorded_value
-    from cascade.tiers import make_workers
+    from cascade.tiers.build import make_workers
 
     methods = [m.strip() for m in args.methods.split(",") if m.strip()]
     unknown = [m for m in methods if m not in METHODS]

@@ -35,7 +35,6 @@ from collections.abc import Callable
 import msgspec
 import numpy as np
 
-from cascade.answer import answer
 from cascade.branches.runner import BranchRun
 from cascade.branches.slots import BranchSlots
 from cascade.config import BranchSettings, BrokenRule, check_branches
@@ -44,8 +43,9 @@ from cascade.data.grading import grade
 from cascade.data.records import Prompt
 from cascade.errors import CascadeError, ConfigError
 from cascade.schemas import ChatMessage
-from cascade.tiers import Tier
-from cascade.upstream import Sampling
+from cascade.tiers.answer import answer
+from cascade.tiers.build import Tier
+from cascade.tiers.upstream import Sampling
 
 METHODS = ("vanilla", "self_consistency", "sart", "early_stop_only", "prune_only", "adaptive")
 # Methods whose finished branches are plain samples (none pruned for its score): the ones --save-branches keeps,
@@ -153,7 +153,7 @@ async def run_method(
     if method not in PRUNING_METHODS:
         tier = msgspec.structs.replace(tier, scorer=None)  # the runner scores and prunes with a scorer it is given
     slots = BranchSlots(tier.name, settings.slots or 4 * settings.n)
-    # The gateway's answer on a tier (cascade/answer.py), with this method's branch settings and slots.
+    # The gateway's answer on a tier (cascade/tiers/answer.py), with this method's branch settings and slots.
     temperature, top_p = decoding(method, settings)
     sampling = Sampling(max_tokens=settings.max_tokens, temperature=temperature, top_p=top_p,
                         seed=sampling_seed(settings) * 1000)

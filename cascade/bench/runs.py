@@ -34,8 +34,8 @@ from cascade.config import CascadeConfig
 from cascade.data.records import Prompt
 from cascade.engines.supervisor import Worker
 from cascade.errors import ConfigError
-from cascade.ladder import running_ladder
 from cascade.machine import fingerprint
+from cascade.tiers.lifecycle import running_tiers
 
 
 class BenchRun(msgspec.Struct, frozen=True, kw_only=True):
@@ -91,7 +91,7 @@ async def run_benchmark(
         left = {key: [i for i, p in enumerate(prompts) if p.id not in results.finished(key)] for key in owner}
         needed = sorted({owner[key].tier for key, todo in left.items() if todo})
         summaries: dict[str, dict[str, Any]] = {}
-        async with running_ladder(config, needed, workers=workers_for(needed) if needed else {}) as ladder:
+        async with running_tiers(config, needed, workers=workers_for(needed) if needed else {}) as fleet:
             with tqdm(total=sum(map(len, left.values())), desc="bench branches", unit="request") as bar:
                 for run, key in zip(runs, keys, strict=True):
                     if key in summaries:
@@ -100,7 +100,7 @@ async def run_benchmark(
                     if todo:
                         ran = method_settings(run.method, run.settings)
                         bar.set_postfix_str(f"{run.method} N={ran.n} M={ran.m}")
-                        await run_method(ladder.tier(run.tier), run.method, run.settings, [prompts[i] for i in todo],
+                        await run_method(fleet.tier(run.tier), run.method, run.settings, [prompts[i] for i in todo],
                                          offsets[todo] - offsets[todo].min(), results.recorder(run, key, bar.update),
                                          None if sink is None else sink.writer(run, key))
                     records = [results.latest[key][p.id] for p in prompts]

@@ -4,7 +4,7 @@
   echoes it as the completion id). It is the branch's `request_id`, or a fresh uuid when that is empty.
   SGLang refuses a rid already in flight (400 `Duplicate request ID detected`) and aborts every request
   whose rid *starts with* the rid it is given, so the rids of one client request must be distinct and
-  prefix-free: cascade/upstream.py makes them so (a bare uuid, the fallback here, is too).
+  prefix-free: cascade/tiers/upstream.py makes them so (a bare uuid, the fallback here, is too).
 - A stream closed (or failed, unless the engine refused it) before its finish chunk is aborted upstream
   at once with `POST /abort_request {"rid": ...}`, instead of SGLang noticing the closed connection
   later (~2 s) and generating for nobody until then.

@@ -43,7 +43,7 @@ class TierConfig(Strict, frozen=True):
     # Phase 2 pruning and partial-branch scoring (SART) are on unless scorer = "none"; "cpu" is the embedded scorer,
     # a table ({ url = ..., model = ... }) a PRM served by SGLang, and { worker = ... } a scorer worker (an embedded
     # model judging the steps; cascade/branches/verifier.py). A tier's component like its backends (a client the
-    # ladder opens and closes, maybe a [[workers]] process), so it stays here while the numbers are [tiers.branches].
+    # TierFleet opens and closes, maybe a [[workers]] process), so it stays here while the numbers are [tiers.branches].
     scorer: Literal["cpu", "none"] | PRMScorerConfig = "cpu"
     # Reasoning branches (SART): N per request, M to finish, pruning, waves, slots (cascade/config/branches.py).
     branches: BranchSettings = BranchSettings()

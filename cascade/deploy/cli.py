@@ -1,6 +1,7 @@
 """`cascade deploy`: launch and supervise a plan's engines and write the gateway config that points at them
 (cascade/deploy/launch.py), or with --gateways, Envoy in front of N gateways and Kubernetes manifests
-(cascade/deploy/envoy.py, cascade/deploy/kube.py). Only argparse here at import time: `cascade --help` stays light."""
+(cascade/deploy/envoy.py, cascade/deploy/kube.py). Also `cascade extproc --print-envoy`: the Envoy bootstrap in front
+of the model picker (`add_picker_envoy_options`). Only argparse here at import time: `cascade --help` stays light."""
 
 from __future__ import annotations
 
@@ -74,6 +75,47 @@ def add_deploy_command(sub: argparse._SubParsersAction) -> None:
     scale.add_argument("--hpa-in-flight", type=int, default=8,
                        help="the autoscaler's target of cascade_in_flight_requests per gateway")
     deploy.set_defaults(func=_deploy)
+
+
+def add_picker_envoy_options(extproc: argparse.ArgumentParser) -> None:
+    """`cascade extproc --print-envoy` and its options (`extproc`: the command's parser, cascade/extproc/cli.py): print
+    the picker topology's Envoy bootstrap (cascade/deploy/envoy.py) instead of serving. Deploy writes every Envoy
+    document; the command serves as extproc's own without --print-envoy."""
+    envoy = extproc.add_argument_group("Envoy bootstrap (--print-envoy)")
+    envoy.add_argument("--print-envoy", action="store_true",
+                       help="print the Envoy bootstrap (JSON; `envoy -c FILE`) for these tiers and exit")
+    envoy.add_argument("--listen", default="127.0.0.1:8080", metavar="HOST:PORT",
+                       help="Envoy's client address (default 127.0.0.1:8080; 0.0.0.0:8080 for every interface)")
+    envoy.add_argument("--admin-port", type=int, default=9901, help="Envoy's admin port, bound to 127.0.0.1 (9901)")
+    envoy.add_argument("--extproc-address", metavar="HOST:PORT",
+                       help="where Envoy reaches this server (default: --host:--port, loopback for 0.0.0.0)")
+    envoy.add_argument("--message-timeout-ms", type=int, default=1000,
+                       help="Envoy's wait for each answer of the processor before failing the request (1000)")
+    extproc.set_defaults(func=_extproc_or_envoy)
+
+
+def _extproc_or_envoy(args: argparse.Namespace) -> int:
+    from cascade.extproc.cli import run_extproc
+
+    return _print_picker_envoy(args) if args.print_envoy else run_extproc(args)
+
+
+def _print_picker_envoy(args: argparse.Namespace) -> int:
+    from cascade.deploy.envoy import picker_bootstrap, to_json
+    from cascade.errors import ConfigError
+    from cascade.extproc.cli import endpoint, read_options
+    from cascade.extproc.engines import Endpoint, tier_engines
+
+    config, _, gateway = read_options(args)
+    if args.message_timeout_ms < 1:
+        raise ConfigError("--message-timeout-ms must be at least 1")
+    host = "127.0.0.1" if args.host in ("0.0.0.0", "::") else args.host
+    extproc = endpoint(args.extproc_address, "--extproc-address") if args.extproc_address else Endpoint(host, args.port)
+    document = picker_bootstrap(tier_engines(config), extproc, endpoint(args.listen, "--listen"), args.admin_port,
+                                gateway=gateway, max_body_bytes=config.gateway.limits.max_body_bytes,
+                                message_timeout_ms=args.message_timeout_ms)
+    print(to_json(document), end="")
+    return 0
 
 
 def _deploy(args: argparse.Namespace) -> int:

@@ -37,7 +37,7 @@ import shlex
 
 from cascade.errors import ConfigError
 from cascade.extproc.engines import Endpoint, TierEngine
-from cascade.extproc.picker import CHAT_PATH, HINT_HEADER, TIER_HEADER, VIA_HEADER
+from cascade.extproc.wire import CHAT_PATH, HINT_HEADER, TIER_HEADER, VIA_HEADER
 from cascade.service.errors import error_response
 
 GATEWAYS_CLUSTER = "cascade_gateways"  # the gateways topology's one cluster
@@ -56,7 +56,7 @@ PER_GATEWAY = 4096
 # Below the gateways' keep-alive ([gateway.limits] keepalive_timeout_s, 15 s): Envoy closes an idle
 # connection before the gateway does, so it never sends a request on a connection being closed.
 UPSTREAM_IDLE = "10s"
-# The request headers the picker reads (cascade/extproc/picker.py), the only ones Envoy sends it.
+# The request headers the picker reads (cascade/extproc/wire.py), the only ones Envoy sends it.
 FORWARDED = (":path", ":method", "content-length", "authorization", HINT_HEADER)
 _TYPES = "type.googleapis.com/envoy.extensions"
 _HCM = f"{_TYPES}.filters.network.http_connection_manager.v3.HttpConnectionManager"

@@ -1,5 +1,7 @@
-"""`cascade extproc`: serve Envoy's ext_proc API as the inference gateway's model picker, or print the Envoy
-bootstrap that uses it (`--print-envoy`). Only argparse here at import time: `cascade --help` stays instant."""
+"""`cascade extproc`: serve Envoy's ext_proc API as the inference gateway's model picker. Its `--print-envoy` (print
+the Envoy bootstrap that uses it) is deploy's: cascade/deploy/cli.py adds those options to this command and prints the
+document (deploy/ writes every Envoy document; extproc/ never imports deploy/). Only argparse here at import time:
+`cascade --help` stays instant."""
 
 from __future__ import annotations
 
@@ -11,9 +13,11 @@ from cascade.errors import ConfigError
 if TYPE_CHECKING:
     from cascade.config import CascadeConfig
     from cascade.extproc.engines import Endpoint
+    from cascade.plan import Plan
 
 
-def add_extproc_command(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+def add_extproc_command(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> argparse.ArgumentParser:
+    """The command and its serving options; returned for cascade/deploy/cli.py's `--print-envoy` options."""
     p = sub.add_parser(
         "extproc", help="serve Envoy's ext_proc API: pick each chat request's tier, for Envoy to route (route mode)",
         description="Stage 1 of an inference gateway: Envoy sends each POST /v1/chat/completions (headers and whole "
@@ -39,20 +43,13 @@ def add_extproc_command(sub: argparse._SubParsersAction[argparse.ArgumentParser]
                    help="a `cascade serve` behind Envoy: requests for reasoning branches go to it (pinned to the "
                    "picked tier), and so does every path but chat completions")
     p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
-    envoy = p.add_argument_group("Envoy bootstrap (--print-envoy)")
-    envoy.add_argument("--print-envoy", action="store_true",
-                       help="print the Envoy bootstrap (JSON; `envoy -c FILE`) for these tiers and exit")
-    envoy.add_argument("--listen", default="127.0.0.1:8080", metavar="HOST:PORT",
-                       help="Envoy's client address (default 127.0.0.1:8080; 0.0.0.0:8080 for every interface)")
-    envoy.add_argument("--admin-port", type=int, default=9901, help="Envoy's admin port, bound to 127.0.0.1 (9901)")
-    envoy.add_argument("--extproc-address", metavar="HOST:PORT",
-                       help="where Envoy reaches this server (default: --host:--port, loopback for 0.0.0.0)")
-    envoy.add_argument("--message-timeout-ms", type=int, default=1000,
-                       help="Envoy's wait for each answer of the processor before failing the request (1000)")
-    p.set_defaults(func=_extproc)
+    p.set_defaults(func=run_extproc)
+    return p
 
 
-def _extproc(args: argparse.Namespace) -> int:
+def read_options(args: argparse.Namespace) -> tuple[CascadeConfig, Plan | None, Endpoint | None]:
+    """The config, the plan and the gateway behind Envoy, checked as both uses of the command need them (serving,
+    and `--print-envoy`)."""
     from cascade.config import load_config
     from cascade.plan import load_plan
 
@@ -61,10 +58,14 @@ def _extproc(args: argparse.Namespace) -> int:
     gateway = endpoint(args.gateway, "--gateway") if args.gateway else None
     if not 0 <= args.metrics_port <= 65535:
         raise ConfigError(f"--metrics-port {args.metrics_port}: expected 0 (off) to 65535")
-    if args.metrics_port == args.port and not args.print_envoy:
+    return config, plan, gateway
+
+
+def run_extproc(args: argparse.Namespace) -> int:
+    """Serve the picker over gRPC until SIGTERM or Ctrl-C."""
+    config, plan, gateway = read_options(args)
+    if args.metrics_port == args.port:
         raise ConfigError(f"--metrics-port {args.metrics_port} is the gRPC --port: give it another (or 0, off)")
-    if args.print_envoy:
-        return _print_envoy(args, config, gateway)
     import asyncio
     import logging
 
@@ -78,21 +79,6 @@ def _extproc(args: argparse.Namespace) -> int:
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     picker = TierPicker(config, plan, gateway=gateway is not None)
     asyncio.run(serve(picker, args.host, args.port, metrics_port=args.metrics_port))
-    return 0
-
-
-def _print_envoy(args: argparse.Namespace, config: CascadeConfig, gateway: Endpoint | None) -> int:
-    from cascade.deploy.envoy import picker_bootstrap, to_json
-    from cascade.extproc.engines import Endpoint, tier_engines
-
-    if args.message_timeout_ms < 1:
-        raise ConfigError("--message-timeout-ms must be at least 1")
-    host = "127.0.0.1" if args.host in ("0.0.0.0", "::") else args.host
-    extproc = endpoint(args.extproc_address, "--extproc-address") if args.extproc_address else Endpoint(host, args.port)
-    document = picker_bootstrap(tier_engines(config), extproc, endpoint(args.listen, "--listen"), args.admin_port,
-                                gateway=gateway, max_body_bytes=config.gateway.limits.max_body_bytes,
-                                message_timeout_ms=args.message_timeout_ms)
-    print(to_json(document), end="")
     return 0
 
 

@@ -46,20 +46,18 @@ from cascade.config import CascadeConfig
 from cascade.errors import CascadeError, ConfigError, InvalidRequest
 from cascade.extproc.engines import TierEngine, tier_engines
 from cascade.extproc.metrics import ExtprocMetrics
+from cascade.extproc.wire import CHAT_PATH, HINT_HEADER, TIER_HEADER, VIA_HEADER
 from cascade.plan import Plan
 from cascade.router.policy import RoutingSignal
-from cascade.schemas import ChatCompletionRequest, ChatMessage, RouteDecision
+from cascade.schemas import ChatCompletionRequest, RouteDecision
 from cascade.service.assemble import assemble
 from cascade.service.chat import ServiceConfig
 from cascade.service.errors import error_reply, error_response
-from cascade.tiers import build_tiers
+from cascade.tiers.build import build_tiers
+from cascade.tiers.upstream import engine_request
 
 log = logging.getLogger("cascade.extproc")
 
-CHAT_PATH = "/v1/chat/completions"
-TIER_HEADER = "x-cascade-tier"
-VIA_HEADER = "x-cascade-via"
-HINT_HEADER = "x-cascade-quality"
 _encode = msgspec.json.Encoder().encode
 
 
@@ -164,14 +162,7 @@ class TierPicker:
 
     def _to_engine(self, req: ChatCompletionRequest, decision: RouteDecision, engine: TierEngine,
                    key: str | None = None) -> Routed:
-        tier = self.service.tiers[decision.tier].config
-        messages = req.messages
-        if tier.system_prompt:
-            messages = [ChatMessage(role="system", content=tier.system_prompt), *messages]
-        unset = req.max_tokens is None and req.max_completion_tokens is None
-        body = _encode(msgspec.structs.replace(
-            req, model=engine.model, messages=messages, quality=None, branches=None, prompt_cache_key=None,
-            max_tokens=tier.default_max_tokens if unset else req.max_tokens))
+        body = _encode(engine_request(req, self.service.tiers[decision.tier].config, engine.model))
         credentials = () if engine.authorization is None else (("authorization", engine.authorization),)
         return Routed(tier=engine.tier, via_gateway=False, body=body,
                       set_headers=((TIER_HEADER, engine.tier), ("content-length", str(len(body))), *credentials),

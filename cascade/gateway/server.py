@@ -17,12 +17,12 @@ from cascade.gateway.app import create_app
 from cascade.gateway.chat_asgi import ChatCompletionsASGI
 from cascade.gateway.drain import longest_drain_s
 from cascade.gateway.monitoring import MonitoringApp, MonitoringListener
-from cascade.ladder import Ladder
 from cascade.plan import load_plan
 from cascade.service.assemble import assemble
 from cascade.service.chat import ServiceConfig
 from cascade.service.keys.keyring import MIN_KEY_CHARS, MIN_KEY_DISTINCT, weak_plain_keys
 from cascade.service.readiness import Readiness
+from cascade.tiers.lifecycle import TierFleet
 
 log = logging.getLogger("cascade.gateway")
 
@@ -34,9 +34,9 @@ class Gateway:
                  host: str = "127.0.0.1") -> None:
         """`host`: where the monitoring port binds (`[gateway] monitoring_port`), as the gateway's own port."""
         self.config = config
-        # Built now (the service needs its tiers), started by `start` and closed by `stop` (cascade/ladder.py).
-        self.ladder = Ladder(config, log_dir=log_dir)
-        self.workers, tiers = self.ladder.workers, self.ladder.tiers
+        # Built now (the service needs its tiers), started by `start` and closed by `stop` (cascade/tiers/lifecycle.py).
+        self.fleet = TierFleet(config, log_dir=log_dir)
+        self.workers, tiers = self.fleet.workers, self.fleet.tiers
         parts = assemble(config, tiers, ServiceConfig.of(config, load_plan(plan_path) if plan_path else None),
                          serves=True)
         self.service, self.metrics, self.redis, self.places = parts.service, parts.metrics, parts.redis, parts.places
@@ -74,7 +74,7 @@ class Gateway:
         if self.workers:
             log.info("starting %d embedded workers (first start loads the models; ~1 min on 2 cores)",
                      len(self.workers))
-        await self.ladder.start()
+        await self.fleet.start()
         # After the workers: they are healthy by now, and probes during their start would only mark them down.
         await self.readiness.start()
         log.info("tiers: %s", ", ".join(t.name for t in self.service.tiers))
@@ -96,7 +96,7 @@ class Gateway:
                 await asyncio.to_thread(self.tracer.shutdown)
         finally:
             try:
-                await self.ladder.aclose()  # every backend and scorer closed, the embedded workers stopped
+                await self.fleet.aclose()  # every backend and scorer closed, the embedded workers stopped
             finally:
                 if self.monitoring is not None:  # last: a draining gateway can be scraped until here
                     await self.monitoring.aclose()
@@ -153,7 +153,7 @@ def run(
         uvicorn.run(gateway.app, **options)
     finally:
         # uvicorn runs on_shutdown on SIGINT/SIGTERM; this also covers a failed startup.
-        gateway.ladder.supervisor.stop()
+        gateway.fleet.supervisor.stop()
 
 
 def exposure_warning(host: str, api_keys: tuple[str, ...]) -> str | None:

@@ -15,10 +15,10 @@ The file is JSON (one `Profile` Struct), for example:
 The model it encodes, fitted by least squares on the measured points:
 
 * prefill of one engine iteration: `fixed_s + per_token_s * tokens` (TTFT at concurrency 1 over a
-  ladder of prompt lengths; it includes the first token and the HTTP round trip, as a client sees it);
+  sweep of prompt lengths; it includes the first token and the HTTP round trip, as a client sees it);
 * decode step of a batch of B sequences holding C context tokens in total:
   `fixed_s + per_sequence_s * B + per_context_token_s * C` (inter-token latency at concurrency
-  B = 1, 2, 4, ...; the context term from the batch-1 requests of the prefill ladder).
+  B = 1, 2, 4, ...; the context term from the batch-1 requests of the prefill sweep).
 
 `kv_capacity_tokens` is the engine's KV cache in tokens (SGLang's `max_total_num_tokens`); when it
 is unknown the replica is limited by the tier's `max_batch` only. A profile holds one replica shape
@@ -151,8 +151,8 @@ def fit_prefill(points: list[PrefillPoint]) -> PrefillModel:
 
 
 def fit_decode(points: list[DecodePoint], batch1: list[PrefillPoint], output_tokens: int) -> DecodeModel:
-    """Context cost from batch-1 ITL over the prompt ladder (context = prompt + half the output),
-    then fixed and per-sequence costs from the batch ladder with the context part taken out. A
+    """Context cost from batch-1 ITL over the prompt sweep (context = prompt + half the output),
+    then fixed and per-sequence costs from the batch sweep with the context part taken out. A
     context cost below NOISE of the step at the longest measured context counts as noise (0)."""
     single = [p for p in batch1 if p.itl_s is not None]
     per_context = 0.0

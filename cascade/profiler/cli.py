@@ -17,7 +17,7 @@ if TYPE_CHECKING:
 def add_profile_command(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "profile", help="measure a live backend's prefill and decode-step times for `cascade optimize plan`",
-        description="Stream chat requests to an OpenAI-compatible server: TTFT over a ladder of prompt lengths "
+        description="Stream chat requests to an OpenAI-compatible server: TTFT over a sweep of prompt lengths "
         "(concurrency 1) and inter-token latency at concurrency 1, 2, 4, ... Fits prefill = fixed + per-token "
         "and decode step = fixed + per-sequence x batch (+ per-context-token), and writes a profile JSON that "
         "a problem.toml tier names with `profile = \"FILE\"`. With --from-loadgen, fits the same model from a "
@@ -32,11 +32,11 @@ def add_profile_command(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--out", required=True, help="profile JSON to write")
     p.add_argument("--model", default="", help="model to request (default: the first id of GET /v1/models); with "
                    "--from-loadgen, the model the profile names (default: the one the run's responses named)")
-    p.add_argument("--prompt-tokens", default="64,256,1024", help="prompt-length ladder (comma-separated)")
+    p.add_argument("--prompt-tokens", default="64,256,1024", help="prompt-length sweep (comma-separated)")
     p.add_argument("--repeats", type=int, default=3, help="requests per prompt length (median TTFT)")
-    p.add_argument("--max-batch", type=int, default=8, help="largest concurrency of the decode ladder")
+    p.add_argument("--max-batch", type=int, default=8, help="largest concurrency of the decode sweep")
     p.add_argument("--output-tokens", type=int, default=32, help="max_tokens of every request")
-    p.add_argument("--decode-prompt-tokens", type=int, default=64, help="prompt length of the decode ladder")
+    p.add_argument("--decode-prompt-tokens", type=int, default=64, help="prompt length of the decode sweep")
     p.add_argument("--time-limit-s", type=float, default=300.0, help="bound on the whole measurement")
     p.add_argument("--kv-capacity-tokens", type=int,
                    help="the engine's KV cache in tokens (default: SGLang's /server_info, or /get_server_info "
@@ -56,17 +56,17 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
     from cascade.profiler.fit import Settings
 
     try:
-        ladder = tuple(sorted({int(x) for x in args.prompt_tokens.split(",") if x.strip()}))
+        sweep = tuple(sorted({int(x) for x in args.prompt_tokens.split(",") if x.strip()}))
     except ValueError:
         raise ConfigError(f"--prompt-tokens: expected comma-separated integers, got {args.prompt_tokens!r}") from None
-    if len(ladder) < 2 or ladder[0] < 1:
+    if len(sweep) < 2 or sweep[0] < 1:
         raise ConfigError("--prompt-tokens: give at least two distinct positive lengths, e.g. 64,256,1024")
     _check_positive(args, "repeats", "max_batch", "output_tokens", "decode_prompt_tokens", "tp", "pp")
     if args.output_tokens < 2:
         raise ConfigError("--output-tokens must be at least 2 (inter-token latency needs two tokens)")
     if not args.time_limit_s > 0:
         raise ConfigError(f"--time-limit-s must be > 0, got {args.time_limit_s}")
-    return Settings(url=args.url.rstrip("/"), model=args.model, prompt_tokens=ladder, repeats=args.repeats,
+    return Settings(url=args.url.rstrip("/"), model=args.model, prompt_tokens=sweep, repeats=args.repeats,
                     max_batch=args.max_batch, output_tokens=args.output_tokens,
                     decode_prompt_tokens=args.decode_prompt_tokens, time_limit_s=args.time_limit_s,
                     api_key=args.api_key, ignore_eos=args.ignore_eos, kv_capacity_tokens=args.kv_capacity_tokens,

@@ -5,7 +5,7 @@ cascade/optimizer/profile.py) that `cascade optimize plan` uses in place of the 
 from a finished `cascade loadgen` run's own timings (`profile_from_loadgen`; the method is
 `cascade.optimizer.profile.fit_trace`): the engine as it behaves under staggered arrivals.
 
-How the live backend is measured (the prefill and decode ladders) is cascade/profiler/probe.py; this
+How the live backend is measured (the prefill and decode sweeps) is cascade/profiler/probe.py; this
 module turns either source into a `Profile`.
 """
 
@@ -43,8 +43,8 @@ async def measure(settings: Settings, tick: Callable[[], None] = lambda: None) -
             raise CascadeError("the warm-up request did not finish within --time-limit-s "
                                f"{settings.time_limit_s:g}") from None
         tick()
-        prefill, use_usage = await profiler.prefill_ladder(started + settings.time_limit_s / 2)
-        decode = await profiler.decode_ladder(started + settings.time_limit_s, use_usage)
+        prefill, use_usage = await profiler.prefill_sweep(started + settings.time_limit_s / 2)
+        decode = await profiler.decode_sweep(started + settings.time_limit_s, use_usage)
     if len(prefill) < 2 or not decode:
         raise CascadeError(f"measured {len(prefill)} prompt length(s) and {len(decode)} batch size(s) within "
                            f"--time-limit-s {settings.time_limit_s:g} (need 2 and 1): raise it, or lower "

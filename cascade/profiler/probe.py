@@ -3,7 +3,7 @@ streamed chat requests to an OpenAI-compatible backend, timed chunk by chunk.
 
 Method, all with streaming chat requests of `max_tokens = --output-tokens`:
 
-* prefill: at concurrency 1, `--repeats` requests per prompt length of a ladder (`--prompt-tokens`);
+* prefill: at concurrency 1, `--repeats` requests per prompt length of a sweep (`--prompt-tokens`);
   TTFT (send to first content chunk) per length, median over the repeats, fitted as a line
   (fixed + per-token cost). The same requests' inter-token latency gives the per-context-token
   decode cost (batch 1, growing prompt).
@@ -13,8 +13,8 @@ Method, all with streaming chat requests of `max_tokens = --output-tokens`:
 
 Every prompt starts with different random words, so a prefix cache (SGLang's radix cache) cannot
 skip its prefill. Token counts come from the server's `usage` when it reports them and they grow
-along the ladder, else from the requested lengths (`prompt_tokens_source` says which). The run is
-bounded by `--time-limit-s`: half for the prefill ladder, the rest for the decode ladder; rungs that
+along the sweep, else from the requested lengths (`prompt_tokens_source` says which). The run is
+bounded by `--time-limit-s`: half for the prefill sweep, the rest for the decode sweep; points that
 do not finish in time are dropped.
 """
 
@@ -160,7 +160,7 @@ class Profiler:
             return None
         return int(value) if isinstance(value, int | float) and value > 0 else None
 
-    async def prefill_ladder(self, deadline: float) -> tuple[list[PrefillPoint], bool]:
+    async def prefill_sweep(self, deadline: float) -> tuple[list[PrefillPoint], bool]:
         """Points per prompt length, and whether usage token counts were usable."""
         runs: list[tuple[int, list[Stream]]] = []
         for tokens in self.s.prompt_tokens:
@@ -176,7 +176,7 @@ class Profiler:
             if len(streams) < self.s.repeats:
                 break
             runs.append((tokens, streams))
-        # The server's own prompt token counts, if it reports them and they grow along the ladder.
+        # The server's own prompt token counts, if it reports them and they grow along the sweep.
         counts = [int(statistics.median(s.prompt_tokens or 0 for s in streams)) for _, streams in runs]
         use_usage = all(s.prompt_tokens for _, streams in runs for s in streams) and \
             all(a < b for a, b in itertools.pairwise(counts))
@@ -188,7 +188,7 @@ class Profiler:
                                        itl_s=statistics.median(itls) if itls else None, samples=len(streams)))
         return points, use_usage
 
-    async def decode_ladder(self, deadline: float, use_usage: bool) -> list[DecodePoint]:
+    async def decode_sweep(self, deadline: float, use_usage: bool) -> list[DecodePoint]:
         points = []
         for batch in self.s.batches():
             remaining = deadline - time.monotonic()

@@ -1,9 +1,9 @@
 """Where a request goes along the ladder once routed: route mode and cascade mode, two policies behind one protocol.
 
 A `ServingMode` (`RouteMode`, `CascadeMode`, from `[routing] mode` or the plan) turns a routing decision into an
-`Itinerary`, and the itinerary serves the request over a `Ladder`, the gateway's side of the seam: answer on
-tier i, whether tier i can take the request now, what an answer says about itself. Plain data both ways: no
-branches, no HTTP, so each rule is tested with a few lines of fake ladder.
+`Itinerary`, and the itinerary serves the request through a `TierAnswerer`, the gateway's side of the seam:
+answer on tier i, whether tier i can take the request now, what an answer says about itself. Plain data both ways:
+no branches, no HTTP, so each rule is tested with a few lines of fake answerer.
 
 * `Pinned` (the client named a tier): that tier answers, or the request fails.
 * `Routed` (route mode): the routed tier answers; if it fails, the nearest other tier that can take the request
@@ -47,7 +47,7 @@ class Evidence(msgspec.Struct, frozen=True, kw_only=True):
     token_confidence: float | None = None
 
 
-class Ladder(Protocol[T]):
+class TierAnswerer(Protocol[T]):
     """The gateway's side: answering on a tier (raising BackendError when the tier fails), and what a policy
     may ask about tiers and answers."""
 
@@ -102,7 +102,7 @@ class Itinerary(Protocol):
         """Every tier that may answer (checked for the request before anything is sent)."""
         ...
 
-    async def serve(self, ladder: Ladder[T]) -> Served[T]: ...
+    async def serve(self, answerer: TierAnswerer[T]) -> Served[T]: ...
 
 
 @dataclass(frozen=True)
@@ -115,8 +115,8 @@ class Pinned:
     def reachable(self) -> range:
         return range(self.first, self.first + 1)
 
-    async def serve(self, ladder: Ladder[T]) -> Served[T]:
-        return Served(await ladder.answer(self.first), self.first)
+    async def serve(self, answerer: TierAnswerer[T]) -> Served[T]:
+        return Served(await answerer.answer(self.first), self.first)
 
 
 @dataclass(frozen=True)
@@ -137,21 +137,21 @@ class Routed:
     def reachable(self) -> range:
         return range(self.first, self.first + 1)  # a fallback tier is checked by `can_take` when it is needed
 
-    async def serve(self, ladder: Ladder[T]) -> Served[T]:
+    async def serve(self, answerer: TierAnswerer[T]) -> Served[T]:
         try:
-            return Served(await ladder.answer(self.first), self.first)
+            return Served(await answerer.answer(self.first), self.first)
         except BackendError:
-            other = self._fallback(ladder) if self.fallback else None
+            other = self._fallback(answerer) if self.fallback else None
             if other is None:
                 raise
-        ladder.moved(self.first, other, "fell_back")
-        return Served(await ladder.answer(other), other, fallback_from=self.first)
+        answerer.moved(self.first, other, "fell_back")
+        return Served(await answerer.answer(other), other, fallback_from=self.first)
 
-    def _fallback(self, ladder: Ladder[T]) -> int | None:
+    def _fallback(self, answerer: TierAnswerer[T]) -> int | None:
         here = self.first
         for distance in range(1, self.n_tiers):
             for index in (here + distance, here - distance):
-                if 0 <= index < self.n_tiers and ladder.can_take(index):
+                if 0 <= index < self.n_tiers and answerer.can_take(index):
                     return index
         return None
 
@@ -175,30 +175,30 @@ class Cascaded:
     def reachable(self) -> range:
         return range(self.first, len(self.accept) + 1)
 
-    async def serve(self, ladder: Ladder[T]) -> Served[T]:
+    async def serve(self, answerer: TierAnswerer[T]) -> Served[T]:
         last = len(self.accept)
         index, escalations = self.first, 0
         while True:
             try:
-                answer = await ladder.answer(index)
+                answer = await answerer.answer(index)
             except BackendError:
                 if index == last:
                     raise
             else:
                 prior = None if self.prior is None else self.prior[index]
                 confidence = min(answer_confidence(prior, e.finish_reason, e.text, e.agreement, e.tool_calls,
-                                                   e.token_confidence) for e in ladder.evidence(answer))
+                                                   e.token_confidence) for e in answerer.evidence(answer))
                 if accepts(index, confidence, self.accept):
                     return Served(answer, index, escalations, confidence)
             following = next_tier(index, self.accept)
-            ladder.moved(index, following, "escalated")
+            answerer.moved(index, following, "escalated")
             index, escalations = following, escalations + 1
 
 
 def within(itinerary: Itinerary, allowed: frozenset[int]) -> Itinerary:
     """`itinerary` kept to the tiers in `allowed` (an API key's permits; not empty): a routed request goes to the
     nearest allowed tier, cheaper first (the key asked for no more than it may use), and falls back only to allowed
-    ones (the ladder's `can_take`); a cascade climbs only allowed tiers and stops at the highest, which then accepts
+    ones (the answerer's `can_take`); a cascade climbs only allowed tiers and stops at the highest, which then accepts
     what it answers. A pinned tier is checked before routing (a 403), so it is left as it is."""
     if isinstance(itinerary, Routed):
         here = itinerary.first

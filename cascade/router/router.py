@@ -5,7 +5,7 @@ gateway asks one question per request and gets plain data back.
     routing = router.itinerary(prompt, hint)                    # per request: a frozen `Routing`
     # or, with the costly part apart (the gateway runs it in a worker thread for a long prompt):
     routing = router.decide(router.assess(prompt), hint)
-    served = await routing.itinerary.serve(ladder)              # the gateway's `Ladder`: the only way back up
+    served = await routing.itinerary.serve(answerer)            # the gateway's `TierAnswerer`: the only way back up
 
 Plan (issue 32, item 1), in the manner of branches/sart.py and router/escalation.py:
 

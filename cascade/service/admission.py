@@ -24,7 +24,7 @@ from cascade.errors import Overloaded
 from cascade.router.load import EngineView
 from cascade.service.engine_load import TierEngines
 from cascade.service.metrics import GatewayMetrics
-from cascade.tiers import Tier
+from cascade.tiers.build import Tier
 
 
 class SharedPlaces(Protocol):

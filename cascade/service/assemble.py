@@ -27,7 +27,7 @@ from cascade.service.redis.ledger import RedisLedger
 from cascade.service.redis.places import RedisPlaces
 from cascade.service.redis.store import RedisStore
 from cascade.service.traffic import TrafficLog
-from cascade.tiers import Tier
+from cascade.tiers.build import Tier
 
 
 @dataclass(frozen=True)

@@ -7,18 +7,18 @@ its usage and its bill, with no web framework here. The HTTP gateway (cascade/ga
               the itinerary is kept to them); check every tier it may reach (the frozen Decision); take the
               request's lease (cascade/service/lease.py: the key's in-flight place, token and budget reservations,
               one of the gateway's request places, then each tier's place as it is asked); serve:
-              * whole: the itinerary over an `AnswerLadder` (cascade/service/ladders.py): whole answers on a tier
-                (cascade/answer.py) inside that tier's admission; then the completion (responses.py); the lease is
+              * whole: the itinerary through a `WholeAnswerer` (cascade/service/answerers.py): whole answers on a tier
+                (cascade/tiers/answer.py) inside that tier's admission; then the completion (responses.py); the lease is
                 given back, and the key billed, before `chat` returns
               * streamed: the same, sent as one SSE body when known (streaming.py `deferred`; the first tier's
                 admission taken before any header, the wait for branch slots after), or, for a single-branch
-                answer no one judges, over a `StreamLadder`: the first tier's upstreams opened before any header,
+                answer no one judges, through a `StreamAnswerer`: the first tier's upstreams opened before any header,
                 then relayed (streaming.py `relay`); the lease is given back, and the key billed, when the stream
                 is closed
     route     the same decision and permits, without serving (`POST /v1/route`, the picker)
 
-Where a request goes and when it moves on is the router's; what is sent upstream is cascade/upstream.py's; the
-answer on one tier is cascade/answer.py's, shared with `cascade label` and `cascade bench`.
+Where a request goes and when it moves on is the router's; what is sent upstream is cascade/tiers/upstream.py's; the
+answer on one tier is cascade/tiers/answer.py's, shared with `cascade label` and `cascade bench`.
 """
 
 from __future__ import annotations
@@ -32,7 +32,6 @@ from typing import Protocol
 import msgspec
 
 from cascade import tracing
-from cascade.answer import Answer, Opened, question_of
 from cascade.config import AnswerConfidenceConfig, CascadeConfig, Limits, RoutingConfig
 from cascade.errors import Forbidden, UnknownModel
 from cascade.plan import Plan
@@ -43,6 +42,7 @@ from cascade.router.router import Router, Routing
 from cascade.schemas import ChatCompletion, ChatCompletionRequest, ModelCard, ModelList, RouteDecision
 from cascade.service import responses, streaming
 from cascade.service.admission import Admission, SharedPlaces
+from cascade.service.answerers import ServingTiers, StreamAnswerer, WholeAnswerer
 from cascade.service.bodies import decode_chat_request
 from cascade.service.decision import Decision
 from cascade.service.engine_load import TierEngines
@@ -54,14 +54,14 @@ from cascade.service.keys.ratelimit import LocalRateLimiter, RateLimiter
 from cascade.service.keys.reservation import Reservation, reservation
 from cascade.service.keys.tenant import Tenant
 from cascade.service.keys.tenants import Tenants
-from cascade.service.ladders import AnswerLadder, Rungs, StreamLadder
 from cascade.service.lease import Lease
 from cascade.service.metrics import GatewayMetrics
 from cascade.service.spans import route_attributes
 from cascade.service.telemetry import Telemetry
 from cascade.service.traffic import TrafficLog
 from cascade.service.validation import check_tier, forwarded, one_answer_field, validate
-from cascade.tiers import Tier
+from cascade.tiers.answer import Answer, Opened, question_of
+from cascade.tiers.build import Tier
 
 # Prompts up to this many characters are routed on the event loop (under a millisecond); longer ones in a thread.
 INLINE_ROUTING_CHARS = 1024
@@ -129,7 +129,7 @@ class ChatService:
         if self.router.headroom is not None:
             metrics.watch_headroom(self.router.headroom)
         self.telemetry = Telemetry(metrics, traffic, self.router.headroom)
-        self.rungs = Rungs(self.tiers, config.limits, self.admission, self.telemetry, config.confidence)
+        self.serving = ServingTiers(self.tiers, config.limits, self.admission, self.telemetry, config.confidence)
 
     # --- before anything is sent ----------------------------------------------------------------
 
@@ -319,7 +319,7 @@ class ChatService:
     async def _complete(self, req: ChatCompletionRequest, decision: Decision, max_tokens: int, lease: Lease
                         ) -> ChatCompletion:
         start = time.perf_counter()
-        decision, whole = await AnswerLadder(self.rungs, req, decision, max_tokens, lease).serve()
+        decision, whole = await WholeAnswerer(self.serving, req, decision, max_tokens, lease).serve()
         usage = responses.usage_of(whole)
         self.telemetry.success(decision, time.perf_counter() - start, usage.prompt_tokens, usage.completion_tokens,
                                whole)
@@ -337,10 +337,10 @@ class ChatService:
         if decision.itinerary.judges_answers or decision.branches[decision.tier.index] is not None:
             # Served whole: the first tier's admission is decided here, before any header (a full tier is a 429);
             # only the wait for branch slots, and any later tier, come after the keep-alives start.
-            ladder = AnswerLadder(self.rungs, req, decision, max_tokens, lease)
-            await ladder.hold_first()
-            return decision, streaming.deferred(ladder.serve(), keepalive_s, include_usage, self.telemetry, lease.bill)
-        live = StreamLadder(self.rungs, req, decision, max_tokens, lease)
+            whole = WholeAnswerer(self.serving, req, decision, max_tokens, lease)
+            await whole.hold_first()
+            return decision, streaming.deferred(whole.serve(), keepalive_s, include_usage, self.telemetry, lease.bill)
+        live = StreamAnswerer(self.serving, req, decision, max_tokens, lease)
         decision, opened = await live.serve()
         if isinstance(opened, Opened):
             return decision, streaming.relay(opened, live, decision, include_usage, self.telemetry, lease.bill)

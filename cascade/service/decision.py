@@ -11,7 +11,7 @@ from cascade.branches.runner import BranchSettings
 from cascade.router.escalation import Itinerary, Served
 from cascade.router.policy import Assessment
 from cascade.schemas import Degradation
-from cascade.tiers import Tier
+from cascade.tiers.build import Tier
 
 
 class Decision(msgspec.Struct, frozen=True, kw_only=True):

@@ -19,7 +19,7 @@ from cascade.branches.engine_load import Histogram
 from cascade.branches.engine_poller import EngineMonitor, EnginePoller
 from cascade.config import EngineLoadConfig, LoadReactiveConfig, SGLangBackendConfig
 from cascade.router.load import EngineView
-from cascade.tiers import Tier
+from cascade.tiers.build import Tier
 
 
 class TierEngines:

@@ -1,6 +1,6 @@
 """A request's lease: everything one request holds, given back exactly once on every way out, and its bill.
 
-What a request holds, in the order it takes it (`Lease.take`, then the ladders' `enter`/`hold`):
+What a request holds, in the order it takes it (`Lease.take`, then the answerers' `enter`/`hold`):
 
     the key's in-flight place   its API key's `max_in_flight` (cascade/service/keys/tenants.py)
     the key's tokens            reserved from its token bucket before dispatch, settled to the bill at the end
@@ -8,7 +8,7 @@ What a request holds, in the order it takes it (`Lease.take`, then the ladders' 
                                 (cascade/service/keys/budgets.py)
     the gateway's place         `[gateway.limits] max_in_flight` (cascade/service/admission.py)
     tier places                 one per tier it is answered on, with its upstream streams (admission `enter`)
-    a live answer               a streamed answer's upstreams and branch slots (cascade/answer.py `Opened`)
+    a live answer               a streamed answer's upstreams and branch slots (cascade/tiers/answer.py `Opened`)
 
 Whole answers hold their branch slots inside `answer` itself (taken and given back within one await), so the lease
 sees them only as the tier place around them. `aclose` closes what is still open and gives back what is still
@@ -19,7 +19,6 @@ given back twice. Then the key is billed (`Bill`), and the bill's cost counted a
 
 from __future__ import annotations
 
-from cascade.answer import Opened
 from cascade.errors import UsageFault
 from cascade.service.admission import Admission
 from cascade.service.keys.bill import Bill
@@ -28,7 +27,8 @@ from cascade.service.keys.claims import Charge, Pass
 from cascade.service.keys.reservation import Reservation
 from cascade.service.keys.tenant import Tenant
 from cascade.service.keys.tenants import Tenants
-from cascade.tiers import Tier
+from cascade.tiers.answer import Opened
+from cascade.tiers.build import Tier
 
 
 class TierPlace:

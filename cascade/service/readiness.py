@@ -18,7 +18,7 @@ from typing import Any
 from cascade.branches.health_poller import HealthMonitor
 from cascade.config import HealthConfig
 from cascade.engines.supervisor import Worker
-from cascade.tiers import Tier
+from cascade.tiers.build import Tier
 
 
 class Readiness:

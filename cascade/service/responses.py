@@ -12,7 +12,6 @@ import time
 
 import msgspec
 
-from cascade.answer import Answer
 from cascade.errors import CascadeError, Overloaded
 from cascade.schemas import (
     AssistantMessage,
@@ -32,7 +31,8 @@ from cascade.schemas import (
 )
 from cascade.service.decision import Decision
 from cascade.service.frames import DONE, ChunkFrames, sse
-from cascade.tiers import Tier
+from cascade.tiers.answer import Answer
+from cascade.tiers.build import Tier
 
 _encode = msgspec.json.Encoder().encode
 

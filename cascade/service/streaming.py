@@ -1,10 +1,10 @@
 """Streamed answers as SSE frames: a live relay of upstream deltas, or a whole answer sent when known.
 
-* `relay`: a live answer (cascade/answer.py `Opened`: one tier's upstream streams, their first deltas read, so a
+* `relay`: a live answer (cascade/tiers/answer.py `Opened`: one tier's upstream streams, their first deltas read, so a
   fault before any token became an HTTP error or a fallback), relayed frame by frame; the hot path of the gateway.
-  Its `StreamLadder` closes it at the end: the upstreams, the tier's slots and admission.
+  Its `StreamAnswerer` closes it at the end: the upstreams, the tier's slots and admission.
 * `deferred`: an answer known only at the end (cascade mode judges it, reasoning branches vote, on the first tier or
-  a route-mode fallback's), served over an `AnswerLadder`: SSE comments keep the connection alive meanwhile, then
+  a route-mode fallback's), served by a `WholeAnswerer`: SSE comments keep the connection alive meanwhile, then
   the answer goes out at once, so TTFT honestly includes the wait.
 
 Headers are gone once a frame is out: a later fault ends the stream with an in-band error event.
@@ -16,25 +16,25 @@ import asyncio
 import time
 from collections.abc import AsyncGenerator, Awaitable
 
-from cascade.answer import Answer, Opened, Streams
 from cascade.branches.backend import GenerationResult, StreamDelta
 from cascade.errors import BackendError, CascadeError, Overloaded, UsageFault
+from cascade.service.answerers import StreamAnswerer
 from cascade.service.decision import Decision
 from cascade.service.frames import ChunkFrames
 from cascade.service.keys.bill import Bill
-from cascade.service.ladders import StreamLadder
 from cascade.service.responses import cascade_info, completion_id, in_band_error, whole_answer_frames
 from cascade.service.responses import usage as usage_with
 from cascade.service.telemetry import Telemetry
+from cascade.tiers.answer import Answer, Opened, Streams
 
 # SSE comment sent while a cascade (or branches) works before the first token: proxies and clients
 # with idle timeouts keep the connection, and OpenAI SDKs ignore comments.
 KEEPALIVE = b": keep-alive\n\n"
 
 
-async def relay(opened: Opened, ladder: StreamLadder, decision: Decision, include_usage: bool, telemetry: Telemetry,
+async def relay(opened: Opened, answerer: StreamAnswerer, decision: Decision, include_usage: bool, telemetry: Telemetry,
                 bill: Bill) -> AsyncGenerator[bytes, None]:
-    """The frames of `opened`'s streams; `ladder` closes it at the end, whatever ends it. The tokens relayed are
+    """The frames of `opened`'s streams; `answerer` closes it at the end, whatever ends it. The tokens relayed are
     billed however it ends (to where a client that left cut it), before the last chunk, which carries the bill and
     its cost."""
     tier, streams, firsts, start = opened.tier, opened.streams, opened.firsts, opened.start
@@ -99,7 +99,7 @@ async def relay(opened: Opened, ladder: StreamLadder, decision: Decision, includ
             if merged is not None:
                 await merged.aclose()
         finally:
-            await ladder.close(opened)
+            await answerer.close(opened)
     total_completion = sum(completion_tokens)
     usage = None
     if include_usage:
@@ -114,7 +114,7 @@ async def relay(opened: Opened, ladder: StreamLadder, decision: Decision, includ
 
 async def deferred(serve: Awaitable[tuple[Decision, Answer]], keepalive_s: float, include_usage: bool,
                    telemetry: Telemetry, bill: Bill) -> AsyncGenerator[bytes, None]:
-    """`serve`'s answer (an `AnswerLadder`'s, usually, which bills each tier's answer) as one SSE body, with
+    """`serve`'s answer (a `WholeAnswerer`'s, usually, which bills each tier's answer) as one SSE body, with
     keep-alives while it works; the caller starts this at once (the service's `chat` does), so that `serve` is
     always awaited or cancelled. The last chunk carries the bill and its cost."""
     start = time.perf_counter()

@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import time
 
-from cascade.answer import Answer
 from cascade.branches.runner import BranchReport
 from cascade.errors import BackendError
 from cascade.router.load import Headroom
 from cascade.service.decision import Decision
 from cascade.service.metrics import GatewayMetrics
 from cascade.service.traffic import TrafficLog, TrafficRecord
-from cascade.tiers import Tier
+from cascade.tiers.answer import Answer
+from cascade.tiers.build import Tier
 
 _BRANCH_EVENTS = ("launched", "finished", "pruned_phase1", "pruned_phase2", "pruned_confidence", "early_stopped",
                  "failed")

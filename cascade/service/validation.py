@@ -13,8 +13,8 @@ import msgspec
 from cascade.config import BranchSettings, BrokenRule, Limits, check_branches
 from cascade.errors import InvalidRequest
 from cascade.schemas import ONE_ANSWER, PASSTHROUGH, BranchOverride, ChatCompletionRequest
-from cascade.tiers import Tier
-from cascade.upstream import stops
+from cascade.tiers.build import Tier
+from cascade.tiers.upstream import stops
 
 
 def validate(req: ChatCompletionRequest, lim: Limits) -> int:

@@ -2,7 +2,7 @@
 
 SGLang (srt/managers/tokenizer_manager.py, scheduler.py) refuses a rid already in flight with a 400, and
 `/abort_request` acts only when its exact rid is in flight, then on every rid that starts with it. The
-runner's rids come from cascade/upstream.py, which keeps them distinct and prefix-free; a branch the engine
+runner's rids come from cascade/tiers/upstream.py, which keeps them distinct and prefix-free; a branch the engine
 refuses or aborts ends alone, and never counts as finished.
 """
 
@@ -16,7 +16,6 @@ import httpx
 import msgspec
 import pytest
 
-from cascade import upstream
 from cascade.branches.backend import GenerationRequest
 from cascade.branches.fakes import FakeScorer
 from cascade.branches.runner import BranchRun, BranchRunner, BranchSettings
@@ -28,6 +27,7 @@ from cascade.errors import BackendFailed, InvalidRequest
 from cascade.schemas import ChatMessage
 from cascade.testing.asgi import serve_asgi
 from cascade.testing.waiting import eventually
+from cascade.tiers import upstream
 
 T = TypeVar("T")
 Served = tuple[str, FakeSGLang]
@@ -117,7 +117,7 @@ def test_fake_sglang_abort_stops_every_rid_in_flight_that_starts_with_the_one_gi
         running = await in_flight(client, app, ["cascade-x-1", "cascade-x-10", "cascade-x-2"])
         await client.post("/abort_request", json={"rid": "cascade-x-1"})
         bodies = await asyncio.gather(*running[:2])
-        # The hazard cascade/upstream.py's rids avoid: aborting `-1` also aborted `-10`, and only that.
+        # The hazard cascade/tiers/upstream.py's rids avoid: aborting `-1` also aborted `-10`, and only that.
         assert set(app.stats.aborted) == {"cascade-x-1", "cascade-x-10"} and app.stats.in_flight == 1
         await client.post("/abort_request", json={"abort_all": True})
         return [*bodies, await running[2]]

@@ -17,7 +17,7 @@ from cascade.engines.scorer_server import ScorerApp
 from cascade.engines.supervisor import Supervisor
 from cascade.engines.verifier_model import VerifierModel
 from cascade.testing.asgi import serve_asgi
-from cascade.tiers import build_tiers, make_workers
+from cascade.tiers.build import build_tiers, make_workers
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(180)]
 

@@ -11,13 +11,13 @@ from pathlib import Path
 import httpx
 import pytest
 
-from cascade.answer import answer
 from cascade.config import decode_config
 from cascade.engines.models import load_card, prepare
 from cascade.engines.supervisor import Supervisor, Worker
 from cascade.schemas import ChatMessage
-from cascade.tiers import build_tiers
-from cascade.upstream import Sampling
+from cascade.tiers.answer import answer
+from cascade.tiers.build import build_tiers
+from cascade.tiers.upstream import Sampling
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(600)]
 

@@ -20,7 +20,7 @@ from cascade.engines.scorer_server import ScorerApp, scorer_command
 from cascade.engines.supervisor import Worker
 from cascade.errors import BackendFailed, ConfigError
 from cascade.testing.asgi import serve_asgi
-from cascade.tiers import make_scorer, workers_of
+from cascade.tiers.build import make_scorer, workers_of
 
 TIMEOUTS = Timeouts(connect_s=1.0, read_s=5.0, total_s=10.0)
 QUESTION = "Tom has 12 apples and buys 7 more. How many apples does he have?"

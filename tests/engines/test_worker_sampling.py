@@ -14,15 +14,15 @@ from typing import Any
 
 import pytest
 
-from cascade.answer import answer
 from cascade.config import Limits, decode_config
 from cascade.engines.fake_server import FakeEngine, FakeScript
 from cascade.engines.supervisor import Supervisor, Worker, sampling_fields
 from cascade.errors import InvalidRequest
 from cascade.schemas import BranchOverride, ChatCompletionRequest, ChatMessage
 from cascade.service.validation import branches_for
-from cascade.tiers import build_tiers
-from cascade.upstream import Sampling
+from cascade.tiers.answer import answer
+from cascade.tiers.build import build_tiers
+from cascade.tiers.upstream import Sampling
 
 IDLE = [sys.executable, "-c", "import time; time.sleep(60)"]  # the process; HTTP is the fake engine
 

@@ -18,7 +18,7 @@ from cascade.service.chat import ChatService, ServiceConfig
 from cascade.service.metrics import GatewayMetrics
 from cascade.testing.asgi import serve_asgi
 from cascade.testing.servers import ladder_toml
-from cascade.tiers import build_tiers
+from cascade.tiers.build import build_tiers
 
 T = TypeVar("T")
 

@@ -1,4 +1,4 @@
-"""`cascade label` labels exactly what the gateway serves: both answer through cascade/answer.py.
+"""`cascade label` labels exactly what the gateway serves: both answer through cascade/tiers/answer.py.
 
 One fake engine plays per-seed answers (`[fake@seed=N ...]`), so any difference in how label and the gateway
 derive seeds (per choice, per branch) or temperature shows up as a different answer.
@@ -17,7 +17,7 @@ from cascade.engines.fake_server import FakeEngine, FakeScript
 from cascade.gateway.server import Gateway
 from cascade.label import answer_on_tier
 from cascade.testing.asgi import serve_asgi
-from cascade.tiers import build_tiers
+from cascade.tiers.build import build_tiers
 from tests.gateway.gateway_setup import small_and_thinker_toml
 
 SEED = 5

@@ -32,7 +32,7 @@ from cascade.service.redis.ledger import WINDOW, RedisLedger, ledger_key
 from cascade.service.redis.store import RETRY_S, lua
 from cascade.testing.asgi import serve_asgi
 from cascade.testing.servers import TIERS, ladder_toml
-from cascade.tiers import build_tiers
+from cascade.tiers.build import build_tiers
 from tests.gateway.test_redis_limits import (  # noqa: F401 (the `redis` fixture)
     FAILOVER_TIMEOUT_S,
     eventually_async,

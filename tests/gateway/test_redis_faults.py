@@ -25,7 +25,7 @@ from cascade.service.redis.buckets import RedisRateLimiter, bucket
 from cascade.service.redis.places import RedisPlaces, place_key
 from cascade.service.redis.store import MAX_LAG_S, RETRY_S, RedisStore, StoreUnavailable, lua
 from cascade.testing.servers import RedisServer, ladder_toml, redis_server
-from cascade.tiers import build_tiers
+from cascade.tiers.build import build_tiers
 from tests.gateway.test_redis_limits import (
     BOUND_S,
     FAILOVER_TIMEOUT_S,

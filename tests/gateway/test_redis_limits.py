@@ -34,7 +34,7 @@ from cascade.testing.processes import CASCADE, start
 from cascade.testing.processes import stop as stop_process
 from cascade.testing.servers import RedisServer, fake_engine, ladder_toml, redis_server, serve_config
 from cascade.testing.waiting import eventually
-from cascade.tiers import Tier, build_tiers
+from cascade.tiers.build import Tier, build_tiers
 from tests.gateway.gateway_setup import post_chat, running_gateway, user
 from tests.gateway.test_tenants import bearer, entry
 

@@ -20,7 +20,7 @@ def test_gaps_keep_only_pairs_inside_the_window() -> None:
 
 
 @pytest.mark.parametrize(("max_batch", "batches"), [(1, [1]), (8, [1, 2, 4, 8]), (6, [1, 2, 4, 6])])
-def test_the_decode_ladder_doubles_and_ends_at_max_batch(max_batch: int, batches: list[int]) -> None:
+def test_the_decode_sweep_doubles_and_ends_at_max_batch(max_batch: int, batches: list[int]) -> None:
     assert Settings(url="http://x", max_batch=max_batch).batches() == batches
 
 

@@ -33,7 +33,7 @@ from cascade.service.keys.tenant import Tenant
 from cascade.service.metrics import GatewayMetrics
 from cascade.testing.asgi import serve_asgi
 from cascade.testing.servers import TIERS, ladder_toml
-from cascade.tiers import build_tiers
+from cascade.tiers.build import build_tiers
 from tests.branches.test_hostile_engines import stream_with_usage
 from tests.branches.test_http_stream import read_request, with_raw_server
 from tests.service.pricing import priced

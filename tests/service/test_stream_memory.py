@@ -18,7 +18,7 @@ from cascade.config import decode_config
 from cascade.service.chat import ChatService, ServiceConfig, StreamReply
 from cascade.service.metrics import GatewayMetrics
 from cascade.testing.servers import TIERS, ladder_toml
-from cascade.tiers import build_tiers
+from cascade.tiers.build import build_tiers
 from tests.branches.test_http_stream import read_request, with_raw_server
 from tests.gateway.gateway_setup import user
 from tests.service.test_lease import request

@@ -8,11 +8,11 @@ from itertools import pairwise
 import msgspec
 import pytest
 
-from cascade import upstream
 from cascade.branches.backend import GenerationRequest
 from cascade.branches.confidence import LOGPROBS_REQUEST
 from cascade.config import Limits, TierConfig
 from cascade.schemas import ChatCompletionRequest, ChatMessage
+from cascade.tiers import upstream
 
 MAX_N = 128  # OpenAI's own limit on `n`, above cascade's default (Limits.max_n)
 READABLE = re.compile(r"cascade-[0-9a-f]{32}-c\d{2,}-b\d{2,}")
@@ -97,6 +97,26 @@ def test_a_tier_sends_its_instruction_first_its_default_length_and_logprobs_only
     read = upstream.template(tier, req.messages, msgspec.structs.replace(sampling, token_logprobs=True, max_tokens=5))
     assert read.max_tokens == 5 and read.extra == {**sent.extra, **LOGPROBS_REQUEST}
     assert sent.request_id != read.request_id  # a fresh rid base per answer
+
+
+@pytest.mark.parametrize(("lengths", "sent"), [
+    ({}, {"max_tokens": 99, "max_completion_tokens": None}),  # the client set none: the tier's default
+    ({"max_tokens": 5}, {"max_tokens": 5, "max_completion_tokens": None}),
+    ({"max_completion_tokens": 7}, {"max_tokens": None, "max_completion_tokens": 7}),  # kept as the client named it
+    ({"max_tokens": 5, "max_completion_tokens": 7}, {"max_tokens": 5, "max_completion_tokens": 7}),
+])
+def test_a_client_request_for_an_engine_follows_the_tiers_rules_without_cascades_own_fields(
+        lengths: dict[str, int], sent: dict[str, int | None]) -> None:
+    tier = TierConfig(name="t", backends=[], system_prompt="Think.", default_max_tokens=99)
+    req = msgspec.convert({"model": "cascade:best", "messages": [{"role": "user", "content": "Q"}], "quality": "best",
+                           "branches": {"n": 2}, "prompt_cache_key": "k", "temperature": 0.5, **lengths},
+                          ChatCompletionRequest)
+    engine = upstream.engine_request(req, tier, "engine-model")
+    assert engine.model == "engine-model" and engine.temperature == 0.5
+    assert [(m.role, m.content) for m in engine.messages] == [("system", "Think."), ("user", "Q")]
+    assert (engine.quality, engine.branches, engine.prompt_cache_key) == (None, None, None)
+    assert {"max_tokens": engine.max_tokens, "max_completion_tokens": engine.max_completion_tokens} == sent
+    assert upstream.template(tier, req.messages, upstream.sampling_of(req, 0)).messages == engine.messages
 
 
 def test_label_decodes_a_single_branch_tier_greedily_and_leaves_branches_to_their_temperature() -> None:

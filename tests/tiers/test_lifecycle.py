@@ -1,5 +1,5 @@
-"""The ladder's lifecycle (cascade/ladder.py): however the block exits (success, an exception, a cancellation), every
-tier's backend and scorer is closed and every worker stopped. Workers are idle processes whose HTTP is the fake engine
+"""The tiers' lifecycle (cascade/tiers/lifecycle.py): however the block exits (success, an exception, a
+cancellation), every tier's backend and scorer is closed and every worker stopped. Workers are idle processes whose HTTP is the fake engine
 over real HTTP on 127.0.0.1; "closed" is what the engine's side sees: no connection from this process stays open."""
 
 from __future__ import annotations
@@ -17,13 +17,13 @@ from cascade.config import decode_config
 from cascade.engines.fake_server import FakeEngine, FakeScript
 from cascade.engines.supervisor import Worker, free_port
 from cascade.errors import ConfigError
-from cascade.ladder import Ladder, running_ladder
 from cascade.testing.asgi import serve_asgi
 from cascade.testing.waiting import eventually
+from cascade.tiers.lifecycle import TierFleet, running_tiers
 from tests.servers import Replay, Reply
 
 IDLE = [sys.executable, "-c", "import time; time.sleep(60)"]  # the worker's process; HTTP is the fake engine
-PRM_REPLY = (Path(__file__).parent / "fixtures" / "sglang" / "prm_classify_response_last.json").read_bytes()
+PRM_REPLY = (Path(__file__).parents[1] / "fixtures" / "sglang" / "prm_classify_response_last.json").read_bytes()
 
 
 def ladder_toml(engine_port: int, prm_url: str) -> str:
@@ -68,14 +68,14 @@ def test_every_backend_scorer_and_worker_is_closed_however_the_block_exits(tmp_p
     with serve_asgi(FakeEngine(FakeScript(tokens=4))) as engine_url, serve_asgi(prm) as prm_url:
         config = decode_config(ladder_toml(int(engine_url.rsplit(":", 1)[1]), prm_url))
         workers = {w.name: Worker(w, tmp_path, tmp_path, command=IDLE) for w in config.workers}
-        seen: list[Ladder] = []
+        seen: list[TierFleet] = []
 
         async def use() -> None:
-            async with running_ladder(config, workers=workers) as ladder:
-                seen.append(ladder)
-                assert [w.alive() for w in ladder.workers.values()] == [True]
+            async with running_tiers(config, workers=workers) as fleet:
+                seen.append(fleet)
+                assert [w.alive() for w in fleet.workers.values()] == [True]
                 # Keep-alive connections to every backend and the scorer, as serving leaves them.
-                for tier in ladder.tiers:
+                for tier in fleet.tiers:
                     assert await tier.backend.health()
                     if tier.scorer is not None:
                         assert await tier.scorer.health()
@@ -102,10 +102,10 @@ def test_every_backend_scorer_and_worker_is_closed_however_the_block_exits(tmp_p
         else:
             asyncio.run(run())
         assert eventually(lambda: open_connections(engine_url, prm_url) == 0)
-        [ladder] = seen
-        assert not any(w.alive() for w in ladder.workers.values())
-        assert ladder.supervisor.workers and all(w.process and w.process.returncode is not None
-                                                 for w in ladder.supervisor.workers)
+        [fleet] = seen
+        assert not any(w.alive() for w in fleet.workers.values())
+        assert fleet.supervisor.workers and all(w.process and w.process.returncode is not None
+                                                 for w in fleet.supervisor.workers)
 
 
 def test_a_start_that_fails_stops_the_workers_already_started(tmp_path) -> None:
@@ -114,7 +114,7 @@ def test_a_start_that_fails_stops_the_workers_already_started(tmp_path) -> None:
     waits = Worker(msgspec.structs.replace(config.workers[0], name="waits"), tmp_path, tmp_path, command=IDLE)
 
     async def run() -> None:
-        async with running_ladder(config, workers={"w": dies, "waits": waits}):
+        async with running_tiers(config, workers={"w": dies, "waits": waits}):
             raise AssertionError("the block must not run")
 
     with pytest.raises(ConfigError, match="`w` exited while starting"):
@@ -124,11 +124,11 @@ def test_a_start_that_fails_stops_the_workers_already_started(tmp_path) -> None:
 
 def test_only_the_selected_tiers_are_built_and_only_their_workers_made(tmp_path) -> None:
     config = decode_config(ladder_toml(1, "http://127.0.0.1:2"))
-    ladder = Ladder(config, ["thinker"], log_dir=tmp_path)
-    assert [t.name for t in ladder.tiers] == ["thinker"] and ladder.tiers[0].index == 1
-    assert ladder.workers == {}  # the thinker runs on no worker: none is prepared or started
-    asyncio.run(ladder.aclose())
-    asyncio.run(ladder.aclose())  # idempotent
+    fleet = TierFleet(config, ["thinker"], log_dir=tmp_path)
+    assert [t.name for t in fleet.tiers] == ["thinker"] and fleet.tiers[0].index == 1
+    assert fleet.workers == {}  # the thinker runs on no worker: none is prepared or started
+    asyncio.run(fleet.aclose())
+    asyncio.run(fleet.aclose())  # idempotent
 
 
 def test_label_closes_its_scorers(tmp_path) -> None:

@@ -1,12 +1,15 @@
 """What one answer sends upstream: a request's sampling turned into one GenerationRequest per choice and branch,
 each with its own seed and its own request id. Every caller that sends a tier's answer upstream (the gateway,
-`cascade label`, `cascade bench`, through cascade/answer.py) gets its requests here, so that the rules below hold
+`cascade label`, `cascade bench`, through cascade/tiers/answer.py) gets its requests here, so that the rules below hold
 everywhere and a streamed answer sends exactly what a whole one does.
 
 * `Sampling`: how to sample, from a client's request (`sampling_of`), `cascade label` (`label_sampling`) or
   `cascade bench` (its own decoding);
 * `template`: what a tier sends for it: the tier's reasoning instruction first, its default length, the
   forwarded fields, and token logprobs when cascade itself reads them;
+* `engine_fields`: the tier's own rules for anything sent to its engines (its instruction first, its default length),
+  written once: `template` applies them, and so does `engine_request`, a client's request rewritten for the tier's
+  engine in the OpenAI schema (the Envoy model picker's body, cascade/extproc/picker.py);
 * `choice_requests` / `branch_requests`: the template per choice and branch, with seeds and rids.
 
 Seeds (distinct samples, reproducible: `cascade label` labels exactly what the gateway serves):
@@ -81,16 +84,34 @@ def stops(req: ChatCompletionRequest) -> list[str]:
     return [req.stop] if isinstance(req.stop, str) else list(req.stop or [])
 
 
-def template(tier: TierConfig, messages: list[ChatMessage], sampling: Sampling) -> GenerationRequest:
-    """What `tier` sends upstream for `messages`: its reasoning instruction first, its default length, a fresh
-    rid base. A template: `choice_requests` / `branch_requests` turn it into the requests sent."""
+def engine_fields(tier: TierConfig, messages: list[ChatMessage], max_tokens: int | None
+                  ) -> tuple[list[ChatMessage], int]:
+    """What `tier` makes of any request for its engines: `messages` after its reasoning instruction (its system
+    prompt), and `max_tokens`, or its default length when the request set none (None)."""
     if tier.system_prompt:
         messages = [ChatMessage(role="system", content=tier.system_prompt), *messages]
+    return messages, max_tokens or tier.default_max_tokens
+
+
+def engine_request(req: ChatCompletionRequest, tier: TierConfig, model: str) -> ChatCompletionRequest:
+    """A client's request as `tier`'s engine takes it in the OpenAI schema: `model` the engine's, the tier's
+    `engine_fields` (its default length only when the client set neither `max_tokens` nor `max_completion_tokens`),
+    without cascade's own fields (`quality`, `branches`, `prompt_cache_key`)."""
+    messages, length = engine_fields(tier, req.messages, req.max_tokens)
+    max_tokens = req.max_tokens if req.max_completion_tokens is not None else length
+    return msgspec.structs.replace(req, model=model, messages=messages, quality=None, branches=None,
+                                   prompt_cache_key=None, max_tokens=max_tokens)
+
+
+def template(tier: TierConfig, messages: list[ChatMessage], sampling: Sampling) -> GenerationRequest:
+    """What `tier` sends upstream for `messages`: its `engine_fields` (its reasoning instruction first, its default
+    length), a fresh rid base. A template: `choice_requests` / `branch_requests` turn it into the requests sent."""
+    messages, max_tokens = engine_fields(tier, messages, sampling.max_tokens)
     extra = {**sampling.extra, **LOGPROBS_REQUEST} if sampling.token_logprobs else dict(sampling.extra)
     if sampling.token_logprobs and sampling.top_logprobs > 1:
         extra["top_logprobs"] = sampling.top_logprobs
     return GenerationRequest(
-        messages=messages, max_tokens=sampling.max_tokens or tier.default_max_tokens,
+        messages=messages, max_tokens=max_tokens,
         temperature=sampling.temperature, top_p=sampling.top_p, stop=list(sampling.stop), seed=sampling.seed,
         request_id=new_base(), extra=extra, affinity_key=sampling.affinity_key,
     )

@@ -1,16 +1,17 @@
-"""The gateway's two sides of the router's `Ladder` (cascade/router/escalation.py): how one request is answered on
-one tier. The router's itinerary reaches back into the gateway only through them.
+"""The gateway's two `TierAnswerer`s (the router's side of the seam, cascade/router/escalation.py): how one request
+is answered on one tier as its itinerary walks the tiers. The router's itinerary reaches back into the gateway only
+through them.
 
-* `AnswerLadder`: whole answers (cascade/answer.py `answer`), whose evidence cascade mode reads;
-* `StreamLadder`: a live single-branch answer (cascade/answer.py `open_answer`), relayed as it comes
+* `WholeAnswerer`: whole answers (cascade/tiers/answer.py `answer`), whose evidence cascade mode reads;
+* `StreamAnswerer`: a live single-branch answer (cascade/tiers/answer.py `open_answer`), relayed as it comes
   (cascade/service/streaming.py); only an itinerary that does not judge answers serves one (a route-mode fallback
   to a tier with branches is answered whole there, and sent as one SSE body).
 
 Both answer inside the tier's admission (its request places and the stream budget, cascade/service/admission.py),
 taken and given back through the request's lease (cascade/service/lease.py), with the request's sampling as
-cascade/upstream.py makes it and the tier's branch slots held the same way; both bill what each tier decoded to the
-lease, count backend faults and moves (cascade/service/telemetry.py), and go only to tiers the request's API key may
-use (`Decision.allowed`).
+cascade/tiers/upstream.py makes it and the tier's branch slots held the same way; both bill what each tier decoded to
+the lease, count backend faults and moves (cascade/service/telemetry.py), and go only to tiers the request's API key
+may use (`Decision.allowed`).
 """
 
 from __future__ import annotations
@@ -20,7 +21,6 @@ from dataclasses import dataclass
 
 import msgspec
 
-from cascade.answer import Answer, Opened, answer, open_answer
 from cascade.branches.runner import BranchReport, BranchSettings
 from cascade.config import AnswerConfidenceConfig, Limits, reads_confidence
 from cascade.errors import BackendError, InvalidRequest
@@ -32,13 +32,14 @@ from cascade.service.decision import Decision
 from cascade.service.lease import Lease, TierPlace
 from cascade.service.telemetry import Telemetry
 from cascade.service.validation import branches_for, check_tier
-from cascade.tiers import Tier
-from cascade.upstream import Sampling, sampling_of
+from cascade.tiers.answer import Answer, Opened, answer, open_answer
+from cascade.tiers.build import Tier
+from cascade.tiers.upstream import Sampling, sampling_of
 
 
 @dataclass(frozen=True)
-class Rungs:
-    """What the ladders answer with, one per gateway: the tiers and the gateway's share of them."""
+class ServingTiers:
+    """What the answerers answer with, one per gateway: the tiers and the gateway's share of them."""
 
     tiers: list[Tier]
     limits: Limits
@@ -48,11 +49,11 @@ class Rungs:
 
 
 class _OneRequest:
-    """What both ladders share: one request, decided, on the gateway's tiers."""
+    """What both answerers share: one request, decided, on the gateway's tiers."""
 
-    def __init__(self, rungs: Rungs, req: ChatCompletionRequest, decision: Decision, max_tokens: int,
+    def __init__(self, serving: ServingTiers, req: ChatCompletionRequest, decision: Decision, max_tokens: int,
                  lease: Lease) -> None:
-        self.rungs = rungs
+        self.serving = serving
         self.req = req
         self.decision = decision
         self.max_tokens = max_tokens
@@ -65,24 +66,24 @@ class _OneRequest:
         allowed = self.decision.allowed
         if allowed is not None and tier not in allowed:
             return False
-        candidate = self.rungs.tiers[tier]
+        candidate = self.serving.tiers[tier]
         if not candidate.backend.available():
             return False
         try:
-            check_tier(self.req, candidate, self.rungs.limits)
+            check_tier(self.req, candidate, self.serving.limits)
         except InvalidRequest:
             return False
         return True
 
     def moved(self, from_tier: int, to_tier: int, why: Move) -> None:
-        self.rungs.telemetry.moved(self.rungs.tiers[from_tier], self.rungs.tiers[to_tier], why)
+        self.serving.telemetry.moved(self.serving.tiers[from_tier], self.serving.tiers[to_tier], why)
 
     def settings(self, tier: Tier) -> BranchSettings | None:
         """The request's branch settings on `tier`: checked before serving for every reachable tier, so only a
         route-mode fallback tier (checked by `can_take`) computes them here."""
         if tier.index in self.decision.branches:
             return self.decision.branches[tier.index]
-        return branches_for(self.req, tier, self.rungs.limits)
+        return branches_for(self.req, tier, self.serving.limits)
 
     def sampling_on(self, tier: Tier, settings: BranchSettings | None) -> Sampling:
         """The request's sampling on `tier`, with token logprobs the client did not ask for where cascade reads
@@ -90,29 +91,29 @@ class _OneRequest:
         where the engine returns them (they cost llama.cpp's server 8x its decode time)."""
         if self.req.logprobs or not tier.returns_logprobs:
             return self.sampling
-        judges = self.decision.itinerary.judges_answers and self.rungs.confidence.source != "prior"
+        judges = self.decision.itinerary.judges_answers and self.serving.confidence.source != "prior"
         branches_read = settings is not None and reads_confidence(settings)
-        if branches_read or (judges and tier.index < len(self.rungs.tiers) - 1):
+        if branches_read or (judges and tier.index < len(self.serving.tiers) - 1):
             top = settings.confidence_top_k if settings is not None and branches_read else 0
             return msgspec.structs.replace(self.sampling, token_logprobs=True, top_logprobs=top)
         return self.sampling
 
 
-class AnswerLadder(_OneRequest):
+class WholeAnswerer(_OneRequest):
     """Whole answers: all `n` choices of a tier at once, read for their evidence.
 
     A stream served whole (`deferred`) takes its first tier's admission ahead, before its headers (`hold_first`),
     so that a full tier is a 429 rather than an in-band error in a 200: the first tier's `answer` answers inside
     that place; where no answer takes it (the stream ended or was cancelled first), the lease gives it back."""
 
-    def __init__(self, rungs: Rungs, req: ChatCompletionRequest, decision: Decision, max_tokens: int,
+    def __init__(self, serving: ServingTiers, req: ChatCompletionRequest, decision: Decision, max_tokens: int,
                  lease: Lease) -> None:
-        super().__init__(rungs, req, decision, max_tokens, lease)
+        super().__init__(serving, req, decision, max_tokens, lease)
         self._first: TierPlace | None = None  # the first tier's place, taken ahead of its answer
 
     async def serve(self) -> tuple[Decision, Answer]:
         served = await self.decision.itinerary.serve(self)
-        return self.decision.served(served, self.rungs.tiers), served.answer
+        return self.decision.served(served, self.serving.tiers), served.answer
 
     async def hold_first(self) -> None:
         """Take the first tier's admission now (its request place, its streams; Overloaded: a 429)."""
@@ -123,10 +124,10 @@ class AnswerLadder(_OneRequest):
         return self.req.n * (settings.n if settings is not None else 1)
 
     async def answer(self, tier: int) -> Answer:
-        on = self.rungs.tiers[tier]
+        on = self.serving.tiers[tier]
         settings = self.settings(on)
         sampling = self.sampling_on(on, settings)
-        lease, telemetry = self.lease, self.rungs.telemetry
+        lease, telemetry = self.lease, self.serving.telemetry
         if tier == self.decision.tier.index and self._first is not None:
             place, self._first = self._first, None  # answered inside the place taken ahead (asked once)
         else:
@@ -136,7 +137,7 @@ class AnswerLadder(_OneRequest):
         lease.answering += 1
         try:
             whole = await answer(on, self.req.messages, sampling, settings, self.req.n, on.slots,
-                                 self.rungs.limits.max_slot_wait_s)
+                                 self.serving.limits.max_slot_wait_s)
         except Exception as exc:
             lease.answering -= 1
             lease.failed(exc)
@@ -148,7 +149,7 @@ class AnswerLadder(_OneRequest):
         lease.answering -= 1
         lease.answered(on, whole.results[0].prompt_tokens, whole.decode_tokens)
         telemetry.branches(on, whole.reports)
-        confidence = self.rungs.confidence
+        confidence = self.serving.confidence
         if self.decision.itinerary.judges_answers and confidence.source != "prior":
             calibration = confidence.calibration.get(on.name)
             whole.confidence = [None if c is None else calibrated(c.read(confidence.source), calibration)
@@ -166,27 +167,27 @@ class AnswerLadder(_OneRequest):
                 for r, a, c in zip(answer.results, agreements, confidence, strict=True)]
 
 
-class StreamLadder(_OneRequest):
+class StreamAnswerer(_OneRequest):
     """A live single-branch answer: a tier's upstream streams, one per choice, their first deltas read. The tier's
     admission and slots stay held until the relay closes them (`close`). A route-mode fallback to a tier with
-    branches is answered whole instead (they vote), as an `AnswerLadder` does, in a task already under way."""
+    branches is answered whole instead (they vote), as a `WholeAnswerer` does, in a task already under way."""
 
     async def serve(self) -> tuple[Decision, Opened | asyncio.Task[Answer]]:
         served = await self.decision.itinerary.serve(self)
-        return self.decision.served(served, self.rungs.tiers), served.answer
+        return self.decision.served(served, self.serving.tiers), served.answer
 
     async def answer(self, tier: int) -> Opened | asyncio.Task[Answer]:
-        on = self.rungs.tiers[tier]
-        if self.settings(on) is not None:  # only a fallback tier: the first tier's were checked before any ladder
-            return asyncio.ensure_future(AnswerLadder(self.rungs, self.req, self.decision, self.max_tokens, self.lease)
-                                         .answer(tier))
+        on = self.serving.tiers[tier]
+        if self.settings(on) is not None:  # only a fallback tier: the first tier's were checked before any answerer
+            whole = WholeAnswerer(self.serving, self.req, self.decision, self.max_tokens, self.lease)
+            return asyncio.ensure_future(whole.answer(tier))
         place = await self.lease.enter(on, self.req.n)
         try:
             opened = await open_answer(on, self.req.messages, self.sampling_on(on, None), self.req.n, on.slots,
-                                       self.rungs.limits.max_slot_wait_s)
+                                       self.serving.limits.max_slot_wait_s)
         except BaseException as exc:
             if isinstance(exc, BackendError):
-                self.rungs.telemetry.backend_error(on, exc)
+                self.serving.telemetry.backend_error(on, exc)
             self.lease.failed(exc)
             self.lease.leave(place)
             raise
@@ -196,7 +197,7 @@ class StreamLadder(_OneRequest):
 
     def evidence(self, answer: Opened | asyncio.Task[Answer]) -> list[Evidence]:
         raise TypeError("a live stream is relayed as it comes, never judged: an itinerary that judges answers "
-                        "is served whole (AnswerLadder)")
+                        "is served whole (WholeAnswerer)")
 
     _live: TierPlace | None = None  # the live answer's tier place
 

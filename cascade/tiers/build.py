@@ -1,6 +1,6 @@
 """The ladder as live objects: config tiers → backends (replica pools), embedded workers, scorers. Shared by
 the gateway and by offline commands (`cascade label`), so that both talk to the tiers the same way (what a tier
-sends upstream: cascade/upstream.py)."""
+sends upstream: cascade/tiers/upstream.py)."""
 
 from __future__ import annotations
 

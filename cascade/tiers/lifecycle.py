@@ -1,15 +1,17 @@
-"""The ladder's lifecycle, owned in one place: workers → supervisor → tiers → teardown.
+"""The tiers' lifecycle, owned in one place: workers → supervisor → tiers → teardown.
 
+A `TierFleet` is the running side of a config's tier ladder: its tiers as live objects (cascade/tiers/build.py)
+together with the embedded workers they run on and the supervisor of those workers, started and stopped as one.
 Every command that talks to tiers (`cascade serve`, `cascade label`, `cascade bench branches`) runs them as
 
-    async with running_ladder(config, tier_names) as ladder:
-        ... ladder.tiers ...
+    async with running_tiers(config, tier_names) as fleet:
+        ... fleet.tiers ...
 
 which prepares and starts only the [[workers]] the selected tiers run on, builds those tiers, and on any exit
 (success, an exception, a cancellation such as Ctrl-C) closes every tier's backend and scorer and stops the
 supervisor, which terminates every worker's process group. A command whose objects must exist before they
 start (the gateway: its service is built from the tiers, its workers start in the app's startup hook) makes a
-`Ladder` and calls `start()` and `aclose()` itself. `cascade deploy` runs engines without tiers: its
+`TierFleet` and calls `start()` and `aclose()` itself. `cascade deploy` runs engines without tiers: its
 lifecycle is the supervisor's own (`async with Supervisor(workers)`), which this one wraps.
 """
 
@@ -21,10 +23,10 @@ from pathlib import Path
 
 from cascade.config import CascadeConfig
 from cascade.engines.supervisor import Supervisor, Worker
-from cascade.tiers import Tier, build_tiers, make_workers
+from cascade.tiers.build import Tier, build_tiers, make_workers
 
 
-class Ladder:
+class TierFleet:
     """The config's tiers (with `tier_names`, only those) and the workers they run on, not yet started.
     `workers` replaces the ones the config would make (tests, `cascade bench`'s selection); by default
     they are `make_workers(config, log_dir, tier_names)` (log_dir default: ./logs)."""
@@ -58,7 +60,7 @@ class Ladder:
                     stack.push_async_callback(tier.scorer.aclose)
                 stack.push_async_callback(tier.backend.aclose)
 
-    async def __aenter__(self) -> Ladder:
+    async def __aenter__(self) -> TierFleet:
         try:
             await self.start()
         except BaseException:
@@ -71,10 +73,10 @@ class Ladder:
 
 
 @asynccontextmanager
-async def running_ladder(config: CascadeConfig, tier_names: Collection[str] | None = None, *,
-                         log_dir: Path | None = None, workers: Mapping[str, Worker] | None = None
-                         ) -> AsyncIterator[Ladder]:
-    """The ladder started (only the workers `tier_names` need), closed and stopped however the block exits."""
-    ladder = Ladder(config, tier_names, log_dir=log_dir, workers=workers)
-    async with ladder:
-        yield ladder
+async def running_tiers(config: CascadeConfig, tier_names: Collection[str] | None = None, *,
+                        log_dir: Path | None = None, workers: Mapping[str, Worker] | None = None
+                        ) -> AsyncIterator[TierFleet]:
+    """The tiers' fleet started (only the workers `tier_names` need), closed and stopped however the block exits."""
+    fleet = TierFleet(config, tier_names, log_dir=log_dir, workers=workers)
+    async with fleet:
+        yield fleet

@@ -8,7 +8,7 @@ sampled branches through the branch runner, which stops early, prunes and votes.
 handed back as open streams with their first deltas read, for the caller to relay and then `aclose`.
 
 Sampling is the same wherever the answer is asked for, so `cascade label` labels exactly what the gateway
-serves for the same request: cascade/upstream.py gives every upstream request its seed and its request id
+serves for the same request: cascade/tiers/upstream.py gives every upstream request its seed and its request id
 (distinct and prefix-free, as SGLang needs). Branches run at the request's temperature, or the tier's
 `branches.temperature` when it set none (branches must differ).
 
@@ -28,14 +28,14 @@ from typing import TypeVar
 
 import msgspec
 
-from cascade import upstream
 from cascade.branches.backend import GenerationRequest, GenerationResult, StreamDelta
 from cascade.branches.confidence import TokenConfidence, confidence_of, token_logprobs
 from cascade.branches.runner import BranchReport, BranchRun, BranchRunner, BranchSettings
 from cascade.branches.slots import BranchSlots
 from cascade.schemas import ChatMessage
-from cascade.tiers import Tier
-from cascade.upstream import Sampling
+from cascade.tiers import upstream
+from cascade.tiers.build import Tier
+from cascade.tiers.upstream import Sampling
 
 _T = TypeVar("_T")
 Streams = list[AsyncGenerator[StreamDelta, None]]
