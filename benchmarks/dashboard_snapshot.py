@@ -39,10 +39,10 @@ import numpy as np
 
 from cascade.deploy.monitoring import RULES_FILE, dashboard
 from cascade.deploy.monitoring import write as write_monitoring
-from cascade.engines.fake_server import FakeEngine, FakeScript
-from cascade.engines.fake_sglang import FakeSGLang
 from cascade.engines.supervisor import free_port
 from cascade.testing.asgi import serve_asgi
+from cascade.testing.fakes.engine import FakeEngine, FakeScript
+from cascade.testing.fakes.sglang import FakeSGLang
 from cascade.testing.processes import CASCADE, process, start, stop
 from cascade.testing.scripts import fail
 from cascade.testing.servers import serve_config

@@ -48,8 +48,8 @@ from cascade.config import load_config
 from cascade.data.datasets import load
 from cascade.data.outcomes import read_rows
 from cascade.data.records import RequestRecord, read_request_records
-from cascade.engines.fake_server import FakeEngine, FakeScript, ScriptHook
 from cascade.testing.asgi import serve_asgi
+from cascade.testing.fakes.engine import FakeEngine, FakeScript, ScriptHook
 from cascade.testing.processes import CASCADE
 from cascade.testing.servers import serve_config
 

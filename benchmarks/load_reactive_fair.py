@@ -69,10 +69,10 @@ from cascade.data.datasets import load
 from cascade.data.grading import reference_answer
 from cascade.data.outcomes import read_rows
 from cascade.data.records import read_request_records
-from cascade.engines.fake_server import FakeEngine, FakeScript, ScriptHook
 from cascade.router.heuristic import heuristic_difficulty
 from cascade.router.learned import LearnedSignal
 from cascade.testing.asgi import serve_asgi
+from cascade.testing.fakes.engine import FakeEngine, FakeScript, ScriptHook
 from cascade.testing.processes import CASCADE
 from cascade.testing.servers import serve_config
 

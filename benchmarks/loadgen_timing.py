@@ -67,7 +67,7 @@ class Instrumented:
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         if scope["type"] == "http" and scope["path"] == "/bench/stats":
-            from cascade.engines.fake_asgi import send_json
+            from cascade.engines.asgi import send_json
 
             stats = {"ttft_ms": self.ttft, "itl_ms": self.itl}
             self.ttft, self.itl = [], []
@@ -93,7 +93,7 @@ class Instrumented:
 def serve_instrumented(port: int, ttft_ms: float, itl_ms: float, tokens: int) -> None:
     import uvicorn
 
-    from cascade.engines.fake_server import FakeEngine, FakeScript
+    from cascade.testing.fakes.engine import FakeEngine, FakeScript
 
     app = Instrumented(FakeEngine(FakeScript(ttft_ms=ttft_ms, itl_ms=itl_ms, tokens=tokens)))
     uvicorn.run(app, host="127.0.0.1", port=port, log_level="warning", access_log=False)

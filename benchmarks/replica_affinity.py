@@ -7,7 +7,7 @@ Method
     turns and every message to `--max-message-chars`. A conversation is a session: its turns go in order, each
     request carrying every earlier turn (the human turns and the dataset's replies) and the new human turn, as a
     chat client sends them; `--concurrency` sessions run at once (closed loop), in a seeded order.
-  * Engines: `--replicas` `cascade fake-server` processes with a prefix cache (cascade/engines/fake_prefix_cache.py:
+  * Engines: `--replicas` `cascade fake-server` processes with a prefix cache (cascade/testing/fakes/prefix_cache.py:
     an LRU of message prefixes of `--cache-tokens` tokens each, time to first token `--ttft-ms` for an uncached
     prompt and `--cached-ttft-ms` for a fully cached one, in proportion between), `--max-running` batch slots
     each (a request beyond them queues, so piling load on one replica costs TTFT: one set of runs per value, e.g.
@@ -51,7 +51,7 @@ import aiohttp
 import numpy as np
 
 from cascade.data.datasets import DatasetError, sharegpt_conversations
-from cascade.engines.fake_prefix_cache import message_tokens
+from cascade.testing.fakes.prefix_cache import message_tokens
 from cascade.testing.scripts import fail
 from cascade.testing.servers import fake_engine, serve_config
 

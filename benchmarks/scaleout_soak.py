@@ -83,7 +83,7 @@ class CountingEngine:
     which `GET /soak/seen` returns."""
 
     def __init__(self, itl_ms: float) -> None:
-        from cascade.engines.fake_sglang import FakeScript, FakeSGLang
+        from cascade.testing.fakes.sglang import FakeScript, FakeSGLang
 
         self.inner = FakeSGLang(FakeScript(itl_ms=itl_ms, model=TIER))
         self.ids: Counter[str] = Counter()

@@ -7,8 +7,8 @@ from collections import Counter
 from pathlib import Path
 
 from cascade.cli import main
-from cascade.engines.fake_server import FakeEngine, FakeScript
 from cascade.testing.asgi import serve_asgi
+from cascade.testing.fakes.engine import FakeEngine, FakeScript
 
 RIGHT = "3_*_6_=_18.|So_the_answer_is_18.|####_18"
 

@@ -11,8 +11,8 @@ import sys
 from pathlib import Path
 
 from cascade.cli import main
-from cascade.engines.fake_server import FakeEngine, FakeScript
 from cascade.testing.asgi import serve_asgi
+from cascade.testing.fakes.engine import FakeEngine, FakeScript
 
 SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "answer_confidence.py"
 RIGHT = "So_the_answer_is_18.|####_18"

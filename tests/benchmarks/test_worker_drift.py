@@ -7,8 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from cascade.engines.fake_server import FakeEngine, FakeScript
 from cascade.testing.asgi import serve_asgi
+from cascade.testing.fakes.engine import FakeEngine, FakeScript
 
 SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "worker_drift.py"
 

@@ -16,11 +16,11 @@ import pytest
 
 from cascade.answer import answer
 from cascade.config import Limits, decode_config
-from cascade.engines.fake_server import FakeEngine, FakeScript
 from cascade.engines.supervisor import Supervisor, Worker, sampling_fields
 from cascade.errors import InvalidRequest
 from cascade.schemas import BranchOverride, ChatCompletionRequest, ChatMessage
 from cascade.service.validation import branches_for
+from cascade.testing.fakes.engine import FakeEngine, FakeScript
 from cascade.tiers import build_tiers
 from cascade.upstream import Sampling
 

@@ -20,7 +20,6 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from cascade.config import decode_config
-from cascade.engines.fake_server import FakeEngine, FakeScript
 from cascade.errors import LimitsUnavailable, QuotaExceeded
 from cascade.schemas import ChatCompletionRequest
 from cascade.service.budgets import PERIOD_S, Budget, window
@@ -30,6 +29,7 @@ from cascade.service.metrics import GatewayMetrics
 from cascade.service.redis_store import RETRY_S, lua
 from cascade.service.tenants import Tenant, estimate_prompt_tokens, estimate_tokens
 from cascade.testing.asgi import serve_asgi
+from cascade.testing.fakes.engine import FakeEngine, FakeScript
 from cascade.testing.servers import TIERS, ladder_toml
 from cascade.tiers import build_tiers
 from tests.gateway.test_redis_limits import (  # noqa: F401 (the `redis` fixture)

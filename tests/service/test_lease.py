@@ -19,13 +19,13 @@ import msgspec
 import pytest
 
 from cascade.config import decode_config
-from cascade.engines.fake_server import FakeEngine, FakeScript
 from cascade.errors import BackendError, Overloaded, RateLimited
 from cascade.schemas import ChatCompletionRequest
 from cascade.service.budgets import Budget, LocalLedger
 from cascade.service.chat import ChatService, StreamReply, WholeReply
 from cascade.service.tenants import Tenant, estimate_prompt_tokens
 from cascade.testing.asgi import serve_asgi
+from cascade.testing.fakes.engine import FakeEngine, FakeScript
 from cascade.testing.servers import TIERS, ladder_toml
 from tests.gateway.gateway_setup import on_service, user
 from tests.service.pricing import last_chunk, priced

@@ -1,6 +1,6 @@
 """A raw TCP server that answers every request with bytes that are not HTTP (an upstream that is not
 an HTTP server at all): ``cascade fake-server --fault garbage``. It cannot be an ASGI app like the
-rest of the fake engine (cascade/engines/fake_server.py), since uvicorn only writes valid HTTP."""
+rest of the fake engine (cascade/testing/fakes/engine.py), since uvicorn only writes valid HTTP."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""What the fake engines (cascade/engines/fake_server.py, fake_sglang.py) do for a request: the
-`FakeScript`, its fault modes, and the ``[fake ...]`` directives that override it per request.
+"""What the fake engines (engine.py, sglang.py) do for a request: the `FakeScript`, its fault modes, and the
+``[fake ...]`` directives that override it per request.
 
 The script can be overridden per request by a directive in the last user message, e.g.
 ``[fake status=500]`` or ``[fake ttft_ms=50 itl_ms=5 tokens=20 stall_after=3 logprob=-2]``, so that tests can
@@ -23,7 +23,7 @@ a request with ``"stream": true``):
   otherwise headers announcing more bytes than are sent, then the close. (The app raises after
   `http.response.start`; uvicorn then closes the transport. httpx reports `RemoteProtocolError`.)
 
-Bytes that are not HTTP cannot come from an ASGI app: cascade/engines/fake_garbage.py serves those.
+Bytes that are not HTTP cannot come from an ASGI app: cascade/testing/fakes/garbage.py serves those.
 """
 
 from __future__ import annotations

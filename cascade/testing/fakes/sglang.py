@@ -4,13 +4,13 @@
 Scripting is `FakeEngine`'s (a `FakeScript`, overridable per request by a ``[fake ...]`` directive);
 `reasoning` adds reasoning tokens, streamed as `reasoning_content` before the answer. A request with `tools`
 gets a tool call, and one with `logprobs` token logprobs (`top_logprobs` alternatives each), in SGLang's shapes
-(cascade/engines/fake_sglang_shapes.py; tests/contract/ checks them against SGLang's own models).
+(cascade/testing/fakes/sglang_shapes.py; tests/contract/ checks them against SGLang's own models).
 Like SGLang, it keeps generating for a client that went away and stops only `disconnect_abort_s`
 later (SGLang aborts those from a background task), so that a generation stops at once only when
 someone posts its rid to `/abort_request`. `GET /fake/stats` lists the rids aborted, with the number
 of tokens each had generated when it stopped, which is how tests prove that an abort stopped it.
 `max_running` batch slots queue the requests beyond them, and `GET /metrics` publishes the queue, the running
-requests and TTFTs in SGLang's own metric names (cascade/engines/fake_sglang_metrics.py).
+requests and TTFTs in SGLang's own metric names (cascade/testing/fakes/sglang_metrics.py).
 """
 
 from __future__ import annotations
@@ -23,11 +23,11 @@ from typing import Any
 
 import msgspec
 
-from cascade.engines import fake_sglang_shapes as shapes
-from cascade.engines.fake_asgi import Receive, Scope, Send, read_body, send_json
-from cascade.engines.fake_script import FakeScript, script_for, token_pieces
-from cascade.engines.fake_server import FakeEngine, FakeStats
-from cascade.engines.fake_sglang_metrics import FakeScheduler
+from cascade.engines.asgi import Receive, Scope, Send, read_body, send_json
+from cascade.testing.fakes import sglang_shapes as shapes
+from cascade.testing.fakes.engine import FakeEngine, FakeStats
+from cascade.testing.fakes.script import FakeScript, script_for, token_pieces
+from cascade.testing.fakes.sglang_metrics import FakeScheduler
 
 EOS_TOKEN_ID = shapes.EOS_TOKEN_ID  # reported as `matched_stop` when a generation ends on its own
 _encode = msgspec.json.Encoder().encode
@@ -65,7 +65,7 @@ class FakeSGLang(FakeEngine):
         # itl_batch_slope: each token's wait grows with the requests running (FakeEngine's; the batch here is the
         # scheduler's running requests).
         super().__init__(script, max_running=max_running, itl_batch_slope=itl_batch_slope)
-        # Batch slots (max_running > 0: the rest queue) and /metrics in SGLang's names: fake_sglang_metrics.py.
+        # Batch slots (max_running > 0: the rest queue) and /metrics in SGLang's names: sglang_metrics.py.
         self.scheduler = FakeScheduler(lambda: self.script.model, max_running)
         self.stats = FakeSGLangStats()
         self.reasoning = reasoning
@@ -118,7 +118,7 @@ class FakeSGLang(FakeEngine):
             return
         thoughts = token_pieces(FakeScript(answer=self.reasoning), 1 << 30) if self.reasoning else []
         answer = token_pieces(script, 1 << 30)
-        tool = shapes.tool_to_call(body)  # a request with tools gets a call of one (fake_sglang_shapes.py)
+        tool = shapes.tool_to_call(body)  # a request with tools gets a call of one (sglang_shapes.py)
         planned = [("reasoning_content", t) for t in thoughts] + (
             shapes.tool_steps(tool, "".join(answer)) if tool is not None else [("content", p) for p in answer])
         max_tokens = int(body.get("max_completion_tokens") or body.get("max_tokens") or 1 << 30)

@@ -8,8 +8,8 @@ import json
 import httpx
 import pytest
 
-from cascade.engines.fake_server import FakeEngine, FakeScript
 from cascade.testing.asgi import serve_asgi
+from cascade.testing.fakes.engine import FakeEngine, FakeScript
 
 
 def test_logprobs_only_when_asked_whole_and_streamed() -> None:

@@ -1,6 +1,6 @@
 """The fake SGLang's scheduler as SGLang's `/metrics` shows it (served with `--enable-metrics`).
 
-`FakeScheduler` runs each chat request of the fake (cascade/engines/fake_sglang.py): with `max_running` > 0
+`FakeScheduler` runs each chat request of the fake (cascade/testing/fakes/sglang.py): with `max_running` > 0
 (SGLang's --max-running-requests) a request beyond that many waits in a queue before it starts, so its TTFT
 grows with the queue, as on a real engine at capacity. What it counts is what it publishes, in SGLang's names,
 types and labels (sglang/srt/observability/metrics_collector.py) and in the text that SGLang's multiprocess
@@ -27,7 +27,7 @@ from prometheus_client.core import GaugeMetricFamily, HistogramMetricFamily, Met
 from prometheus_client.registry import Collector
 from prometheus_client.utils import floatToGoString
 
-from cascade.engines.fake_asgi import Message, Receive, Send, send_bytes, send_json
+from cascade.engines.asgi import Message, Receive, Send, send_bytes, send_json
 
 # SGLang's default TTFT buckets (TokenizerMetricsCollector), seconds.
 TTFT_BUCKETS = (0.1, 0.2, 0.4, 0.6, 0.8, 1, 2, 4, 6, 8, 10, 20, 40, 60, 80, 100, 200, 400, float("inf"))

@@ -1,5 +1,6 @@
-"""The bits of ASGI the fake engines (fake_server.py, fake_sglang.py) speak by hand: no framework, so
-that a fake costs little CPU next to what it measures."""
+"""The bits of ASGI spoken by hand (scope, receive/send, body reading, JSON and byte responses): the scorer server
+(scorer_server.py) and the test fakes (cascade/testing/fakes/) are plain ASGI apps, no framework, so that a fake
+costs little CPU next to what it measures."""
 
 from __future__ import annotations
 

@@ -14,13 +14,13 @@ import msgspec
 import pytest
 
 from cascade.cli import build_parser
-from cascade.engines.fake_garbage import GARBAGE, start_garbage_server
-from cascade.engines.fake_script import FAULTS
-from cascade.engines.fake_server import FakeEngine, FakeScript
 from cascade.testing.asgi import serve_asgi
+from cascade.testing.fakes.engine import FakeEngine, FakeScript
+from cascade.testing.fakes.garbage import GARBAGE, start_garbage_server
+from cascade.testing.fakes.script import FAULTS
 from cascade.testing.waiting import eventually
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 FULL = "t0 t1 t2 t3 t4 t5 "  # the answer of a 6-token script
 
 

@@ -9,9 +9,9 @@ from concurrent.futures import ThreadPoolExecutor
 import httpx
 import msgspec
 
-from cascade.engines.fake_server import FakeEngine, FakeScript
-from cascade.engines.fake_sglang import FakeSGLang
 from cascade.testing.asgi import serve_asgi
+from cascade.testing.fakes.engine import FakeEngine, FakeScript
+from cascade.testing.fakes.sglang import FakeSGLang
 
 
 def ask(url: str, text: str = "hi", model: str = "m") -> httpx.Response:

@@ -1,11 +1,11 @@
 """A deterministic fake OpenAI-compatible engine, for tests, fault injection and load tests.
 
-It is a plain ASGI app (cascade/engines/fake_asgi.py: no framework, so that it costs little CPU next
-to what it measures). Behaviour comes from its `FakeScript` (cascade/engines/fake_script.py: the
+It is a plain ASGI app (cascade/engines/asgi.py: no framework, so that it costs little CPU next
+to what it measures). Behaviour comes from its `FakeScript` (cascade/testing/fakes/script.py: the
 per-request ``[fake ...]`` directives and the `fault` modes that make it misbehave on the wire the
 way real upstreams do); this module serves it: the routes, the token stream and the faults' bytes.
 
-Bytes that are not HTTP cannot come from an ASGI app: cascade/engines/fake_garbage.py is a raw TCP
+Bytes that are not HTTP cannot come from an ASGI app: cascade/testing/fakes/garbage.py is a raw TCP
 server for that (``cascade fake-server --fault garbage``). A benchmark changes the default script at
 run time with ``POST /fake/script`` (a JSON object of FakeScript fields; ``GET`` returns the script),
 e.g. ``{"fault": "kill_mid"}`` then ``{"fault": ""}``.
@@ -15,7 +15,7 @@ reads requests but answers nothing, `/health` and `/v1/models` included, until t
 still answers).
 
 `prefix_cache` (``--prefix-cache-tokens N --cached-ttft-ms T``) makes it an engine with a prefix cache
-(cascade/engines/fake_prefix_cache.py): a prompt whose leading messages it has seen starts sooner, and its usage
+(cascade/testing/fakes/prefix_cache.py): a prompt whose leading messages it has seen starts sooner, and its usage
 reports `prompt_tokens_details.cached_tokens`; /fake/stats then counts prompt and cached tokens.
 
 `GET /fake/stats` reports how many streams started, finished and were cancelled by the client,
@@ -35,9 +35,9 @@ from typing import Any
 
 import msgspec
 
-from cascade.engines.fake_asgi import Receive, Scope, Send, disconnected_within, read_body, send_bytes, send_json
-from cascade.engines.fake_prefix_cache import PrefixCache
-from cascade.engines.fake_script import (
+from cascade.engines.asgi import Receive, Scope, Send, disconnected_within, read_body, send_bytes, send_json
+from cascade.testing.fakes.prefix_cache import PrefixCache
+from cascade.testing.fakes.script import (
     FakeScript,
     batch_itl_ms,
     logprob_entries,
@@ -125,7 +125,7 @@ class FakeEngine:
     `max_running` > 0 makes it an engine of that many batch slots (SGLang's --max-running-requests): a request
     beyond them waits for a free one before its first token, so its TTFT grows with the queue, as on a real
     engine at capacity. `itl_batch_slope` > 0 makes its time between tokens grow with the streams decoding at once
-    (fake_script.batch_itl_ms: `itl_ms` x (1 + slope x (batch - 1)), read at every token of a stream and at the
+    (script.batch_itl_ms: `itl_ms` x (1 + slope x (batch - 1)), read at every token of a stream and at the
     start of a non-streamed answer), so that a fuller batch decodes each stream slower, as on a real engine.
     `hook` (benchmarks) may change each request's script from its body, e.g. answer a dataset question as a
     labelled outcome says that model did. `stalled`: see the module docstring."""

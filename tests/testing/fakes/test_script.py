@@ -1,10 +1,10 @@
-"""The fake engines' per-request directives, read without a server (cascade/engines/fake_script.py)."""
+"""The fake engines' per-request directives, read without a server (cascade/testing/fakes/script.py)."""
 
 from __future__ import annotations
 
 import pytest
 
-from cascade.engines.fake_script import FakeScript, script_for, token_pieces, tokens_before_break
+from cascade.testing.fakes.script import FakeScript, script_for, token_pieces, tokens_before_break
 
 
 def chat(text: str, **fields: object) -> dict[str, object]:

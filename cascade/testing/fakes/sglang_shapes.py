@@ -1,4 +1,4 @@
-"""The JSON the fake SGLang server (fake_sglang.py) sends: SGLang's OpenAI chat route's own shapes, read from
+"""The JSON the fake SGLang server (sglang.py) sends: SGLang's OpenAI chat route's own shapes, read from
 its source at the release pinned in tests/fixtures/sglang/sglang-pin.txt (`srt/entrypoints/openai/`:
 `serving_chat.py`, `protocol.py`, `sse_utils.py`, `usage_processor.py`). tests/contract/ checks every shape
 against that release's pydantic models and serializers.

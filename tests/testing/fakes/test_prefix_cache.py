@@ -1,4 +1,4 @@
-"""The fake engine's prefix cache (cascade/engines/fake_prefix_cache.py, `cascade fake-server --prefix-cache-tokens`):
+"""The fake engine's prefix cache (cascade/testing/fakes/prefix_cache.py, `cascade fake-server --prefix-cache-tokens`):
 what it holds and evicts, the time to first token it scripts, and the usage it reports over HTTP."""
 
 from __future__ import annotations
@@ -12,9 +12,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from cascade.cli import main
-from cascade.engines.fake_prefix_cache import PrefixCache, message_tokens
-from cascade.engines.fake_server import FakeEngine, FakeScript
 from cascade.testing.asgi import serve_asgi
+from cascade.testing.fakes.engine import FakeEngine, FakeScript
+from cascade.testing.fakes.prefix_cache import PrefixCache, message_tokens
 
 SYSTEM = {"role": "system", "content": "You are a helpful assistant."}
 
