@@ -199,7 +199,7 @@ def build_parser() -> argparse.ArgumentParser:
                      "(the embedded one) are asked nothing and record none")
     lab.add_argument("--save-branches", metavar="FILE", help="append each reasoning tier's branch texts per prompt "
                      "to this JSONL (id, tier, seed, branch, text, state, correct; model output, no prompt), for "
-                     "offline replays (benchmarks/branch_logprobs.py)")
+                     "offline replays (benchmarks/reasoning/branch_logprobs.py)")
     lab.set_defaults(func=_label)
 
     models = sub.add_parser("models", help="manage the embedded CPU models").add_subparsers(

@@ -1,5 +1,5 @@
 """A prefix cache for the fake engine (`cascade fake-server --prefix-cache-tokens N --cached-ttft-ms T`), so that
-replica choice by prefix can be measured without GPUs (benchmarks/replica_affinity.py).
+replica choice by prefix can be measured without GPUs (benchmarks/frontdoor/replica_affinity.py).
 
 It models SGLang's radix cache at message granularity: a prompt is its chain of message prefixes, each keyed by a
 BLAKE2b digest of the previous key and the message, and weighing that message's tokens (about 4 characters per

@@ -223,7 +223,7 @@ def test_unknown_fault_is_refused_by_the_script_and_the_cli() -> None:
 
 def test_fault_soak_runs_end_to_end_and_reports_every_request() -> None:
     proc = subprocess.run(
-        [sys.executable, str(ROOT / "benchmarks" / "fault_soak.py"), "--n", "40", "--concurrency", "4",
+        [sys.executable, "-m", "benchmarks.soaks.fault", "--n", "40", "--concurrency", "4",
          "--fault-every-s", "0.5", "--fault-duration-s", "0.5", "--client-timeout-s", "5"],
         capture_output=True, text=True, timeout=120, cwd=ROOT,
     )
