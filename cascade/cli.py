@@ -128,8 +128,8 @@ def _models_list(args: argparse.Namespace) -> int:
 
 
 def _fake_server(args: argparse.Namespace) -> int:
-    from cascade.engines.fake_garbage import serve_garbage
-    from cascade.engines.fake_server import FakeScript, serve
+    from cascade.testing.fakes.engine import FakeScript, serve
+    from cascade.testing.fakes.garbage import serve_garbage
 
     if args.fault == "garbage":
         serve_garbage(args.host, args.port)
@@ -199,7 +199,7 @@ def build_parser() -> argparse.ArgumentParser:
                      "(the embedded one) are asked nothing and record none")
     lab.add_argument("--save-branches", metavar="FILE", help="append each reasoning tier's branch texts per prompt "
                      "to this JSONL (id, tier, seed, branch, text, state, correct; model output, no prompt), for "
-                     "offline replays (benchmarks/branch_logprobs.py)")
+                     "offline replays (benchmarks/reasoning/branch_logprobs.py)")
     lab.set_defaults(func=_label)
 
     models = sub.add_parser("models", help="manage the embedded CPU models").add_subparsers(
@@ -233,7 +233,7 @@ def build_parser() -> argparse.ArgumentParser:
                       help="with --prefix-cache-tokens: time to first token of a fully cached prompt (--ttft-ms is "
                       "that of an uncached one; a partly cached prompt's is in proportion)")
     fake.add_argument("--model", default="fake-model")
-    # Kept in step with cascade.engines.fake_script.FAULTS (not imported: --help stays instant).
+    # Kept in step with cascade.testing.fakes.script.FAULTS (not imported: --help stays instant).
     fake.add_argument("--fault", default="", metavar="MODE",
                       choices=["", "html", "malformed_sse", "truncated", "stall_first_byte", "stall_mid", "kill_mid",
                                "garbage"],

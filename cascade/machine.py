@@ -3,7 +3,8 @@
 Why: the embedded engine computes in bfloat16, fast on CPUs with AMX or AVX512-BF16 and emulated elsewhere. The
 Qwen2.5-Coder-1.5B worker decoded 6.6 tok/s alone and 35 tok/s at 8 in flight on one 2-core machine and 2.1 and
 4.1 tok/s on another (Xeon @ 2.50GHz, AVX512 without BF16; 2026-11-27). Latencies from two such machines are not
-comparable, so benchmark records carry this fingerprint and `benchmarks/bench_compare.py` says when runs differ.
+comparable, so benchmark records carry this fingerprint and `benchmarks/reasoning/bench_compare.py` says when runs
+differ.
 """
 
 from __future__ import annotations

@@ -7,8 +7,8 @@ from collections import Counter
 from pathlib import Path
 
 from cascade.cli import main
-from cascade.engines.fake_server import FakeEngine, FakeScript
 from cascade.testing.asgi import serve_asgi
+from cascade.testing.fakes.engine import FakeEngine, FakeScript
 
 RIGHT = "3_*_6_=_18.|So_the_answer_is_18.|####_18"
 
@@ -130,7 +130,7 @@ def test_adaptive_stops_at_a_first_wave_that_agrees_and_says_so_in_its_branch_co
     assert methods["adaptive"]["tokens_mean"] < methods["self_consistency"]["tokens_mean"]
     assert result["config"]["methods"]["adaptive"]["first_wave"] == 2  # the summary says which wave ran
     # Both methods' finished branches are saved, each row naming its method (the readers that need all N of a
-    # question, benchmarks/branch_outcomes.py and sart_replay.py, keep self-consistency's alone).
+    # question, benchmarks/reasoning/branch_outcomes.py and reasoning/sart_replay.py, keep self-consistency's alone).
     saved = Counter(json.loads(line)["method"] for line in (tmp_path / "b.jsonl").read_text().splitlines())
     assert saved == {"self_consistency": 3 * 4, "adaptive": 3 * 2}
 

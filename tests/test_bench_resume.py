@@ -12,9 +12,9 @@ from typing import Any
 import msgspec
 
 from cascade.cli import main
-from cascade.engines.fake_server import FakeEngine, FakeScript
 from cascade.machine import fingerprint
 from cascade.testing.asgi import serve_asgi
+from cascade.testing.fakes.engine import FakeEngine, FakeScript
 from tests.test_bench import write_inputs
 
 QUESTIONS = 3

@@ -19,11 +19,11 @@ from cascade.bench.runs import BenchRun, run_benchmark
 from cascade.bench.targets import BenchTargets, bench_targets
 from cascade.cli import main
 from cascade.config import decode_config
-from cascade.engines.fake_server import FakeEngine, FakeScript
 from cascade.engines.supervisor import Worker
 from cascade.errors import ConfigError
 from cascade.label import select_prompts
 from cascade.testing.asgi import serve_asgi
+from cascade.testing.fakes.engine import FakeEngine, FakeScript
 from cascade.tiers.build import workers_of
 from tests.test_bench import write_inputs
 

@@ -1,4 +1,4 @@
-"""Long runs append gzipped JSONL as they go (benchmarks/branch_logprobs.py) and are killed at a session's end: the
+"""Long runs append gzipped JSONL as they go (benchmarks/reasoning/branch_logprobs.py) and are killed at a session's end: the
 member a killed run leaves has no end, and the next run appends a new member after it. `json_rows` reads every
 complete line of both; the standard reader stopped at the cut (EOFError) or failed on what followed it
 (zlib.error: "invalid block type"), which lost every row the resumed run wrote (cascade/bench/runs.py)."""

@@ -9,8 +9,8 @@ import sys
 import time
 
 from cascade.cli import main
-from cascade.engines.fake_server import FakeEngine, FakeScript
 from cascade.testing.asgi import serve_asgi
+from cascade.testing.fakes.engine import FakeEngine, FakeScript
 from cascade.testing.waiting import eventually
 from tests.gateway.gateway_setup import small_and_thinker_toml
 

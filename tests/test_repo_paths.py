@@ -16,7 +16,7 @@ ROOT = Path(__file__).resolve().parents[1]
 # example configs, and the docs that cite them.
 ARTIFACT_DIRS = ("benchmarks/results", "models", "docs", "examples")
 ARTIFACT_SUFFIXES = {".json", ".jsonl", ".md", ".toml", ".csv"}
-# An absolute path into a machine's own folders; a path that merely ends in such a word ("benchmarks/worker_drift.py",
+# An absolute path into a machine's own folders; a path that merely ends in such a word ("benchmarks/soaks/worker_drift.py",
 # "~/.cache/...") is not one.
 MACHINE_PATH = re.compile(r"(?<![\w.~-])/(?:tmp|root|home|work|Users|mnt|var/folders)/")
 
@@ -92,7 +92,7 @@ def _artifacts() -> list[Path]:
 
 def test_the_machine_path_pattern_finds_what_it_must_and_nothing_else() -> None:
     found = ['"/work/runs31/b.jsonl"', "/tmp/x.json", "(/root/.cache/cascade)", " /home/u/d", "'/Users/a/b'"]
-    kept = ["benchmarks/worker_drift.py", "cascade/optimizer/widths.py", "~/.cache/cascade/models",
+    kept = ["benchmarks/soaks/worker_drift.py", "cascade/optimizer/widths.py", "~/.cache/cascade/models",
             "../shared/data/gsm8k/train.jsonl", "runs/tmp/x", "http://127.0.0.1/work/a"]
     assert all(MACHINE_PATH.search(text) for text in found)
     assert not any(MACHINE_PATH.search(text) for text in kept)

@@ -7,7 +7,7 @@ the same criterion as in sample, and scored on the held-out fold, so every quest
 chosen without it. The out-of-fold accuracy is the estimate of what choosing this way serves; the settings
 chosen per fold show how stable the choice is.
 
-Criterion (benchmarks/sart_replay.py's `best_within_2pts`): the fewest decode tokens among settings whose
+Criterion (benchmarks/reasoning/sart_replay.py's `best_within_2pts`): the fewest decode tokens among settings whose
 accuracy is within `points` of the reference (self-consistency with all N branches) on the choosing questions;
 ties to the more accurate, then to the earlier listed. When none is within `points`, the most accurate.
 

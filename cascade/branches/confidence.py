@@ -16,7 +16,7 @@ scale, so that it lives in [0, 1] beside vote agreement and the router's prior:
 * ``tail``: ``exp(mean logprob)`` over the last ``group`` tokens (where the final answer is written).
 
 None of them is a probability of being right: cascade/router/acceptance.py maps them through a per-tier
-calibration fitted on labelled outcomes (benchmarks/answer_confidence.py prints one).
+calibration fitted on labelled outcomes (benchmarks/router/answer_confidence.py prints one).
 """
 
 from __future__ import annotations

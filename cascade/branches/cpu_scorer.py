@@ -15,7 +15,7 @@ It reads what a small model's arithmetic reasoning gets wrong, from the text alo
 Claims written in LaTeX (`\\frac{a}{b}`, `\\times`, `\\[ ... \\]`), the usual style of small instruct
 models, are read as plain arithmetic. The score is a logistic function of these features, in [0, 1],
 with weights fitted on real branches (see ScorerWeights); `CPUScorer(weights=...)` takes others.
-benchmarks/branch_scorer.py measures the AUC on held-out GSM8K branches and fits new weights.
+benchmarks/reasoning/branch_scorer.py measures the AUC on held-out GSM8K branches and fits new weights.
 """
 
 from __future__ import annotations
@@ -43,7 +43,7 @@ FEATURE_NAMES = ("wrong_claims", "right_claims", "repeated_steps", "repeated_lin
 class ScorerWeights(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
     """Logistic weights, one per name in FEATURE_NAMES. Set by hand: signs from each feature's meaning,
     magnitudes guided by a logistic fit on 192 real branches of the former 0.5B embedded reasoning tier on GSM8K
-    *train* questions (benchmarks/branch_scorer.py prints that fit; its raw coefficients flip signs
+    *train* questions (benchmarks/reasoning/branch_scorer.py prints that fit; its raw coefficients flip signs
     between correlated features, so they are not used as they are). The question features carry
     most of the signal: a 0.5B model's branch correctness is mostly decided by the question. The
     held-out AUC is measured on GSM8K *test* branches (issue note)."""

@@ -23,7 +23,7 @@ Script = Callable[[GenerationRequest], Iterable[StreamDelta]]
 
 def numbered_tokens(request: GenerationRequest, tokens: int = 16, prompt_tokens: int = 8) -> Iterable[StreamDelta]:
     """`t0 `, `t1 `, ... one delta each, up to `max_tokens` (then finish_reason "length"), as the fake
-    engine (cascade/engines/fake_server.py) answers; the last delta carries the usage."""
+    engine (cascade/testing/fakes/engine.py) answers; the last delta carries the usage."""
     n = min(tokens, request.max_tokens)
     for i in range(n):
         yield StreamDelta(text=f"t{i} ")

@@ -2,7 +2,7 @@
 
 Why not aiohttp here: at 200 concurrent streams with 10 ms between tokens, aiohttp's request setup,
 StreamReader and per-read timeout rescheduling were ~35% of the gateway's CPU (py-spy,
-benchmarks/gateway_overhead.py), more than the engine spent producing the tokens. This client is an
+benchmarks/frontdoor/gateway_overhead.py), more than the engine spent producing the tokens. This client is an
 asyncio Protocol around httptools (uvicorn's parser, already installed; one connection of it is
 cascade/branches/http_connection.py, with the client's errors): one prebuilt request write, body bytes
 handed to the reader as they arrive, and one stall timer per request instead of one per read. It does

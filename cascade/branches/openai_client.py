@@ -10,7 +10,7 @@ lean keep-alive HTTP/1.1 client; control-plane calls (health, abort) through aio
 session per backend, created lazily inside the running event loop.
 Tracing (cascade/tracing/): when it is on, each call is a CLIENT span and sends its traceparent to the engine (SGLang
 and vLLM read it); when off, it costs a check per call and per delta.
-Measured against httpx 0.28 in benchmarks/gateway_overhead.py: httpx cost ~14x the client CPU per
+Measured against httpx 0.28 in benchmarks/frontdoor/gateway_overhead.py: httpx cost ~14x the client CPU per
 streamed request, and httpcore's pool bookkeeping grows with the number of kept-alive connections,
 which at 200 concurrent streams made keep-alive slower than reconnecting. Streams are read to the
 end of the body even after `[DONE]`, so that their connection goes back to the pool.

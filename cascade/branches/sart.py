@@ -1,7 +1,7 @@
 """SART's decisions as pure functions: which live branches to prune now, whether a wave settles the request
 (and how many branches the next one launches), and which answer the finished branches vote for.
 
-The branch runner (cascade/branches/runner.py) calls them on live streams, and benchmarks/sart_replay.py
+The branch runner (cascade/branches/runner.py) calls them on live streams, and benchmarks/reasoning/sart_replay.py
 on saved branches replayed offline, so that the replay measures the served rule, not a copy of it.
 """
 

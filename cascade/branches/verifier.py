@@ -33,7 +33,7 @@ import msgspec
 from cascade.branches.prm_client import STEP_MARKER
 from cascade.branches.scoring import STEP_SEPARATOR
 
-# Changing any of these changes every score: benchmark again (benchmarks/verifier_scorer.py).
+# Changing any of these changes every score: benchmark again (benchmarks/reasoning/verifier_scorer.py).
 JUDGE_INSTRUCTION = "Here is a math problem and the beginning of a student's step-by-step solution."
 JUDGE_QUESTION = "Is the reasoning so far correct? Answer Yes or No."
 SELF_QUESTION = "Is your reasoning so far correct? Answer Yes or No."

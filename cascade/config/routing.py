@@ -69,7 +69,7 @@ class AnswerConfidenceConfig(Strict, frozen=True):
     source: Literal["prior", "mean", "lowest_group", "tail"] = "prior"
     group_tokens: PositiveInt = 32
     # Per tier name: [slope, intercept] of the logistic map P(correct) = 1 / (1 + exp(-(slope * logit(c) +
-    # intercept))) from the raw token confidence c, fitted on labelled outcomes (benchmarks/answer_confidence.py
+    # intercept))) from the raw token confidence c, fitted on labelled outcomes (benchmarks/router/answer_confidence.py
     # prints them). A tier not named here reads c as it is, which is no probability of being right.
     calibration: dict[str, tuple[float, float]] = msgspec.field(default_factory=dict)
 

@@ -149,7 +149,7 @@ def _read_sharegpt(path: Path | None) -> list[_Conversation]:
 
 def sharegpt_conversations(path: Path | None = None) -> list[tuple[str, list[tuple[str, str]]]]:
     """Every ShareGPT conversation as (id, [(speaker, text), ...]) with speakers "human" and "gpt" as the file has
-    them, for multi-turn workloads (benchmarks/replica_affinity.py); unfiltered."""
+    them, for multi-turn workloads (benchmarks/frontdoor/replica_affinity.py); unfiltered."""
     return [(conv.id, [(turn.speaker, turn.value) for turn in conv.conversations]) for conv in _read_sharegpt(path)]
 
 

@@ -67,7 +67,7 @@ class TierOutcome(msgspec.Struct, kw_only=True, frozen=True, omit_defaults=True)
     error: str | None = None  # the tier did not answer (such rows are not written by `cascade label`)
     decode_tokens: int | None = None  # a tier with reasoning branches: the tokens all branches generated
     token_confidence: TokenConfidence | None = None  # `cascade label --logprobs`, where the engine returns them
-    # Independent branches run to completion, in sampling order (benchmarks/branch_outcomes.py converts them
+    # Independent branches run to completion, in sampling order (benchmarks/reasoning/branch_outcomes.py converts them
     # from `cascade bench branches --save-branches`): the planner's widths (cascade/optimizer/widths.py).
     branches: list[BranchOutcome] | None = None
 

@@ -33,7 +33,7 @@ from typing import Any, Protocol
 import msgspec
 
 from cascade.branches.verifier import Prompt, Scored, parse_prm_input
-from cascade.engines.fake_asgi import Receive, Scope, Send, read_body, send_json
+from cascade.engines.asgi import Receive, Scope, Send, read_body, send_json
 
 log = logging.getLogger("cascade.engines.scorer")
 MAX_BODY_BYTES = 16 << 20

@@ -12,8 +12,8 @@ body; each message gets exactly one answer:
 
 Protocol types: the envoy-data-plane package (betterproto2 dataclasses of Envoy's API, with their own wire codec);
 server: grpcio's asyncio server (its C core speaks HTTP/2: ~1.5 ms less per request than grpclib's pure-Python h2
-in benchmarks/extproc_latency.py on this machine), which also answers the standard gRPC health check (Kubernetes'
-grpc probe). Its Prometheus series (cascade/extproc/metrics.py) are served over plain HTTP on another port.
+in benchmarks/frontdoor/extproc_latency.py on this machine), which also answers the standard gRPC health check
+(Kubernetes' grpc probe). Its Prometheus series (cascade/extproc/metrics.py) are served over plain HTTP on another port.
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 Why not a Litestar route: a streamed completion is one ASGI `send` per upstream read, tens of
 thousands per second at 200 streams, and on that path Litestar's streaming response (a task group
 per response, a middleware wrapper around every `send`) cost about a fifth of the gateway's CPU
-(py-spy, benchmarks/gateway_overhead.py). Everything else (/v1/route, /v1/models, /health, /ready,
+(py-spy, benchmarks/frontdoor/gateway_overhead.py). Everything else (/v1/route, /v1/models, /health, /ready,
 /metrics, 404/405 for unknown routes) stays in Litestar; both share ChatService, the body reader's
 limits and the OpenAI error objects, and the same tests run against both.
 

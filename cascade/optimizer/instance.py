@@ -152,8 +152,8 @@ def _with_widths(outcomes: Outcomes, chosen: list[Width]) -> tuple[Outcomes, lis
         if draws is None:
             raise ConfigError(f"tier `{outcomes.tiers[i]}`: width {width} needs reasoning branches per prompt; "
                               f"these outcomes hold one answer per tier (synthetic outcomes draw branches; "
-                              f"benchmarks/branch_outcomes.py turns `cascade bench branches --save-branches` into rows "
-                              f"with `branches`)")
+                              f"benchmarks/reasoning/branch_outcomes.py turns `cascade bench branches --save-branches` "
+                              f"into rows with `branches`)")
         result = vote(draws, width)
         correct[:, i], score[:, i], output[:, i] = result.correct, result.score, result.finish_tokens
         results.append(result)

@@ -25,7 +25,7 @@ rescaling would re-weight the tiers in the gain): the expected gain p_fail[0] - 
 regression of ``correct[:, 1] - correct[:, 0]`` itself. It looked better in 5-fold CV (6 repeats) on the
 training half of RouteLLM GSM8K (0.656 vs 0.640 APGR, lexical; 0.663 vs 0.643 with steps; alpha 300
 from a plateau 150..500) but not on held-out prompts: 0.649 vs 0.682 on that split's test half and
-0.679 vs 0.683 mean over 8 splits (lexical + steps; benchmarks/router_quality.py). Kept as an option,
+0.679 vs 0.683 mean over 8 splits (lexical + steps; benchmarks/router/quality.py). Kept as an option,
 not the default.
 
 At prediction time the whole model is a matrix product and a sigmoid (or a clip) in numpy: no sklearn call

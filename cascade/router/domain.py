@@ -27,7 +27,7 @@ cannot: alone it flags 89% of ShareGPT first turns against 50% for the range tes
 (both together 95%), and 0.6% of unseen GSM8K questions (both 1.0%); it costs ~0.1 ms per decision. A prompt
 is out of domain when any test says so.
 
-Chosen by measurement (benchmarks/router_domain.py, the embedded ladder's router, same 0.99 held-out rule): a
+Chosen by measurement (benchmarks/router/domain.py, the embedded ladder's router, same 0.99 held-out rule): a
 Ledoit-Wolf Mahalanobis distance flagged 10% of 20 chat prompts and 73% of MMLU prompts (a short prompt is far
 out on a few features only, and rare count features widen a covariance threshold); counting out-of-range
 features flagged 15% of the chat prompts; the summed excess flags all chat and all 12,106 MMLU prompts, and

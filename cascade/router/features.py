@@ -24,7 +24,7 @@ Six blocks, chosen by a `FeatureSpec` (saved in the router card; loading refuses
   On RouteLLM's GSM8K outcomes 132 of GPT-4's 189 "wrong" answers contain the right number; questions
   with this form have GPT-4 graded wrong 45% of the time against 11% (training half), which a router
   must learn: routing them up buys little. It is a property of how the tiers' answers are *graded*,
-  measured, not of how hard the problem is; see benchmarks/router_quality.py for its effect.
+  measured, not of how hard the problem is; see benchmarks/router/quality.py for its effect.
 * ``topic_components`` (default 0, off): the prompt's MiniLM embedding projected on the first k principal
   axes of the embeddings of the auxiliary questions (`TopicModel`; the same GSM8K-format file as the steps
   block, a seeded sample of at most TOPIC_MAX_QUESTIONS, train/aux_models.py). A few coordinates that say what
@@ -32,7 +32,7 @@ Six blocks, chosen by a `FeatureSpec` (saved in the router card; loading refuses
   trained on a few hundred labelled prompts can use them without fitting 384 weights. Needs the optional
   embedding wheel, like ``embeddings``; the basis (k x 384 numbers) lives in the router artifact.
 
-The measurements that chose the default (lexical only) are in benchmarks/router_quality.py.
+The measurements that chose the default (lexical only) are in benchmarks/router/quality.py.
 
 This module is what serving needs: the spec, the transform and the fitted auxiliary models' prediction. The
 lexical block is in cascade/router/lexical.py, the embeddings in cascade/router/embeddings.py; fitting the

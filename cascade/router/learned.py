@@ -1,7 +1,7 @@
 """The learned router as the gateway's routing signal.
 
 Loaded once at start (`load_router`: card checks, skops, never pickle). On the request path it is
-featurize + a matrix product + a sigmoid in numpy (benchmarks/router_latency.py measures it).
+featurize + a matrix product + a sigmoid in numpy (benchmarks/router/latency.py measures it).
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 (protobuf, optionally gzip), decodes each ExportTraceServiceRequest with opentelemetry-proto (what the exporter of the
 `otel` extra depends on) and keeps the spans, flattened into `ReceivedSpan`s.
 
-`python -m cascade.testing.otlp --port P` runs one as a sink (benchmarks/gateway_overhead.py): it decodes and
+`python -m cascade.testing.otlp --port P` runs one as a sink (benchmarks/frontdoor/gateway_overhead.py): it decodes and
 counts, keeps nothing, and prints the count when it gets SIGTERM.
 """
 

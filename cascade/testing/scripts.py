@@ -12,8 +12,10 @@ import numpy as np
 
 
 def fail(message: str, prog: str | None = None) -> int:
-    """Print `prog: message` to stderr (default prog: the running script's name) and return exit status 2."""
-    print(f"{prog or Path(sys.argv[0]).stem}: {message}", file=sys.stderr)
+    """Print `prog: message` to stderr (default prog: the running module, `benchmarks.router.quality` when run as
+    `python -m benchmarks.router.quality`, else the script's name) and return exit status 2."""
+    spec = getattr(sys.modules.get("__main__"), "__spec__", None)
+    print(f"{prog or (spec.name if spec is not None else Path(sys.argv[0]).stem)}: {message}", file=sys.stderr)
     return 2
 
 
@@ -28,8 +30,8 @@ def write_result(path: str | Path, text: str) -> None:
         raise SystemExit(fail(f"cannot write --json-out {out}: {e.strerror or e}")) from None
 
 
-def print_result(result: Any, json_out: str | Path | None, indent: int = 1) -> None:
-    """Print a script's JSON result, and write it to `json_out` too when one is given."""
+def print_result(result: Any, json_out: str | Path | None, indent: int | None = 1) -> None:
+    """Print a script's JSON result, and write it to `json_out` too when one is given (`indent` None: one line)."""
     text = json.dumps(result, indent=indent)
     print(text)
     if json_out:

@@ -1,4 +1,4 @@
-"""A soak's requests and their verdicts, shared by benchmarks/fault_soak.py and benchmarks/scaleout_soak.py:
+"""A soak's requests and their verdicts, shared by benchmarks/soaks/fault.py and benchmarks/soaks/scaleout.py:
 `send_chat` sends one chat request and classifies what the client received, `keep_in_flight` keeps `concurrency`
 of them going, `counts` counts the verdicts.
 

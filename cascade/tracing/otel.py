@@ -70,8 +70,8 @@ def _new_id(bits: int) -> int:
 class RecordingSpan:
     """One span, recorded as plain values while it runs and handed to the SDK's span processor as a finished
     `ReadableSpan` when it ends. Cheaper on the event loop than the SDK's own spans (no per-attribute checks, no
-    locks, no sampler call per span: about a third of their CPU, benchmarks/tracing_cost.py), which matters on a
-    gateway's hot path; what an exporter receives is the same. The attributes set here are cascade's own (str, bool,
+    locks, no sampler call per span: about a third of their CPU, benchmarks/frontdoor/tracing_cost.py), which matters on
+    a gateway's hot path; what an exporter receives is the same. The attributes set here are cascade's own (str, bool,
     int, float, or lists of them), so they are not checked again. An unsampled span records nothing but still has ids
     to pass on."""
 

@@ -1,6 +1,6 @@
 """Committed results replay from the repo (issue 51 item 6): what a result read is named repo-relative and is in the
 repo, or the result says it is not and how it was made; and the replayable ones give their committed numbers again.
-(benchmarks/results/sart_replay_qwen15_train_cv.json: tests/benchmarks/test_sart_replay_out_of_fold.py.)"""
+(benchmarks/results/sart_replay_qwen15_train_cv.json: tests/benchmarks/reasoning/test_sart_replay_out_of_fold.py.)"""
 
 from __future__ import annotations
 
@@ -31,9 +31,9 @@ def _named_paths(tree: Any, key: str = "") -> list[tuple[str, str]]:
 
 def _run(command: str, tmp_path: Path) -> dict:
     argv = shlex.split(command)
-    assert argv[0].startswith("benchmarks/") and argv[0].endswith(".py")
+    assert argv[:2] == ["python", "-m"] and argv[2].startswith("benchmarks.")
     out = tmp_path / "replay.json"
-    done = subprocess.run([sys.executable, *argv, *(["--json-out", str(out)] if "sart_replay" in argv[0] else [])],
+    done = subprocess.run([sys.executable, *argv[1:], *(["--json-out", str(out)] if "sart_replay" in argv[2] else [])],
                           capture_output=True, text=True, timeout=300, cwd=ROOT)
     assert done.returncode == 0, done.stderr
     return json.loads(out.read_text() if out.exists() else done.stdout)
@@ -71,7 +71,7 @@ def test_the_vote_curves_on_training_questions_replay_from_committed_outcomes() 
     """benchmarks/results/branch_votes_qwen15_train.json end to end: majority@N, any-correct@N and greedy, with
     their bootstrap intervals, from the inputs it names."""
     committed = json.loads((RESULTS / "branch_votes_qwen15_train.json").read_text())
-    done = subprocess.run([sys.executable, "benchmarks/branch_votes.py", "--outcomes", committed["outcomes_file"],
+    done = subprocess.run([sys.executable, "-m", "benchmarks.reasoning.branch_votes", "--outcomes", committed["outcomes_file"],
                            "--tier", "qwen2.5-coder-1.5b-reason", "--greedy", committed["greedy_file"]],
                           capture_output=True, text=True, timeout=300, cwd=ROOT)
     assert done.returncode == 0, done.stderr

@@ -6,7 +6,7 @@ served over real HTTP on 127.0.0.1 (or, for the in-process fake, against its own
   for 30 s, so that only `/abort_request` can stop a generation within the tests' bounds)
 - pool:   ReplicaPool over two OpenAIBackends -> two FakeEngines
 - fake:   cascade.branches.fakes.FakeBackend, no HTTP, scripted by the fake engine's own `[fake ...]`
-  directives (cascade.engines.fake_server.script_for), so that the same requests expect the same answers
+  directives (cascade.testing.fakes.engine.script_for), so that the same requests expect the same answers
 """
 
 from __future__ import annotations
@@ -28,11 +28,11 @@ from cascade.branches.openai_client import OpenAIBackend
 from cascade.branches.pool import ReplicaPool
 from cascade.branches.sglang_client import SGLangBackend
 from cascade.config import Timeouts
-from cascade.engines.fake_server import FakeEngine, FakeScript, script_for, token_pieces
-from cascade.engines.fake_sglang import FakeSGLang
 from cascade.errors import BackendFailed, BackendUnavailable
 from cascade.schemas import ChatMessage
 from cascade.testing.asgi import serve_asgi
+from cascade.testing.fakes.engine import FakeEngine, FakeScript, script_for, token_pieces
+from cascade.testing.fakes.sglang import FakeSGLang
 from cascade.testing.waiting import eventually
 from tests.servers import Replay, Reply, dead_url
 

@@ -16,9 +16,9 @@ import pytest
 from cascade.branches.engine_load import MAX_WANTED_LINES, METRICS_BODY_BYTES, Histogram, parse_sglang_metrics
 from cascade.branches.engine_poller import EngineMonitor, EnginePoller
 from cascade.config import EngineLoadConfig
-from cascade.engines.fake_script import FakeScript
-from cascade.engines.fake_sglang import FakeSGLang
 from cascade.testing.asgi import serve_asgi
+from cascade.testing.fakes.script import FakeScript
+from cascade.testing.fakes.sglang import FakeSGLang
 from cascade.testing.waiting import eventually
 
 # What SGLang's multiprocess collector writes, cut down: two data-parallel ranks with priority scheduling (each

@@ -17,10 +17,10 @@ from cascade.branches.openai_client import OpenAIBackend
 from cascade.branches.pool import ReplicaPool
 from cascade.branches.sglang_client import SGLangBackend
 from cascade.config import FailoverConfig, HealthConfig, Timeouts
-from cascade.engines.fake_server import FakeEngine, FakeScript
 from cascade.errors import BackendUnavailable
 from cascade.schemas import ChatMessage
 from cascade.testing.asgi import serve_asgi
+from cascade.testing.fakes.engine import FakeEngine, FakeScript
 
 REQUEST = GenerationRequest(messages=[ChatMessage(role="user", content="hi")], max_tokens=4)
 

@@ -13,9 +13,9 @@ import pytest
 
 from cascade.branches.http_connection import HIGH_WATER, ConnectFailed, ConnectionClosed, StreamTimeout
 from cascade.branches.http_stream import StreamPool
-from cascade.engines.fake_server import FakeEngine, FakeScript
 from cascade.engines.supervisor import free_port
 from cascade.testing.asgi import serve_asgi
+from cascade.testing.fakes.engine import FakeEngine, FakeScript
 from cascade.testing.waiting import eventually
 
 HEADERS = {"Content-Type": "application/json"}

@@ -18,10 +18,10 @@ from cascade.branches.cpu_scorer import CPUScorer
 from cascade.branches.openai_client import OpenAIBackend
 from cascade.branches.runner import BranchRun, BranchRunner, BranchSettings
 from cascade.config import Timeouts
-from cascade.engines.fake_server import FakeEngine, FakeScript
 from cascade.errors import BackendError
 from cascade.schemas import ChatMessage
 from cascade.testing.asgi import serve_asgi
+from cascade.testing.fakes.engine import FakeEngine, FakeScript
 from cascade.testing.waiting import eventually
 
 RIGHT = "3_*_6_=_18.|So_the_answer_is_18.|####_18"

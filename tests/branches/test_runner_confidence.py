@@ -13,9 +13,9 @@ from cascade.branches.backend import GenerationRequest
 from cascade.branches.openai_client import OpenAIBackend
 from cascade.branches.runner import BranchRun, BranchRunner, BranchSettings
 from cascade.config import Timeouts
-from cascade.engines.fake_server import FakeEngine, FakeScript
 from cascade.schemas import ChatMessage
 from cascade.testing.asgi import serve_asgi
+from cascade.testing.fakes.engine import FakeEngine, FakeScript
 
 ANSWER = "[fake answer=3_*_6_=_18.|So_the_answer_is_18.|####_18 itl_ms=10]"
 PRUNING = BranchSettings(n=3, m=2, prune_confidence=0.5, confidence_group=4)

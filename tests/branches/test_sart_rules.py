@@ -1,5 +1,5 @@
 """SART's pruning and voting rules (cascade/branches/sart.py), which the branch runner and the offline
-replay (benchmarks/sart_replay.py) share."""
+replay (benchmarks/reasoning/sart_replay.py) share."""
 
 from __future__ import annotations
 

@@ -26,7 +26,7 @@ from cascade.branches.fakes import FakeScorer
 from cascade.branches.prm_client import STEP_MARKER, SGLangPRMScorer
 from cascade.branches.scoring import Scorer, split_steps
 from cascade.config import Timeouts
-from cascade.engines.fake_server import read_body, send_json
+from cascade.engines.asgi import read_body, send_json
 from cascade.errors import BackendError, BackendUnavailable
 from cascade.testing.asgi import serve_asgi
 from tests.servers import dead_url

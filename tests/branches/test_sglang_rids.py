@@ -21,11 +21,11 @@ from cascade.branches.fakes import FakeScorer
 from cascade.branches.runner import BranchRun, BranchRunner, BranchSettings
 from cascade.branches.sglang_client import SGLangBackend
 from cascade.config import Timeouts
-from cascade.engines.fake_server import FakeScript
-from cascade.engines.fake_sglang import FakeSGLang
 from cascade.errors import BackendFailed, InvalidRequest
 from cascade.schemas import ChatMessage
 from cascade.testing.asgi import serve_asgi
+from cascade.testing.fakes.engine import FakeScript
+from cascade.testing.fakes.sglang import FakeSGLang
 from cascade.testing.waiting import eventually
 from cascade.tiers import upstream
 

@@ -21,11 +21,11 @@ import pytest
 from cascade.branches.backend import GenerationRequest, GenerationResult, StreamDelta, collect
 from cascade.branches.sglang_client import SGLangBackend
 from cascade.config import Timeouts
-from cascade.engines.fake_server import FakeScript
-from cascade.engines.fake_sglang import FakeSGLang
 from cascade.errors import BackendFailed, BackendTimeout, BackendUnavailable, CascadeError, InvalidRequest
 from cascade.schemas import ChatMessage
 from cascade.testing.asgi import serve_asgi
+from cascade.testing.fakes.engine import FakeScript
+from cascade.testing.fakes.sglang import FakeSGLang
 from cascade.testing.waiting import eventually
 from tests.servers import Replay, Reply, dead_url
 

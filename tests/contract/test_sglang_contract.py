@@ -20,11 +20,11 @@ import msgspec
 import pytest
 
 from cascade.config import decode_config
-from cascade.engines.fake_asgi import Receive, Scope, Send, read_body
-from cascade.engines.fake_script import FakeScript
-from cascade.engines.fake_sglang import FakeSGLang
+from cascade.engines.asgi import Receive, Scope, Send, read_body
 from cascade.gateway.server import Gateway
 from cascade.testing.asgi import serve_asgi
+from cascade.testing.fakes.script import FakeScript
+from cascade.testing.fakes.sglang import FakeSGLang
 from tests.contract.sglang_protocol import SGLangProtocol
 from tests.contract.sglang_wire import (
     FIXTURES,

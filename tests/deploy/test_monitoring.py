@@ -23,12 +23,12 @@ from cascade.config import decode_config
 from cascade.deploy import monitoring
 from cascade.deploy.monitoring import alerts, dashboard
 from cascade.deploy.monitoring.promql import PromQLError, label_names, metric_names
-from cascade.engines.fake_server import FakeEngine, FakeScript
-from cascade.engines.fake_sglang import FakeSGLang
 from cascade.engines.supervisor import free_port
 from cascade.extproc.metrics import ExtprocMetrics
 from cascade.gateway.server import Gateway
 from cascade.testing.asgi import serve_asgi
+from cascade.testing.fakes.engine import FakeEngine, FakeScript
+from cascade.testing.fakes.sglang import FakeSGLang
 from cascade.testing.processes import CASCADE, run
 from tests.gateway.gateway_setup import post_chat, user
 

@@ -1,4 +1,4 @@
-"""benchmarks/greedy_logprobs.py with the real SmolLM2 weights: it re-answers labelled rows greedily, records the
+"""benchmarks/router/greedy_logprobs.py with the real SmolLM2 weights: it re-answers labelled rows greedily, records the
 chosen tokens' confidence on every answer, keeps the other tiers' outcomes, and resumes without redoing a row."""
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from cascade.data.outcomes import read_rows
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(600)]
 
 ROOT = Path(__file__).resolve().parents[2]
-SCRIPT = ROOT / "benchmarks" / "greedy_logprobs.py"
+MODULE = "benchmarks.router.greedy_logprobs"
 LABELLED = ROOT / "models" / "outcomes" / "gsm8k-train-embedded-v6.jsonl"
 
 
@@ -23,7 +23,7 @@ def test_answers_carry_token_confidence_and_a_second_run_resumes(tmp_path) -> No
     source = tmp_path / "labelled.jsonl"
     source.write_text("".join(LABELLED.read_text().splitlines(keepends=True)[:2]))
     out = tmp_path / "out.jsonl"
-    argv = [sys.executable, str(SCRIPT), str(source), "--tier", "smollm2-135m", "--out", str(out), "--batch", "2"]
+    argv = [sys.executable, "-m", MODULE, str(source), "--tier", "smollm2-135m", "--out", str(out), "--batch", "2"]
     first = subprocess.run(argv, capture_output=True, text=True, timeout=500, cwd=ROOT)
     assert first.returncode == 0, first.stderr
     summary = json.loads(first.stdout)
@@ -42,6 +42,6 @@ def test_answers_carry_token_confidence_and_a_second_run_resumes(tmp_path) -> No
 
 
 def test_an_unknown_tier_is_one_line_and_exit_2(tmp_path) -> None:
-    done = subprocess.run([sys.executable, str(SCRIPT), str(LABELLED), "--tier", "nope", "--out",
+    done = subprocess.run([sys.executable, "-m", MODULE, str(LABELLED), "--tier", "nope", "--out",
                            str(tmp_path / "o.jsonl")], capture_output=True, text=True, timeout=120, cwd=ROOT)
     assert done.returncode == 2 and done.stderr.count("\n") == 1 and "unknown tier 'nope'" in done.stderr

@@ -1,6 +1,6 @@
 """The verifier step scorer with the real SmolLM2-135M weights: the scorer server over real HTTP on 127.0.0.1,
 read by cascade's PRM client, and a tier's scorer worker started by the supervisor. Plumbing only: whether a
-135M model tells right steps from wrong ones is benchmarks/verifier_scorer.py's question, not a test's."""
+135M model tells right steps from wrong ones is benchmarks/reasoning/verifier_scorer.py's question, not a test's."""
 
 from __future__ import annotations
 

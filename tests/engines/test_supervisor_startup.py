@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 
 from cascade.config import WorkerConfig
-from cascade.engines.fake_server import FakeEngine, FakeScript
 from cascade.engines.supervisor import Supervisor, Worker, worker_command, worker_env
 from cascade.errors import ConfigError
 from cascade.testing.asgi import serve_asgi
+from cascade.testing.fakes.engine import FakeEngine, FakeScript
 from tests.branches.test_sglang_health import SlowHealth
 
 # A stand-in process for the engine: the HTTP side is the in-process fake engine on `port`.

@@ -15,11 +15,11 @@ from typing import Any
 import pytest
 
 from cascade.config import Limits, decode_config
-from cascade.engines.fake_server import FakeEngine, FakeScript
 from cascade.engines.supervisor import Supervisor, Worker, sampling_fields
 from cascade.errors import InvalidRequest
 from cascade.schemas import BranchOverride, ChatCompletionRequest, ChatMessage
 from cascade.service.validation import branches_for
+from cascade.testing.fakes.engine import FakeEngine, FakeScript
 from cascade.tiers.answer import answer
 from cascade.tiers.build import build_tiers
 from cascade.tiers.upstream import Sampling

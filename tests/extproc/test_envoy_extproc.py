@@ -20,10 +20,10 @@ import pytest
 
 from cascade.config import decode_config
 from cascade.deploy.envoy import picker_bootstrap, to_json
-from cascade.engines.fake_server import FakeEngine, FakeScript
 from cascade.engines.supervisor import free_port
 from cascade.extproc.engines import Endpoint, tier_engines
 from cascade.testing.asgi import serve_asgi
+from cascade.testing.fakes.engine import FakeEngine, FakeScript
 from cascade.testing.processes import CASCADE, process, run
 from cascade.testing.servers import serve_config
 from cascade.testing.waiting import wait_http

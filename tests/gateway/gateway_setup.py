@@ -12,11 +12,11 @@ import httpx
 import msgspec
 
 from cascade.config import CascadeConfig, decode_config
-from cascade.engines.fake_server import FakeEngine, FakeScript
 from cascade.gateway.server import Gateway
 from cascade.service.chat import ChatService, ServiceConfig
 from cascade.service.metrics import GatewayMetrics
 from cascade.testing.asgi import serve_asgi
+from cascade.testing.fakes.engine import FakeEngine, FakeScript
 from cascade.testing.servers import ladder_toml
 from cascade.tiers.build import build_tiers
 

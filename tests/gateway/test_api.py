@@ -6,7 +6,7 @@ import httpx
 import openai
 import pytest
 
-from cascade.engines.fake_server import FakeScript
+from cascade.testing.fakes.engine import FakeScript
 from cascade.testing.servers import TIERS
 from tests.gateway.gateway_setup import post_chat, running_gateway, user
 

@@ -7,7 +7,7 @@ import time
 
 import httpx
 
-from cascade.engines.fake_server import FakeEngine, FakeScript
+from cascade.testing.fakes.engine import FakeEngine, FakeScript
 from tests.gateway.gateway_setup import running_gateway, user
 
 

@@ -14,9 +14,9 @@ import openai
 import pytest
 
 from cascade.config import decode_config
-from cascade.engines.fake_server import FakeScript
 from cascade.gateway.server import Gateway
 from cascade.testing.asgi import serve_asgi
+from cascade.testing.fakes.engine import FakeScript
 from cascade.testing.servers import TIERS, ladder_toml
 from tests.gateway.gateway_setup import post_chat, running_gateway, user
 
@@ -106,7 +106,7 @@ def test_a_cascade_plan_switches_the_gateway_to_cascade_mode(tmp_path: Path) -> 
             "operating_points": [{"hint": "balanced", "thresholds": [0.5, 0.5]}]}
     (tmp_path / "plan.json").write_text(json.dumps(plan))
     engine_script = FakeScript(tokens=8)
-    from cascade.engines.fake_server import FakeEngine
+    from cascade.testing.fakes.engine import FakeEngine
 
     engine = FakeEngine(engine_script)
     with serve_asgi(engine) as engine_url:

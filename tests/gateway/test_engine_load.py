@@ -12,10 +12,10 @@ from contextlib import ExitStack, contextmanager
 import httpx
 
 from cascade.config import decode_config
-from cascade.engines.fake_server import FakeEngine, FakeScript
-from cascade.engines.fake_sglang import FakeSGLang
 from cascade.gateway.server import Gateway
 from cascade.testing.asgi import serve_asgi
+from cascade.testing.fakes.engine import FakeEngine, FakeScript
+from cascade.testing.fakes.sglang import FakeSGLang
 from cascade.testing.waiting import eventually
 from tests.gateway.gateway_setup import post_chat, user
 from tests.servers import open_streams

@@ -12,8 +12,8 @@ import httpx
 import openai
 import pytest
 
-from cascade.engines.fake_server import FakeScript
 from cascade.engines.supervisor import free_port
+from cascade.testing.fakes.engine import FakeScript
 from cascade.testing.servers import TIERS
 from tests.gateway.gateway_setup import post_chat, running_gateway, user
 

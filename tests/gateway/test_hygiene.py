@@ -12,11 +12,11 @@ import msgspec
 import pytest
 
 from cascade.config import decode_config
-from cascade.engines.fake_server import FakeScript
 from cascade.gateway.app import create_app
 from cascade.gateway.server import Gateway
 from cascade.schemas import RouteDecision
 from cascade.testing.asgi import serve_asgi
+from cascade.testing.fakes.engine import FakeScript
 from cascade.testing.servers import TIERS
 from tests.gateway.gateway_setup import post_chat, running_gateway, user
 from tests.servers import Replay, Reply, dead_url

@@ -13,10 +13,10 @@ import httpx
 
 from cascade.config import decode_config
 from cascade.data.records import Prompt
-from cascade.engines.fake_server import FakeEngine, FakeScript
 from cascade.gateway.server import Gateway
 from cascade.label import answer_on_tier
 from cascade.testing.asgi import serve_asgi
+from cascade.testing.fakes.engine import FakeEngine, FakeScript
 from cascade.tiers.build import build_tiers
 from tests.gateway.gateway_setup import small_and_thinker_toml
 

@@ -10,9 +10,9 @@ from contextlib import ExitStack
 import httpx
 
 from cascade.config import decode_config
-from cascade.engines.fake_server import FakeEngine, FakeScript
 from cascade.gateway.server import Gateway
 from cascade.testing.asgi import serve_asgi
+from cascade.testing.fakes.engine import FakeEngine, FakeScript
 from cascade.testing.servers import TIERS
 from tests.gateway.gateway_setup import post_chat, running_gateway, user
 

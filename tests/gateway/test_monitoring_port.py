@@ -22,12 +22,12 @@ from cascade.branches.openai_client import OpenAIBackend
 from cascade.branches.prm_client import SGLangPRMScorer
 from cascade.config import PRMScorerConfig, decode_config
 from cascade.deploy import kube
-from cascade.engines.fake_server import FakeEngine, FakeScript
 from cascade.engines.supervisor import free_port
 from cascade.errors import BackendUnavailable, ConfigError
 from cascade.gateway.server import Gateway
 from cascade.schemas import ChatMessage
 from cascade.testing.asgi import serve_asgi
+from cascade.testing.fakes.engine import FakeEngine, FakeScript
 from cascade.testing.processes import CASCADE, process, run
 from cascade.testing.waiting import eventually, wait_http
 from tests.gateway.gateway_setup import post_chat, user

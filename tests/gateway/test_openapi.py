@@ -17,11 +17,11 @@ import schemathesis
 from schemathesis import checks
 
 from cascade.config import Limits
-from cascade.engines.fake_server import FakeScript
 from cascade.errors import InvalidRequest
 from cascade.gateway.openapi import openapi_document
 from cascade.schemas import ChatCompletion, ChatCompletionChunk, ErrorResponse, ModelList, RouteDecision
 from cascade.service.bodies import decode_chat_request
+from cascade.testing.fakes.engine import FakeScript
 from cascade.testing.servers import TIERS
 from tests.gateway.gateway_setup import running_gateway
 

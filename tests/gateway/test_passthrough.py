@@ -16,9 +16,9 @@ import msgspec
 import pytest
 
 from cascade.config import decode_config, load_config
-from cascade.engines.fake_server import FakeEngine, FakeScript
 from cascade.gateway.server import Gateway
 from cascade.testing.asgi import serve_asgi
+from cascade.testing.fakes.engine import FakeEngine, FakeScript
 from tests.gateway.gateway_setup import post_chat, user
 from tests.servers import Replay, Reply
 

@@ -13,7 +13,7 @@ from timeit import timeit
 
 import httpx
 
-from cascade.engines.fake_server import FakeEngine, FakeScript
+from cascade.testing.fakes.engine import FakeEngine, FakeScript
 from cascade.testing.waiting import eventually
 from tests.gateway.gateway_setup import post_chat, user
 from tests.gateway.test_failover import gateway, ladder, metric, servers

@@ -20,7 +20,6 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from cascade.config import decode_config
-from cascade.engines.fake_server import FakeEngine, FakeScript
 from cascade.errors import LimitsUnavailable, QuotaExceeded
 from cascade.schemas import ChatCompletionRequest
 from cascade.service.chat import ChatService, ServiceConfig, WholeReply
@@ -31,6 +30,7 @@ from cascade.service.metrics import GatewayMetrics
 from cascade.service.redis.ledger import WINDOW, RedisLedger, ledger_key
 from cascade.service.redis.store import RETRY_S, lua
 from cascade.testing.asgi import serve_asgi
+from cascade.testing.fakes.engine import FakeEngine, FakeScript
 from cascade.testing.servers import TIERS, ladder_toml
 from cascade.tiers.build import build_tiers
 from tests.gateway.test_redis_limits import (  # noqa: F401 (the `redis` fixture)

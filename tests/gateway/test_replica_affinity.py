@@ -13,10 +13,10 @@ from typing import Any
 import httpx
 
 from cascade.config import decode_config
-from cascade.engines.fake_prefix_cache import PrefixCache
-from cascade.engines.fake_server import FakeEngine, FakeScript
 from cascade.gateway.server import Gateway
 from cascade.testing.asgi import serve_asgi
+from cascade.testing.fakes.engine import FakeEngine, FakeScript
+from cascade.testing.fakes.prefix_cache import PrefixCache
 from tests.gateway.gateway_setup import post_chat
 
 SYSTEM = {"role": "system", "content": "You are a helpful assistant."}

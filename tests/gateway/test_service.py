@@ -15,11 +15,11 @@ import msgspec
 import pytest
 
 from cascade.config import decode_config
-from cascade.engines.fake_server import FakeEngine, FakeScript
 from cascade.errors import BackendError, InvalidRequest, Overloaded
 from cascade.schemas import ChatCompletion, ChatCompletionRequest
 from cascade.service.chat import ChatService, StreamReply, WholeReply
 from cascade.testing.asgi import serve_asgi
+from cascade.testing.fakes.engine import FakeEngine, FakeScript
 from cascade.testing.servers import TIERS, ladder_toml
 from tests.gateway.gateway_setup import on_service, user
 

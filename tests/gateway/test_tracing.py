@@ -23,10 +23,10 @@ from opentelemetry.trace import SpanKind, StatusCode
 
 from cascade import tracing
 from cascade.config import decode_config
-from cascade.engines.fake_server import FakeEngine, FakeScript
-from cascade.engines.fake_sglang import FakeSGLang
 from cascade.gateway.server import Gateway
 from cascade.testing.asgi import serve_asgi
+from cascade.testing.fakes.engine import FakeEngine, FakeScript
+from cascade.testing.fakes.sglang import FakeSGLang
 from cascade.testing.servers import TIERS
 from cascade.testing.waiting import eventually
 from cascade.tracing.otel import OTelTracer

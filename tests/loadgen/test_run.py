@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 
 from cascade.cli import main
-from cascade.engines.fake_server import FakeEngine, FakeScript
 from cascade.testing.asgi import serve_asgi
+from cascade.testing.fakes.engine import FakeEngine, FakeScript
 from loadgen.report import markdown
 from loadgen.run import LoadConfig, run_load
 from tests.gateway.gateway_setup import running_gateway

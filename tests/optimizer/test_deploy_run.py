@@ -166,8 +166,8 @@ import os
 
 import uvicorn
 
-from cascade.engines.fake_sglang import FakeSGLang
-from cascade.engines.fake_server import FakeScript
+from cascade.testing.fakes.sglang import FakeSGLang
+from cascade.testing.fakes.engine import FakeScript
 
 parser = argparse.ArgumentParser()
 parser.add_argument("--model-path")

@@ -12,7 +12,6 @@ import msgspec
 import numpy as np
 import pytest
 
-from cascade.engines.fake_server import FakeEngine, FakeScript
 from cascade.errors import CascadeError
 from cascade.optimizer.planner import plan_problem
 from cascade.optimizer.problem import load_problem
@@ -30,6 +29,7 @@ from cascade.optimizer.profile import (
 from cascade.optimizer.simulator import simulate, unloaded_percentile
 from cascade.profiler.fit import Settings, measure
 from cascade.testing.asgi import serve_asgi
+from cascade.testing.fakes.engine import FakeEngine, FakeScript
 from tests.optimizer.batching_engine import BatchingEngine
 from tests.servers import dead_url
 

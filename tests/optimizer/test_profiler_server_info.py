@@ -11,10 +11,10 @@ import httpx
 import msgspec
 import pytest
 
-from cascade.engines.fake_server import FakeEngine
-from cascade.engines.fake_sglang import FakeSGLang
 from cascade.profiler.probe import Profiler, Settings
 from cascade.testing.asgi import serve_asgi
+from cascade.testing.fakes.engine import FakeEngine
+from cascade.testing.fakes.sglang import FakeSGLang
 from tests.servers import Replay, Reply
 
 INFO = msgspec.json.encode({"max_total_num_tokens": 520000, "version": "0.5.23", "internal_states": [{}]})

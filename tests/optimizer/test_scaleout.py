@@ -23,11 +23,11 @@ import kubernetes_validate
 import pytest
 
 from cascade.deploy import envoy, kube
-from cascade.engines.fake_server import FakeEngine, FakeScript
 from cascade.engines.supervisor import free_port
 from cascade.errors import ConfigError
 from cascade.extproc.engines import Endpoint
 from cascade.testing.asgi import serve_asgi
+from cascade.testing.fakes.engine import FakeEngine, FakeScript
 from cascade.testing.processes import CASCADE, process, run
 from cascade.testing.servers import TIERS, fake_engine, ladder_toml
 from cascade.testing.waiting import eventually, wait_http

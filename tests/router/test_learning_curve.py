@@ -1,10 +1,9 @@
-"""benchmarks/router_learning_curve.py: its largest point is the router `cascade router train` fits on that
+"""benchmarks/router/learning_curve.py: its largest point is the router `cascade router train` fits on that
 split (checked against the committed RouteLLM router's card), small data scores worse, bad input exits 2."""
 
 from __future__ import annotations
 
 import csv
-import importlib.util
 import json
 import subprocess
 import sys
@@ -13,21 +12,18 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from benchmarks.router import learning_curve as lc
 from cascade.errors import ConfigError
 from cascade.router.cli import FEATURE_BLOCKS as CLI_FEATURE_BLOCKS
 from cascade.router.train.pipeline import FEATURE_BLOCKS, TrainOptions, classifier_for
 from tests.router.conftest import GSM8K_TIERS, synthetic_outcomes
 
 REPO = Path(__file__).resolve().parents[2]
-SCRIPT = REPO / "benchmarks" / "router_learning_curve.py"
-_SPEC = importlib.util.spec_from_file_location("router_learning_curve", SCRIPT)
-assert _SPEC is not None and _SPEC.loader is not None
-lc = importlib.util.module_from_spec(_SPEC)
-_SPEC.loader.exec_module(lc)
+MODULE = "benchmarks.router.learning_curve"
 
 
 def _run(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, str(SCRIPT), *args], capture_output=True, text=True, timeout=300,
+    return subprocess.run([sys.executable, "-m", MODULE, *args], capture_output=True, text=True, timeout=300,
                           cwd=REPO)
 
 

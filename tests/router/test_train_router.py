@@ -74,7 +74,7 @@ def test_the_commands_defaults_are_the_options_defaults() -> None:
 
 
 def test_the_benchmarks_former_pipeline_and_train_router_fit_the_same_router(gsm8k_csv) -> None:
-    """benchmarks/router_quality.py fitted `DifficultyClassifier(**params)` on sliced features
+    """benchmarks/router/quality.py fitted `DifficultyClassifier(**params)` on sliced features
     (`fit_classifier_features`) and ran its own fold loop for the train-half CV; it now calls train_router and
     cross_validated_p_fail."""
     outcomes = load_outcomes(gsm8k_csv, GSM8K_TIERS)

@@ -9,10 +9,10 @@ from contextlib import contextmanager
 import msgspec
 
 from cascade.config import decode_config
-from cascade.engines.fake_server import FakeEngine, FakeScript
 from cascade.gateway.server import Gateway
 from cascade.service.keys.costs import MTOK
 from cascade.testing.asgi import serve_asgi
+from cascade.testing.fakes.engine import FakeEngine, FakeScript
 from cascade.testing.servers import TIERS, ladder_toml
 
 # Per million tokens, input and output, cheapest tier first.

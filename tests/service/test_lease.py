@@ -19,7 +19,6 @@ import msgspec
 import pytest
 
 from cascade.config import decode_config
-from cascade.engines.fake_server import FakeEngine, FakeScript
 from cascade.errors import BackendError, Overloaded, RateLimited
 from cascade.schemas import ChatCompletionRequest
 from cascade.service.chat import ChatService, StreamReply, WholeReply
@@ -28,6 +27,7 @@ from cascade.service.keys.budgets import LocalLedger
 from cascade.service.keys.reservation import estimate_prompt_tokens
 from cascade.service.keys.tenant import Tenant
 from cascade.testing.asgi import serve_asgi
+from cascade.testing.fakes.engine import FakeEngine, FakeScript
 from cascade.testing.servers import TIERS, ladder_toml
 from tests.gateway.gateway_setup import on_service, user
 from tests.service.pricing import last_chunk, priced

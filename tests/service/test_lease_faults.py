@@ -22,7 +22,6 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from cascade.config import decode_config
-from cascade.engines.fake_server import FakeEngine, FakeScript
 from cascade.errors import BackendFailed, CascadeError, LimitsUnavailable
 from cascade.schemas import ChatCompletionRequest
 from cascade.service.chat import ChatService, ServiceConfig, StreamReply
@@ -32,6 +31,7 @@ from cascade.service.keys.ratelimit import Allowance, LocalRateLimiter
 from cascade.service.keys.tenant import Tenant
 from cascade.service.metrics import GatewayMetrics
 from cascade.testing.asgi import serve_asgi
+from cascade.testing.fakes.engine import FakeEngine, FakeScript
 from cascade.testing.servers import TIERS, ladder_toml
 from cascade.tiers.build import build_tiers
 from tests.branches.test_hostile_engines import stream_with_usage

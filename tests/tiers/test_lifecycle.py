@@ -14,10 +14,10 @@ import pytest
 
 from cascade.cli import main
 from cascade.config import decode_config
-from cascade.engines.fake_server import FakeEngine, FakeScript
 from cascade.engines.supervisor import Worker, free_port
 from cascade.errors import ConfigError
 from cascade.testing.asgi import serve_asgi
+from cascade.testing.fakes.engine import FakeEngine, FakeScript
 from cascade.testing.waiting import eventually
 from cascade.tiers.lifecycle import TierFleet, running_tiers
 from tests.servers import Replay, Reply

@@ -17,7 +17,7 @@ FOLDS = 5
 # held-out excess of 0, and a threshold of 0 would flag every prompt that differs from them by a word.
 MIN_THRESHOLD = 2.0
 # 4/16/32 axes flag 0.6/0.8/1.7% of unseen RouteLLM GSM8K prompts and 98% of ShareGPT alike. With both tests
-# (benchmarks/router_domain.py --embeddings) the committed routers' settings flag 0.8-1.1% of unseen GSM8K, all
+# (benchmarks/router/domain.py --embeddings) the committed routers' settings flag 0.8-1.1% of unseen GSM8K, all
 # MMLU and chat prompts, and 98.7-99.0% of ShareGPT (lexical test alone: 50-64%).
 EMBEDDING_AXES = 4
 

@@ -1,5 +1,5 @@
 """`train_router`: outcomes in, a fitted router and its metrics out -- the pipeline behind `cascade router train`,
-also run by benchmarks/router_learning_curve.py and benchmarks/router_quality.py, so what they measure is what
+also run by benchmarks/router/learning_curve.py and benchmarks/router/quality.py, so what they measure is what
 the command builds.
 
 Steps: split the outcomes (`split_indices(train_fraction, seed)`); fit the auxiliary models first (an

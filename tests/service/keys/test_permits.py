@@ -13,7 +13,6 @@ import msgspec
 import pytest
 
 from cascade.config import decode_config
-from cascade.engines.fake_server import FakeScript
 from cascade.errors import Forbidden
 from cascade.extproc.picker import Refused, Routed, TierPicker
 from cascade.router.acceptance import NEVER
@@ -21,6 +20,7 @@ from cascade.router.escalation import Cascaded, Pinned, within
 from cascade.router.escalation import Routed as RoutedItinerary
 from cascade.router.policy import Assessment, Route
 from cascade.service.keys.tenant import Tenant
+from cascade.testing.fakes.engine import FakeScript
 from cascade.testing.servers import TIERS
 from tests.extproc.extproc_setup import TOML, chat
 from tests.gateway.gateway_setup import post_chat, running_gateway, user
