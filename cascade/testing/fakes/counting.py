@@ -1,0 +1,73 @@
+"""An engine that counts tokens as a real one does: the prompt rendered with ChatML (Qwen2.5's template, its default
+system prompt included when the request has none) and counted with a real tokenizer (`tokenizer.json`, the Rust
+`tokenizers` library), usage sent only in the last chunk, as SGLang sends it. It answers `answer_tokens` tokens.
+
+For the money tests and benchmarks: a reservation that underestimates a prompt shows here (spaced digits tokenize
+at one token per byte), where the fixed-usage fake engine (engine.py) would hide it. `lie` makes it report a fixed
+usage instead (negative, huge): an engine whose count must not reach a bill.
+
+    app = CountingEngine(Path(".../qwen2.5-coder-0.5b/tokenizer.json"))
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from pathlib import Path
+from typing import Any
+
+import msgspec
+
+from cascade.engines.asgi import Receive, Scope, Send, read_body, send_json
+
+DEFAULT_SYSTEM = "You are Qwen, created by Alibaba Cloud. You are a helpful assistant."
+
+
+class CountingEngine:
+    def __init__(self, tokenizer: Path, answer_tokens: int = 8, itl_ms: float = 0.0,
+                 lie: tuple[int, int] | None = None) -> None:
+        """`lie`: (prompt, completion) to report whatever was asked (None: the true counts)."""
+        from tokenizers import Tokenizer  # transformers' dependency; only this fake needs it
+
+        self.tokenizer = Tokenizer.from_file(str(tokenizer))
+        self.answer_tokens = answer_tokens
+        self.itl_ms = itl_ms
+        self.lie = lie
+        self.prompt_tokens: list[int] = []  # what it counted, per request, in arrival order
+
+    def count(self, messages: list[dict[str, Any]]) -> int:
+        """The prompt's tokens as the engine sees them: ChatML, the generation prompt included."""
+        if not messages or messages[0].get("role") != "system":
+            messages = [{"role": "system", "content": DEFAULT_SYSTEM}, *messages]
+        text = "".join(f"<|im_start|>{m.get('role', '')}\n{m.get('content') or ''}<|im_end|>\n" for m in messages)
+        return len(self.tokenizer.encode(text + "<|im_start|>assistant\n", add_special_tokens=False).ids)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            return
+        if scope["path"] != "/v1/chat/completions":
+            await send_json(send, 200, {"status": "ok"} if scope["path"] == "/health" else {"data": []})
+            return
+        body = msgspec.json.decode(await read_body(receive))
+        prompt = self.count(body.get("messages") or [])
+        self.prompt_tokens.append(prompt)
+        limit = body.get("max_completion_tokens") or body.get("max_tokens") or self.answer_tokens
+        tokens = min(self.answer_tokens, limit)
+        usage = {"prompt_tokens": prompt, "completion_tokens": tokens} if self.lie is None else {
+            "prompt_tokens": self.lie[0], "completion_tokens": self.lie[1]}
+        usage["total_tokens"] = usage["prompt_tokens"] + usage["completion_tokens"]
+        await send({"type": "http.response.start", "status": 200,
+                    "headers": [(b"content-type", b"text/event-stream")]})
+        created = int(time.time())
+        for i in range(tokens):
+            chunk = {"id": "c", "object": "chat.completion.chunk", "created": created, "model": body.get("model"),
+                     "choices": [{"index": 0, "delta": {"content": f" {i}"}, "finish_reason": None}]}
+            await send({"type": "http.response.body", "body": b"data: " + msgspec.json.encode(chunk) + b"\n\n",
+                        "more_body": True})
+            if self.itl_ms:
+                await asyncio.sleep(self.itl_ms / 1000)
+        last = {"id": "c", "object": "chat.completion.chunk", "created": created, "model": body.get("model"),
+                "choices": [{"index": 0, "delta": {}, "finish_reason": "length" if tokens == limit else "stop"}],
+                "usage": usage}
+        await send({"type": "http.response.body", "more_body": False,
+                    "body": b"data: " + msgspec.json.encode(last) + b"\n\ndata: [DONE]\n\n"})
