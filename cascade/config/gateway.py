@@ -103,8 +103,9 @@ class ApiKey(Strict, frozen=True):
     # Per minute, as token buckets refilled continuously (a full minute's worth may arrive at once); 0: unlimited.
     requests_per_minute: Annotated[int, msgspec.Meta(ge=0)] = 0
     # Tokens billed: reserved before dispatch (the prompt's bound, its UTF-8 bytes and a template's own tokens, +
-    # max_tokens x n x the most branches a tier it may reach runs), then corrected to what the engines processed and decoded for it (every branch,
-    # pruned and stopped ones included, every escalated draft, retries that produced tokens: the `billed` figure).
+    # max_tokens x n x the most branches a tier it may reach runs), then corrected to what the engines processed and
+    # decoded for it (the prompt per upstream request, every branch, pruned and stopped ones included, every escalated
+    # draft, retries that produced tokens: the `billed` figure).
     tokens_per_minute: Annotated[int, msgspec.Meta(ge=0)] = 0
     # Its requests in flight at once (per gateway process, and across gateways sharing Redis); 0: unlimited. So that
     # one key cannot hold every place of a tier.

@@ -36,11 +36,12 @@ def create_app(
     @post("/v1/route", status_code=200)
     async def route(request: Request[Any, Any, Any]) -> Response[bytes]:
         """The routing decision for a chat request, without generating (same body as chat completions): the key's
-        permits apply as they would to the chat completion."""
+        permits and rate limits apply as they would to the chat completion (it counts as one request)."""
         headers = request.headers
         caller, req = await service.intake(headers.get("authorization", ""), request.stream(),
                                            headers.get("content-length"))
-        decision = await service.route(req, caller=caller, hint_header=request.headers.get("x-cascade-quality"))
+        decision = await service.route(req, caller=caller, hint_header=request.headers.get("x-cascade-quality"),
+                                       admit=True)
         return Response(_encode(decision), media_type=_JSON, headers={"X-Cascade-Tier": decision.tier_name})
 
     @get("/v1/models")

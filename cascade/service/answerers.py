@@ -147,7 +147,7 @@ class WholeAnswerer(_OneRequest):
         finally:
             lease.leave(place)
         lease.answering -= 1
-        lease.answered(on, whole.results[0].prompt_tokens, whole.decode_tokens)
+        lease.answered(on, whole.prompt_tokens, whole.decode_tokens, whole.upstream_requests)
         telemetry.branches(on, whole.reports)
         confidence = self.serving.confidence
         if self.decision.itinerary.judges_answers and confidence.source != "prior":

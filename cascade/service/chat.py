@@ -147,12 +147,20 @@ class ChatService:
         return caller, decode_chat_request(raw, max_depth=self.limits.max_json_depth)
 
     async def route(self, req: ChatCompletionRequest, *, caller: Tenant | None = None,
-                    hint_header: str | None = None) -> RouteDecision:
+                    hint_header: str | None = None, admit: bool = False) -> RouteDecision:
         """What `chat` would do with `req` for `caller`, without serving it (`POST /v1/route`, the picker): a bad
         request, and a hint or tier the caller may not use, fail the same; a key past its budget's `downgrade_at` is
-        routed as its `downgrade_to` asks."""
+        routed as its `downgrade_to` asks. `admit` (`/v1/route`, whose routing costs CPU as a chat request's does):
+        the decision is admitted as a chat request is, for no tokens (the key's in-flight place and one request from
+        its buckets, a gateway place), and refused the same (429), then given back."""
         req, hint_header, note = await self._downgraded(req, hint_header, caller)
         decision, _ = await self._decide(req, hint_header, caller)
+        if admit:
+            lease = Lease(self.admission, self.tenants, caller, self.budgets)
+            try:
+                await lease.take(Reservation(0, 0.0, 0))
+            finally:
+                await lease.aclose()
         decision = _noted(decision, note)
         return responses.route_decision(decision, self.tiers)
 

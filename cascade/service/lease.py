@@ -103,8 +103,8 @@ class Lease:
             self.opened.remove(opened)
             await opened.aclose()
 
-    def answered(self, tier: Tier, prompt_tokens: int, decoded: int) -> None:
-        self.bill.add(tier.name, prompt_tokens, decoded)
+    def answered(self, tier: Tier, prompt_tokens: int, decoded: int, requests: int = 1) -> None:
+        self.bill.add(tier.name, prompt_tokens, decoded, requests)
 
     def failed(self, exc: BaseException) -> None:
         """An answer failed with `exc`: an engine whose usage was impossible (UsageFault) did work it will not count

@@ -40,6 +40,7 @@ async def relay(opened: Opened, answerer: StreamAnswerer, decision: Decision, in
     tier, streams, firsts, start = opened.tier, opened.streams, opened.firsts, opened.start
     frames = ChunkFrames(completion_id(), int(time.time()), tier.name)
     prompt_tokens = 0
+    prompts = [0] * len(streams)  # each choice's upstream request processed the prompt once
     completion_tokens = [0] * len(streams)
     finished = 0
     first_token_at: float | None = None
@@ -49,7 +50,7 @@ async def relay(opened: Opened, answerer: StreamAnswerer, decision: Decision, in
     def frame_for(index: int, delta: StreamDelta) -> bytes:
         nonlocal prompt_tokens, finished, first_token_at, cached_tokens
         if delta.prompt_tokens is not None:
-            prompt_tokens = delta.prompt_tokens
+            prompt_tokens = prompts[index] = delta.prompt_tokens
         if delta.cached_tokens is not None:
             cached_tokens = delta.cached_tokens
         if delta.completion_tokens is not None:
@@ -94,7 +95,9 @@ async def relay(opened: Opened, answerer: StreamAnswerer, decision: Decision, in
         yield in_band_error(exc)
         return
     finally:
-        bill.add(tier.name, prompt_tokens, sum(completion_tokens))
+        # A choice whose engine never reported its prompt (cut before its last chunk) is billed at the bound.
+        bill.add(tier.name, sum(p if p > 0 else bill.prompt_bound for p in prompts), sum(completion_tokens),
+                 len(streams))
         try:
             if merged is not None:
                 await merged.aclose()

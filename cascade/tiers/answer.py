@@ -61,6 +61,19 @@ class Answer(msgspec.Struct, kw_only=True):
         return [confidence_of(token_logprobs(r.logprobs or []), group) for r in self.results]
 
     @property
+    def upstream_requests(self) -> int:
+        """Requests the engines answered for it: one per choice, or one per launched branch."""
+        return sum(r.launched for r in self.reports) if self.reports else len(self.results)
+
+    @property
+    def prompt_tokens(self) -> int:
+        """Prompt tokens the engines processed for it: the prompt once per upstream request (each choice, each
+        launched branch: the engine counts every one, its prefix cache's share included), as they reported it."""
+        if self.reports:
+            return (self.results[0].prompt_tokens if self.results else 0) * self.upstream_requests
+        return sum(r.prompt_tokens for r in self.results)
+
+    @property
     def decode_tokens(self) -> int:
         """Tokens the tier generated for this answer: all branches', pruned and stopped ones included, and those of
         failed attempts a replica pool retried."""

@@ -237,3 +237,16 @@ def test_keys_add_writes_a_budget_the_gateway_reads_and_list_shows_it(tmp_path, 
     assert "--budget must be between 0" in capsys.readouterr().err
     assert main(["keys", "add", "--name", "a", "--budget", "1", "--budget-period", "week"]) == 2
     assert "--budget-period must be hour, day, month" in capsys.readouterr().err
+
+
+def test_v1_route_counts_against_the_keys_requests_per_minute_like_a_chat_request() -> None:
+    """Routing costs CPU as a chat request's does (up to tens of ms for a long prompt): /v1/route takes one request
+    from the key's bucket and a place while it decides, and past the limit it is a 429 like chat."""
+    body = {"model": "cascade", "messages": user()}
+    with running_gateway(extra=entry(requests_per_minute=2)) as (base, _, _):
+        routed = [httpx.post(f"{base}/v1/route", json=body, headers=bearer(), timeout=10) for _ in range(2)]
+        third = httpx.post(f"{base}/v1/route", json=body, headers=bearer(), timeout=10)
+        chat = post_chat(base, body, bearer())
+    assert [r.status_code for r in routed] == [200, 200]
+    assert third.status_code == 429 and third.json()["error"]["code"] == "rate_limit_exceeded"
+    assert chat.status_code == 429  # the same bucket

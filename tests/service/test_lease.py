@@ -238,6 +238,28 @@ def test_an_escalated_draft_is_billed_with_the_answer_that_replaced_it() -> None
     assert usage == TOKENS and billed == 32 + TOKENS and prompts == 2  # the draft was cut at max_tokens (32)
 
 
+@pytest.mark.parametrize("stream", [False, True])
+def test_each_choice_of_an_n_request_bills_the_prompt_its_engine_processed(stream: bool) -> None:
+    """n = 3 is three upstream requests, each processing the prompt: the bill counts it three times (it counted it
+    once while the engines reported three), and `usage` keeps OpenAI's meaning (the prompt once)."""
+
+    async def work(service: ChatService) -> tuple[int, int]:
+        usage = {"stream_options": {"include_usage": True}} if stream else {}
+        reply = await service.chat(request(model=TIERS[0], n=3, stream=stream, **usage), caller=key())
+        if isinstance(reply, StreamReply):
+            frames = [reply.first, *[frame async for frame in reply.frames]]
+            await reply.frames.aclose()
+            last = msgspec.json.decode(frames[-1].split(b"data: ")[1].split(b"\n")[0])
+            return last["cascade"]["billed"]["prompt_tokens"], last["usage"]["prompt_tokens"]
+        assert isinstance(reply, WholeReply)
+        completion = reply.completion
+        assert completion.cascade is not None and completion.cascade.billed is not None and completion.usage
+        return completion.cascade.billed.prompt_tokens, completion.usage.prompt_tokens
+
+    billed, usage = with_service(work)
+    assert usage > 0 and billed == 3 * usage
+
+
 def test_a_retried_whole_answer_bills_the_tokens_its_failed_attempt_decoded() -> None:
     async def work(service: ChatService) -> list[tuple[int, int, int]]:
         seen = []

@@ -7,10 +7,11 @@ from cascade.service.keys.costs import Prices
 
 
 class Bill:
-    """What a request made the engines process and decode, charged to its key: the prompt once per tier that
-    answered it (an escalated draft's and the final answer's), and every token decoded (every branch, pruned and
-    stopped ones included; retries that produced tokens; a stream up to where it was cut). `usage` keeps OpenAI's
-    meaning (the returned answer); this is the separate `cascade.billed` figure and `x-cascade-billed-tokens`."""
+    """What a request made the engines process and decode, charged to its key: the prompt once per upstream request
+    of each tier that answered it (each choice, each branch; an escalated draft's and the final answer's), and every
+    token decoded (every branch, pruned and stopped ones included; retries that produced tokens; a stream up to where
+    it was cut). `usage` keeps OpenAI's meaning (the returned answer); this is the separate `cascade.billed` figure
+    and `x-cascade-billed-tokens`."""
 
     __slots__ = ("completion_tokens", "prices", "prompt_bound", "prompt_tokens", "tier", "tiers", "unknown")
 
@@ -27,9 +28,11 @@ class Bill:
         # engine that reports none) is billed at the reservation's bound (cascade/service/keys/reservation.py).
         self.prompt_bound = 0
 
-    def add(self, tier: str, prompt_tokens: int, decoded: int) -> None:
+    def add(self, tier: str, prompt_tokens: int, decoded: int, requests: int = 1) -> None:
+        """`prompt_tokens` the engines processed over `requests` upstream requests (each choice, each branch) and
+        `decoded` tokens, on `tier`."""
         if prompt_tokens <= 0:
-            prompt_tokens = self.prompt_bound
+            prompt_tokens = self.prompt_bound * requests
         self.tier = tier
         self.prompt_tokens += prompt_tokens
         self.completion_tokens += decoded
