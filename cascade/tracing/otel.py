@@ -92,7 +92,7 @@ class RecordingSpan:
             self.parent = parent.context() if parent.flags.sampled else None  # an unsampled span reports nothing
         else:  # the caller's (remote) span: its sampling decision is followed, unless the gateway decides alone
             self.trace_id, self.state, self.parent = parent.trace_id, parent.trace_state, parent
-            self.flags = parent.trace_flags if tracer.follow_caller else tracer.sampling(self.trace_id)
+            self.flags = parent.trace_flags if tracer.follow_caller else tracer.draw()
         self.attributes: dict[str, Any] | None = None
         if self.flags.sampled:
             self.attributes = {}
@@ -174,6 +174,12 @@ class OTelTracer:
     def sampling(self, trace_id: int) -> TraceFlags:
         """The gateway's own decision for a trace: the SDK's ratio rule on its id (so gateways agree on a trace)."""
         return _SAMPLED if trace_id & TraceIdRatioBased.TRACE_ID_LIMIT < self.bound else _UNSAMPLED
+
+    def draw(self) -> TraceFlags:
+        """The gateway's own decision for a caller's trace when it does not follow the caller: a random draw at the
+        ratio. Not the ratio rule on the trace id, which the caller chooses (ids whose low 64 bits are small were all
+        traced at any ratio)."""
+        return _SAMPLED if random.getrandbits(64) < self.bound else _UNSAMPLED
 
     def shutdown(self) -> None:
         """Export what is left and stop (blocks up to the exporter's timeout: call it off the event loop)."""

@@ -19,7 +19,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
-from opentelemetry.trace import SpanKind, StatusCode
+from opentelemetry.trace import SpanContext, SpanKind, StatusCode, TraceFlags
 
 from cascade import tracing
 from cascade.config import decode_config
@@ -294,6 +294,16 @@ def test_without_following_the_caller_the_gateways_ratio_decides_and_the_trace_i
         assert server.parent.span_id == int(PARENT_ID, 16) and server.context.trace_id == int(TRACE_ID, 16)
     else:
         assert exporter.get_finished_spans() == ()
+
+
+def test_without_following_the_caller_a_caller_cannot_force_tracing_by_choosing_its_trace_ids() -> None:
+    """The ratio rule reads the trace id's low 64 bits; a caller that picks them small was traced every time (40 of
+    40 at a ratio of 0.01). Not following the caller, the gateway draws for itself."""
+    tracer = OTelTracer.to(InMemorySpanExporter(), ratio=0.01, follow_caller=False)
+    chosen = [SpanContext(trace_id=(i + 1) << 64, span_id=int(PARENT_ID, 16), is_remote=True,
+                          trace_flags=TraceFlags(TraceFlags.SAMPLED)) for i in range(400)]
+    sampled = sum(tracer.start("POST /v1/chat/completions", parent=context).flags.sampled for context in chosen)
+    assert sampled <= 20  # 4 expected at 0.01; every one of them was traced before
 
 
 def test_with_tracing_off_no_trace_header_is_added_either_way() -> None:
