@@ -12,6 +12,7 @@ import socket
 import threading
 from collections.abc import Iterator, Sequence
 from http.server import ThreadingHTTPServer
+from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.exposition import MetricsHandler
@@ -84,7 +85,15 @@ class ExtprocMetrics:
         return generate_latest(self.registry)
 
 
+# A scrape connection may be idle this long before it is closed, and this many are served at once: one that opens
+# connections and sends nothing holds neither a thread nor the port for long (each had a thread for good).
+IDLE_S = 5.0
+MAX_CONNECTIONS = 16
+
+
 class _Handler(MetricsHandler):
+    timeout = IDLE_S  # the socket's: a request not sent within it ends the connection
+
     def do_GET(self) -> None:
         path = self.path.partition("?")[0]
         if path == "/metrics":
@@ -105,6 +114,27 @@ class _Handler(MetricsHandler):
 class _Server(ThreadingHTTPServer):
     daemon_threads = True
     allow_reuse_port = False  # never share a port (the gRPC server's, another picker's)
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.slots = threading.BoundedSemaphore(MAX_CONNECTIONS)
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        """A thread per connection up to MAX_CONNECTIONS; past them the connection is closed at once."""
+        if not self.slots.acquire(blocking=False):
+            self.shutdown_request(request)
+            return
+        try:
+            super().process_request(request, client_address)
+        except BaseException:
+            self.slots.release()
+            raise
+
+    def process_request_thread(self, request: Any, client_address: Any) -> None:
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            self.slots.release()
 
 
 class _Server6(_Server):

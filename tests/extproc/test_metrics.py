@@ -6,6 +6,9 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import signal
+import socket
+import threading
+import time
 import urllib.error
 import urllib.request
 from collections.abc import AsyncIterator
@@ -18,6 +21,7 @@ from envoy_data_plane.envoy.service.ext_proc.v3 import ProcessingRequest, Proces
 from cascade.config import decode_config
 from cascade.engines.supervisor import free_port
 from cascade.errors import ConfigError
+from cascade.extproc import metrics as extproc_metrics
 from cascade.extproc.metrics import ExtprocMetrics, MetricsListener
 from cascade.extproc.picker import TierPicker
 from cascade.extproc.processor import SERVICE, process
@@ -132,6 +136,28 @@ def test_the_listener_serves_metrics_and_health_and_nothing_else() -> None:
         assert get(f"{base}/health") == (200, "ok\n")
         assert get(f"{base}/v1/models")[0] == 404
     finally:
+        listener.stop()
+
+
+def test_idle_connections_hold_no_thread_for_long_and_a_scrape_still_gets_through(monkeypatch) -> None:
+    """Connections that open and send nothing each held a thread for good; now at most MAX_CONNECTIONS are served at
+    once (the rest are closed at once) and each idle one is closed after IDLE_S."""
+    monkeypatch.setattr(extproc_metrics._Handler, "timeout", 0.5)
+    listener = MetricsListener(ExtprocMetrics(["small"]), "127.0.0.1", 0).start()
+    idle = []
+    try:
+        threads_before = threading.active_count()
+        idle = [socket.create_connection(("127.0.0.1", listener.port), timeout=5) for _ in range(100)]
+        time.sleep(0.2)
+        assert threading.active_count() - threads_before <= extproc_metrics.MAX_CONNECTIONS
+        deadline = time.monotonic() + 10
+        while threading.active_count() > threads_before and time.monotonic() < deadline:
+            time.sleep(0.05)  # the idle ones time out
+        assert threading.active_count() <= threads_before
+        assert get(f"http://127.0.0.1:{listener.port}/health") == (200, "ok\n")
+    finally:
+        for sock in idle:
+            sock.close()
         listener.stop()
 
 
