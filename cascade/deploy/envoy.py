@@ -85,7 +85,7 @@ def gateways_bootstrap(upstreams: list[Endpoint], listen: Endpoint, admin_port: 
                        health_interval_s: float = 2.0) -> dict[str, object]:
     """Clients connect to `listen`; the admin interface binds loopback."""
     route = _forward(GATEWAYS_CLUSTER, RETRY_ON_GATEWAYS, RETRIABLE_STATUS)
-    manager = _manager("cascade", [{"match": {"prefix": "/"}, "route": route}], local_reply=_LOCAL_REPLY)
+    manager = _manager("cascade", [_NO_METRICS, {"match": {"prefix": "/"}, "route": route}], local_reply=_LOCAL_REPLY)
     interval = f"{health_interval_s:g}s"
     limit = PER_GATEWAY * len(upstreams)
     cluster = {
@@ -196,6 +196,7 @@ def _picker_routes(engines: list[TierEngine], gateway: bool) -> list[dict[str, o
     routes.append(_direct({"path": CHAT_PATH}, 500, "the model picker named a tier this proxy has no route for: "
                           "generate the proxy's config from the processor's cascade.toml", "server_error"))
     off = {_EXT_PROC: {"@type": f"{_TYPES}.filters.http.ext_proc.v3.ExtProcPerRoute", "disabled": True}}
+    routes.append({**_NO_METRICS, "typed_per_filter_config": off})
     if gateway:
         routes.append({"match": {"prefix": "/"}, "route": _forward(GATEWAY_CLUSTER), "typed_per_filter_config": off})
     else:
@@ -320,3 +321,9 @@ def _all_ips(endpoints: tuple[Endpoint, ...] | list[Endpoint]) -> bool:
 
 def to_json(document: object) -> str:
     return json.dumps(document, indent=2) + "\n"
+
+
+# A gateway's /metrics (per-key counters) is never reached through the proxy, whatever the gateway's own port serves:
+# scrape the gateways (or their monitoring ports) directly.
+_NO_METRICS = _direct({"path": "/metrics"}, 404, "/metrics is not served through this proxy: scrape the gateways "
+                      "directly ([gateway] monitoring_port)", "invalid_request_error")

@@ -125,6 +125,8 @@ def run(
                           "`cascade keys add`, or bind 127.0.0.1")
     if warning := exposure_warning(host, (*config.gateway.api_keys, *(k.name for k in config.gateway.keys))):
         log.warning(warning)
+    if warning := metrics_warning(host, bool(config.gateway.keys), config.gateway.monitoring_port):
+        log.warning(warning)
     before, after = raise_open_files_limit()  # inherited by --processes children
     if after != before:
         log.info("open files limit raised from %d to %d", before, after)
@@ -162,6 +164,14 @@ def exposure_warning(host: str, api_keys: tuple[str, ...]) -> str | None:
         return None
     return (f"the gateway listens on {host}, reachable from the network, without API keys: set [gateway] api_keys "
             "(or [[gateway.keys]], `cascade keys add`) to require a bearer token, or bind 127.0.0.1")
+
+
+def metrics_warning(host: str, keyed: bool, monitoring_port: int) -> str | None:
+    """One line when /metrics, with its per-key series, is served on a client port reachable from the network."""
+    if not keyed or monitoring_port or is_loopback(host):
+        return None
+    return (f"/metrics, with each API key's requests, tokens and spend, is served on the client port on {host}: set "
+            "[gateway] monitoring_port to serve it on a port of its own (Envoy's documents never route it)")
 
 
 _CONFIG_ENV, _PLAN_ENV = "CASCADE_GATEWAY_CONFIG", "CASCADE_GATEWAY_PLAN"

@@ -151,9 +151,11 @@ def test_branches_go_to_the_gateway_which_serves_the_picked_tier(stack: Stack) -
     assert after["large"] - before["large"] == 2 and after["small"] == before["small"]
 
 
-def test_other_paths_go_to_the_gateway(stack: Stack) -> None:
+def test_other_paths_go_to_the_gateway_but_metrics_never_leave_it(stack: Stack) -> None:
     models = httpx.get(f"{stack.url}/v1/models", timeout=10, trust_env=False)
     assert models.status_code == 200 and "cascade:best" in {m["id"] for m in models.json()["data"]}
+    metrics = httpx.get(f"{stack.url}/metrics", timeout=10, trust_env=False)
+    assert metrics.status_code == 404 and "cascade_" not in metrics.text
 
 
 def validate(document: dict[str, object], folder: Path) -> subprocess.CompletedProcess[bytes]:

@@ -269,6 +269,20 @@ def test_a_bind_beyond_loopback_without_api_keys_is_warned_about(host: str, keys
         assert host in line and "api_keys" in line and "\n" not in line
 
 
+@pytest.mark.parametrize(("host", "keyed", "monitoring_port", "warns"), [
+    ("0.0.0.0", True, 0, True),
+    ("0.0.0.0", True, 9464, False),
+    ("0.0.0.0", False, 0, False),  # no keys: no per-key series
+    ("127.0.0.1", True, 0, False),
+])
+def test_per_key_metrics_on_a_client_port_reachable_from_the_network_are_warned_about(
+        host: str, keyed: bool, monitoring_port: int, warns: bool) -> None:
+    line = server.metrics_warning(host, keyed, monitoring_port)
+    assert (line is not None) == warns
+    if line:
+        assert "monitoring_port" in line and "\n" not in line
+
+
 def test_run_logs_the_exposure_warning_and_serves_with_the_gateway_protocol(
     monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture,
 ) -> None:

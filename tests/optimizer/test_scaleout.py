@@ -192,6 +192,10 @@ def test_envoy_in_front_of_two_healthy_gateways_answers_streamed_and_whole(tmp_p
                 assert reply.json()["choices"][0]["message"]["content"]
             streamed = chat(url, stream=True)
             assert streamed.status_code == 200 and streamed.text.rstrip().endswith("data: [DONE]")
+            # Each gateway serves /metrics (per-key counters) on its own port; the proxy never forwards it.
+            assert httpx.get(f"http://127.0.0.1:{ports[0]}/metrics", timeout=5, trust_env=False).status_code == 200
+            through = httpx.get(f"{url}/metrics", timeout=5, trust_env=False)
+            assert through.status_code == 404 and "cascade_" not in through.text
 
 
 # Engines probed every 0.2 s, each probe cut at 0.5 s, one failure marks an engine down.
