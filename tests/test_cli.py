@@ -65,3 +65,20 @@ def test_bench_branches_bad_options_are_one_line_and_exit_2(args: list[str], mes
     assert main(["bench", "branches", *args]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and message in err[0]
+
+
+def test_version_names_the_installed_package(capsys) -> None:
+    with pytest.raises(SystemExit) as exited:
+        main(["--version"])
+    assert exited.value.code == 0 and capsys.readouterr().out.startswith("cascade ")
+
+
+def test_a_command_whose_extra_is_missing_says_which_pip_install_adds_it_in_one_line(tmp_path) -> None:
+    table = tmp_path / "latency.json"
+    table.write_text('{"gpus": 2, "tiers": [{"name": "a", "latency_s": {"1": 1.0, "2": 0.5}}]}')
+    # A fresh process without highspy, as on a machine with only `make serve`'s extras.
+    script = ("import sys; sys.modules['highspy'] = None; from cascade.cli import main; "
+              f"sys.exit(main(['optimize', 'allocate', '--table', {str(table)!r}, '--json']))")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2
+    assert done.stderr.count("\n") == 1 and "`highspy`" in done.stderr and "'.[optimizer]'" in done.stderr
