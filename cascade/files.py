@@ -8,6 +8,7 @@ ConfigError raised by a Struct's own checks).
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from typing import Literal, TypeVar
 
@@ -17,6 +18,7 @@ from cascade.errors import ConfigError
 
 T = TypeVar("T")
 Format = Literal["json", "toml"]
+_FINITE = f"`float` <= {sys.float_info.max!r}"  # msgspec's words for the bound that refuses inf
 
 
 def decode(data: bytes | str, kind: type[T], source: str, fmt: Format, what: str = "") -> T:
@@ -48,4 +50,5 @@ def readable(msgspec_message: str) -> str:
     where = where.rstrip("`").lstrip(".")
     message = message.replace("Object contains unknown field", "unknown key")
     message = message.replace("Object missing required field", "missing required key")
+    message = message.replace(_FINITE, "a finite number (not inf or nan)")  # cascade/config/base.py: FINITE_MAX
     return f"{message} in `{where}`" if where else message

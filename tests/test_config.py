@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
+import msgspec
 import pytest
 
 from cascade.config import (
     BranchSettings,
     BrokenRule,
+    CascadeConfig,
     OpenAIBackendConfig,
     Timeouts,
     WorkerBackendConfig,
@@ -267,3 +271,79 @@ def test_the_shared_limits_redis_is_its_own_table() -> None:
                           + MINIMAL).gateway.redis
     assert (redis.url, redis.timeout_s, redis.failure) == ("redis://127.0.0.1:6379/0", 0.5, "closed")
     assert decode_config(MINIMAL).gateway.redis.url == ""  # no table: limits in each gateway process
+
+
+WORKER = '[[workers]]\nname = "w"\nmodel = "m"\nport = 9100\n'
+# Every family of timeout-like keys, each once: a table's key, written `key = VALUE` in the table's own header.
+TIMEOUT_KEYS = [
+    ("[gateway]", "keepalive_s"), ("[gateway]", "shutdown_grace_s"), ("[gateway]", "shutdown_linger_s"),
+    ("[gateway.limits]", "header_timeout_s"), ("[gateway.limits]", "body_timeout_s"),
+    ("[gateway.limits]", "keepalive_timeout_s"), ("[gateway.limits]", "write_timeout_s"),
+    ("[gateway.limits]", "max_slot_wait_s"),
+    ("[gateway.failover]", "breaker_open_s"), ("[gateway.failover]", "breaker_max_open_s"),
+    ("[gateway.health]", "interval_s"), ("[gateway.health]", "timeout_s"), ("[gateway.redis]", "timeout_s"),
+    ("[routing.load]", "window_s"), ("[routing.load]", "hold_s"), ("[routing.load]", "ttft_ms"),
+    ("[routing.engine_load]", "timeout_s"), ("[routing.engine_load]", "queue_for_s"),
+]
+
+
+def _with(table: str, key: str, value: str) -> str:
+    return MINIMAL + f"\n{table}\n{key} = {value}\n"
+
+
+@pytest.mark.parametrize("value", ["inf", "+inf", "-inf", "nan"])
+@pytest.mark.parametrize(("table", "key"), TIMEOUT_KEYS)
+def test_a_timeout_that_is_not_a_finite_number_is_refused_naming_its_key(table: str, key: str, value: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        decode_config(_with(table, key, value), source="test.toml")
+    assert f"in `{table.strip('[]')}.{key}`" in info.value.message  # as the key's own bound, or "a finite number"
+
+
+@pytest.mark.parametrize("value", ["inf", "nan"])
+@pytest.mark.parametrize(("toml", "where"), [
+    (MINIMAL.replace('model = "m" }', 'model = "m", timeouts = { connect_s = VALUE } }'),
+     "tiers[0].backends[0].timeouts.connect_s"),
+    (MINIMAL.replace('model = "m" }', 'model = "m", timeouts = { read_s = VALUE } }'),
+     "tiers[0].backends[0].timeouts.read_s"),
+    (MINIMAL.replace('model = "m" }', 'model = "m", timeouts = { total_s = VALUE } }'),
+     "tiers[0].backends[0].timeouts.total_s"),
+    (WORKER + "startup_timeout_s = VALUE\n" + MINIMAL, "workers[0].startup_timeout_s"),
+])
+def test_a_backend_or_worker_timeout_that_is_not_finite_is_refused_naming_its_key(
+        toml: str, where: str, value: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        decode_config(toml.replace("VALUE", value), source="test.toml")
+    assert f"in `{where}`" in info.value.message
+    if value == "inf":
+        assert "Expected a finite number (not inf or nan)" in info.value.message
+
+
+def test_the_largest_finite_timeout_still_loads() -> None:
+    assert decode_config(_with("[gateway.limits]", "body_timeout_s", "1e300")).gateway.limits.body_timeout_s == 1e300
+
+
+def _float_fields(info: msgspec.inspect.Type, path: str) -> Iterator[tuple[str, msgspec.inspect.FloatType]]:
+    """Every float of the config's types, by its key's path (lists and dicts as [i], unions each)."""
+    match info:
+        case msgspec.inspect.FloatType():
+            yield path, info
+        case msgspec.inspect.StructType():
+            for f in info.fields:
+                yield from _float_fields(f.type, f"{path}.{f.name}".lstrip("."))
+        case msgspec.inspect.UnionType():
+            for t in info.types:
+                yield from _float_fields(t, path)
+        case msgspec.inspect.ListType() | msgspec.inspect.VarTupleType():
+            yield from _float_fields(info.item_type, f"{path}[i]")
+        case msgspec.inspect.DictType():
+            yield from _float_fields(info.value_type, f"{path}[k]")
+
+
+def test_every_timeout_like_float_of_the_config_is_bounded_finite_and_positive() -> None:
+    """A key added later with a bare `float` or an unbounded one fails here: seconds, milliseconds and intervals."""
+    timeouts = [(path, t) for path, t in _float_fields(msgspec.inspect.type_info(CascadeConfig), "")
+                if path.endswith(("_s", "_ms"))]
+    assert len(timeouts) >= 25
+    unbounded = [path for path, t in timeouts if t.le is None and t.lt is None]
+    negative = [path for path, t in timeouts if t.gt is None and (t.ge is None or t.ge < 0)]
+    assert unbounded == [] and negative == []

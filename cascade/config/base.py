@@ -7,15 +7,19 @@ is read, with the key's path (cascade/files.py), instead of being silently ignor
 
 from __future__ import annotations
 
+import sys
 from typing import Annotated
 
 import msgspec
 
 Port = Annotated[int, msgspec.Meta(ge=0, le=65535)]
-PositiveFloat = Annotated[float, msgspec.Meta(gt=0)]
+# Floats are finite: TOML reads `inf` and `nan`, and an `inf` timeout is a timer that never fires (msgspec's bounds
+# are finite, so the largest float is the bound; cascade/files.py words its message; `nan` fails every bound).
+FINITE_MAX = sys.float_info.max
+PositiveFloat = Annotated[float, msgspec.Meta(gt=0, le=FINITE_MAX)]
 PositiveInt = Annotated[int, msgspec.Meta(ge=1)]
 NonNegativeInt = Annotated[int, msgspec.Meta(ge=0)]
-NonNegativeFloat = Annotated[float, msgspec.Meta(ge=0)]
+NonNegativeFloat = Annotated[float, msgspec.Meta(ge=0, le=FINITE_MAX)]
 UnitFloat = Annotated[float, msgspec.Meta(ge=0, le=1)]
 Name = Annotated[str, msgspec.Meta(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9][A-Za-z0-9._:/-]*$")]
 

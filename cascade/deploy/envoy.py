@@ -255,6 +255,12 @@ def _manager(stat_prefix: str, routes: list[dict[str, object]], filters: list[di
         "codec_type": "AUTO",
         "stream_idle_timeout": "0s",  # off: a slow first token (long thinking) is not an idle stream
         "request_timeout": "0s",
+        # Paths in the gateway's normal form (cascade/service/paths.py) before the filters and the routes see them, and
+        # as sent upstream: RFC 3986 normalisation (dot segments; encoded unreserved characters) and runs of slashes
+        # merged. Encoded slashes are kept, and reach the gateway, which refuses them (400), or the 404 route.
+        "normalize_path": True,
+        "merge_slashes": True,
+        "path_with_escaped_slashes_action": "KEEP_UNCHANGED",
     }
     if local_reply is not None:
         manager["local_reply_config"] = local_reply

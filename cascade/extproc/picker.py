@@ -9,7 +9,9 @@ Every check and the decision are `cascade serve`'s own, from the same assembly (
 operating points; the key's permits: the hint it asks with, the tier it names, and the tiers that may serve it, which
 the pick is kept to; the checks of the tiers it picks), then `ChatService.charge` (the key's rate limits and budget;
 last, and only for a request sent to an engine: one the gateway serves is counted and billed by the gateway alone).
-A failure is `Refused` with the gateway's status, OpenAI error body and headers.
+A failure is `Refused` with the gateway's status, OpenAI error body and headers. The chat path is recognised in the
+gateway's normal form (cascade/service/paths.py: `/v1/chat/%63ompletions` is it, `/v1/chat%2Fcompletions` is not), and a
+request routed from another spelling has its `:path` set to the plain one, which Envoy's routes match.
 
 Billing: a request sent to an engine is charged its reservation (the prompt estimate and max_tokens, the tier's
 default where the client set none, for each of its n choices), never settled to its usage: the picker sees requests,
@@ -53,6 +55,7 @@ from cascade.schemas import ChatCompletionRequest, RouteDecision
 from cascade.service.assemble import assemble
 from cascade.service.chat import ServiceConfig
 from cascade.service.errors import error_reply, error_response
+from cascade.service.paths import normalize_path
 from cascade.tiers.build import build_tiers
 from cascade.tiers.upstream import engine_request
 
@@ -122,11 +125,15 @@ class TierPicker:
 
     async def pick(self, headers: Mapping[str, str], body: bytes) -> Verdict:
         """`headers`: the request's, lower-case names, pseudo-headers (`:path`, `:method`) included."""
-        path = headers.get(":path", "").partition("?")[0]
-        if path != CHAT_PATH:
+        target = headers.get(":path", "")
+        path, mark, query = target.partition("?")
+        if normalize_path(path) != CHAT_PATH:  # the gateway's normal form (cascade/service/paths.py)
             return None
         start = time.perf_counter()
         verdict = await self._verdict(headers, body)
+        if isinstance(verdict, Routed) and path != CHAT_PATH:  # so that Envoy's routes, matching it exactly, match
+            verdict = msgspec.structs.replace(verdict, set_headers=(*verdict.set_headers,
+                                                                    (":path", CHAT_PATH + mark + query)))
         self.metrics.observe(time.perf_counter() - start)
         if isinstance(verdict, Routed):
             self.metrics.decided(verdict.tier, via_gateway=verdict.via_gateway, key=verdict.key)

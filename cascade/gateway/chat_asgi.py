@@ -12,6 +12,9 @@ limit, decoded), make one call (`ChatService.chat`, which validates, checks the 
 and bills), write its reply: a whole response, or a started stream relayed frame by frame and then
 closed (which gives the request's lease back and bills its key).
 
+Paths: every request's path is put in normal form first (cascade/service/paths.py: `/v1/chat/%63ompletions` is the
+chat path, an encoded slash is a 400), for every route, the same form the Envoy model picker decides on.
+
 Disconnects: after the body is read, a watcher awaits `http.disconnect` and cancels the work, which
 closes the upstream streams (the engine stops; SGLang also gets `/abort_request`).
 
@@ -45,6 +48,7 @@ from cascade.service.chat import ChatService, StreamReply, WholeReply
 from cascade.service.errors import error_reply, error_response, internal_error
 from cascade.service.keys.costs import cost_header
 from cascade.service.keys.tenant import Tenant
+from cascade.service.paths import normalize_path
 
 # A conversation's key for a tier's replica choice by prefix ([tiers.replicas] choice = "prefix"), as SGLang model
 # gateway's routing-key header; the body's `prompt_cache_key` wins over it.
@@ -72,6 +76,14 @@ class ChatCompletionsASGI:
         self.drain = Drain()  # `cascade serve` sets its grace
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http":  # every route sees the path in normal form, as the Envoy picker does
+            raw = scope.get("raw_path")
+            path = normalize_path(scope["path"] if raw is None else raw.decode("latin-1"))
+            if path is None:
+                message = "the path has an encoded slash or backslash (%2F, %5C), which no route has"
+                await _respond(send, 400, error_response(message, "invalid_request_error", None, "invalid_path"))
+                return
+            scope["path"] = path
         # Tracing (cascade/tracing/): a SERVER span around the routes that route or serve, when it is on.
         if (tracer := tracing.active) is not None and scope["type"] == "http" and scope["path"] in TRACED_PATHS:
             await tracer.serve(self._dispatch, scope, receive, send)

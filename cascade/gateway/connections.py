@@ -18,7 +18,11 @@ What the subclass does, with `[gateway.limits]`:
 - `max_header_bytes`: bytes of a request's line and headers; beyond, 431 and close.
 - `header_timeout_s`: a request's line and headers must arrive within this of its first byte (of the
   accept, for a connection's first request); `body_timeout_s`: its body within this of its headers.
-  Then 408 and close (a connection that sent nothing is just closed).
+  Then 408 and close (a connection that sent nothing is just closed). Every request of a connection
+  has them, pipelined ones too: uvicorn queues a request whose headers arrive while an earlier one's
+  response is under way and pauses reading until that response ends, so a queued request's clocks
+  start when reading resumes for it (its body's when it starts, a head's when reading resumes), not
+  never: a POST pipelined behind a `GET /health` with a trickled body was kept for ever.
 - `keepalive_timeout_s`: uvicorn's own keep-alive timer, between requests.
 - `write_timeout_s`: uvicorn waits for a full send buffer to drain without a bound, so a client that
   never reads its stream held its request place (and its upstream streams) for ever; once writing has
@@ -104,6 +108,7 @@ class GatewayProtocol(HttpToolsProtocol):
         self.timeout_keep_alive = shared.limits.keepalive_timeout_s  # type: ignore[assignment]  # call_later takes float
         self._timer: asyncio.TimerHandle | None = None
         self._head_bytes = 0  # bytes received while a request head was incomplete (what the parser may hold)
+        self._in_head = False  # between a request's first byte (after any stray CRLF) and the end of its headers
         self._in_body = False  # between a request's headers and the end of its body
         self._head_too_large = False  # a head parsed within one read was over the limit
         self._answered = False  # this class answered: discard input until the connection closes
@@ -188,7 +193,17 @@ class GatewayProtocol(HttpToolsProtocol):
             self._answer(431, f"request line and headers exceed the limit of {limit} bytes",
                          "request_header_fields_too_large")
 
+    def on_message_begin(self) -> None:
+        super().on_message_begin()
+        self._in_head = True
+        # A head that begins in the read that ended the previous request (pipelining) found no timer running. While the
+        # gateway has paused reading (a request queued behind a response), the client is not the one waiting: the
+        # clock starts when reading resumes (on_response_complete).
+        if self._timer is None and not self.flow.read_paused:
+            self._arm(self.shared.limits.header_timeout_s)
+
     def on_headers_complete(self) -> None:
+        self._in_head = False
         # A head that arrived within one read was never counted above: measure what was parsed.
         if self._head_too_large or (len(self.url) + sum(len(n) + len(v) + 4 for n, v in self.headers)
                                     > self.shared.limits.max_header_bytes):
@@ -197,7 +212,7 @@ class GatewayProtocol(HttpToolsProtocol):
         self._in_body, self._head_bytes = True, 0
         self.shared.waiting.pop(self, None)
         super().on_headers_complete()
-        if self.pipeline:  # queued behind a response in flight: its body is read later
+        if self.pipeline:  # queued behind a response in flight (reading paused): its clock starts when it starts
             self._cancel_timer()
         else:
             self._arm(self.shared.limits.body_timeout_s)
@@ -214,9 +229,18 @@ class GatewayProtocol(HttpToolsProtocol):
         self._cancel_timer()
 
     def on_response_complete(self) -> None:
-        super().on_response_complete()
+        newest_starts = len(self.pipeline) == 1  # the request started now is the one the parser is in
+        super().on_response_complete()  # starts the next queued request, if any, and resumes reading
+        if self.transport.is_closing():
+            return
         if self.timeout_keep_alive_task is not None:  # no pipelined request started: waiting again
             self.shared.waiting[self] = None
+        limits = self.shared.limits
+        if self._in_body and newest_starts:  # a pipelined request whose body is still arriving: read from now on
+            self._arm(limits.body_timeout_s)
+        elif self._in_head and self._timer is None:  # a head begun behind the response: its clock, not keep-alive's
+            self._unset_keepalive_if_required()
+            self._arm(limits.header_timeout_s)
 
     # Timers and answers
 
@@ -236,7 +260,7 @@ class GatewayProtocol(HttpToolsProtocol):
             return
         if self._in_body:
             self._answer(408, f"the request body did not arrive within {limits.body_timeout_s:g} s", "request_timeout")
-        elif self._head_bytes:
+        elif self._in_head or self._head_bytes:
             self._answer(408, f"the request headers did not arrive within {limits.header_timeout_s:g} s",
                          "request_timeout")
         else:

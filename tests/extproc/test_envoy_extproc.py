@@ -6,6 +6,7 @@ Envoy's own validator accepts every bootstrap the generator writes."""
 
 from __future__ import annotations
 
+import http.client
 import json
 import subprocess
 import sys
@@ -156,6 +157,33 @@ def test_other_paths_go_to_the_gateway_but_metrics_never_leave_it(stack: Stack) 
     assert models.status_code == 200 and "cascade:best" in {m["id"] for m in models.json()["data"]}
     metrics = httpx.get(f"{stack.url}/metrics", timeout=10, trust_env=False)
     assert metrics.status_code == 404 and "cascade_" not in metrics.text
+
+
+@pytest.mark.parametrize("path", ["/v1/chat/%63ompletions", "//v1/chat/./completions"])
+def test_another_spelling_of_the_chat_path_is_decided_by_the_picker(stack: Stack, path: str) -> None:
+    before = stack.served()
+    status, headers, _ = raw_post(stack, path, {"model": "cascade:best", "messages": user()})
+    assert status == 200 and headers["x-cascade-tier"] == "large"
+    assert stack.served()["large"] == before["large"] + 1
+
+
+def test_an_encoded_slash_in_the_chat_path_is_the_gateways_400_and_reaches_no_engine(stack: Stack) -> None:
+    before = stack.served()
+    status, _, text = raw_post(stack, "/v1/chat%2Fcompletions", {"model": "cascade:best", "messages": user()})
+    assert status == 400 and json.loads(text)["error"]["code"] == "invalid_path"
+    assert stack.served() == before
+
+
+def raw_post(stack: Stack, path: str, body: dict[str, Any]) -> tuple[int, dict[str, str], bytes]:
+    """POST to `path` as written (httpx would normalise it first)."""
+    host, port = stack.url.removeprefix("http://").split(":")
+    connection = http.client.HTTPConnection(host, int(port), timeout=20)
+    try:
+        connection.request("POST", path, json.dumps(body).encode(), {"content-type": "application/json"})
+        reply = connection.getresponse()
+        return reply.status, {k.lower(): v for k, v in reply.getheaders()}, reply.read()
+    finally:
+        connection.close()
 
 
 def validate(document: dict[str, object], folder: Path) -> subprocess.CompletedProcess[bytes]:

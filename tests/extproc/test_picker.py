@@ -103,6 +103,18 @@ def test_another_method_is_405_and_another_path_is_left_alone() -> None:
     assert pick(picker(), b"", path="/v1/models", method="GET") is None
 
 
+@pytest.mark.parametrize(("path", "plain"), [
+    ("/v1/chat/%63ompletions", "/v1/chat/completions"),
+    ("//v1/chat/./completions?x=%63", "/v1/chat/completions?x=%63"),
+])
+def test_another_spelling_of_the_chat_path_is_decided_and_routed_on_the_plain_one(path: str, plain: str) -> None:
+    verdict, _ = routed(pick(picker(), chat(quality="fast"), path=path))
+    assert dict(verdict.set_headers)[":path"] == plain  # Envoy's routes match the chat path exactly
+    plain_verdict, _ = routed(pick(picker(), chat(quality="fast")))
+    assert ":path" not in dict(plain_verdict.set_headers)
+    assert pick(picker(), chat(), path="/v1/chat%2Fcompletions") is None  # no normal form: the gateway's 400
+
+
 def test_api_keys_are_checked_as_the_gateway_checks_them() -> None:
     keyed = picker(f'[gateway]\napi_keys = ["{KEY}"]\n')
     assert refused(pick(keyed, chat()), 401)["type"] == "authentication_error"
