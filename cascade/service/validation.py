@@ -17,7 +17,16 @@ import msgspec
 
 from cascade.config import BranchSettings, BrokenRule, Limits, check_branches
 from cascade.errors import InvalidRequest
-from cascade.schemas import ONE_ANSWER, PASSTHROUGH, BranchOverride, ChatCompletionRequest
+from cascade.schemas import (
+    LOGIT_BIAS,
+    MAX_TOP_K,
+    ONE_ANSWER,
+    PASSTHROUGH,
+    PENALTY,
+    TOKEN_ID_DIGITS,
+    BranchOverride,
+    ChatCompletionRequest,
+)
 from cascade.tiers.build import Tier
 from cascade.tiers.upstream import stops, template_keys
 
@@ -47,13 +56,6 @@ def validate(req: ChatCompletionRequest, lim: Limits) -> int:
     return req.max_completion_tokens or req.max_tokens or 0
 
 
-# Fixed ranges of forwarded numbers, as OpenAI and SGLang define them (not limits an operator tunes).
-PENALTY = 2.0  # presence_penalty, frequency_penalty in [-2, 2]
-LOGIT_BIAS = 100.0  # each logit_bias value in [-100, 100]
-TOKEN_ID_DIGITS = 10  # a logit_bias key: a token id, digits only, below 2^31
-MAX_TOKEN_ID = 2**31 - 1
-
-
 def engine_bounds(req: ChatCompletionRequest, lim: Limits) -> None:
     """The forwarded fields (PASSTHROUGH) within their bounds, else InvalidRequest naming the first one past."""
     for name in ("presence_penalty", "frequency_penalty"):
@@ -62,8 +64,8 @@ def engine_bounds(req: ChatCompletionRequest, lim: Limits) -> None:
     if req.repetition_penalty is not None and not (0.0 < req.repetition_penalty <= 2.0):
         raise InvalidRequest(f"`repetition_penalty` must be in (0, 2], got {req.repetition_penalty}",
                              "repetition_penalty")
-    if req.top_k is not None and not (req.top_k == -1 or 1 <= req.top_k <= MAX_TOKEN_ID):
-        raise InvalidRequest(f"`top_k` must be -1 (no limit) or at least 1, got {req.top_k}", "top_k")
+    if req.top_k is not None and not (req.top_k == -1 or 1 <= req.top_k <= MAX_TOP_K):
+        raise InvalidRequest(f"`top_k` must be -1 (no limit) or from 1 to {MAX_TOP_K}, got {req.top_k}", "top_k")
     if req.top_logprobs is not None and not 0 <= req.top_logprobs <= lim.max_top_logprobs:
         raise InvalidRequest(f"`top_logprobs` must be between 0 and {lim.max_top_logprobs}, got {req.top_logprobs}",
                              "top_logprobs")
@@ -89,10 +91,9 @@ def _logit_bias(bias: dict[str, float], limit: int) -> None:
     if len(bias) > limit:
         raise InvalidRequest(f"`logit_bias` has {len(bias)} entries; the limit is {limit}", "logit_bias")
     for token, value in bias.items():
-        if not (0 < len(token) <= TOKEN_ID_DIGITS and token.isascii() and token.isdigit()
-                and int(token) <= MAX_TOKEN_ID):
-            raise InvalidRequest(f"`logit_bias` keys must be token ids (0 to {MAX_TOKEN_ID}), got {token[:20]!r}",
-                                 "logit_bias")
+        if not (0 < len(token) <= TOKEN_ID_DIGITS and token.isascii() and token.isdigit()):
+            raise InvalidRequest(f"`logit_bias` keys must be token ids ({TOKEN_ID_DIGITS} digits at most), got "
+                                 f"{token[:20]!r}", "logit_bias")
         if not -LOGIT_BIAS <= value <= LOGIT_BIAS:
             raise InvalidRequest(f"`logit_bias` values must be in [-100, 100], got {value} for token {token}",
                                  "logit_bias")

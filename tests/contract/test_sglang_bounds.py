@@ -20,18 +20,18 @@ from hypothesis import strategies as st
 
 from cascade.config import Limits, TierConfig
 from cascade.errors import InvalidRequest
-from cascade.schemas import PASSTHROUGH
+from cascade.schemas import PASSTHROUGH, TOKEN_ID_DIGITS
 from cascade.service.bodies import decode_chat_request
-from cascade.service.validation import MAX_TOKEN_ID, validate
+from cascade.service.validation import validate
 from cascade.tiers.upstream import engine_request, template_keys
 from tests.contract.sglang_protocol import SGLangProtocol, install_dir
 
 # Forwarded fields SGLang's model does not declare: SGLangBackend leaves them out of its bodies
 # (cascade/branches/sglang_client.py), which test_sglang_contract.py checks on every body it records.
 SGLANG_UNDECLARED = {"metadata"}
-# cascade knows no engine's vocabulary: a logit_bias key is a token id below 2^31, and an id past the model's own
-# vocabulary is the engine's 400 (SGLang's verify), relayed to the client.
-VOCAB = MAX_TOKEN_ID + 1
+# cascade knows no engine's vocabulary: a logit_bias key is a token id of at most 9 digits, and an id past the model's
+# own vocabulary is the engine's 400 (SGLang's verify), relayed to the client.
+VOCAB = 10**TOKEN_ID_DIGITS
 
 
 def test_every_forwarded_field_is_one_sglangs_request_model_declares(sglang: SGLangProtocol) -> None:
@@ -77,7 +77,7 @@ FIELDS = st.fixed_dictionaries({}, optional={
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(FIELDS)
 @example({"presence_penalty": -2.0, "frequency_penalty": 2.0, "min_p": 1.0, "repetition_penalty": 2.0, "top_k": -1,
-          "top_logprobs": 20, "logprobs": True, "logit_bias": {"0": -100.0, str(MAX_TOKEN_ID): 100.0},
+          "top_logprobs": 20, "logprobs": True, "logit_bias": {"0": -100.0, "9" * TOKEN_ID_DIGITS: 100.0},
           "stop": ["a", "b", "c", "d"]})
 @example({"min_p": 0.0, "repetition_penalty": 1e-9, "top_k": 1, "presence_penalty": 2.0, "frequency_penalty": -2.0})
 def test_every_request_cascade_forwards_passes_sglangs_own_checks(

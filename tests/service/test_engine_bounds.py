@@ -5,6 +5,8 @@ asked; a request within every bound passes as sent."""
 from __future__ import annotations
 
 import json
+import re
+from pathlib import Path
 
 import msgspec
 import pytest
@@ -76,7 +78,7 @@ def test_tools_are_bounded_by_their_size_as_json_too() -> None:
     ("frequency_penalty", [-2, 2], [-3, 2.01]),
     ("min_p", [0, 0.5, 1], [-0.1, 1.01]),
     ("repetition_penalty", [0.01, 1, 2], [0, -1, 2.01]),
-    ("top_k", [-1, 1, 50, 2**31 - 1], [0, -2, 2**31]),
+    ("top_k", [-1, 1, 50, 2**30], [0, -2, 2**30 + 1]),
     ("top_logprobs", [0], [-1, 1_000_000_000]),
 ])
 def test_forwarded_numbers_outside_openais_and_sglangs_ranges_are_refused_by_name(field, good, bad) -> None:
@@ -86,12 +88,12 @@ def test_forwarded_numbers_outside_openais_and_sglangs_ranges_are_refused_by_nam
 
 @pytest.mark.parametrize("entry", [
     {"x": 1}, {"-1": 1}, {"1.5": 1}, {"": 1}, {" 7": 1}, {"\u0661": 1},  # not a token id (Arabic-Indic digit one)
-    {str(2**31): 1}, {"1" * 11: 1},  # beyond any vocabulary an int32 id names
+    {"1" * 10: 1}, {"0" * 10: 1},  # more digits than any vocabulary needs
     {"7": 100.5}, {"7": -101},  # beyond OpenAI's [-100, 100]
 ])
 def test_logit_bias_keys_must_be_token_ids_and_values_within_100(entry: dict[str, float]) -> None:
     assert refused(Limits(), logit_bias=entry) == "logit_bias"
-    assert refused(Limits(), logit_bias={"0": -100, "42": 100, str(2**31 - 1): 0.5}) is None
+    assert refused(Limits(), logit_bias={"0": -100, "42": 100, "999999999": 0.5, "000000007": 1}) is None
 
 
 def test_the_refusal_says_what_the_limit_is() -> None:
@@ -111,3 +113,14 @@ def test_the_bounds_are_config_keys_an_operator_can_set_within_their_range() -> 
     with pytest.raises(ConfigError, match="max_top_logprobs"):
         decode_config('[gateway.limits]\nmax_top_logprobs = 1000\n'
                       '[[tiers]]\nname = "t"\nbackends = [{ kind = "openai", url = "http://127.0.0.1:1", model = "m" }]\n')
+
+
+def test_the_operations_table_gives_each_bound_its_default() -> None:
+    text = (Path(__file__).parents[2] / "docs" / "operations.md").read_text()
+    section = text.split("## What reaches an engine", 1)[1].split("\n## ", 1)[0]
+    rows = [line for line in section.splitlines() if line.startswith("| `")]
+    lim = Limits()
+    for key, number in [(key, str(getattr(lim, key))) for key, *_ in BOUNDS] + [
+            ("max_tools_bytes", f"{lim.max_tools_bytes // 1024} KiB"), ("max_stop_sequences", str(lim.max_stop_sequences))]:
+        row = next((r for r in rows if f"`{key}`" in r), None)
+        assert row is not None and re.search(rf"\b{number}\b", row), (key, number, row)
