@@ -198,7 +198,7 @@ def template_note(req: ChatCompletionRequest, tiers: list[Tier]) -> str | None:
     untrusting = [t.name for t in tiers if not t.config.trust_request_chat_template]
     if not dropped or not untrusting:
         return None
-    keys = ", ".join(f"`chat_template_kwargs.{key}`" for key in dropped[:3])
+    keys = ", ".join(f"`chat_template_kwargs.{key[:64]}`" for key in dropped[:3])  # a client's keys, cut
     return (f"{keys} not sent: tier(s) {', '.join(f'`{n}`' for n in untrusting)} take no chat template from a "
             "request (trust_request_chat_template)")
 
