@@ -328,6 +328,12 @@ class TrafficRecord(msgspec.Struct, kw_only=True, omit_defaults=True):
 PASSTHROUGH = ("presence_penalty", "frequency_penalty", "logit_bias", "user", "metadata", "logprobs", "top_logprobs",
                "reasoning_effort", "tools", "tool_choice", "parallel_tool_calls", "response_format", "top_k", "min_p",
                "repetition_penalty", "chat_template_kwargs")
+# Fixed ranges of forwarded values, as OpenAI and SGLang define them (the counts and lengths are [gateway.limits]):
+# cascade/service/validation.py `engine_bounds` checks them, the OpenAPI document states them.
+PENALTY = 2.0  # presence_penalty, frequency_penalty in [-2, 2]
+LOGIT_BIAS = 100.0  # each logit_bias value in [-100, 100]
+TOKEN_ID_DIGITS = 9  # a logit_bias key: a token id, 1 to 9 ASCII digits (below 10^9: any vocabulary)
+MAX_TOP_K = 2**30  # top_k: -1 (no limit) or 1 to SGLang's "the whole vocabulary" (sampling_params.py TOP_K_ALL)
 # ... of which these shape the answer itself (tool calls, a JSON format, per-token logprobs): a request that
 # sets one gets the engine's one answer, never a vote over several branches.
 ONE_ANSWER = ("logprobs", "top_logprobs", "tools", "tool_choice", "parallel_tool_calls", "response_format")

@@ -1,5 +1,6 @@
 """Property tests of the code that reads a client's text and counts: the router's featurizers, the grader and the
-vote's answer key, the CPU scorer, the PRM input parser, the quality-hint parser and body decoding.
+vote's answer key, the CPU scorer, the PRM input parser, the quality-hint parser, body decoding and the bounds on what a
+request sends on to an engine.
 
 The generators are an attacker's: long runs of one character or token (whitespace, newlines, digits, brackets,
 markup), many short lines, deep nesting, huge numbers, mixed with ordinary text. Each property says the code
@@ -21,6 +22,7 @@ from hypothesis import strategies as st
 
 from cascade.branches.cpu_scorer import features
 from cascade.branches.verifier import parse_prm_input
+from cascade.config import Limits
 from cascade.data.grading import answer_key, extract, grade
 from cascade.errors import CascadeError, InvalidRequest
 from cascade.router.domain import word_tokens
@@ -30,6 +32,7 @@ from cascade.router.lexical import lexical_features, restated_number
 from cascade.router.policy import parse_hint
 from cascade.router.router import routed_text
 from cascade.service.bodies import decode_chat_request
+from cascade.service.validation import validate
 
 WORK_US_PER_CHAR = 20.0
 WORK_FLOOR_S = 0.05
@@ -187,3 +190,57 @@ def test_whole_floats_are_read_as_ints_where_openai_accepts_them_and_nowhere_els
             assert exc.param == next(iter(bad))
         else:
             raise AssertionError(f"{bad} was accepted")
+
+
+# The fields a request sends on to an engine, as an attacker fills them: huge counts of entries, long keys and values,
+# keys that are not token ids, numbers past every range, deep nesting. Drawn as small descriptions (a field, a count,
+# a key, a number, a depth, a run of text) and built in the test, so that a failing example stays readable.
+FIELDS = ("logit_bias", "tools", "metadata", "chat_template_kwargs", "user", "top_logprobs", "top_k",
+          "presence_penalty", "frequency_penalty", "min_p", "repetition_penalty")
+COUNT = st.one_of(st.integers(0, 40), st.sampled_from([128, 129, 300, 301, 8_000, 40_000]))
+KEY = st.one_of(st.integers(0, 2**40).map(str), st.sampled_from(["", "-1", "1.5", " 7", "\u0661", "0" * 11, "x"]), RUN)
+NUMBER = st.one_of(st.floats(allow_nan=False, allow_infinity=False), st.integers(-(2**63), 2**63 - 1),
+                   st.sampled_from([100, 100.000001, -100, 1e308, 20, 21, 10**9]))
+ENGINE_FIELD = st.tuples(st.sampled_from(FIELDS), COUNT, KEY, NUMBER, st.integers(0, 70), RUN)
+
+
+def _engine_field(name: str, count: int, key: str | tuple[str, int], number: float, depth: int,
+                  run: tuple[str, int]) -> object:
+    key = key if isinstance(key, str) else (key[0] * key[1])[:key[1]]
+    text = (run[0] * run[1])[:run[1]]
+    if name == "logit_bias":
+        return {**{str(i): -1 for i in range(count)}, key: number}
+    if name == "tools":  # as many as fit in about twice the body limit (a bigger body is a 413 before decoding)
+        tool = {"type": "function", "function": {"name": "f", "description": text, "parameters": _schema(depth)}}
+        return [tool] * min(count, 2 * Limits().max_body_bytes // len(json.dumps(tool)))
+    if name == "metadata":
+        return {**{f"k{i}": "v" for i in range(count)}, key: text}
+    if name == "chat_template_kwargs":
+        return {**{f"k{i}": True for i in range(count)}, "chat_template": text, key: _schema(depth)}
+    return text if name == "user" else number
+
+
+def _schema(depth: int) -> dict:
+    schema: dict = {"type": "string"}
+    for _ in range(depth):
+        schema = {"type": "object", "properties": {"a": schema}}
+    return schema
+
+
+@PROPERTY
+@given(st.lists(ENGINE_FIELD, min_size=1, max_size=3))
+def test_engine_bound_fields_are_checked_in_bounded_work_with_a_request_or_a_400(fields: list[tuple]) -> None:
+    body = {"model": "cascade", "messages": [{"role": "user", "content": "hi"}],
+            **{f[0]: _engine_field(*f) for f in fields}}
+    raw = json.dumps(body).encode("utf-8", "surrogatepass")
+    lim = Limits()
+
+    def check() -> None:
+        validate(decode_chat_request(raw, max_depth=lim.max_json_depth), lim)
+
+    try:
+        within_budget(check, len(raw))
+    except InvalidRequest as exc:  # the gateway's 400, naming the field (or the body, for nesting)
+        assert exc.param is None or exc.param.split(".")[0] in body, exc.param
+    except CascadeError as exc:  # pragma: no cover - a request's error is always InvalidRequest
+        raise AssertionError(f"{type(exc).__name__} for a body") from exc

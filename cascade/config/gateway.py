@@ -22,6 +22,20 @@ class Limits(Strict, frozen=True):
     max_n: PositiveInt = 8
     max_tokens: PositiveInt = 32_768
     max_stop_sequences: PositiveInt = 4
+    # What a request may send on to an engine (docs/operations.md, "What reaches an engine"): OpenAI's own bounds
+    # where it states one (top_logprobs 20, logit_bias 300 entries, 128 tools, metadata 16 pairs of 64/512
+    # characters), so that no client makes an engine compute 10^9 candidates per token, build a 40k-entry bias row
+    # or render 8,000 tools into every prompt. Beyond one: a 400 naming the field, before any tier is asked.
+    # 128 at most: SGLang's disaggregated serving holds that many per token (disaggregation/utils.py).
+    max_top_logprobs: Annotated[int, msgspec.Meta(ge=0, le=128)] = 20
+    max_logit_bias: PositiveInt = 300
+    max_tools: PositiveInt = 128
+    max_tools_bytes: PositiveInt = 262_144  # the `tools` array as JSON (every schema rendered into the prompt)
+    max_metadata_pairs: PositiveInt = 16
+    max_metadata_key_chars: PositiveInt = 64
+    max_metadata_value_chars: PositiveInt = 512
+    max_user_chars: PositiveInt = 256
+    max_template_kwargs: PositiveInt = 32  # keys of `chat_template_kwargs` (enable_thinking, thinking, ...)
     # How deep a body's arrays and objects may nest (a tool's JSON schema is the deepest part of a real one; OpenAI
     # allows 10 levels of schema). Deeper bodies get a 400 before decoding (cascade/service/bodies.py); the cap keeps
     # msgspec's recursion (about Python's recursion limit, 1,000) out of reach.

@@ -54,6 +54,11 @@ class TierConfig(Strict, frozen=True):
     price: TierPrice | None = None
     # How a request picks one of the tier's replicas: least outstanding, or by prefix (cascade/config/replicas.py).
     replicas: ReplicasConfig = ReplicasConfig()
+    # Let a request's `chat_template_kwargs.chat_template` (and any key naming a template: cascade/tiers/upstream.py
+    # TEMPLATE_MARKS) reach this tier's engines. Off: dropped before they are sent, and `cascade.note` says so; an
+    # engine renders a template as Jinja, so only for engines that sandbox it and clients trusted with the prompt
+    # format (SGLang needs --trust-request-chat-template as well).
+    trust_request_chat_template: bool = False
 
 
 def check_tier(tier: TierConfig, i: int, workers: dict[str, WorkerConfig]) -> None:

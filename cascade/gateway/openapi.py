@@ -18,6 +18,10 @@ from cascade import __version__
 from cascade.config import Limits
 from cascade.router.policy import NAMED_HINTS
 from cascade.schemas import (
+    LOGIT_BIAS,
+    MAX_TOP_K,
+    PENALTY,
+    TOKEN_ID_DIGITS,
     ChatCompletion,
     ChatCompletionChunk,
     ChatCompletionRequest,
@@ -232,6 +236,7 @@ def _constrain_request(schemas: dict[str, Any], limits: Limits, model_ids: list[
     _bound(request["temperature"], minimum=0, maximum=2)
     _bound(request["top_p"], exclusiveMinimum=0, maximum=1)
     _bound(request["stop"], maxItems=limits.max_stop_sequences)
+    _constrain_forwarded(request, limits)
     request["quality"] = {"anyOf": [_hint_text(), {"type": "number", "exclusiveMinimum": 0, "maximum": 1},
                                     {"type": "null"}], "default": None,
                           "description": "A named operating point or an accuracy target in (0, 1]."}
@@ -245,6 +250,26 @@ def _constrain_request(schemas: dict[str, Any], limits: Limits, model_ids: list[
     _bound(branches["alpha"], minimum=0, maximum=1)
     _bound(branches["beta"], minimum=0, maximum=limits.max_branches)
     _bound(branches["k"], minimum=1, maximum=1000)
+
+
+def _constrain_forwarded(request: dict[str, Any], limits: Limits) -> None:
+    """The bounds on what a request sends on to an engine (cascade/service/validation.py `engine_bounds`), but the
+    size of `tools` as JSON, which JSON Schema cannot say."""
+    for name in ("presence_penalty", "frequency_penalty"):
+        _bound(request[name], minimum=-PENALTY, maximum=PENALTY)
+    _bound(request["min_p"], minimum=0, maximum=1)
+    _bound(request["repetition_penalty"], exclusiveMinimum=0, maximum=2)
+    _bound(request["top_k"], minimum=-1, maximum=MAX_TOP_K, **{"not": {"const": 0}})
+    _bound(request["top_logprobs"], minimum=0, maximum=limits.max_top_logprobs)
+    _bound(request["logit_bias"], maxProperties=limits.max_logit_bias,
+           propertyNames={"pattern": f"^[0-9]{{1,{TOKEN_ID_DIGITS}}}$"},
+           additionalProperties={"type": "number", "minimum": -LOGIT_BIAS, "maximum": LOGIT_BIAS})
+    _bound(request["tools"], maxItems=limits.max_tools)
+    _bound(request["metadata"], maxProperties=limits.max_metadata_pairs,
+           propertyNames={"maxLength": limits.max_metadata_key_chars},
+           additionalProperties={"type": "string", "maxLength": limits.max_metadata_value_chars})
+    _bound(request["user"], maxLength=limits.max_user_chars)
+    _bound(request["chat_template_kwargs"], maxProperties=limits.max_template_kwargs)
 
 
 def _bound(prop: dict[str, Any], **keywords: Any) -> None:

@@ -59,7 +59,7 @@ from cascade.service.metrics import GatewayMetrics
 from cascade.service.spans import route_attributes
 from cascade.service.telemetry import Telemetry
 from cascade.service.traffic import TrafficLog
-from cascade.service.validation import check_tier, forwarded, one_answer_field, validate
+from cascade.service.validation import check_tier, forwarded, one_answer_field, template_note, validate
 from cascade.tiers.answer import Answer, Opened, question_of
 from cascade.tiers.build import Tier
 
@@ -292,6 +292,8 @@ class ChatService:
         one_answer = one_answer_field(req)
         if one_answer is not None and any(self.tiers[i].config.branches.n > 1 for i in branches):
             notes.append(f"one branch: `{one_answer}` asks for the engine's answer as it is, not a vote")
+        if (dropped := template_note(req, [self.tiers[i] for i in branches])) is not None:
+            notes.append(dropped)
         decision = Decision(itinerary=itinerary, tier=self.tiers[itinerary.first], hint=routing.label,
                             note="; ".join(notes) or None, degraded=degraded, branches=branches, allowed=allowed)
         self.telemetry.degraded(decision)

@@ -1,20 +1,34 @@
-"""What a chat request may ask for: the limits its types cannot express, and its branch overrides per tier.
+"""What a chat request may ask for: the limits its types cannot express, the bounds on what it sends on to an engine,
+and its branch overrides per tier.
 
 Everything here is checked before a tier is asked, so that a bad request is a 400 with the parameter named,
-never an error event inside a 200 stream.
+never an error event inside a 200 stream. The bounds on forwarded fields (`engine_bounds`; docs/operations.md, "What
+reaches an engine") are OpenAI's where it states one and never looser than SGLang's own checks
+(sampling/sampling_params.py `verify`; tests/contract/ holds them side by side); counts are checked before entries,
+so a hostile request costs at most one pass over what it sent.
 """
 
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import msgspec
 
 from cascade.config import BranchSettings, BrokenRule, Limits, check_branches
 from cascade.errors import InvalidRequest
-from cascade.schemas import ONE_ANSWER, PASSTHROUGH, BranchOverride, ChatCompletionRequest
+from cascade.schemas import (
+    LOGIT_BIAS,
+    MAX_TOP_K,
+    ONE_ANSWER,
+    PASSTHROUGH,
+    PENALTY,
+    TOKEN_ID_DIGITS,
+    BranchOverride,
+    ChatCompletionRequest,
+)
 from cascade.tiers.build import Tier
-from cascade.tiers.upstream import stops
+from cascade.tiers.upstream import stops, template_keys
 
 
 def validate(req: ChatCompletionRequest, lim: Limits) -> int:
@@ -38,7 +52,72 @@ def validate(req: ChatCompletionRequest, lim: Limits) -> int:
         value = getattr(req, name)
         if value is not None and not 1 <= value <= lim.max_tokens:
             raise InvalidRequest(f"`{name}` must be between 1 and {lim.max_tokens}, got {value}", name)
+    engine_bounds(req, lim)
     return req.max_completion_tokens or req.max_tokens or 0
+
+
+def engine_bounds(req: ChatCompletionRequest, lim: Limits) -> None:
+    """The forwarded fields (PASSTHROUGH) within their bounds, else InvalidRequest naming the first one past."""
+    for name in ("presence_penalty", "frequency_penalty"):
+        _within(getattr(req, name), -PENALTY, PENALTY, name)
+    _within(req.min_p, 0.0, 1.0, "min_p")
+    if req.repetition_penalty is not None and not (0.0 < req.repetition_penalty <= 2.0):
+        raise InvalidRequest(f"`repetition_penalty` must be in (0, 2], got {req.repetition_penalty}",
+                             "repetition_penalty")
+    if req.top_k is not None and not (req.top_k == -1 or 1 <= req.top_k <= MAX_TOP_K):
+        raise InvalidRequest(f"`top_k` must be -1 (no limit) or from 1 to {MAX_TOP_K}, got {req.top_k}", "top_k")
+    if req.top_logprobs is not None and not 0 <= req.top_logprobs <= lim.max_top_logprobs:
+        raise InvalidRequest(f"`top_logprobs` must be between 0 and {lim.max_top_logprobs}, got {req.top_logprobs}",
+                             "top_logprobs")
+    if req.logit_bias is not None:
+        _logit_bias(req.logit_bias, lim.max_logit_bias)
+    if req.tools is not None:
+        _tools(req.tools, lim)
+    if req.metadata is not None:
+        _metadata(req.metadata, lim)
+    if req.user is not None and len(req.user) > lim.max_user_chars:
+        raise InvalidRequest(f"`user` has {len(req.user)} characters; the limit is {lim.max_user_chars}", "user")
+    if req.chat_template_kwargs is not None and len(req.chat_template_kwargs) > lim.max_template_kwargs:
+        raise InvalidRequest(f"`chat_template_kwargs` has {len(req.chat_template_kwargs)} keys; the limit is "
+                             f"{lim.max_template_kwargs}", "chat_template_kwargs")
+
+
+def _within(value: float | None, low: float, high: float, name: str) -> None:
+    if value is not None and not low <= value <= high:  # NaN is in no range
+        raise InvalidRequest(f"`{name}` must be in [{low:g}, {high:g}], got {value}", name)
+
+
+def _logit_bias(bias: dict[str, float], limit: int) -> None:
+    if len(bias) > limit:
+        raise InvalidRequest(f"`logit_bias` has {len(bias)} entries; the limit is {limit}", "logit_bias")
+    for token, value in bias.items():
+        if not (0 < len(token) <= TOKEN_ID_DIGITS and token.isascii() and token.isdigit()):
+            raise InvalidRequest(f"`logit_bias` keys must be token ids ({TOKEN_ID_DIGITS} digits at most), got "
+                                 f"{token[:20]!r}", "logit_bias")
+        if not -LOGIT_BIAS <= value <= LOGIT_BIAS:
+            raise InvalidRequest(f"`logit_bias` values must be in [-100, 100], got {value} for token {token}",
+                                 "logit_bias")
+
+
+def _tools(tools: list[dict[str, Any]], lim: Limits) -> None:
+    if len(tools) > lim.max_tools:
+        raise InvalidRequest(f"`tools` has {len(tools)} entries; the limit is {lim.max_tools}", "tools")
+    size = len(msgspec.json.encode(tools))  # bounded by the body limit: one pass over what was sent
+    if size > lim.max_tools_bytes:
+        raise InvalidRequest(f"`tools` is {size} bytes as JSON; the limit is {lim.max_tools_bytes}", "tools")
+
+
+def _metadata(metadata: dict[str, str], lim: Limits) -> None:
+    if len(metadata) > lim.max_metadata_pairs:
+        raise InvalidRequest(f"`metadata` has {len(metadata)} pairs; the limit is {lim.max_metadata_pairs}",
+                             "metadata")
+    for key, value in metadata.items():
+        if len(key) > lim.max_metadata_key_chars:
+            raise InvalidRequest(f"`metadata` keys may have at most {lim.max_metadata_key_chars} characters",
+                                 "metadata")
+        if len(value) > lim.max_metadata_value_chars:
+            raise InvalidRequest(f"`metadata` values may have at most {lim.max_metadata_value_chars} characters "
+                                 f"(key {key!r})", "metadata")
 
 
 def check_tier(req: ChatCompletionRequest, tier: Tier, lim: Limits, used: set[str] | None = None
@@ -110,6 +189,18 @@ def forwarded(req: ChatCompletionRequest) -> set[str]:
     """The PASSTHROUGH fields the request sets to something an engine could act on (`logprobs: false`
     asks for nothing)."""
     return {name for name in PASSTHROUGH if getattr(req, name) not in (None, False)}
+
+
+def template_note(req: ChatCompletionRequest, tiers: list[Tier]) -> str | None:
+    """What `cascade.note` says when the request's `chat_template_kwargs` name a template that some of the `tiers` it
+    may reach drop (cascade/tiers/upstream.py `engine_template_kwargs`); None: nothing dropped."""
+    dropped = template_keys(req.chat_template_kwargs)
+    untrusting = [t.name for t in tiers if not t.config.trust_request_chat_template]
+    if not dropped or not untrusting:
+        return None
+    keys = ", ".join(f"`chat_template_kwargs.{key[:64]}`" for key in dropped[:3])  # a client's keys, cut
+    return (f"{keys} not sent: tier(s) {', '.join(f'`{n}`' for n in untrusting)} take no chat template from a "
+            "request (trust_request_chat_template)")
 
 
 def one_answer_field(req: ChatCompletionRequest) -> str | None:

@@ -10,6 +10,9 @@ everywhere and a streamed answer sends exactly what a whole one does.
 * `engine_fields`: the tier's own rules for anything sent to its engines (its instruction first, its default length),
   written once: `template` applies them, and so does `engine_request`, a client's request rewritten for the tier's
   engine in the OpenAI schema (the Envoy model picker's body, cascade/extproc/picker.py);
+* `engine_template_kwargs`: a client's `chat_template_kwargs` as the tier's engines get them: without the keys that
+  name or carry a chat template (`template_keys`) unless the tier trusts them (`trust_request_chat_template`), in
+  both of those bodies (docs/operations.md, "What reaches an engine");
 * `choice_requests` / `branch_requests`: the template per choice and branch, with seeds and rids.
 
 Seeds (distinct samples, reproducible: `cascade label` labels exactly what the gateway serves):
@@ -35,6 +38,7 @@ from __future__ import annotations
 
 import secrets
 import uuid
+from typing import Any
 
 import msgspec
 
@@ -44,6 +48,13 @@ from cascade.config import TierConfig
 from cascade.schemas import PASSTHROUGH, ChatCompletionRequest, ChatMessage
 
 RID_PREFIX = "cascade-"
+# A `chat_template_kwargs` key naming or carrying a chat template rather than setting one of its variables: every
+# engine passes the kwargs on to the tokenizer's `apply_chat_template`, whose `chat_template` argument is Jinja text
+# or the name of one of the model's templates (SGLang reads it from a request behind --trust-request-chat-template,
+# vLLM refuses it, `transformers serve` renders it). Any key with one of these in its name counts, so that no
+# spelling of a template or a template's file reaches an engine; the variables templates read (enable_thinking,
+# thinking, reasoning_effort, ...) do.
+TEMPLATE_MARKS = ("template", "jinja")
 _MIN_WIDTH = 2  # `c00-b07`: aligned in logs for the usual counts, wider only when a count needs it
 
 
@@ -93,21 +104,41 @@ def engine_fields(tier: TierConfig, messages: list[ChatMessage], max_tokens: int
     return messages, max_tokens or tier.default_max_tokens
 
 
+def template_keys(kwargs: dict[str, Any] | None) -> list[str]:
+    """The keys of a request's `chat_template_kwargs` that name or carry a chat template (TEMPLATE_MARKS)."""
+    return [key for key in kwargs or () if any(mark in key.casefold() for mark in TEMPLATE_MARKS)]
+
+
+def engine_template_kwargs(tier: TierConfig, kwargs: dict[str, Any] | None) -> dict[str, Any] | None:
+    """A client's `chat_template_kwargs` as `tier`'s engines get them: without its `template_keys` unless the tier
+    trusts a request's template (`trust_request_chat_template`); None when nothing is left."""
+    if tier.trust_request_chat_template or not (dropped := template_keys(kwargs)):
+        return kwargs
+    assert kwargs is not None
+    kept = {key: value for key, value in kwargs.items() if key not in dropped}
+    return kept or None
+
+
 def engine_request(req: ChatCompletionRequest, tier: TierConfig, model: str) -> ChatCompletionRequest:
     """A client's request as `tier`'s engine takes it in the OpenAI schema: `model` the engine's, the tier's
     `engine_fields` (its default length only when the client set neither `max_tokens` nor `max_completion_tokens`),
-    without cascade's own fields (`quality`, `branches`, `prompt_cache_key`)."""
+    its `engine_template_kwargs`, without cascade's own fields (`quality`, `branches`, `prompt_cache_key`)."""
     messages, length = engine_fields(tier, req.messages, req.max_tokens)
     max_tokens = req.max_tokens if req.max_completion_tokens is not None else length
     return msgspec.structs.replace(req, model=model, messages=messages, quality=None, branches=None,
-                                   prompt_cache_key=None, max_tokens=max_tokens)
+                                   prompt_cache_key=None, max_tokens=max_tokens,
+                                   chat_template_kwargs=engine_template_kwargs(tier, req.chat_template_kwargs))
 
 
 def template(tier: TierConfig, messages: list[ChatMessage], sampling: Sampling) -> GenerationRequest:
     """What `tier` sends upstream for `messages`: its `engine_fields` (its reasoning instruction first, its default
-    length), a fresh rid base. A template: `choice_requests` / `branch_requests` turn it into the requests sent."""
+    length), its `engine_template_kwargs`, a fresh rid base. A template: `choice_requests` / `branch_requests` turn it
+    into the requests sent."""
     messages, max_tokens = engine_fields(tier, messages, sampling.max_tokens)
     extra = {**sampling.extra, **LOGPROBS_REQUEST} if sampling.token_logprobs else dict(sampling.extra)
+    kwargs = extra.pop("chat_template_kwargs", None)
+    if isinstance(kwargs, dict) and (kept := engine_template_kwargs(tier, kwargs)) is not None:
+        extra["chat_template_kwargs"] = kept
     if sampling.token_logprobs and sampling.top_logprobs > 1:
         extra["top_logprobs"] = sampling.top_logprobs
     return GenerationRequest(

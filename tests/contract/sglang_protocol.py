@@ -9,6 +9,8 @@ scripts/install_sglang_protocol.sh, outside site-packages: `import sglang` keeps
   extra has them), and tries `xgrammar`, falling back to `Any` when it is missing, as SGLang itself does.
 - `sglang/srt/entrypoints/openai/sse_utils.py` (the msgspec encoder of the chat route's text chunks; msgspec only)
   and `usage_processor.py` (how the route fills `usage`; protocol.py only).
+- `sglang/srt/sampling/sampling_params.py` on its own (`load_sampling_params`: the ranges its `verify` refuses; it
+  needs torch, which the venv has for the embedded engine).
 
 Two modules are stood in for while they load, and removed from `sys.modules` afterwards:
 
@@ -66,6 +68,22 @@ class SGLangProtocol(typing.NamedTuple):
 
 
 def load() -> SGLangProtocol:
+    protocol, sse_utils, usage_processor = _imported(
+        "sglang.srt.entrypoints.openai.protocol", "sglang.srt.entrypoints.openai.sse_utils",
+        "sglang.srt.entrypoints.openai.usage_processor", built="sglang.srt.entrypoints.openai.protocol")
+    return SGLangProtocol(protocol, sse_utils, usage_processor, pinned().partition("==")[2])
+
+
+def load_sampling_params() -> types.ModuleType:
+    """`sglang/srt/sampling/sampling_params.py`: `SamplingParams.verify`, the ranges SGLang refuses a request past,
+    and `MAX_STOP_COUNT`. It imports torch (its watermarking module), so only the tests of those bounds load it."""
+    (module,) = _imported("sglang.srt.sampling.sampling_params")
+    return module
+
+
+def _imported(*names: str, built: str = "") -> list[types.ModuleType]:
+    """The wheel's modules `names`, imported under the stand-ins, every sglang module removed from `sys.modules`
+    after; the pydantic models of module `built` are built while it is importable."""
     if (why := missing()) is not None:
         raise RuntimeError(why)
     package = install_dir() / "sglang"
@@ -75,18 +93,17 @@ def load() -> SGLangProtocol:
         raise RuntimeError(f"sglang modules are already imported ({', '.join(sorted(clashing))})")
     sys.modules.update(stand_ins)
     try:
-        protocol = importlib.import_module("sglang.srt.entrypoints.openai.protocol")
-        sse_utils = importlib.import_module("sglang.srt.entrypoints.openai.sse_utils")
-        usage_processor = importlib.import_module("sglang.srt.entrypoints.openai.usage_processor")
-        # Built now, while their module is importable (pydantic resolves a postponed model through it).
-        for model in vars(protocol).values():
-            if (isinstance(model, type) and issubclass(model, pydantic.BaseModel)
-                    and model.__module__ == protocol.__name__ and not model.__pydantic_complete__):
-                model.model_rebuild()
+        modules = [importlib.import_module(name) for name in names]
+        if built:
+            # Built now, while their module is importable (pydantic resolves a postponed model through it).
+            for model in vars(sys.modules[built]).values():
+                if (isinstance(model, type) and issubclass(model, pydantic.BaseModel)
+                        and model.__module__ == built and not model.__pydantic_complete__):
+                    model.model_rebuild()
     finally:
         for name in [n for n in sys.modules if n == "sglang" or n.startswith("sglang.")]:
             del sys.modules[name]
-    return SGLangProtocol(protocol, sse_utils, usage_processor, pinned().partition("==")[2])
+    return modules
 
 
 def _bare_package(path: Path) -> types.ModuleType:

@@ -82,6 +82,17 @@ def test_the_tiers_system_prompt_comes_first_and_the_clients_own_length_and_stre
     assert body["stream"] is True and body["stream_options"] == {"include_usage": True}
 
 
+def test_a_requests_chat_template_reaches_only_an_engine_whose_tier_trusts_it() -> None:
+    kwargs = {"chat_template": "{{ messages }}", "enable_thinking": False}
+    _, body = routed(pick(picker(), chat(model="medium", chat_template_kwargs=kwargs)))
+    assert body["chat_template_kwargs"] == {"enable_thinking": False}
+    _, body = routed(pick(picker(), chat(model="medium", chat_template_kwargs={"chat_template": "x"})))
+    assert "chat_template_kwargs" not in body
+    trusting = TOML.replace('name = "medium"', 'name = "medium"\ntrust_request_chat_template = true')
+    _, body = routed(pick(picker(toml=trusting), chat(model="medium", chat_template_kwargs=kwargs)))
+    assert body["chat_template_kwargs"] == kwargs
+
+
 @pytest.mark.parametrize(("body", "status", "param", "code"), [
     (b"{not json", 400, None, "invalid_json"),
     (b"", 400, None, "invalid_json"),
@@ -89,6 +100,9 @@ def test_the_tiers_system_prompt_comes_first_and_the_clients_own_length_and_stre
     (chat(temperature=3), 400, "temperature", None),
     (chat(surprise=1), 400, "surprise", "invalid_type"),
     (chat(model="gpt-9"), 404, "model", "model_not_found"),
+    (chat(top_logprobs=10**9), 400, "top_logprobs", None),  # the gateway's bounds on what reaches an engine
+    (chat(logit_bias={str(t): 1 for t in range(301)}), 400, "logit_bias", None),
+    (chat(tools=[{"type": "function", "function": {"name": "f"}}] * 129), 400, "tools", None),
     (chat(messages=[{"role": "user", "content": "x" * 2_000_000}]), 413, None, "request_too_large"),
 ])
 def test_a_bad_request_gets_the_gateways_status_and_openai_error(body: bytes, status: int, param: str | None,

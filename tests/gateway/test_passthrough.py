@@ -1,6 +1,7 @@
 """OpenAI fields cascade does not interpret (tools, response_format, logprobs, sampling extras) reach the
 engine as sent, what the engine answers with them (tool calls, logprobs) reaches the client, and a field the
-tier's engine would ignore is refused instead of silently dropped.
+tier's engine would ignore is refused instead of silently dropped. A field past its bound is refused before any engine
+is asked, and a chat template in `chat_template_kwargs` is dropped unless the tier trusts it, with a note saying so.
 
 Engines here are `Replay` servers on 127.0.0.1 answering canned OpenAI SSE, and recording what they got.
 """
@@ -160,3 +161,52 @@ def test_the_embedded_engine_declares_what_transformers_serve_ignores() -> None:
         for backend in tier.backends:
             assert {"logprobs", "response_format", "tool_choice"} <= set(backend.unsupported_params)
     assert msgspec.json.encode(config)  # still a valid config
+
+
+@pytest.mark.parametrize(("field", "value"), [
+    ("top_logprobs", 10**9), ("logit_bias", {str(t): 1 for t in range(40_000)}),
+    ("tools", [TOOLS[0]] * 8_000), ("metadata", {f"k{i}": "v" for i in range(17)}), ("user", "u" * 257),
+    ("presence_penalty", 9.0), ("top_k", 0),
+])
+def test_a_field_past_its_bound_is_a_400_naming_it_and_no_engine_is_asked(field: str, value: object) -> None:
+    fake = FakeEngine(FakeScript(tokens=2))
+    with serve_asgi(fake) as url, gateway(url) as base:
+        for stream in (False, True):
+            response = post_chat(base, {"model": "agent", "messages": user(), "stream": stream, field: value})
+            assert response.status_code == 400, response.text
+            assert response.json()["error"]["param"] == field and response.json()["error"]["type"] == \
+                "invalid_request_error"
+    assert fake.stats.requests == 0
+
+
+TEMPLATE = "{% for m in messages %}{{ m.content }}{% endfor %}"
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_requests_chat_template_is_dropped_before_the_engine_and_the_note_says_so(stream: bool) -> None:
+    replay = engine(LOGPROBS)
+    kwargs = {"chat_template": TEMPLATE, "Jinja_Template_Path": "/etc/passwd", "enable_thinking": False}
+    with serve_asgi(replay) as url, gateway(url) as base:
+        response = post_chat(base, {"model": "agent", "messages": user(), "chat_template_kwargs": kwargs,
+                                    "stream": stream})
+        only = post_chat(base, {"model": "agent", "messages": user(), "chat_template_kwargs": {"chat_template": "x"}})
+    assert response.status_code == 200 and only.status_code == 200
+    first, second = (json.loads(body) for body in chats(replay))
+    assert first["chat_template_kwargs"] == {"enable_thinking": False}
+    assert "chat_template_kwargs" not in second  # nothing left to send
+    if stream:
+        note = [json.loads(line[6:]) for line in response.text.splitlines() if line.startswith("data: {")][-1]
+        note = note["cascade"]["note"]
+    else:
+        note = response.json()["cascade"]["note"]
+    assert "`chat_template_kwargs.chat_template`" in note and "`chat_template_kwargs.Jinja_Template_Path`" in note
+    assert "`agent`" in note
+
+
+def test_a_tier_that_trusts_request_templates_gets_them_as_sent() -> None:
+    replay = engine(LOGPROBS)
+    kwargs = {"chat_template": TEMPLATE, "enable_thinking": True}
+    with serve_asgi(replay) as url, gateway(url, tier="trust_request_chat_template = true") as base:
+        response = post_chat(base, {"model": "agent", "messages": user(), "chat_template_kwargs": kwargs})
+    assert response.status_code == 200 and response.json()["cascade"]["note"] is None
+    assert json.loads(chats(replay)[0])["chat_template_kwargs"] == kwargs

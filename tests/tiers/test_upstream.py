@@ -122,3 +122,24 @@ def test_a_client_request_for_an_engine_follows_the_tiers_rules_without_cascades
 def test_label_decodes_a_single_branch_tier_greedily_and_leaves_branches_to_their_temperature() -> None:
     assert upstream.label_sampling(64, 0, branched=False).temperature == 0.0
     assert upstream.label_sampling(64, 0, branched=True).temperature is None
+
+
+@pytest.mark.parametrize(("kwargs", "kept"), [
+    ({"chat_template": "{{ x }}", "enable_thinking": False}, {"enable_thinking": False}),
+    ({"CHAT_TEMPLATE": "x", "template_path": "/t.jinja", "jinja": "x", "thinking": True}, {"thinking": True}),
+    ({"chat_template": "tool_use"}, None),  # a template's name counts too; nothing left: none sent
+    ({"enable_thinking": True, "reasoning_effort": "low"}, {"enable_thinking": True, "reasoning_effort": "low"}),
+    (None, None),
+])
+def test_a_tier_sends_no_chat_template_from_a_request_unless_it_trusts_them(kwargs, kept) -> None:
+    tier = TierConfig(name="t", backends=[])
+    trusting = msgspec.structs.replace(tier, trust_request_chat_template=True)
+    req = msgspec.convert({"model": "t", "messages": [{"role": "user", "content": "Q"}],
+                           "chat_template_kwargs": kwargs}, ChatCompletionRequest)
+    assert upstream.engine_template_kwargs(tier, kwargs) == kept
+    assert upstream.engine_request(req, tier, "m").chat_template_kwargs == kept  # the picker's body
+    sent = upstream.template(tier, req.messages, upstream.sampling_of(req, 0)).extra  # the gateway's
+    assert sent.get("chat_template_kwargs") == kept and ("chat_template_kwargs" in sent) == (kept is not None)
+    assert upstream.engine_request(req, trusting, "m").chat_template_kwargs == kwargs
+    assert upstream.template(trusting, req.messages, upstream.sampling_of(req, 0)).extra.get(
+        "chat_template_kwargs") == kwargs
