@@ -82,6 +82,10 @@ class GpuSGLang(FakeSGLang):
                 "new_token_ratio": g.ratio, "steps": msgspec.to_builtins(g.steps)}
 
     def plan(self, body: dict[str, Any], script: FakeScript) -> tuple[list[shapes.Step], str]:
+        prompt, limit = self.prompt_tokens(body), self.gpu.capacity - 1
+        if prompt >= limit:  # SGLang's validate_input_length (max_req_input_len <= max_total_num_tokens - 1)
+            raise ValueError(f"Input length ({prompt} tokens) exceeds the maximum allowed length ({limit} tokens). "
+                             "Use a shorter input or enable --allow-auto-truncate.")
         answer = self.answers.answer(body)
         return list(answer.steps), answer.finish
 

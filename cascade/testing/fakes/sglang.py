@@ -120,7 +120,11 @@ class FakeSGLang(FakeEngine):
         if script.status != 200:
             await _error(send, script.status, f"scripted failure {script.status}", "InternalServerError")
             return
-        tokens, finish = self.plan(body, script)
+        try:
+            tokens, finish = self.plan(body, script)
+        except ValueError as exc:  # a request the engine refuses (the GPU emulator: a prompt longer than its KV cache)
+            await _error(send, 400, str(exc), "BadRequestError")
+            return
         generation = Generation(str(body.get("rid") or uuid.uuid4().hex), self.prompt_tokens(body),
                                  max_new_tokens(body, 0))
         if generation.rid in self._running:

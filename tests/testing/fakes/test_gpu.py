@@ -97,6 +97,14 @@ def test_usage_counts_the_prompt_a_word_a_token() -> None:
     assert answer["choices"][0]["finish_reason"] == "stop"
 
 
+def test_a_prompt_longer_than_the_kv_cache_is_a_400() -> None:
+    with serve_asgi(GpuSGLang(load_profile(PROFILES / "qwen2.5-coder-0.5b.json"), kv_capacity_tokens=50)) as url:
+        response = httpx.post(f"{url}/v1/chat/completions", json={"model": "m", "stream": True, "messages": [
+            {"role": "user", "content": "word " * 60}]}, timeout=10)
+    assert response.status_code == 400
+    assert "Input length (60 tokens) exceeds the maximum allowed length (49 tokens)" in response.json()["message"]
+
+
 def test_fake_server_with_a_gpu_profile_serves_the_emulator(tmp_path: Path) -> None:
     profile = PROFILES / "deepseek-r1-distill-qwen-7b.json"
     with fake_engine(tmp_path, "--gpu-profile", str(profile), "--time-scale", "0.5", "--tokens", "4",
