@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+import msgspec
 import pytest
 
 from cascade.optimizer.profile import load_profile
@@ -47,7 +48,11 @@ def test_committed_profiles_are_what_the_command_writes(tmp_path: Path) -> None:
     written = sorted(p.name for p in tmp_path.glob("*.json"))
     assert written == sorted(p.name for p in COMMITTED.glob("*.json"))
     for name in written:
-        assert load_profile(tmp_path / name) == load_profile(COMMITTED / name), name
+        fresh, committed = load_profile(tmp_path / name), load_profile(COMMITTED / name)
+        for part in ("decode", "prefill"):  # least squares may differ in the last bits from one BLAS to another
+            assert msgspec.to_builtins(getattr(fresh, part)) == pytest.approx(
+                msgspec.to_builtins(getattr(committed, part)), rel=1e-9), name
+        assert msgspec.structs.replace(fresh, decode=committed.decode, prefill=committed.prefill) == committed, name
 
 
 def test_kv_cache_is_the_memory_sglang_leaves_after_the_weights() -> None:
