@@ -13,7 +13,9 @@ max_tokens allows). Its prompt is counted one token per whitespace-separated wor
 
 `/metrics` publishes SGLang's scheduler gauges: `sglang:num_running_reqs`, `num_queue_reqs`, `token_usage` (KV slots
 held / `max_total_num_tokens`), `num_used_tokens`, `kv_used_tokens`, `kv_available_tokens`, `num_retracted_reqs`
-(cumulative here), besides the TTFT histogram. `GET /fake/gpu` reports the scheduler's state and its recent steps.
+(cumulative here), besides the TTFT histogram. `GET /fake/gpu` reports the scheduler's state, its recent steps, and
+`lag_s`: emulated time lost because the event loop ran late (non-zero: this CPU could not keep the emulated GPU's pace;
+raise `time_scale`).
 
 Start one with `cascade fake-server --gpu-profile PROFILE.json [--time-scale S] [--kv-capacity-tokens N]
 [--answer-tokens N]` (`serve`), or in-process with cascade.testing.asgi.serve_asgi(GpuSGLang(profile)).
@@ -78,7 +80,7 @@ class GpuSGLang(FakeSGLang):
     def state(self) -> dict[str, Any]:
         g = self.gpu
         return {"running": len(g.running), "queued": len(g.waiting), "used_tokens": g.used_tokens,
-                "kv_capacity_tokens": g.capacity, "retracted": g.retracted, "gpu_s": g.gpu_s,
+                "kv_capacity_tokens": g.capacity, "retracted": g.retracted, "gpu_s": g.gpu_s, "lag_s": g.lag_s,
                 "new_token_ratio": g.ratio, "steps": msgspec.to_builtins(g.steps)}
 
     def plan(self, body: dict[str, Any], script: FakeScript) -> tuple[list[shapes.Step], str]:

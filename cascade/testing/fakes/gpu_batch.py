@@ -37,7 +37,8 @@ from cascade.optimizer.profile import UNBOUNDED_KV_TOKENS, Profile
 INIT_NEW_TOKEN_RATIO, MIN_RATIO_FACTOR, RATIO_DECAY_STEPS = 0.7, 0.14, 600
 CLIP_MAX_NEW_TOKENS = 4096
 RETRACT_DECODE_STEPS = 20
-MAX_LAG_S = 0.05  # a timeline further behind than this (a stalled loop) restarts from now instead of racing
+MAX_LAG_S = 0.05  # a timeline further behind than this (a stalled loop) restarts from now instead of racing; `lag_s`
+# adds up what was lost that way, so that a benchmark can tell when its CPU could not keep up with the emulated GPU
 CATCH_UP = 0.5
 
 
@@ -103,6 +104,7 @@ class GpuBatcher:
         self.ratio = INIT_NEW_TOKEN_RATIO
         self.retracted = 0  # sequences retracted so far
         self.gpu_s = 0.0  # emulated busy time so far
+        self.lag_s = 0.0  # emulated time lost to a loop that ran late (a CPU too busy to emulate this GPU faithfully)
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._due = 0.0
@@ -223,7 +225,8 @@ class GpuBatcher:
     async def _take(self, kind: Literal["prefill", "decode"], batch: int, tokens: int, gpu_s: float) -> None:
         """Spend `gpu_s` emulated seconds (x time_scale on the wall clock), on the timeline."""
         start = time.perf_counter()  # not the loop's clock: uvloop's counts whole milliseconds
-        if start - self._due > MAX_LAG_S:
+        if start - self._due > MAX_LAG_S:  # the CPU could not keep the GPU's pace: count it, start afresh
+            self.lag_s += (start - self._due) / self.time_scale
             self._due = start
         self._due += gpu_s * self.time_scale
         # A late step catches up, but no step takes less than CATCH_UP of its time (no bursts of tokens).
