@@ -154,7 +154,8 @@ def _gpu_fake_server(args: argparse.Namespace) -> int:
         raise ConfigError(f"--time-scale {args.time_scale:g} / --kv-capacity-tokens {args.kv_capacity_tokens}: "
                           "expected > 0 and >= 1")
     serve(args.host, args.port, load_profile(args.gpu_profile), time_scale=args.time_scale,
-          kv_capacity_tokens=args.kv_capacity_tokens, answer_tokens=args.tokens or None, max_running=args.max_running)
+          kv_capacity_tokens=args.kv_capacity_tokens, answer_tokens=args.tokens or None, max_running=args.max_running,
+          model="" if args.model == "fake-model" else args.model)
     return 0
 
 
@@ -257,7 +258,8 @@ def build_parser() -> argparse.ArgumentParser:
     fake.add_argument("--gpu-profile", metavar="PROFILE.json",
                       help="emulate a GPU from this profile (`cascade profile` or models/gpu/profiles/): an SGLang "
                       "engine with continuous batching, each step taking the profile's time, a finite KV cache and a "
-                      "queue; --tokens is each answer's length (0: the request's max_tokens)")
+                      "queue; --tokens is each answer's length (0: the request's max_tokens), --model the served name "
+                      "(default: the profile's model)")
     fake.add_argument("--time-scale", type=float, default=1.0,
                       help="with --gpu-profile: wall seconds per emulated second (0.1: ten times faster)")
     fake.add_argument("--kv-capacity-tokens", type=int, metavar="N",

@@ -59,12 +59,13 @@ class GpuScheduler(FakeScheduler):
 
 class GpuSGLang(FakeSGLang):
     """`profile` times the steps; `answers` plans what each request generates; `time_scale` is wall seconds per
-    emulated second; `kv_capacity_tokens` overrides the profile's KV cache size."""
+    emulated second; `kv_capacity_tokens` overrides the profile's KV cache size; `model` the served model name (default:
+    the profile's)."""
 
     def __init__(self, profile: Profile, answers: AnswerSource | None = None, *, time_scale: float = 1.0,
                  kv_capacity_tokens: int | None = None, max_running: int = 0, disconnect_abort_s: float = 2.0,
-                 keep_steps: int = 0) -> None:
-        super().__init__(FakeScript(model=profile.model), disconnect_abort_s=disconnect_abort_s)
+                 keep_steps: int = 0, model: str = "") -> None:
+        super().__init__(FakeScript(model=model or profile.model), disconnect_abort_s=disconnect_abort_s)
         self.gpu = GpuBatcher(profile, kv_capacity_tokens=kv_capacity_tokens, time_scale=time_scale,
                               max_running=max_running, keep_steps=keep_steps)
         self.answers = answers or LengthAnswers(unset_max_tokens=UNSET_MAX_TOKENS)
@@ -135,10 +136,10 @@ def _texts(messages: Any) -> list[str]:
 
 
 def serve(host: str, port: int, profile: Profile, *, time_scale: float = 1.0, kv_capacity_tokens: int | None = None,
-          answer_tokens: int | None = None, max_running: int = 0) -> None:
+          answer_tokens: int | None = None, max_running: int = 0, model: str = "") -> None:
     """Run the emulated engine until interrupted (`cascade fake-server --gpu-profile`)."""
     import uvicorn
 
     engine = GpuSGLang(profile, LengthAnswers(answer_tokens, UNSET_MAX_TOKENS), time_scale=time_scale,
-                       kv_capacity_tokens=kv_capacity_tokens, max_running=max_running)
+                       kv_capacity_tokens=kv_capacity_tokens, max_running=max_running, model=model)
     uvicorn.run(engine, host=host, port=port, log_level="warning", access_log=False)

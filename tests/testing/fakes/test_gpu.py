@@ -112,12 +112,14 @@ def test_a_prompt_longer_than_the_kv_cache_is_a_400() -> None:
 def test_fake_server_with_a_gpu_profile_serves_the_emulator(tmp_path: Path) -> None:
     profile = PROFILES / "deepseek-r1-distill-qwen-7b.json"
     with fake_engine(tmp_path, "--gpu-profile", str(profile), "--time-scale", "0.5", "--tokens", "4",
-                     "--kv-capacity-tokens", "5000") as url:
+                     "--kv-capacity-tokens", "5000", "--model", "r1-7b") as url:
         info = httpx.get(f"{url}/server_info").json()
+        models = httpx.get(f"{url}/v1/models").json()
         started = time.perf_counter()
         answer = httpx.post(f"{url}/v1/chat/completions", json={"model": "m", "messages": [
             {"role": "user", "content": "hi"}]}, timeout=10).json()
         took = time.perf_counter() - started
     assert info["max_total_num_tokens"] == 5000
+    assert [m["id"] for m in models["data"]] == ["r1-7b"]
     assert answer["model"] == "m" and answer["usage"]["completion_tokens"] == 4
     assert took > 0.5 * 4 * 0.0064  # four steps of the 7B at half speed, at least
