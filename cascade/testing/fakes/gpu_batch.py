@@ -138,6 +138,7 @@ class GpuBatcher:
             await asyncio.gather(self._task, return_exceptions=True)
 
     async def _loop(self) -> None:
+        self._due = time.perf_counter()
         while True:
             if not self.waiting and not self.running:
                 self._wake.clear()

@@ -51,6 +51,19 @@ def test_step_times_at_a_batch_ladder_are_the_profiles(shape: str) -> None:
         assert measured == pytest.approx(expected, rel=0.10), (batch, measured, expected)
 
 
+def test_a_gpu_that_keeps_pace_reports_no_lag() -> None:
+    async def run() -> float:
+        gpu = GpuBatcher(_flat(1000), time_scale=1.0)
+        seq = Sequence("r", 10, 10, 10)
+        gpu.submit(seq)
+        while not seq.finished:
+            await seq.progress(seq.generated)
+        await gpu.close()
+        return gpu.lag_s
+
+    assert asyncio.run(run()) < 0.05
+
+
 def _flat(kv: int) -> Profile:
     return Profile(model="m", kv_capacity_tokens=kv, prefill=PrefillModel(fixed_s=0.001, per_token_s=0.0),
                    decode=DecodeModel(fixed_s=0.002))
