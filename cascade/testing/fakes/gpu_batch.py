@@ -150,8 +150,8 @@ class GpuBatcher:
                 await self._prefill(admitted)
             elif self.running:
                 await self._decode()
-            else:  # waiting requests that do not fit an empty cache yet (cannot happen: submit checks)
-                await asyncio.sleep(0)
+            else:  # the head of the queue cannot fit an empty cache (a retracted sequence that outgrew it): fail it
+                self.abort(self.waiting[0])
 
     def _admit(self) -> list[Sequence]:
         free = self.capacity - self.used_tokens - sum(s.expected_new(self.ratio) for s in self.running)
@@ -166,8 +166,7 @@ class GpuBatcher:
                 break
             admitted.append(seq)
             free, budget = free - need, budget - prefill
-        for seq in admitted:
-            self.waiting.remove(seq)
+        del self.waiting[:len(admitted)]  # first come, first served: the admitted are the head of the queue
         return admitted
 
     async def _prefill(self, admitted: list[Sequence]) -> None:
@@ -195,6 +194,7 @@ class GpuBatcher:
             return
         self.running.sort(key=lambda s: (s.generated, -s.prompt_tokens), reverse=True)
         retracted = []
+        # One sequence alone past the cache goes on (SGLang raises out of memory there; admission makes it rare).
         while len(self.running) > 1 and self.capacity - self.used_tokens < len(self.running):
             seq = self.running.pop()
             seq.state = "waiting"
