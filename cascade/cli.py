@@ -137,10 +137,25 @@ def _fake_server(args: argparse.Namespace) -> int:
     if args.prefix_cache_tokens < 0 or args.cached_ttft_ms < 0:
         raise ConfigError(f"--prefix-cache-tokens {args.prefix_cache_tokens} / --cached-ttft-ms "
                           f"{args.cached_ttft_ms:g}: expected >= 0")
+    if args.gpu_profile:
+        return _gpu_fake_server(args)
     script = FakeScript(ttft_ms=args.ttft_ms, itl_ms=args.itl_ms, tokens=args.tokens, model=args.model,
                         fault=args.fault)
     serve(args.host, args.port, script, max_running=args.max_running, itl_batch_slope=args.itl_batch_slope,
           prefix_cache_tokens=args.prefix_cache_tokens, cached_ttft_ms=args.cached_ttft_ms)
+    return 0
+
+
+def _gpu_fake_server(args: argparse.Namespace) -> int:
+    from cascade.optimizer.profile import load_profile
+    from cascade.testing.fakes.gpu import serve
+
+    if not args.time_scale > 0 or (args.kv_capacity_tokens is not None and args.kv_capacity_tokens < 1):
+        raise ConfigError(f"--time-scale {args.time_scale:g} / --kv-capacity-tokens {args.kv_capacity_tokens}: "
+                          "expected > 0 and >= 1")
+    serve(args.host, args.port, load_profile(args.gpu_profile), time_scale=args.time_scale,
+          kv_capacity_tokens=args.kv_capacity_tokens, answer_tokens=args.tokens or None, max_running=args.max_running,
+          model="" if args.model == "fake-model" else args.model)
     return 0
 
 
@@ -241,6 +256,15 @@ def build_parser() -> argparse.ArgumentParser:
                       help="misbehave on every request: html, malformed_sse, truncated, stall_first_byte, stall_mid, "
                       "kill_mid, or garbage (a raw TCP server answering non-HTTP bytes); change it at run time "
                       "with POST /fake/script")
+    fake.add_argument("--gpu-profile", metavar="PROFILE.json",
+                      help="emulate a GPU from this profile (`cascade profile` or models/gpu/profiles/): an SGLang "
+                      "engine with continuous batching, each step taking the profile's time, a finite KV cache and a "
+                      "queue; --tokens is each answer's length (0: the request's max_tokens), --model the served name "
+                      "(default: the profile's model)")
+    fake.add_argument("--time-scale", type=float, default=1.0,
+                      help="with --gpu-profile: wall seconds per emulated second (0.1: ten times faster)")
+    fake.add_argument("--kv-capacity-tokens", type=int, metavar="N",
+                      help="with --gpu-profile: KV cache size in tokens (default: the profile's)")
     fake.set_defaults(func=_fake_server)
 
     scorer = sub.add_parser(

@@ -25,6 +25,7 @@ import msgspec
 
 from cascade.engines.asgi import Receive, Scope, Send, read_body, send_json
 from cascade.testing.fakes import sglang_shapes as shapes
+from cascade.testing.fakes.answers import max_new_tokens
 from cascade.testing.fakes.engine import FakeEngine, FakeStats
 from cascade.testing.fakes.script import FakeScript, script_for, token_pieces
 from cascade.testing.fakes.sglang_metrics import FakeScheduler
@@ -40,11 +41,13 @@ class FakeSGLangStats(FakeStats):
     aborted: dict[str, int] = msgspec.field(default_factory=dict)
 
 
-class _Generation:
+class Generation:
     """One request in flight. `stop` ends it early: "abort" (/abort_request) or "disconnect"."""
 
-    def __init__(self, rid: str) -> None:
+    def __init__(self, rid: str, prompt_tokens: int = shapes.PROMPT_TOKENS, max_new_tokens: int = 0) -> None:
         self.rid = rid
+        self.prompt_tokens = prompt_tokens
+        self.max_new_tokens = max_new_tokens  # the request's limit (0: it named none)
         self.tokens = 0
         self.reason = ""
         self.stopped = asyncio.Event()
@@ -71,7 +74,8 @@ class FakeSGLang(FakeEngine):
         self.reasoning = reasoning
         self.disconnect_abort_s = disconnect_abort_s
         self.warming = False  # True: /health answers 503, as SGLang does until its warm-up request ran
-        self._running: dict[str, _Generation] = {}
+        self.max_total_num_tokens = 65536  # the KV cache size /server_info reports
+        self._running: dict[str, Generation] = {}
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         route = (scope.get("method"), scope.get("path")) if scope["type"] == "http" else None
@@ -84,7 +88,7 @@ class FakeSGLang(FakeEngine):
         elif route == ("POST", "/abort_request"):
             await self._abort(receive, send)
         elif route == ("GET", "/server_info"):  # not the deprecated /get_server_info (404 here, as on a future SGLang)
-            await send_json(send, 200, {"max_total_num_tokens": 65536, "version": "fake"})
+            await send_json(send, 200, {"max_total_num_tokens": self.max_total_num_tokens, "version": "fake"})
         elif route == ("GET", "/metrics"):
             await self.scheduler.send_metrics(send)
         elif route == ("POST", "/v1/chat/completions"):
@@ -116,15 +120,13 @@ class FakeSGLang(FakeEngine):
         if script.status != 200:
             await _error(send, script.status, f"scripted failure {script.status}", "InternalServerError")
             return
-        thoughts = token_pieces(FakeScript(answer=self.reasoning), 1 << 30) if self.reasoning else []
-        answer = token_pieces(script, 1 << 30)
-        tool = shapes.tool_to_call(body)  # a request with tools gets a call of one (sglang_shapes.py)
-        planned = [("reasoning_content", t) for t in thoughts] + (
-            shapes.tool_steps(tool, "".join(answer)) if tool is not None else [("content", p) for p in answer])
-        max_tokens = int(body.get("max_completion_tokens") or body.get("max_tokens") or 1 << 30)
-        finish = "length" if len(planned) > max_tokens else "stop"
-        tokens = planned[:max_tokens]
-        generation = _Generation(str(body.get("rid") or uuid.uuid4().hex))
+        try:
+            tokens, finish = self.plan(body, script)
+        except ValueError as exc:  # a request the engine refuses (the GPU emulator: a prompt longer than its KV cache)
+            await _error(send, 400, str(exc), "BadRequestError")
+            return
+        generation = Generation(str(body.get("rid") or uuid.uuid4().hex), self.prompt_tokens(body),
+                                 max_new_tokens(body, 0))
         if generation.rid in self._running:
             # SGLang's TokenizerManager raises ValueError for a rid already in flight, and its OpenAI chat route
             # answers any ValueError raised before the first chunk with a 400 in this shape (stream or not).
@@ -148,18 +150,33 @@ class FakeSGLang(FakeEngine):
             if generation.reason == "abort":
                 self.stats.aborted[generation.rid] = generation.tokens
 
-    async def _watch(self, receive: Receive, generation: _Generation) -> None:
+    def plan(self, body: dict[str, Any], script: FakeScript) -> tuple[list[shapes.Step], str]:
+        """The tokens this request generates and its finish reason if nothing stops it (a subclass's seam: the GPU
+        emulator plans from its answer source)."""
+        thoughts = token_pieces(FakeScript(answer=self.reasoning), 1 << 30) if self.reasoning else []
+        answer = token_pieces(script, 1 << 30)
+        tool = shapes.tool_to_call(body)  # a request with tools gets a call of one (sglang_shapes.py)
+        planned = [("reasoning_content", t) for t in thoughts] + (
+            shapes.tool_steps(tool, "".join(answer)) if tool is not None else [("content", p) for p in answer])
+        max_tokens = max_new_tokens(body, 1 << 30)
+        return planned[:max_tokens], "length" if len(planned) > max_tokens else "stop"
+
+    def prompt_tokens(self, body: dict[str, Any]) -> int:
+        """The prompt tokens usage reports (a subclass's seam; here always shapes.PROMPT_TOKENS)."""
+        return shapes.PROMPT_TOKENS
+
+    async def _watch(self, receive: Receive, generation: Generation) -> None:
         while (await receive())["type"] != "http.disconnect":
             pass
         await asyncio.sleep(self.disconnect_abort_s)
         generation.stop("disconnect")
 
-    async def _produce(
-        self, generation: _Generation, script: FakeScript, tokens: list[tuple[str, str]],
+    async def produce(
+        self, generation: Generation, script: FakeScript, tokens: list[tuple[str, str]],
         emit: Callable[[str, str], Awaitable[None]] | None = None,
     ) -> None:
         """Generate tokens on the scripted schedule until all are out or the generation is stopped;
-        `emit(field, text)` sends each one (streams only)."""
+        `emit(field, text)` sends each one (streams only). A subclass's seam: the GPU emulator times them."""
         start, offset_ms = time.perf_counter(), script.ttft_ms
         for i, (field, text) in enumerate(tokens):
             offset_ms += self.itl_now(script, self.scheduler.running) if i else 0.0
@@ -179,7 +196,7 @@ class FakeSGLang(FakeEngine):
                 await emit(field, text)
 
     async def _send_stream(
-        self, send: Send, generation: _Generation, script: FakeScript, tokens: list[tuple[str, str]],
+        self, send: Send, generation: Generation, script: FakeScript, tokens: list[tuple[str, str]],
         finish: str, head: dict[str, Any], include_usage: bool, body: dict[str, Any],
     ) -> None:
         self.stats.streams_started += 1
@@ -192,7 +209,7 @@ class FakeSGLang(FakeEngine):
             await _sse(send, shapes.step_chunks(head, kind, text, call_id, logprobs))
 
         await _sse(send, [shapes.chunk(head, {"reasoning_content": None, "role": "assistant", "content": ""})])
-        await self._produce(generation, script, tokens, emit)
+        await self.produce(generation, script, tokens, emit)
         if generation.reason == "disconnect":
             self.stats.streams_cancelled += 1
             return
@@ -202,20 +219,20 @@ class FakeSGLang(FakeEngine):
         tail = [shapes.chunk(head, {"reasoning_content": None}, shapes.finish_reason(out, finish),
                              matched_stop=EOS_TOKEN_ID if finish == "stop" else None)]
         if include_usage:
-            tail.append(shapes.usage_chunk(head, out))
+            tail.append(shapes.usage_chunk(head, out, generation.prompt_tokens))
         await _sse(send, tail, done=True)
         self.stats.streams_finished += 1
 
     async def _send_completion(
-        self, send: Send, generation: _Generation, script: FakeScript, tokens: list[tuple[str, str]],
+        self, send: Send, generation: Generation, script: FakeScript, tokens: list[tuple[str, str]],
         finish: str, head: dict[str, Any], body: dict[str, Any],
     ) -> None:
-        await self._produce(generation, script, tokens)
+        await self.produce(generation, script, tokens)
         if generation.reason == "disconnect":
             return
         finish = "abort" if generation.reason == "abort" else finish
         completion = shapes.completion(head, tokens[: generation.tokens], finish, shapes.new_call_id(),
-                                       script.logprob, shapes.top_logprobs(body))
+                                       script.logprob, shapes.top_logprobs(body), generation.prompt_tokens)
         await send_json(send, 200, completion)
 
 

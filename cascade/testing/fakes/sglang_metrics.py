@@ -72,6 +72,12 @@ class FakeScheduler:
         registry.register(_Collector(self))
         await send_bytes(send, 200, b"text/plain; version=0.0.4; charset=utf-8", generate_latest(registry))
 
+    def gauges(self) -> list[tuple[str, float]]:
+        """The scheduler gauges /metrics publishes, by SGLang name (a subclass's seam: the GPU emulator's KV pool)."""
+        usage = self.running / self.max_running if self.max_running else 0.0
+        return [("sglang:num_running_reqs", self.running), ("sglang:num_queue_reqs", self.queued),
+                ("sglang:token_usage", usage)]
+
     def _slots_now(self) -> asyncio.Semaphore | None:
         if not self.max_running:
             return None
@@ -132,9 +138,7 @@ class _Collector(Collector):
         # SchedulerMetricsCollector's labels (one scheduler: every rank 0), TokenizerMetricsCollector's.
         names = ["engine_type", "model_name", "moe_ep_rank", "pp_rank", "tp_rank"]
         values = ["unified", s.model(), "0", "0", "0"]
-        usage = s.running / s.max_running if s.max_running else 0.0
-        for name, value in (("sglang:num_running_reqs", s.running), ("sglang:num_queue_reqs", s.queued),
-                            ("sglang:token_usage", usage)):
+        for name, value in s.gauges():
             gauge = GaugeMetricFamily(name, _HELP, labels=names)
             gauge.add_metric(values, float(value))
             yield gauge

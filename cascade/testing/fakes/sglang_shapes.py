@@ -104,20 +104,20 @@ def top_logprobs(body: dict[str, Any]) -> int | None:
     return int(body.get("top_logprobs") or 0) if body.get("logprobs") else None
 
 
-def usage(steps: list[Step]) -> dict[str, Any]:
+def usage(steps: list[Step], prompt_tokens: int = PROMPT_TOKENS) -> dict[str, Any]:
     """`UsageProcessor.calculate_token_usage` without `--enable-cache-report`."""
     reasoning = sum(1 for kind, _ in steps if kind == "reasoning_content")
-    return {"prompt_tokens": PROMPT_TOKENS, "total_tokens": PROMPT_TOKENS + len(steps), "completion_tokens": len(steps),
+    return {"prompt_tokens": prompt_tokens, "total_tokens": prompt_tokens + len(steps), "completion_tokens": len(steps),
             "prompt_tokens_details": None, "reasoning_tokens": reasoning,
             "completion_tokens_details": {"reasoning_tokens": reasoning} if reasoning else None}
 
 
-def usage_chunk(head: dict[str, Any], steps: list[Step]) -> dict[str, Any]:
-    return {**head, "choices": [], "usage": usage(steps)}
+def usage_chunk(head: dict[str, Any], steps: list[Step], prompt_tokens: int = PROMPT_TOKENS) -> dict[str, Any]:
+    return {**head, "choices": [], "usage": usage(steps, prompt_tokens)}
 
 
 def completion(head: dict[str, Any], steps: list[Step], finish: str, call_id: str, logprob: float,
-               top: int | None) -> dict[str, Any]:
+               top: int | None, prompt_tokens: int = PROMPT_TOKENS) -> dict[str, Any]:
     """A whole `ChatCompletionResponse` (not streamed) for the generated `steps`."""
     message: dict[str, Any] = {
         "role": "assistant", "content": "".join(t for k, t in steps if k == "content"),
@@ -133,5 +133,5 @@ def completion(head: dict[str, Any], steps: list[Step], finish: str, call_id: st
               "logprobs": None if top is None else {"content": [logprob_entry(t, logprob, top) for _, t in steps]},
               # A stop turned into "tool_calls" loses its matched stop (`_process_tool_calls`).
               "finish_reason": reason, "matched_stop": EOS_TOKEN_ID if reason == "stop" else None}
-    return {**head, "object": "chat.completion", "choices": [choice], "usage": usage(steps),
+    return {**head, "object": "chat.completion", "choices": [choice], "usage": usage(steps, prompt_tokens),
             "metadata": {"weight_version": "default"}}
