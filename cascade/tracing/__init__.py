@@ -17,13 +17,13 @@ This package imports nothing of cascade's layers (pyproject.toml's import contra
 from __future__ import annotations
 
 import contextlib
-import contextvars
 from collections.abc import Mapping
 from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any
 
 from cascade.config import TracingConfig
 from cascade.errors import ConfigError
+from cascade.tracing.branch_spans import BranchSpans
 
 if TYPE_CHECKING:
     from cascade.tracing.otel import OTelTracer, RecordingSpan
@@ -57,21 +57,6 @@ def span(name: str, attributes: Mapping[str, Any] | None = None) -> AbstractCont
     if active is None:
         return _NO_SPAN
     return active.span(name, attributes)
-
-
-class BranchSpans:
-    """A branch run's spans, as the branch runner (cascade/branches/runner.py) reports into them. This one, used
-    when tracing is off, records nothing."""
-
-    def context(self, index: int) -> contextvars.Context | None:
-        """The context to run branch `index`'s task in (its span current), started now; None: the caller's."""
-        return None
-
-    def left(self, index: int, state: str, tokens: int, score: float | None) -> None:
-        """Branch `index` left the race: `state` is finished, pruned, stopped or failed."""
-
-    def voted(self, chosen: int, finished: int, votes: Mapping[str, int], answer: str | None) -> None:
-        """The finished branches voted: `chosen` is returned, `answer` (text: shown only with capture_text)."""
 
 
 _NO_BRANCH_SPANS: AbstractContextManager[BranchSpans] = contextlib.nullcontext(BranchSpans())

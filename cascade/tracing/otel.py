@@ -38,7 +38,7 @@ from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapProp
 from opentelemetry.trace.span import TraceState
 
 from cascade.config import TracingConfig
-from cascade.tracing import BranchSpans
+from cascade.tracing.branch_spans import BranchSpans
 from cascade.tracing.genai import ChatRequest, UpstreamCall, error_type
 
 Message = MutableMapping[str, Any]
