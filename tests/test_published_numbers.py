@@ -71,7 +71,7 @@ def count(path: str, keys: str) -> tuple[str, Callable[[], str]]:
 PEER = RESULTS + "peer_gateways.json"
 LOAD = RESULTS + "load_reactive_fair.json"
 LOAD_2X = "ladders/qwen15/by_load/2x/reactive_vs/"
-ROUTELLM = RESULTS + "router_quality_routellm_gsm8k.json"
+ROUTELLM = RESULTS + "router_quality_routellm.json"
 CARD = "models/routers/embedded-gsm8k/card.json"
 POINTS = "metrics/cross_validated/operating_points/"
 ITEM3 = RESULTS + "item3_qwen15_test.json"
