@@ -1,9 +1,9 @@
-"""Does the served vote beat greedy? The paired difference pooled over every question never used for selection.
+"""Does the served vote beat greedy? The paired difference pooled over questions left out of a selection.
 
 Issue 51 item 3: the reasoning tier's method (adaptive self-consistency) against the same model answering greedily,
-pooled across sets of questions where nothing was tuned (GSM8K test; training questions outside the ones the
-setting was chosen on), until the paired 95% interval excludes zero, or its upper bound is below +0.03 (then a
-vote does not pay on this model). Each set pairs a file of the method's outcomes with a file of greedy's on the
+pooled across sets of questions outside a selection (GSM8K test; training questions outside the ones a setting
+was chosen on), until the paired 95% interval excludes zero, or its upper bound is below +0.03 (then a vote does
+not pay on this model). Each set pairs a file of the method's outcomes with a file of greedy's on the
 same questions; a question in `--exclude` (the questions a setting was chosen on) is left out of every set.
 
 Files: `cascade bench` records (requests.jsonl: id, correct; the last record of an id counts, as a resumed run
@@ -16,6 +16,12 @@ appends) or `cascade label` outcome rows (id, tiers.T.correct). Sets are `NAME=M
 qwen15-greedy.jsonl:qwen2.5-coder-1.5b \
       --set test-s1=$T/sc-s1/adaptive-rows.jsonl:qwen2.5-coder-1.5b-reason,$T/vanilla/requests.jsonl \
       --exclude $R/qwen15-train-bench/sc-t07/branches.jsonl
+
+(benchmarks/results/vote_vs_greedy_qwen15.json.) That leaves out the 100 questions the cross-validation chose on,
+not all that a choice saw: the test questions were in view when the tier kept m = 8, and 67 more training questions
+were in the replay that first chose adaptive; `--exclude $R/qwen15-train-bench/adaptive-replay-ids.jsonl` (the
+first 167 of the seed-0 order, standing for that replay's ids) added leaves the 217 training questions no choice saw
+(benchmarks/results/vote_vs_greedy_qwen15_untouched.json; issue 60 item 6).
 
 A question in several sets (the same questions sampled again with another `--sampling-seed`, each run a set)
 counts once in the pool, at its mean over those sets for the method and for greedy: the bootstrap resamples
