@@ -11,7 +11,10 @@ answered (issue 62 item 2). One `RecordedAnswers` per emulated engine, built fro
   cascade's SGLang client sends it as `rid`); a request without one is branch 0. Seeds cannot tell branches apart
   (their base is random unless the client sent a seed).
 * **A single answer** (a direct tier: no `branches` in the record) replays the recorded answer (the grader's reading,
-  `answer`) and output token count, and the recorded finish reason, on every branch and choice.
+  `answer`) and output token count, and the recorded finish reason, on every branch and choice. So a reasoning tier
+  whose record holds only its per-question outcome votes on the recorded answer (its accuracy is the recorded one),
+  but its decode tokens are those of the branches it launches (adaptive: two chosen branches' worth), not the
+  recorded `decode_tokens`; benchmarks/reasoning/wave_branches.py derives a live label run's branches instead.
 * **Recorded branches** (`branches`: every branch of the record run to completion, in sampling order) replay branch
   `b`'s answer and output tokens; a branch past the recorded ones is refused. The records carry no per-branch finish
   reason: a branch within 2 tokens of the request's max_tokens ends "length" (cut), as

@@ -12,9 +12,11 @@ setting, adaptive first wave 2 of 8 voting, graded by the real grader on the ser
   recorded outcome of the adaptive vote over those very branches (benchmarks/reasoning/sart_replay.py; the
   .md card), so cascade's own runner voting over the replayed branches must give v8's row: its answer, its
   correctness, the chosen branch's tokens and all branches' decode tokens.
-* One question (gsm8k-train:4367, a live v8 row: no branches recorded, SmolLM2's answer unreadable) replays the
-  reasoning tier's per-question outcome on every branch: the vote is the recorded answer (decode tokens are then
-  two branches' worth, not the recorded ones).
+* On live v8 rows (the label run recorded no branches) the reasoning tier replays the branches
+  benchmarks/reasoning/wave_branches.py derived from that run's waves and branch logprobs
+  (models/outcomes/qwen15-train-label/reason-adaptive-branch-outcomes.jsonl): again v8's row, decode tokens too.
+* One live question whose branches were lost (gsm8k-train:1784) replays the reasoning tier's per-question outcome on
+  every branch: the vote is the recorded answer (decode tokens are then two branches' worth, not the recorded ones).
 """
 
 from __future__ import annotations
@@ -40,6 +42,7 @@ ROOT = Path(__file__).resolve().parents[3]
 OUTCOMES = ROOT / "models" / "outcomes"
 LADDER = OUTCOMES / "gsm8k-train-embedded-v8.jsonl"
 BRANCHES = OUTCOMES / "qwen15-train-bench" / "sc-t07" / "branches.jsonl"
+WAVE_BRANCHES = OUTCOMES / "qwen15-train-label" / "reason-adaptive-branch-outcomes.jsonl"
 PROFILES = ROOT / "models" / "gpu" / "profiles" / "h200"
 REASON = "qwen2.5-coder-1.5b-reason"
 MODEL = {"smollm2-135m": "smollm2-135m", "qwen2.5-coder-0.5b": "qwen2.5-coder-0.5b",
@@ -48,17 +51,19 @@ MODEL = {"smollm2-135m": "smollm2-135m", "qwen2.5-coder-0.5b": "qwen2.5-coder-0.
 # max_tokens, a decimal answer, a question only SmolLM2 gets right, one the vote gets wrong where 1.5B is right.
 IDS = [f"gsm8k-train:{i}" for i in (5646, 2360, 5441, 1469, 824, 3950, 2125, 2016, 7435, 1543, 4337, 478, 6956,
                                      5726, 6445)]
-FALLBACK = "gsm8k-train:4367"
+LIVE = ["gsm8k-train:4367", "gsm8k-train:2912", "gsm8k-train:3886"]  # SmolLM2 unreadable; all 8 voted; 2 agreed
+FALLBACK = "gsm8k-train:1784"
 TIME_SCALE = 0.25  # four times faster than the H200
 
 
 def test_the_twin_answers_every_tier_as_the_ladder_recorded() -> None:
-    recorded = {row.id: row.tiers for _, row in read_rows(LADDER) if row.id in {*IDS, FALLBACK}}
-    with_branches = {row.id for _, row in read_rows(BRANCHES)}
-    assert set(IDS) <= with_branches and FALLBACK not in with_branches
-    served = _serve_ladder([*IDS, FALLBACK])
+    questions = [*IDS, *LIVE, FALLBACK]
+    recorded = {row.id: row.tiers for _, row in read_rows(LADDER) if row.id in questions}
+    sampled, derived = ({row.id for _, row in read_rows(path)} for path in (BRANCHES, WAVE_BRANCHES))
+    assert set(IDS) <= sampled and set(LIVE) <= derived and FALLBACK not in sampled | derived
+    served = _serve_ladder(questions)
     for tier in MODEL:
-        for qid in [*IDS, FALLBACK]:
+        for qid in questions:
             want, got = recorded[qid][tier], served[qid][tier]
             assert (got.correct, got.answer) == (want.correct, want.answer), (qid, tier)
             assert got.output_tokens == want.output_tokens, (qid, tier)
@@ -81,7 +86,7 @@ def _serve_ladder(ids: list[str]) -> dict[str, dict[str, TierOutcome]]:
     with ExitStack() as stack:
         tiers = []
         for tier in config.tiers:
-            files = [LADDER, BRANCHES] if tier.name == REASON else [LADDER]
+            files = [LADDER, WAVE_BRANCHES, BRANCHES] if tier.name == REASON else [LADDER]
             engine = GpuSGLang(load_profile(PROFILES / f"{MODEL[tier.name]}.json"), load_recorded(files, tier.name),
                                time_scale=TIME_SCALE)
             url = stack.enter_context(serve_asgi(engine))
