@@ -18,8 +18,10 @@ answered (issue 62 item 2). One `RecordedAnswers` per emulated engine, built fro
 * **Recorded branches** (`branches`: every branch of the record run to completion, in sampling order) replay branch
   `b`'s answer and output tokens; a branch past the recorded ones is refused. The records carry no per-branch finish
   reason: a branch within 2 tokens of the request's max_tokens ends "length" (cut), as
-  benchmarks/reasoning/sart_replay.py reads saved branches, so cascade's own branch runner votes, stops and prunes
-  on what the replay of those records voted on.
+  benchmarks/reasoning/sart_replay.py reads saved branches, so cascade's own branch runner votes and stops (first
+  waves, early stop at M: branches finish in the order of their recorded lengths) on what the replay of those
+  records voted on. Pruning by a scorer is not replayed: the records hold no partial scores, and a scorer would read
+  the filler below.
 * A request allowing fewer tokens than recorded gets the recorded answer's first max_tokens tokens, ending "length";
   the answer comes last, so a cut replay carries no answer (as a real cut answer mostly would not).
 
