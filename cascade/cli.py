@@ -153,9 +153,18 @@ def _gpu_fake_server(args: argparse.Namespace) -> int:
     if not args.time_scale > 0 or (args.kv_capacity_tokens is not None and args.kv_capacity_tokens < 1):
         raise ConfigError(f"--time-scale {args.time_scale:g} / --kv-capacity-tokens {args.kv_capacity_tokens}: "
                           "expected > 0 and >= 1")
+    answers = None
+    if args.recorded:  # read before the server starts: a missing file or column is a config error
+        from cascade.data.datasets import DatasetError
+        from cascade.testing.fakes.recorded import RecordError, load_recorded, recorded_spec
+
+        try:
+            answers = load_recorded(*recorded_spec(args.recorded))
+        except (RecordError, DatasetError) as exc:
+            raise ConfigError(str(exc)) from None
     serve(args.host, args.port, load_profile(args.gpu_profile), time_scale=args.time_scale,
           kv_capacity_tokens=args.kv_capacity_tokens, answer_tokens=args.tokens or None, max_running=args.max_running,
-          model="" if args.model == "fake-model" else args.model)
+          model="" if args.model == "fake-model" else args.model, answers=answers)
     return 0
 
 
@@ -265,6 +274,11 @@ def build_parser() -> argparse.ArgumentParser:
                       help="with --gpu-profile: wall seconds per emulated second (0.1: ten times faster)")
     fake.add_argument("--kv-capacity-tokens", type=int, metavar="N",
                       help="with --gpu-profile: KV cache size in tokens (default: the profile's)")
+    fake.add_argument("--recorded", metavar="OUTCOMES.jsonl[,MORE.jsonl]:TIER",
+                      help="with --gpu-profile: answer what tier TIER answered in these outcome files "
+                      "(models/outcomes/; a later file's row replaces an earlier one's): each question's recorded "
+                      "answer and output tokens, per branch where the records hold branches (--tokens is ignored); "
+                      "a question without a record is refused")
     fake.set_defaults(func=_fake_server)
 
     scorer = sub.add_parser(

@@ -2,7 +2,8 @@
 model says. An `AnswerSource` plans each request's generated tokens; the emulator only times them.
 
 `LengthAnswers` is the plain one: numbered tokens, a fixed number of them or as many as the request's max_tokens
-allows. (Issue 62 item 2 plugs recorded answers in here: a tier's recorded text and output token count per question.)
+allows. `RecordedAnswers` (cascade/testing/fakes/recorded.py) replays a tier's recorded answers and output tokens
+per question and branch.
 """
 
 from __future__ import annotations

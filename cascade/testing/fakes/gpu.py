@@ -18,7 +18,8 @@ held / `max_total_num_tokens`), `num_used_tokens`, `kv_used_tokens`, `kv_availab
 raise `time_scale`).
 
 Start one with `cascade fake-server --gpu-profile PROFILE.json [--time-scale S] [--kv-capacity-tokens N]
-[--answer-tokens N]` (`serve`), or in-process with cascade.testing.asgi.serve_asgi(GpuSGLang(profile)).
+[--answer-tokens N] [--recorded OUTCOMES.jsonl:TIER]` (`serve`; recorded answers:
+cascade/testing/fakes/recorded.py), or in-process with cascade.testing.asgi.serve_asgi(GpuSGLang(profile)).
 """
 
 from __future__ import annotations
@@ -136,10 +137,13 @@ def _texts(messages: Any) -> list[str]:
 
 
 def serve(host: str, port: int, profile: Profile, *, time_scale: float = 1.0, kv_capacity_tokens: int | None = None,
-          answer_tokens: int | None = None, max_running: int = 0, model: str = "") -> None:
-    """Run the emulated engine until interrupted (`cascade fake-server --gpu-profile`)."""
+          answer_tokens: int | None = None, max_running: int = 0, model: str = "",
+          answers: AnswerSource | None = None) -> None:
+    """Run the emulated engine until interrupted (`cascade fake-server --gpu-profile`); `answers` (default: answers
+    of `answer_tokens` tokens) says what it answers."""
     import uvicorn
 
-    engine = GpuSGLang(profile, LengthAnswers(answer_tokens, UNSET_MAX_TOKENS), time_scale=time_scale,
+    answers = answers or LengthAnswers(answer_tokens, UNSET_MAX_TOKENS)
+    engine = GpuSGLang(profile, answers, time_scale=time_scale,
                        kv_capacity_tokens=kv_capacity_tokens, max_running=max_running, model=model)
     uvicorn.run(engine, host=host, port=port, log_level="warning", access_log=False)
