@@ -62,7 +62,9 @@ def test_retries_only_before_the_first_byte_and_no_timeout_cuts_a_long_stream() 
     bootstrap = envoy.gateways_bootstrap(envoy.gateways(2, "127.0.0.1", 8001), Endpoint("127.0.0.1", 8000), 9901)
     listener = bootstrap["static_resources"]["listeners"][0]  # type: ignore[index]
     manager = listener["filter_chains"][0]["filters"][0]["typed_config"]
-    route = manager["route_config"]["virtual_hosts"][0]["routes"][0]["route"]
+    routes = manager["route_config"]["virtual_hosts"][0]["routes"]
+    assert routes[0]["match"] == {"path": "/metrics"} and "direct_response" in routes[0]  # never forwarded
+    route = next(r["route"] for r in routes if "route" in r)
     assert set(route["retry_policy"]["retry_on"].split(",")) == {"connect-failure", "refused-stream",
                                                                   "reset-before-request", "retriable-status-codes"}
     assert route["retry_policy"]["retriable_status_codes"] == [503]  # what cascade answers when it served nothing
