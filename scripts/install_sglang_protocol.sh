@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Install the pinned SGLang wheel (tests/fixtures/sglang/sglang-pin.txt) WITHOUT its dependencies into
 # $VENV/sglang-protocol, where the contract tests (tests/contract/) load its OpenAI protocol models from.
-# Never with dependencies: they replace the CPU torch with a multi-GB CUDA build (FACTS.md). Not in
+# Never with dependencies: they replace the CPU torch with a multi-GB CUDA build (its wheel pins a CUDA torch). Not in
 # site-packages either, so `import sglang` still fails in the venv and `cascade deploy` still says so.
 # Idempotent: skipped when the directory already holds the pinned version.
 #   usage: scripts/install_sglang_protocol.sh   (CASCADE_VENV picks the venv, default .venv)
