@@ -44,9 +44,10 @@ class Tier(msgspec.Struct, kw_only=True):
     # branches there would be one answer repeated, so a request asking for them is refused.
     greedy_only: bool = False
 
-    @property
-    def name(self) -> str:
-        return self.config.name
+    name: str = ""  # the config's: a plain attribute, read on every request's hot path (set by __post_init__)
+
+    def __post_init__(self) -> None:
+        self.name = self.config.name
 
     @property
     def returns_logprobs(self) -> bool:
