@@ -65,10 +65,10 @@ class GpuSGLang(FakeSGLang):
 
     def __init__(self, profile: Profile, answers: AnswerSource | None = None, *, time_scale: float = 1.0,
                  kv_capacity_tokens: int | None = None, max_running: int = 0, disconnect_abort_s: float = 2.0,
-                 keep_steps: int = 0, model: str = "") -> None:
+                 keep_steps: int = 0, model: str = "", stream_interval: int = 1) -> None:
         super().__init__(FakeScript(model=model or profile.model), disconnect_abort_s=disconnect_abort_s)
         self.gpu = GpuBatcher(profile, kv_capacity_tokens=kv_capacity_tokens, time_scale=time_scale,
-                              max_running=max_running, keep_steps=keep_steps)
+                              max_running=max_running, keep_steps=keep_steps, stream_interval=stream_interval)
         self.answers = answers or LengthAnswers(unset_max_tokens=UNSET_MAX_TOKENS)
         self.scheduler = GpuScheduler(lambda: self.script.model, self.gpu)
         self.max_total_num_tokens = self.gpu.capacity

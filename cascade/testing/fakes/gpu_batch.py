@@ -89,15 +89,21 @@ class Sequence:
 
 class GpuBatcher:
     def __init__(self, profile: Profile, *, kv_capacity_tokens: int | None = None, time_scale: float = 1.0,
-                 prefill_budget_tokens: int = 8192, max_running: int = 0, keep_steps: int = 0) -> None:
+                 prefill_budget_tokens: int = 8192, max_running: int = 0, keep_steps: int = 0,
+                 stream_interval: int = 1) -> None:
         if time_scale <= 0:
             raise ValueError(f"time_scale must be > 0, got {time_scale:g}")
+        if stream_interval < 1:
+            raise ValueError(f"stream_interval must be >= 1, got {stream_interval}")
         self.profile = profile
         self.capacity = kv_capacity_tokens or profile.kv_capacity_tokens or UNBOUNDED_KV_TOKENS
         self.time_scale = time_scale
         self.prefill_budget_tokens = prefill_budget_tokens
         self.max_running = max_running
         self.keep_steps = keep_steps  # how many recent Steps `steps` keeps (0: none)
+        # SGLang's --stream-interval: a sequence's waiter wakes at its first token, then every this many tokens and
+        # at its end (fewer chunks, same TTFT and end-to-end times)
+        self.stream_interval = stream_interval
         self.waiting: list[Sequence] = []
         self.running: list[Sequence] = []
         self.steps: list[Step] = []
@@ -215,7 +221,7 @@ class GpuBatcher:
             if seq.generated >= seq.output_tokens:
                 self.running.remove(seq)
                 self._finish(seq, "done")
-            else:
+            elif seq.generated == 1 or seq.generated % self.stream_interval == 0:
                 seq.changed.set()
 
     def _finish(self, seq: Sequence, state: Literal["done", "aborted"]) -> None:

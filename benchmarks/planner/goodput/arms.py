@@ -1,0 +1,76 @@
+"""The arms of the goodput benchmark: how G emulated GPUs are split over the ladder's tiers, what fronts them, and
+how requests are routed. An arm is data (`Arm`); `gateway_toml` writes the `cascade serve` config that serves it.
+
+Every tier of the embedded ladder (cascade/testing/twin.py `V8_TWIN`) keeps its place in the config, since the router
+scores all four; a tier an arm gives no GPU points at a closed port, so a request routed there fails and is counted.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from benchmarks.planner.goodput.folds import TIERS, Fold
+
+PLAIN_TIER = "qwen2.5-coder-1.5b"  # the plain deployment's model, answering directly
+REASON_TIER = "qwen2.5-coder-1.5b-reason"
+NO_ENGINE = "http://127.0.0.1:9"  # the discard port: nothing listens there
+MAX_TOKENS = 512  # every tier's answer budget, as the ladder was labelled (examples/embedded-1.5b-ladder.toml)
+
+
+@dataclass(frozen=True)
+class Arm:
+    """`replicas`: emulated GPUs per tier (one TP1 replica each). `front`: "smg" (SGLang's model gateway, round robin,
+    over the plain tier's replicas) or "cascade". `model`: the model requests name (a tier name bypasses routing;
+    "cascade": the router picks). `routing`: the `[routing]` table's body for a fold (None: no router).
+    `branches`: the reasoning tier's (n, m, first_wave)."""
+
+    name: str
+    replicas: dict[str, int]
+    front: str = "cascade"
+    model: str = "cascade"
+    routing: dict[str, str] = field(default_factory=dict)  # fold name -> TOML lines of [routing]
+    branches: tuple[int, int, int] = (8, 8, 2)
+    load_reactive: bool = False
+    plan: dict[str, Path] = field(default_factory=dict)  # fold name -> plan.json (`cascade serve --plan`)
+
+    @property
+    def gpus(self) -> int:
+        return sum(self.replicas.values())
+
+
+def plain(gpus: int) -> Arm:
+    return Arm("a-plain-smg", {PLAIN_TIER: gpus}, front="smg", model=PLAIN_TIER)
+
+
+def all_reasoning(gpus: int) -> Arm:
+    return Arm("b-all-reasoning", {REASON_TIER: gpus}, model=REASON_TIER)
+
+
+def learned_even(gpus: int, folds: list[Fold]) -> Arm:
+    """Cascade's learned router (each fold's router from the other fold), the GPUs split evenly over the tiers."""
+    share, extra = divmod(gpus, len(TIERS))
+    replicas = {t: share + (1 if i >= len(TIERS) - extra else 0) for i, t in enumerate(TIERS)}  # extras to the top
+    return Arm("c-learned-even", replicas,
+               routing={f.name: f'policy = "learned"\nrouter = "{f.router}"' for f in folds})
+
+
+def gateway_toml(arm: Arm, urls: dict[str, list[str]], fold: str, *, max_running: int,
+                 slo_e2e_ms: float = 0.0) -> str:
+    """The config of the gateway serving `fold` in `arm`, its tiers on `urls` (tier -> engine URLs)."""
+    timeouts = "{ connect_s = 5.0, read_s = 3600.0, total_s = 36000.0 }"
+    lines = ['[gateway]', 'default_quality = "balanced"', '']
+    for tier in TIERS:
+        backends = ", ".join(f'{{ kind = "sglang", url = "{u}", model = "{tier}", timeouts = {timeouts} }}'
+                             for u in urls.get(tier) or [NO_ENGINE])
+        lines += ['[[tiers]]', f'name = "{tier}"', f'default_max_tokens = {MAX_TOKENS}', f'backends = [{backends}]']
+        if tier == REASON_TIER:
+            n, m, first = arm.branches
+            replicas = max(1, len(urls.get(tier) or []))
+            lines += ['scorer = "none"', '', '[tiers.branches]', f'n = {n}', f'm = {m}', f'first_wave = {first}',
+                      f'slots = {max_running * replicas}']
+        lines.append('')
+    lines += ['[routing]', arm.routing.get(fold, 'policy = "heuristic"')]
+    if arm.load_reactive:
+        lines += ['', '[routing.load]', 'enabled = true', f'e2el_ms = {slo_e2e_ms:.0f}']
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,77 @@
+"""What a set of measured points says, per arm and rate: accuracy, SLO attainment, correct-within-SLO goodput per GPU,
+requests shed, Cascadia's smallest SLO scale, with intervals by bootstrap over questions and over arrival seeds.
+
+A request counts as good when it answered correctly with its TTFT and its end-to-end latency within their SLOs; a
+failed request (refused, shed, timed out) is never good and is counted as shed. Goodput per GPU is the offered rate
+times the good share, over the arm's GPUs.
+"""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+from typing import Any
+
+import numpy as np
+
+ATTAINMENT = 0.95  # the share of requests a rate must keep within SLO to be held (and Cascadia's SLO-scale level)
+
+
+def scale_needed(row: dict[str, Any], ttft_slo_s: float, e2e_slo_s: float) -> float:
+    """The smallest multiple of both SLOs this request met (inf: it failed)."""
+    if row["error"] is not None or row["ttft_s"] is None or row["e2e_s"] is None:
+        return float("inf")
+    return max(row["ttft_s"] / ttft_slo_s, row["e2e_s"] / e2e_slo_s)
+
+
+def point_stats(rows: list[dict[str, Any]], rate: float, gpus: int, ttft_slo_s: float, e2e_slo_s: float
+                ) -> dict[str, float]:
+    n = len(rows)
+    scale = np.array([scale_needed(r, ttft_slo_s, e2e_slo_s) for r in rows])
+    within = scale <= 1.0
+    correct = np.array([r["correct"] and r["error"] is None for r in rows])
+    good = within & correct
+    return {"requests": n, "accuracy": float(correct.mean()), "slo_attainment": float(within.mean()),
+            "good_share": float(good.mean()), "goodput_per_gpu": rate * float(good.mean()) / gpus,
+            "shed": float(np.mean([r["error"] is not None for r in rows])),
+            "min_slo_scale": float(np.quantile(scale, ATTAINMENT)) if n else float("inf")}
+
+
+def bootstrap(points: list[dict[str, Any]], ttft_slo_s: float, e2e_slo_s: float, resamples: int = 1000,
+              seed: int = 0) -> dict[str, list[float]]:
+    """95 % intervals of each stat: seeds drawn with replacement, then questions with replacement (every request of
+    a drawn question, in each drawn seed's run)."""
+    rng = np.random.default_rng(seed)
+    questions = sorted({r["q"] for p in points for r in p["requests"]})
+    by_q = [defaultdict(list) for _ in points]
+    for i, p in enumerate(points):
+        for r in p["requests"]:
+            by_q[i][r["q"]].append(r)
+    rate, gpus = points[0]["rate"], points[0]["gpus"]
+    draws: dict[str, list[float]] = defaultdict(list)
+    for _ in range(resamples):
+        seeds = rng.integers(len(points), size=len(points))
+        qs = rng.integers(len(questions), size=len(questions))
+        rows = [r for s in seeds for q in qs for r in by_q[s][questions[q]]]
+        if rows:
+            for k, v in point_stats(rows, rate, gpus, ttft_slo_s, e2e_slo_s).items():
+                draws[k].append(v)
+    return {k: [round(float(np.quantile(v, 0.025)), 4), round(float(np.quantile(v, 0.975)), 4)]
+            for k, v in draws.items() if k != "requests"}
+
+
+def summarize(points: list[dict[str, Any]], ttft_slo_s: float, e2e_slo_s: float, resamples: int) -> dict[str, Any]:
+    """One arm at one rate, its seeds pooled."""
+    rows = [r for p in points for r in p["requests"]]
+    stats = point_stats(rows, points[0]["rate"], points[0]["gpus"], ttft_slo_s, e2e_slo_s)
+    tiers = Counter(r["tier"] or "none" for r in rows)
+    errors = Counter(str(r["status"] or r["error"])[:40] for r in rows if r["error"] is not None)
+    return {**{k: round(v, 4) for k, v in stats.items()}, "seeds": len(points),
+            "ci95": bootstrap(points, ttft_slo_s, e2e_slo_s, resamples) if resamples else {},
+            "tier_shares": {t: round(c / len(rows), 4) for t, c in tiers.most_common()},
+            "shed_by": dict(errors.most_common(5)), "lag_s_max": max(p["lag_s"] for p in points)}
+
+
+def held_rate(by_rate: dict[float, dict[str, Any]], accuracy_target: float) -> float | None:
+    """The highest rate whose attainment is >= ATTAINMENT and accuracy >= the target (None: none is)."""
+    held = [r for r, s in by_rate.items() if s["slo_attainment"] >= ATTAINMENT and s["accuracy"] >= accuracy_target]
+    return max(held) if held else None

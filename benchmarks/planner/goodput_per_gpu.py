@@ -1,0 +1,124 @@
+"""Correct answers within the SLO per GPU, end to end (issue 62 item 3): the arms on the same emulated GPUs and the
+same questions. Prints JSON.
+
+The GPUs are emulated from H200 step times measured for each model (cascade/testing/fakes/gpu.py, profiles in
+models/gpu/profiles/h200/) and answer what the embedded ladder's real models answered (cascade/testing/twin.py); the
+gateways, router, branch runner and grader are the real ones, over real HTTP (benchmarks/planner/goodput/run.py).
+Questions: the 384 of models/outcomes/gsm8k-train-embedded-v8.jsonl in two folds, each served by a router trained
+on the other (benchmarks/planner/goodput/folds.py); every fold's questions are sent equally often.
+
+Arms (benchmarks/planner/goodput/arms.py), all on G GPUs:
+  a  the plain deployment: SGLang's model gateway (`smg`, round robin) over G replicas of the 1.5B answering directly
+  b  every request to the reasoning tier (the 1.5B's vote of up to 8 sampled branches) on G replicas
+  c  cascade's learned router, the GPUs split evenly over the four tiers, the quality hint = the plain deployment's
+     accuracy on the router's training fold
+Not yet here (issue 62 notes): d (the random-route null), e (`cascade optimize`'s plan), f (e, load-reactive), g.
+
+SLOs, stated from the measured step times: u = the 1.5B's prefill of 256 tokens + 512 decode steps alone (1.96 s);
+TTFT <= 2.5 u, end-to-end <= 5 u. Limits of the emulation: each engine runs at most `--max-running` sequences
+(SGLang's --max-running-requests) and streams every `--stream-interval` tokens, because this machine emulates at
+most a few hundred concurrent sequences; the step times are an unfused decoder's (SGLang's own step is faster).
+
+Points are saved under --out as they finish (a rerun skips them). Usage:
+  .venv/bin/python -m benchmarks.planner.goodput_per_gpu --arms a,b,c --rates 50,100,200 [--seeds 0,1,2]
+  [--gpus 8] [--arrival poisson|gamma] [--out benchmarks/results/goodput_per_gpu] [--json-out FILE] [--quick]
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import math
+import sys
+from pathlib import Path
+from typing import Any
+
+from benchmarks.planner.goodput import arms as arm_defs
+from benchmarks.planner.goodput.folds import build
+from benchmarks.planner.goodput.run import Setting, measure
+from benchmarks.planner.goodput.scores import held_rate, summarize
+from cascade.optimizer.profile import load_profile
+from cascade.testing.scripts import print_result
+from cascade.testing.twin import H200
+
+UNIT_PROMPT_TOKENS, UNIT_DECODE_STEPS = 256, 512
+QUESTIONS = 192  # per fold
+
+
+def slo_unit_s() -> float:
+    """u: the plain model's prefill of a 256-token prompt and 512 decode steps alone, from its measured profile."""
+    p = load_profile(H200 / "qwen2.5-coder-1.5b.json")
+    prefill = p.prefill.fixed_s + p.prefill.per_token_s * UNIT_PROMPT_TOKENS
+    decode = sum(p.decode.fixed_s + p.decode.per_sequence_s + p.decode.per_context_token_s * (UNIT_PROMPT_TOKENS + i)
+                 for i in range(UNIT_DECODE_STEPS))
+    return prefill + decode
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--arms", default="a,b,c", help="comma-separated arm letters")
+    p.add_argument("--rates", default="50,100,200", help="offered emulated requests/s, comma-separated")
+    p.add_argument("--seeds", default="0", help="arrival seeds, comma-separated")
+    p.add_argument("--gpus", type=int, default=8)
+    p.add_argument("--arrival", choices=["poisson", "gamma"], default="poisson")
+    p.add_argument("--burstiness", type=float, default=0.25, help="gamma shape (0.25: CV 2)")
+    p.add_argument("--time-scale", type=float, default=4.0, help="wall seconds per emulated second")
+    p.add_argument("--max-running", type=int, default=64, help="sequences per engine (SGLang --max-running-requests)")
+    p.add_argument("--stream-interval", type=int, default=16, help="tokens per streamed chunk (SGLang's option)")
+    p.add_argument("--requests-per-fold", type=int, default=384, help="at least this many per fold, a multiple of 192 "
+                   "(every question as often)")
+    p.add_argument("--duration-s", type=float, default=10.0, help="and at least this many emulated seconds of arrivals")
+    p.add_argument("--resamples", type=int, default=1000, help="bootstrap draws (0: no intervals)")
+    p.add_argument("--fold-seed", type=int, default=0)
+    p.add_argument("--out", type=Path, default=Path("benchmarks/results/goodput_per_gpu"))
+    p.add_argument("--json-out", help="also write the summary here")
+    p.add_argument("--quick", action="store_true",
+                   help="G = 4, arm c, one low rate, 96 requests per fold, no intervals: a plumbing check")
+    args = p.parse_args(argv)
+    if args.quick:
+        args.gpus, args.arms, args.rates, args.requests_per_fold, args.resamples = 4, "c", "10", 96, 0
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    work = args.out.resolve()
+    folds = build(work / "folds", args.fold_seed)
+    unit = slo_unit_s()
+    setting = Setting(time_scale=args.time_scale, max_running=args.max_running, stream_interval=args.stream_interval,
+                      ttft_slo_s=2.5 * unit, e2e_slo_s=5 * unit, requests_per_fold=args.requests_per_fold,
+                      arrival=args.arrival, burstiness=args.burstiness)
+    makers = {"a": lambda: arm_defs.plain(args.gpus), "b": lambda: arm_defs.all_reasoning(args.gpus),
+              "c": lambda: arm_defs.learned_even(args.gpus, folds)}
+    target = {f.name: f.accuracy[arm_defs.PLAIN_TIER] for f in folds}
+    quality = {name: f"{value:.4f}" for name, value in target.items()}
+    rates = [float(r) for r in args.rates.split(",")]
+    seeds = [int(s) for s in args.seeds.split(",")]
+    result: dict[str, Any] = {"gpus": args.gpus, "arrival": args.arrival, "setting": dataclasses.asdict(setting),
+                              "slo_unit_s": round(unit, 4), "quality_target": target, "arms": {}}
+    for letter in args.arms.split(","):
+        arm = makers[letter]()
+        by_rate: dict[float, dict[str, Any]] = {}
+        for rate in rates:
+            per_fold = max(args.requests_per_fold, rate * args.duration_s / len(folds))
+            point_setting = dataclasses.replace(setting, requests_per_fold=QUESTIONS * math.ceil(per_fold / QUESTIONS))
+            points = []
+            for seed in seeds:
+                path = work / "points" / f"g{args.gpus}-{args.arrival}" / arm.name / f"rate-{rate:g}-seed-{seed}.json"
+                if not path.exists():
+                    print(f"{arm.name} rate {rate:g} seed {seed} ...", file=sys.stderr, flush=True)
+                    point = measure(arm, folds, rate, seed, point_setting, work / "scratch" / arm.name, quality)
+                    path.parent.mkdir(parents=True, exist_ok=True)
+                    path.write_text(json.dumps(point))
+                points.append(json.loads(path.read_text()))
+            by_rate[rate] = summarize(points, setting.ttft_slo_s, setting.e2e_slo_s, args.resamples)
+        plain_accuracy = min(target.values())
+        result["arms"][arm.name] = {"replicas": arm.replicas, "by_rate": {f"{r:g}": s for r, s in by_rate.items()},
+                                    "held_rate": held_rate(by_rate, plain_accuracy - 0.01)}
+    print_result(result, args.json_out)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
