@@ -58,9 +58,9 @@ def fleet(arm: Arm, setting: Setting, work: Path) -> Iterator[dict[str, list[str
                                          records=[str(p) for p in twins[t].records]) for t in order])
     spec_file, log = work / "fleet.json", work / "fleet.log"
     spec_file.write_bytes(msgspec.json.encode(spec))
-    proc = subprocess.Popen([sys.executable, "-m", "cascade.testing.twin_fleet", str(spec_file)],
-                            stdout=subprocess.PIPE, stderr=log.open("wb"), stdin=subprocess.DEVNULL,
-                            start_new_session=True)
+    with log.open("wb") as err:  # the child keeps its own descriptor
+        proc = subprocess.Popen([sys.executable, "-m", "cascade.testing.twin_fleet", str(spec_file)],
+                                stdout=subprocess.PIPE, stderr=err, stdin=subprocess.DEVNULL, start_new_session=True)
     try:
         assert proc.stdout is not None
         line = proc.stdout.readline()
@@ -73,6 +73,8 @@ def fleet(arm: Arm, setting: Setting, work: Path) -> Iterator[dict[str, list[str
         yield by_tier
     finally:
         stop(proc, grace_s=0)  # type: ignore[arg-type]
+        if proc.stdout is not None:
+            proc.stdout.close()
 
 
 def lag_s(urls: dict[str, list[str]]) -> float:

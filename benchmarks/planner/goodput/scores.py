@@ -8,6 +8,7 @@ times the good share, over the arm's GPUs.
 
 from __future__ import annotations
 
+import math
 from collections import Counter, defaultdict
 from typing import Any
 
@@ -33,7 +34,7 @@ def point_stats(rows: list[dict[str, Any]], rate: float, gpus: int, ttft_slo_s: 
     return {"requests": n, "accuracy": float(correct.mean()), "slo_attainment": float(within.mean()),
             "good_share": float(good.mean()), "goodput_per_gpu": rate * float(good.mean()) / gpus,
             "shed": float(np.mean([r["error"] is not None for r in rows])),
-            "min_slo_scale": float(np.quantile(scale, ATTAINMENT)) if n else float("inf")}
+            "min_slo_scale": float(np.sort(scale)[math.ceil(ATTAINMENT * n) - 1]) if n else float("inf")}
 
 
 def bootstrap(points: list[dict[str, Any]], ttft_slo_s: float, e2e_slo_s: float, resamples: int = 1000,
@@ -56,7 +57,7 @@ def bootstrap(points: list[dict[str, Any]], ttft_slo_s: float, e2e_slo_s: float,
             for k, v in point_stats(rows, rate, gpus, ttft_slo_s, e2e_slo_s).items():
                 draws[k].append(v)
     return {k: [round(float(np.quantile(v, 0.025)), 4), round(float(np.quantile(v, 0.975)), 4)]
-            for k, v in draws.items() if k != "requests"}
+            for k, v in draws.items() if k not in ("requests", "min_slo_scale")}
 
 
 def summarize(points: list[dict[str, Any]], ttft_slo_s: float, e2e_slo_s: float, resamples: int) -> dict[str, Any]:
@@ -65,7 +66,7 @@ def summarize(points: list[dict[str, Any]], ttft_slo_s: float, e2e_slo_s: float,
     stats = point_stats(rows, points[0]["rate"], points[0]["gpus"], ttft_slo_s, e2e_slo_s)
     tiers = Counter(r["tier"] or "none" for r in rows)
     errors = Counter(str(r["status"] or r["error"])[:40] for r in rows if r["error"] is not None)
-    return {**{k: round(v, 4) for k, v in stats.items()}, "seeds": len(points),
+    return {**{k: round(v, 4) if math.isfinite(v) else None for k, v in stats.items()}, "seeds": len(points),
             "ci95": bootstrap(points, ttft_slo_s, e2e_slo_s, resamples) if resamples else {},
             "tier_shares": {t: round(c / len(rows), 4) for t, c in tiers.most_common()},
             "shed_by": dict(errors.most_common(5)), "lag_s_max": max(p["lag_s"] for p in points)}

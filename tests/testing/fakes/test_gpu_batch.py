@@ -154,3 +154,26 @@ def test_a_prompt_longer_than_the_cache_is_refused() -> None:
             GpuBatcher(_flat(50)).submit(Sequence("r", 100, 1, 1))
 
     asyncio.run(run())
+
+
+@pytest.mark.parametrize("interval", [1, 4, 16])
+def test_a_stream_interval_wakes_the_waiter_at_the_first_token_every_interval_and_the_end(interval: int) -> None:
+    async def run() -> list[int]:
+        gpu = GpuBatcher(_flat(1000), time_scale=0.001, stream_interval=interval)
+        seq, seen, wakes = Sequence("r", 10, 37, 37), 0, []
+        gpu.submit(seq)
+        try:
+            while not seq.finished:
+                seen = await seq.progress(seen)
+                wakes.append(seen)
+            return wakes
+        finally:
+            await gpu.close()
+
+    expected = sorted({1, *range(interval, 37, interval), 37})
+    assert asyncio.run(run()) == expected
+
+
+def test_a_stream_interval_below_one_is_refused() -> None:
+    with pytest.raises(ValueError, match="stream_interval"):
+        GpuBatcher(_flat(1000), stream_interval=0)

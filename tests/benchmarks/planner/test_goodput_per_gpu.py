@@ -1,0 +1,77 @@
+"""The goodput benchmark's parts (benchmarks/planner/goodput/): its scores on hand-made rows, and one arm end to end on
+two emulated GPUs for a few seconds: a fleet process, a real `cascade serve` per fold, `cascade loadgen`, the real
+grader — every request answered as the ladder recorded it."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import msgspec
+import pytest
+
+from benchmarks.planner.goodput import arms
+from benchmarks.planner.goodput.folds import Fold, split
+from benchmarks.planner.goodput.run import Setting, measure
+from benchmarks.planner.goodput.scores import held_rate, point_stats, scale_needed, summarize
+from cascade.data.datasets import prompts_of
+from cascade.data.outcomes import read_rows
+from cascade.testing.twin import V8
+
+SLO = (1.0, 2.0)  # TTFT, end to end (s)
+
+
+def _row(q: str, ttft: float | None, e2e: float | None, correct: bool, error: str | None = None) -> dict[str, object]:
+    return {"q": q, "tier": "t", "ttft_s": ttft, "e2e_s": e2e, "correct": correct, "error": error, "status": None}
+
+
+def test_a_request_is_good_only_correct_and_within_both_slos() -> None:
+    rows = [_row("a", 0.5, 1.0, True), _row("b", 1.5, 1.0, True), _row("c", 0.5, 3.0, True),
+            _row("d", 0.5, 1.0, False), _row("e", None, None, False, "HTTP 429")]
+    stats = point_stats(rows, rate=10.0, gpus=2, ttft_slo_s=SLO[0], e2e_slo_s=SLO[1])
+    assert stats["good_share"] == pytest.approx(1 / 5)
+    assert stats["goodput_per_gpu"] == pytest.approx(10.0 * (1 / 5) / 2)
+    assert stats["slo_attainment"] == pytest.approx(2 / 5)
+    assert stats["accuracy"] == pytest.approx(3 / 5)
+    assert stats["shed"] == pytest.approx(1 / 5)
+    assert scale_needed(rows[1], *SLO) == pytest.approx(1.5)
+    assert math.isinf(scale_needed(rows[4], *SLO))
+
+
+def test_the_held_rate_is_the_highest_within_slo_and_accurate_enough() -> None:
+    by_rate = {1.0: {"slo_attainment": 1.0, "accuracy": 0.7}, 2.0: {"slo_attainment": 0.96, "accuracy": 0.7},
+               4.0: {"slo_attainment": 0.90, "accuracy": 0.7}, 8.0: {"slo_attainment": 0.99, "accuracy": 0.5}}
+    assert held_rate(by_rate, 0.6) == 2.0
+    assert held_rate(by_rate, 0.8) is None
+
+
+def test_folds_split_every_question_once_and_by_seed() -> None:
+    ids = [f"q{i}" for i in range(10)]
+    a, b = split(ids, 0)
+    assert sorted(a + b) == sorted(ids) and not set(a) & set(b) and len(a) == 5
+    assert split(ids, 0) == (a, b) and split(ids, 1) != (a, b)
+
+
+def test_one_arm_end_to_end_on_two_emulated_gpus_answers_as_recorded(tmp_path: Path) -> None:
+    recorded = {row.id: row for _, row in read_rows(V8) if row.id is not None}
+    ids = sorted(recorded)[:8]
+    prompts = prompts_of(set(ids))
+    folds = []
+    for name, served in (("A", ids[:4]), ("B", ids[4:])):
+        dataset = tmp_path / f"{name}.jsonl"
+        dataset.write_bytes(b"".join(msgspec.json.encode({"id": q, "prompt": prompts[q].prompt,
+                                                          "reference": prompts[q].reference}) + b"\n" for q in served))
+        folds.append(Fold(name=name, questions=served, trained_on=[], dataset=dataset, router=tmp_path,
+                          planning_rows=tmp_path, accuracy={}))
+    setting = Setting(time_scale=1.0, max_running=16, stream_interval=8, ttft_slo_s=30.0, e2e_slo_s=60.0,
+                      requests_per_fold=4, arrival="poisson")
+    arm = arms.all_reasoning(2)
+    point = measure(arm, folds, rate=2.0, seed=0, setting=setting, work=tmp_path / "run", quality={})
+    rows = point["requests"]
+    assert len(rows) == 8 and {r["q"] for r in rows} == set(ids)
+    assert all(r["error"] is None and r["tier"] == arms.REASON_TIER for r in rows)
+    expected = {q: bool(recorded[q].tiers[arms.REASON_TIER].correct) for q in ids}
+    assert {r["q"]: r["correct"] for r in rows} == expected
+    summary = summarize([point], setting.ttft_slo_s, setting.e2e_slo_s, resamples=20)
+    assert summary["accuracy"] == pytest.approx(sum(expected.values()) / 8)
+    assert summary["slo_attainment"] == 1.0 and summary["shed"] == 0.0
