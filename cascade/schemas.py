@@ -269,7 +269,7 @@ class RouteDecision(msgspec.Struct, kw_only=True):
     tier: int
     tier_name: str
     quality: str
-    # "learned", "heuristic", or "bypass" (the request named a tier). "heuristic" with `out_of_domain`: the
+    # "learned", "heuristic", "random", or "bypass" (the request named a tier). "heuristic" with `out_of_domain`: the
     # learned router found the prompt unlike its training prompts (its p_fail is still given).
     router: str
     out_of_domain: bool = False

@@ -12,6 +12,7 @@ from cascade.config import (
     BrokenRule,
     CascadeConfig,
     OpenAIBackendConfig,
+    RandomSplitConfig,
     Timeouts,
     WorkerBackendConfig,
     check_branches,
@@ -20,6 +21,7 @@ from cascade.config import (
 )
 from cascade.engines.embedded import embedded_config
 from cascade.errors import ConfigError
+from cascade.testing.servers import ladder_toml
 
 MINIMAL = """
 [[tiers]]
@@ -155,6 +157,19 @@ def test_example_sglang_config_loads() -> None:
         (MINIMAL + "\n[gateway.health]\nunhealthy_after = 0\n", "gateway.health.unhealthy_after"),
         (MINIMAL + "\n[gateway.health]\nhealthy_after = 101\n", "gateway.health.healthy_after"),
         (MINIMAL + "\n[gateway.health]\nperiod_s = 1\n", "unknown key `period_s` in `gateway.health`"),
+        (MINIMAL + '\n[routing]\npolicy = "coin"\n', "in `routing.policy`"),
+        (MINIMAL + "\n[routing.random]\naccuracies = [0.5, 0.6]\n",
+         "`routing.random.accuracies` needs one value per tier (1: small), got 2"),
+        (MINIMAL + "\n[routing.random]\naccuracies = [1.5]\n", "in `routing.random.accuracies"),
+        (MINIMAL + "\n[routing.random]\naccuracies = [nan]\n", "in `routing.random.accuracies"),
+        (MINIMAL + "\n[routing.random]\naccuracies = [0.5]\ncosts = [1.0, 2.0]\n",
+         "`routing.random.costs` needs one value per tier"),
+        (MINIMAL + "\n[routing.random]\naccuracies = [0.5]\ncosts = [-1.0]\n", "in `routing.random.costs"),
+        (MINIMAL + "\n[routing.random]\ncosts = [1.0]\n", "`routing.random.costs` needs `routing.random.accuracies`"),
+        (MINIMAL + "\n[routing.random]\nseed = -1\n", "in `routing.random.seed`"),
+        (MINIMAL + "\n[routing.random]\nseeds = 1\n", "unknown key `seeds` in `routing.random`"),
+        (MINIMAL + '\n[routing]\npolicy = "random"\nmode = "cascade"\n',
+         "`routing.policy` \"random\" is a null for route mode, and `routing.mode` is \"cascade\""),
     ],
 )
 def test_bad_config_fails_naming_the_key(toml: str, expected: str) -> None:
@@ -162,6 +177,21 @@ def test_bad_config_fails_naming_the_key(toml: str, expected: str) -> None:
         decode_config(toml, source="test.toml")
     assert expected in info.value.message
     assert info.value.message.startswith("test.toml: ")
+
+
+def test_the_random_split_is_configured_under_routing_random() -> None:
+    assert decode_config(MINIMAL).routing.random == RandomSplitConfig(seed=0, accuracies=[], costs=[])
+    config = decode_config(ladder_toml("http://127.0.0.1:9", '[routing]\npolicy = "random"\n[routing.random]\n'
+                                       "seed = 7\naccuracies = [0.3, 0.5, 0.9]\ncosts = [1, 2.5, 9]\n"))
+    assert config.routing.policy == "random"
+    assert config.routing.random == RandomSplitConfig(seed=7, accuracies=[0.3, 0.5, 0.9], costs=[1.0, 2.5, 9.0])
+
+
+def test_the_random_policy_needs_no_router_and_reads_none_set() -> None:
+    # A `router` left in from the learned config is not read (nor checked), as with the heuristic: one config
+    # switches between a learned router and its null by `policy` alone.
+    config = decode_config(MINIMAL + '\n[routing]\npolicy = "random"\nrouter = "/no/such/router"\n')
+    assert config.routing.policy == "random"
 
 
 def test_missing_config_file_is_a_config_error(tmp_path) -> None:

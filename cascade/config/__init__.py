@@ -53,7 +53,9 @@ from cascade.config.routing import (
     AnswerConfidenceConfig,
     EngineLoadConfig,
     LoadReactiveConfig,
+    RandomSplitConfig,
     RoutingConfig,
+    check_policy_mode,
     check_routing,
 )
 from cascade.config.tiers import PRM_TIMEOUTS, PRMScorerConfig, TierConfig
@@ -65,8 +67,9 @@ __all__ = [
     "HealthConfig", "Limits",
     "LoadReactiveConfig", "Name",
     "NonNegativeFloat", "NonNegativeInt", "OpenAIBackendConfig", "PRMScorerConfig", "Port", "PositiveFloat",
-    "PositiveInt", "RedisConfig", "ReplicaChoice", "ReplicasConfig", "RoutingConfig",
+    "PositiveInt", "RandomSplitConfig", "RedisConfig", "ReplicaChoice", "ReplicasConfig", "RoutingConfig",
     "SGLangBackendConfig", "Strict", "TierConfig", "Timeouts", "TracingConfig",
     "UnitFloat", "WorkerBackendConfig", "WorkerConfig",
-    "check_branches", "check_routing", "decode_config", "load_config", "reads_confidence", "resolve_paths",
+    "check_branches", "check_policy_mode", "check_routing", "decode_config", "load_config", "reads_confidence",
+    "resolve_paths",
 ]

@@ -1,6 +1,6 @@
-"""The `[routing]` table of `cascade.toml`: policy and router, route or cascade mode, operating points, and the
-load-reactive (`[routing.load]`), engine-load (`[routing.engine_load]`) and answer-confidence
-(`[routing.confidence]`) switches."""
+"""The `[routing]` table of `cascade.toml`: policy and router, route or cascade mode, operating points, the random
+split (`[routing.random]`), and the load-reactive (`[routing.load]`), engine-load (`[routing.engine_load]`) and
+answer-confidence (`[routing.confidence]`) switches."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from typing import Annotated, Literal
 
 import msgspec
 
-from cascade.config.base import NonNegativeFloat, NonNegativeInt, PositiveFloat, PositiveInt, Strict
+from cascade.config.base import NonNegativeFloat, NonNegativeInt, PositiveFloat, PositiveInt, Strict, UnitFloat
 from cascade.errors import ConfigError
 
 
@@ -74,10 +74,26 @@ class AnswerConfidenceConfig(Strict, frozen=True):
     calibration: dict[str, tuple[float, float]] = msgspec.field(default_factory=dict)
 
 
+class RandomSplitConfig(Strict, frozen=True):
+    """The random-route null (`[routing] policy = "random"`, cascade/router/random_split.py): each prompt's score is
+    uniform in [0, 1) from a keyed hash of its text, so a learned router can be compared with a random split at the
+    same accuracy. Read only under that policy."""
+
+    # The hash's key: one seed, one fixed split of every prompt; another seed, an independent one.
+    seed: Annotated[int, msgspec.Meta(ge=0, le=2**63 - 1)] = 0  # TOML integers are signed 64-bit
+    # Each tier's accuracy alone, cheapest first (empty: numeric quality hints are refused, named ones still route);
+    # a numeric hint then gets the cheapest mixture of tiers whose expected accuracy reaches it.
+    accuracies: list[UnitFloat] = msgspec.field(default_factory=list)
+    # Each tier's cost per prompt, on any one scale (empty: the tier index, 0, 1, 2, ...); needs `accuracies`.
+    costs: list[NonNegativeFloat] = msgspec.field(default_factory=list)
+
+
 class RoutingConfig(Strict, frozen=True):
     # "learned": the difficulty classifier saved at `router` (from `cascade router train`);
-    # "heuristic": cascade/router/heuristic.py, no model needed.
-    policy: Literal["heuristic", "learned"] = "heuristic"
+    # "heuristic": cascade/router/heuristic.py, no model needed;
+    # "random": the random-route null of `[routing.random]`, no model needed (a `router` set is not read, as with
+    # "heuristic", so one config switches between a learned router and its null by `policy` alone).
+    policy: Literal["heuristic", "learned", "random"] = "heuristic"
     # Router directory; a relative path is relative to the config file's folder.
     router: str = ""
     # "route": one tier per request, picked by `operating_points`; "cascade": start on the cheapest tier
@@ -95,6 +111,7 @@ class RoutingConfig(Strict, frozen=True):
     load: LoadReactiveConfig = LoadReactiveConfig()
     engine_load: EngineLoadConfig = EngineLoadConfig()
     confidence: AnswerConfidenceConfig = AnswerConfidenceConfig()
+    random: RandomSplitConfig = RandomSplitConfig()
 
 
 def check_routing(routing: RoutingConfig, tiers: list[str], any_branch_slots: bool, any_sglang: bool = False
@@ -103,6 +120,7 @@ def check_routing(routing: RoutingConfig, tiers: list[str], any_branch_slots: bo
     some tier has an SGLang backend, whose engine load can be read)."""
     if routing.policy == "learned" and not routing.router:
         raise ConfigError("`routing.router` must name a router directory when `routing.policy` is \"learned\"")
+    _check_random(routing, tiers)
     n_thresholds = len(tiers) - 1
     for hint, thresholds in routing.operating_points.items():
         key = f"routing.operating_points.{hint}"
@@ -125,6 +143,25 @@ def check_routing(routing: RoutingConfig, tiers: list[str], any_branch_slots: bo
         if not slope > 0:
             raise ConfigError(f"`routing.confidence.calibration.{name}` slope must be > 0 (a higher confidence "
                               f"cannot mean a lower chance of being right), got {slope}")
+
+
+def _check_random(routing: RoutingConfig, names: list[str]) -> None:
+    split = routing.random
+    for key, values in (("accuracies", split.accuracies), ("costs", split.costs)):
+        if values and len(values) != len(names):
+            raise ConfigError(f"`routing.random.{key}` needs one value per tier ({len(names)}: {', '.join(names)}), "
+                              f"got {len(values)}")
+    if split.costs and not split.accuracies:
+        raise ConfigError("`routing.random.costs` needs `routing.random.accuracies`: costs price the split that "
+                          "reaches a numeric quality hint, which only the tiers' accuracies give")
+    check_policy_mode(routing)
+
+
+def check_policy_mode(routing: RoutingConfig, whose: str = "`routing.mode`") -> None:
+    """The random split is a null for route mode; `whose` names where the mode came from (a plan's wins)."""
+    if routing.policy == "random" and routing.mode == "cascade":
+        raise ConfigError(f"`routing.policy` \"random\" is a null for route mode, and {whose} is \"cascade\": cascade "
+                          "mode picks tiers by the answers' confidence, never by the route score")
 
 
 def _check_load(load: LoadReactiveConfig, names: list[str], capacity_known: bool) -> None:

@@ -5,10 +5,11 @@
 
 Every check and the decision are `cascade serve`'s own, from the same assembly (cascade/service/assemble.py):
 `ChatService.intake` (the API key, the body limit, decoding), `ChatService.route` (validation, the quality hint: body,
-`X-Cascade-Quality`, `cascade:<hint>`, default; the router, heuristic or learned, with `[routing]`'s and the plan's
-operating points; the key's permits: the hint it asks with, the tier it names, and the tiers that may serve it, which
-the pick is kept to; the checks of the tiers it picks), then `ChatService.charge` (the key's rate limits and budget;
-last, and only for a request sent to an engine: one the gateway serves is counted and billed by the gateway alone).
+`X-Cascade-Quality`, `cascade:<hint>`, default; the router, heuristic, learned or random, with `[routing]`'s and the
+plan's operating points; the key's permits: the hint it asks with, the tier it names, and the tiers that may serve it,
+which the pick is kept to; the checks of the tiers it picks), then `ChatService.charge` (the key's rate limits and
+budget; last, and only for a request sent to an engine: one the gateway serves is counted and billed by the gateway
+alone).
 A failure is `Refused` with the gateway's status, OpenAI error body and headers. The chat path is recognised in the
 gateway's normal form (cascade/service/paths.py: `/v1/chat/%63ompletions` is it, `/v1/chat%2Fcompletions` is not), and a
 request routed from another spelling has its `:path` set to the plain one, which Envoy's routes match.

@@ -4,10 +4,12 @@ Thresholds are ascending, one fewer than tiers: a request of score s goes to tie
 ``#{t in thresholds : s >= t}``, so a low score stays on the cheapest tier. An operating point
 is named by a quality hint: `fast`, `balanced`, `best`, or a numeric accuracy target in (0, 1].
 
-Two signals sit behind the `RoutingSignal` seam: the documented heuristic (score = its difficulty)
-and the learned router (`cascade.router.learned`: score = route score, see `cascade.router.operating`).
+Three signals sit behind the `RoutingSignal` seam: the documented heuristic (score = its difficulty),
+the learned router (`cascade.router.learned`: score = route score, see `cascade.router.operating`), and the
+random-route null (`cascade.router.random_split`: score = a keyed hash of the prompt, uniform in [0, 1)).
 Thresholds come, first match wins, from: the plan file or config (`operating_points`), the signal's
-own calibration (learned router), then `default_operating_points` / `thresholds_for_target`.
+own calibration (learned router; the random split's from the tiers' accuracies), then
+`default_operating_points` / `thresholds_for_target`.
 
 A prompt the learned router flags as out of its training domain is routed by the heuristic with the default
 thresholds instead (its calibrated thresholds are in another signal's units); the `Route` says so.
@@ -101,7 +103,8 @@ class RoutingSignal(Protocol):
         ...
 
     def thresholds_for_target(self, target: float) -> list[float] | None:
-        """Calibrated thresholds for a numeric accuracy target (None: use the default rule)."""
+        """Calibrated thresholds for a numeric accuracy target (None: use the default rule; InvalidRequest: the
+        signal can meet no target, and the default rule would pretend it does)."""
         ...
 
 

@@ -32,8 +32,8 @@ from typing import Protocol
 import msgspec
 
 from cascade import tracing
-from cascade.config import AnswerConfidenceConfig, CascadeConfig, Limits, RoutingConfig
-from cascade.errors import Forbidden, UnknownModel
+from cascade.config import AnswerConfidenceConfig, CascadeConfig, Limits, RoutingConfig, check_policy_mode
+from cascade.errors import ConfigError, Forbidden, InvalidRequest, UnknownModel
 from cascade.plan import Plan
 from cascade.router.escalation import within
 from cascade.router.load import TierShape
@@ -91,6 +91,7 @@ class ServiceConfig(msgspec.Struct, frozen=True, kw_only=True):
             else:
                 routing = msgspec.structs.replace(routing, mode=plan.routing,
                                                   operating_points={**routing.operating_points, **thresholds})
+            check_policy_mode(routing, "the plan's mode")
         return cls(routing=routing, limits=gateway.limits, default_quality=gateway.default_quality,
                    keepalive_s=gateway.keepalive_s, tier_fallback=gateway.failover.tier_fallback,
                    prices=tier_prices(config, plan))
@@ -126,6 +127,11 @@ class ChatService:
         self.budgets.publish(self.keyring.tenants)
         shapes = [TierShape(t.name, t.config.branches.slots, t.config.branches.n) for t in self.tiers]
         self.router = Router(shapes, config.routing, signal, self.admission, fallback=config.tier_fallback)
+        if default.target is not None:  # a target the routing signal cannot meet fails at start, not per request
+            try:
+                self.router.policy.thresholds(default)
+            except InvalidRequest as exc:
+                raise ConfigError(f"`gateway.default_quality` {config.default_quality!r}: {exc}") from None
         if self.router.headroom is not None:
             metrics.watch_headroom(self.router.headroom)
         self.telemetry = Telemetry(metrics, traffic, self.router.headroom)

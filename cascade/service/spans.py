@@ -1,7 +1,8 @@
 """What the routing decision's span ("cascade.route", cascade/tracing/) says: the decision, never the prompt.
 
     cascade.tier, cascade.tier.index   the tier asked first
-    cascade.routing.policy             the signal that decided: "learned", "heuristic" or "bypass" (a tier named)
+    cascade.routing.policy             the signal that decided: "learned", "heuristic", "random" or "bypass" (a tier
+                                       named)
     cascade.routing.mode               "route" or "cascade"
     cascade.quality                    the hint's operating point ("balanced", "best", "0.9", ... or "bypass")
     cascade.difficulty, cascade.route_score, cascade.p_fail (per tier, cheapest first), cascade.out_of_domain

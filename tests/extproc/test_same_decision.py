@@ -34,6 +34,23 @@ def test_the_learned_router_decides_as_in_the_gateway(router_dir: Path) -> None:
     assert len(tiers) > 1  # the prompts and hints reach more than one tier
 
 
+def test_the_random_split_decides_as_in_the_gateway() -> None:
+    split = '[routing]\npolicy = "random"\n[routing.random]\nseed = 4\naccuracies = [0.3, 0.55, 0.8]\n'
+    config = decode_config(ladder_toml("http://127.0.0.1:9", split))
+    picker, gateway = TierPicker(config), Gateway(config)
+    tiers = set()
+    for i in range(12):
+        for quality in ("balanced", 0.5, 0.7):
+            body = {"model": "cascade", "quality": quality, "messages": [{"role": "user", "content": f"Question {i}"}]}
+            verdict = asyncio.run(picker.pick({":path": "/v1/chat/completions", ":method": "POST"},
+                                              json.dumps(body).encode()))
+            assert isinstance(verdict, Routed)
+            expected = asyncio.run(gateway.service.route(decode_chat_request(json.dumps(body).encode())))
+            assert verdict.decision == expected and verdict.decision.router == "random"
+            tiers.add(verdict.tier)
+    assert len(tiers) == 3  # every tier is reached
+
+
 # Spellings of a path, and whether each is the chat path (cascade/service/paths.py).
 SPELLINGS = [
     ("/v1/chat/completions", True), ("/v1/chat/completions?x=1", True), ("/v1/chat/%63ompletions", True),

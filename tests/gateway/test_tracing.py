@@ -122,6 +122,17 @@ def test_a_plain_request_is_one_trace_of_a_server_a_route_and_a_genai_client_spa
     assert call.attributes["gen_ai.response.finish_reasons"] == ("stop",) and "error.type" not in call.attributes
 
 
+def test_the_route_span_names_the_random_policy_that_decided(spans) -> None:
+    extra = '[routing]\npolicy = "random"\n[routing.random]\nseed = 3\n'
+    with running_gateway(extra=extra) as (base, _, _):
+        response = post_chat(base, {"model": "cascade", "messages": user("hello")})
+    assert response.status_code == 200 and response.json()["cascade"]["router"] == "random"
+    route = one(traced(spans), "cascade.route")
+    assert route.attributes["cascade.routing.policy"] == "random"
+    assert route.attributes["cascade.route_score"] == route.attributes["cascade.difficulty"]
+    assert route.attributes["cascade.tier"] == response.headers["x-cascade-tier"]
+
+
 def test_a_route_request_is_a_server_span_and_its_decision_with_no_upstream_call(spans) -> None:
     with running_gateway() as (base, _, _):
         response = httpx.post(f"{base}/v1/route", json={"model": "cascade:best", "messages": user()}, timeout=10)

@@ -1,10 +1,11 @@
-"""One contract for every RoutingSignal (cascade/router/policy.py): the heuristic, and the learned router
-as committed in models/routers/ (one per training set).
+"""One contract for every RoutingSignal (cascade/router/policy.py): the heuristic, the random-route null (without
+and with the tiers' accuracies), and the learned router as committed in models/routers/ (one per training set).
 
 The promises: a name; `assess` is deterministic, total (empty, foreign, huge prompts) and in range
 (difficulty and score in [0, 1], p_fail one probability per tier, cheapest first); its operating points
 and target thresholds are ascending, one per tier but the last, and a higher accuracy target never
-raises a threshold; a prompt flagged out of domain is routed by the heuristic instead.
+raises a threshold (a signal that can meet no target refuses every one as the client's error); a prompt
+flagged out of domain is routed by the heuristic instead.
 """
 
 from __future__ import annotations
@@ -17,8 +18,10 @@ from pathlib import Path
 
 import pytest
 
+from cascade.errors import InvalidRequest
 from cascade.router.learned import LearnedSignal
 from cascade.router.policy import NAMED_HINTS, HeuristicSignal, QualityHint, RoutingPolicy, RoutingSignal
+from cascade.router.random_split import RandomSignal
 
 ROUTERS = Path(__file__).parents[2] / "models" / "routers"
 IN_DOMAIN = ("Natalia sold clips to 48 of her friends in April, and then she sold half as many clips in May. "
@@ -48,6 +51,8 @@ def n_tiers_of(name: str) -> int:
 
 FLAVORS = {
     "heuristic": Flavor(HeuristicSignal, 3, checks_domain=False),
+    "random": Flavor(lambda: RandomSignal(seed=5), 3, checks_domain=False),
+    "random-accuracies": Flavor(lambda: RandomSignal(seed=5, accuracies=[0.3, 0.55, 0.8]), 3, checks_domain=False),
     **{f"learned-{p.name}": Flavor(learned(p.name), n_tiers_of(p.name), checks_domain=True)
        for p in sorted(ROUTERS.iterdir()) if (p / "card.json").is_file()},
 }
@@ -99,7 +104,14 @@ def test_operating_points_are_named_hints_with_one_ascending_threshold_per_tier_
 
 def test_a_higher_accuracy_target_never_raises_a_threshold(subject: Subject) -> None:
     targets = [0.01, 0.5, 0.8, 0.9, 0.95, 0.99, 1.0]
-    found = [subject.signal.thresholds_for_target(t) for t in targets]
+    try:
+        found = [subject.signal.thresholds_for_target(t) for t in targets]
+    except InvalidRequest as refused:  # no target can be met: every one is refused, naming the hint's field
+        assert refused.param == "quality"
+        for target in targets:
+            with pytest.raises(InvalidRequest):
+                subject.signal.thresholds_for_target(target)
+        return
     if all(thresholds is None for thresholds in found):
         return  # no calibration: the policy's default rule applies
     assert all(t is not None and len(t) == subject.flavor.n_tiers - 1 and t == sorted(t) for t in found)
