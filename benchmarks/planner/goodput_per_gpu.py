@@ -12,7 +12,9 @@ Arms (benchmarks/planner/goodput/arms.py), all on G GPUs:
   b  every request to the reasoning tier (the 1.5B's vote of up to 8 sampled branches) on G replicas
   c  cascade's learned router, the GPUs split evenly over the four tiers, the quality hint = the plain deployment's
      accuracy on the router's training fold
-Not yet here (issue 62 notes): d (the random-route null), e (`cascade optimize`'s plan), f (e, load-reactive), g.
+  d  the null of c: route scores drawn at random (`[routing] policy = "random"`), c's allocation and target, the
+     split calibrated on the same training fold
+Not yet here (issue 62 notes): e (`cascade optimize`'s plan), f (e, load-reactive), g (cascade in front of smg).
 
 SLOs, stated from the measured step times: u = the 1.5B's prefill of 256 tokens + 512 decode steps alone (1.96 s);
 TTFT <= 2.5 u, end-to-end <= 5 u. Limits of the emulation: each engine runs at most `--max-running` sequences
@@ -90,7 +92,8 @@ def main(argv: list[str] | None = None) -> int:
                       ttft_slo_s=2.5 * unit, e2e_slo_s=5 * unit, requests_per_fold=args.requests_per_fold,
                       arrival=args.arrival, burstiness=args.burstiness)
     makers = {"a": lambda: arm_defs.plain(args.gpus), "b": lambda: arm_defs.all_reasoning(args.gpus),
-              "c": lambda: arm_defs.learned_even(args.gpus, folds)}
+              "c": lambda: arm_defs.learned_even(args.gpus, folds),
+              "d": lambda: arm_defs.random_null(args.gpus, folds)}
     target = {f.name: f.accuracy[arm_defs.PLAIN_TIER] for f in folds}
     quality = {name: f"{value:.4f}" for name, value in target.items()}
     rates = [float(r) for r in args.rates.split(",")]
