@@ -14,7 +14,9 @@ Arms (benchmarks/planner/goodput/arms.py), all on G GPUs:
      accuracy on the router's training fold
   d  the null of c: route scores drawn at random (`[routing] policy = "random"`), c's allocation and target, the
      split calibrated on the same training fold
-Not yet here (issue 62 notes): e (`cascade optimize`'s plan), f (e, load-reactive), g (cascade in front of smg).
+  e  `cascade optimize plan` for the target and the rate on the training fold (benchmarks/planner/goodput/plans.py):
+     its allocation, its thresholds on the learned router's score; each fold on its own fleet at the full rate
+Not yet here (issue 62 notes): f (e, load-reactive), g (cascade in front of smg).
 
 SLOs, stated from the measured step times: u = the 1.5B's prefill of 256 tokens + 512 decode steps alone (1.96 s);
 TTFT <= 2.5 u, end-to-end <= 5 u. Limits of the emulation: each engine runs at most `--max-running` sequences
@@ -37,7 +39,8 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.planner.goodput import arms as arm_defs
-from benchmarks.planner.goodput.folds import build
+from benchmarks.planner.goodput.folds import Fold, build
+from benchmarks.planner.goodput.plans import planned
 from benchmarks.planner.goodput.run import Setting, measure
 from benchmarks.planner.goodput.scores import held_rate, summarize
 from cascade.optimizer.profile import load_profile
@@ -46,6 +49,7 @@ from cascade.testing.twin import H200
 
 UNIT_PROMPT_TOKENS, UNIT_DECODE_STEPS = 256, 512
 QUESTIONS = 192  # per fold
+ACCURACY_SLACK = 0.01  # a rate is held at accuracy >= the target less this (two questions of 192)
 
 
 def slo_unit_s() -> float:
@@ -55,6 +59,21 @@ def slo_unit_s() -> float:
     decode = sum(p.decode.fixed_s + p.decode.per_sequence_s + p.decode.per_context_token_s * (UNIT_PROMPT_TOKENS + i)
                  for i in range(UNIT_DECODE_STEPS))
     return prefill + decode
+
+
+def planned_point(folds: list[Fold], rate: float, seed: int, setting: Setting, work: Path, quality: dict[str, str],
+                  gpus: int) -> dict[str, Any]:
+    """Arm e at one rate: each fold planned on its training questions and served on its own fleet at the full rate
+    (the plans' allocations differ), the two runs pooled."""
+    runs = []
+    for fold in folds:
+        arm = planned(fold, gpus, rate, quality[fold.name], setting.max_running, setting.e2e_slo_s,
+                      work / "plans" / f"g{gpus}" / f"rate-{rate:g}" / f"fold-{fold.name}")
+        runs.append(measure(arm, [fold], rate, seed, setting, work / "scratch" / arm.name, quality))
+    return {"arm": "e-plan", "rate": rate, "seed": seed, "gpus": gpus,
+            "replicas": {f.name: r["replicas"] for f, r in zip(folds, runs, strict=True)},
+            "lag_s": max(r["lag_s"] for r in runs), "wall_s": sum(r["wall_s"] for r in runs),
+            "requests": [row for r in runs for row in r["requests"]]}
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -94,31 +113,36 @@ def main(argv: list[str] | None = None) -> int:
     makers = {"a": lambda: arm_defs.plain(args.gpus), "b": lambda: arm_defs.all_reasoning(args.gpus),
               "c": lambda: arm_defs.learned_even(args.gpus, folds),
               "d": lambda: arm_defs.random_null(args.gpus, folds)}
-    target = {f.name: f.accuracy[arm_defs.PLAIN_TIER] for f in folds}
+    # The target: the plain deployment's accuracy on each router's training fold, to 4 decimals, rounded down
+    target = {f.name: math.floor(f.accuracy[arm_defs.PLAIN_TIER] * 10_000) / 10_000 for f in folds}
     quality = {name: f"{value:.4f}" for name, value in target.items()}
     rates = [float(r) for r in args.rates.split(",")]
     seeds = [int(s) for s in args.seeds.split(",")]
     result: dict[str, Any] = {"gpus": args.gpus, "arrival": args.arrival, "setting": dataclasses.asdict(setting),
                               "slo_unit_s": round(unit, 4), "quality_target": target, "arms": {}}
     for letter in args.arms.split(","):
-        arm = makers[letter]()
         by_rate: dict[float, dict[str, Any]] = {}
+        name = "e-plan" if letter == "e" else makers[letter]().name
         for rate in rates:
             per_fold = max(args.requests_per_fold, rate * args.duration_s / len(folds))
             point_setting = dataclasses.replace(setting, requests_per_fold=QUESTIONS * math.ceil(per_fold / QUESTIONS))
             points = []
             for seed in seeds:
-                path = work / "points" / f"g{args.gpus}-{args.arrival}" / arm.name / f"rate-{rate:g}-seed-{seed}.json"
+                path = work / "points" / f"g{args.gpus}-{args.arrival}" / name / f"rate-{rate:g}-seed-{seed}.json"
                 if not path.exists():
-                    print(f"{arm.name} rate {rate:g} seed {seed} ...", file=sys.stderr, flush=True)
-                    point = measure(arm, folds, rate, seed, point_setting, work / "scratch" / arm.name, quality)
+                    print(f"{name} rate {rate:g} seed {seed} ...", file=sys.stderr, flush=True)
+                    if letter == "e":
+                        point = planned_point(folds, rate, seed, point_setting, work, quality, args.gpus)
+                    else:
+                        point = measure(makers[letter](), folds, rate, seed, point_setting, work / "scratch" / name,
+                                        quality)
                     path.parent.mkdir(parents=True, exist_ok=True)
                     path.write_text(json.dumps(point))
                 points.append(json.loads(path.read_text()))
             by_rate[rate] = summarize(points, setting.ttft_slo_s, setting.e2e_slo_s, args.resamples)
-        plain_accuracy = min(target.values())
-        result["arms"][arm.name] = {"replicas": arm.replicas, "by_rate": {f"{r:g}": s for r, s in by_rate.items()},
-                                    "held_rate": held_rate(by_rate, plain_accuracy - 0.01)}
+            by_rate[rate]["replicas"] = points[0]["replicas"]
+        result["arms"][name] = {"by_rate": {f"{r:g}": s for r, s in by_rate.items()},
+                                "held_rate": held_rate(by_rate, min(target.values()) - ACCURACY_SLACK)}
     print_result(result, args.json_out)
     return 0
 

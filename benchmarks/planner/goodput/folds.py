@@ -20,7 +20,6 @@ import numpy as np
 
 from cascade.data.datasets import prompts_of
 from cascade.data.outcomes import OutcomeRow, read_rows, write_row
-from cascade.testing.fakes.recorded import read_tier
 from cascade.testing.twin import V8, V8_TWIN
 
 TIERS = [t.tier for t in V8_TWIN]
@@ -36,7 +35,7 @@ class Fold:
     trained_on: list[str]  # row ids the router and the plan saw
     dataset: Path  # loadgen's JSONL of this fold's questions (id, prompt, reference), written at run time
     router: Path  # the router trained on `trained_on`
-    planning_rows: Path  # `trained_on`'s rows, difficulty = out-of-fold route score, reasoning branches inline
+    planning_rows: Path  # `trained_on`'s rows for the planner (`_planning_rows`)
     accuracy: dict[str, float]  # per tier, on `trained_on`
 
 
@@ -49,7 +48,6 @@ def split(ids: list[str], seed: int) -> tuple[list[str], list[str]]:
 def build(work: Path, seed: int = 0) -> list[Fold]:
     """The two folds under `work` (reused when already there: training takes a minute)."""
     rows = {row.id: row for _, row in read_rows(V8) if row.id is not None}
-    branched = _reasoning_records()
     a, b = split(list(rows), seed)
     prompts = prompts_of(set(rows))
     folds = []
@@ -69,7 +67,7 @@ def build(work: Path, seed: int = 0) -> list[Fold]:
             _train(train_file, router, seed)
         planning = base / "planning.jsonl"
         if not planning.exists():
-            _planning_rows(planning, [rows[q] for q in trained], branched, seed)
+            _planning_rows(planning, [rows[q] for q in trained], seed)
         accuracy = {t: float(np.mean([bool(rows[q].tiers[t].correct) for q in trained])) for t in TIERS}
         folds.append(Fold(name=name, questions=served, trained_on=trained, dataset=dataset, router=router,
                           planning_rows=planning, accuracy=accuracy))
@@ -84,29 +82,27 @@ def _train(outcomes: Path, out: Path, seed: int) -> None:
         raise RuntimeError(f"router training failed: {done.stderr[-2000:]}")
 
 
-def _reasoning_records() -> dict[str, object]:
-    reason = next(t for t in V8_TWIN if t.tier == TIERS[-1])
-    return dict(read_tier(reason.records, reason.tier))
-
-
-def _planning_rows(path: Path, rows: list[OutcomeRow], branched: dict[str, object], seed: int) -> None:
+def _planning_rows(path: Path, rows: list[OutcomeRow], seed: int) -> None:
     """`rows` for the planner: difficulty is the route score of a router that never saw the row (cross-validated
-    within these rows), the reasoning tier carries its recorded branches (rows without them are left out: the planner
-    needs branches on every row to choose a width)."""
+    within these rows). The reasoning tier is one answer as long as all the branches its adaptive vote decoded (the
+    recorded `decode_tokens`): the planner models fixed widths (N, M) and the records hold the adaptive vote's
+    branches only as far as it ran them (two where the first wave agreed), so it plans the tokens the tier decodes,
+    not their overlap in time."""
     from cascade.router.operating import route_score
     from cascade.router.outcomes import load_outcomes
     from cascade.router.train.pipeline import TrainOptions, out_of_fold_p_fail
 
-    with_branches = [r for r in rows if getattr(branched.get(r.id or ""), "branches", None)]
     plain = path.with_suffix(".rows.jsonl")
     with plain.open("wb") as sink:
-        for row in with_branches:
+        for row in rows:
             write_row(sink, row)
     outcomes = load_outcomes(plain, TIERS)
     p_fail = out_of_fold_p_fail(outcomes, TrainOptions(features=tuple(FEATURES.split(",")), seed=seed))
     score = dict(zip(outcomes.ids, route_score(p_fail).tolist(), strict=True))
     with path.open("wb") as sink:
-        for row in with_branches:
+        for row in rows:
             tiers = dict(row.tiers)
-            tiers[TIERS[-1]] = branched[row.id or ""]  # type: ignore[assignment]
+            reason = tiers[TIERS[-1]]
+            decoded = reason.decode_tokens or reason.output_tokens
+            tiers[TIERS[-1]] = msgspec.structs.replace(reason, output_tokens=decoded)
             write_row(sink, msgspec.structs.replace(row, tiers=tiers, difficulty=round(score[row.id or ""], 6)))
