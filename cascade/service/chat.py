@@ -49,6 +49,7 @@ from cascade.service.engine_load import TierEngines
 from cascade.service.intake import read_body
 from cascade.service.keys.budgets import BudgetLedger, Budgets, LocalLedger, downgraded
 from cascade.service.keys.costs import Prices, tier_prices
+from cascade.service.keys.counting import PromptCounter
 from cascade.service.keys.keyring import Keyring
 from cascade.service.keys.ratelimit import LocalRateLimiter, RateLimiter
 from cascade.service.keys.reservation import Reservation, reservation
@@ -123,6 +124,7 @@ class ChatService:
         self.admission = Admission(self.tiers, config.limits, metrics, engines, places)
         self.tenants = Tenants(limiter or LocalRateLimiter(), metrics, [t.name for t in self.tiers], places)
         self.budgets = Budgets(ledger or LocalLedger(), metrics, config.prices)
+        self.counter = PromptCounter()  # prompts counted for reservations with the tiers' own tokenizers
         self.keyring = keyring or Keyring()
         self.budgets.publish(self.keyring.tenants)
         shapes = [TierShape(t.name, t.config.branches.slots, t.config.branches.n) for t in self.tiers]
@@ -182,7 +184,7 @@ class ChatService:
         tier = self.tiers[decision.tier]
         lease = Lease(self.admission, self.tenants, caller, self.budgets)
         try:
-            await lease.reserve(self._reservation(req, caller, [tier], [1]))
+            await lease.reserve(await self._reservation(req, caller, [tier], [1]))
             lease.bill.unknown = True  # sent on: the reservation is the charge
         finally:
             await lease.aclose()
@@ -206,8 +208,8 @@ class ChatService:
         lease = Lease(self.admission, self.tenants, caller, self.budgets)
         frames = None
         try:
-            await lease.take(self._reservation(req, caller, [self.tiers[i] for i in decision.branches],
-                                               [s.n for s in decision.branches.values() if s is not None]))
+            await lease.take(await self._reservation(req, caller, [self.tiers[i] for i in decision.branches],
+                                                     [s.n for s in decision.branches.values() if s is not None]))
             if not req.stream:
                 completion = await self._complete(req, decision, max_tokens, lease)
                 return WholeReply(completion, lease.limit_headers())
@@ -242,14 +244,19 @@ class ChatService:
         if client is not None and client.gone:
             self.metrics.disconnects.labels(asked).inc()
 
-    def _reservation(self, req: ChatCompletionRequest, caller: Tenant | None, reachable: list[Tier],
-                     widths: list[int]) -> Reservation:
+    async def _reservation(self, req: ChatCompletionRequest, caller: Tenant | None, reachable: list[Tier],
+                           widths: list[int]) -> Reservation:
         """What the caller reserves before dispatch (cascade/service/keys/reservation.py) for a request that may reach
-        `reachable` tiers running `widths` branches: priced only for a caller with a budget."""
+        `reachable` tiers running `widths` branches: priced only for a caller with a budget. The prompt is counted
+        with the tiers' tokenizers (cascade/service/keys/counting.py) only for a caller with a token limit or a budget,
+        the rest reserving nothing a count would change."""
         priced = caller is not None and caller.budget is not None
+        size = len(msgspec.json.encode(req.messages))
+        limited = caller is not None and (priced or caller.tokens_per_minute > 0)
+        counted = await self.counter.count(req, reachable, size) if limited else None
         return reservation(req, widths, [t.config.default_max_tokens for t in reachable],
                            [t.config.system_prompt for t in reachable], self.budgets.prices if priced else None,
-                           [t.name for t in reachable])
+                           [t.name for t in reachable], counted, size)
 
     async def _downgraded(self, req: ChatCompletionRequest, hint_header: str | None, caller: Tenant | None
                           ) -> tuple[ChatCompletionRequest, str | None, str | None]:

@@ -43,6 +43,9 @@ class Tier(msgspec.Struct, kw_only=True):
     # Some replica decodes every request greedily whatever it asks (an embedded worker at temperature 0):
     # branches there would be one answer repeated, so a request asking for them is refused.
     greedy_only: bool = False
+    # Each replica's model directory, where every replica is an embedded worker: the tokenizer and chat template its
+    # engine counts prompts with (cascade/service/keys/counting.py); empty when some replica's engine is a URL.
+    model_dirs: tuple[Path, ...] = ()
 
     name: str = ""  # the config's: a plain attribute, read on every request's hot path (set by __post_init__)
 
@@ -138,6 +141,9 @@ def build_tiers(config: CascadeConfig, workers: dict[str, Worker], tier_names: C
         unsupported = frozenset(p for b in tier_config.backends for p in b.unsupported_params)
         greedy_only = any(isinstance(b, WorkerBackendConfig) and workers_by_name[b.worker].temperature == 0
                           for b in tier_config.backends)
+        model_dirs = tuple(workers[b.worker].model_dir for b in tier_config.backends
+                           if isinstance(b, WorkerBackendConfig))
         tiers.append(Tier(index=index, config=tier_config, backend=pool, slots=slots, scorer=scorer,
-                          unsupported=unsupported, greedy_only=greedy_only))
+                          unsupported=unsupported, greedy_only=greedy_only,
+                          model_dirs=model_dirs if len(model_dirs) == len(tier_config.backends) else ()))
     return tiers

@@ -4,7 +4,9 @@ against an engine that counts prompts with the real Qwen2.5 tokenizer and report
 SGLang does (cascade/testing/fakes/counting.py).
 
 The prompts are spaced digits, which tokenize at one token per byte: a reservation at bytes / 4 let ten concurrent
-requests spend about 4x a budget (a live review: 80,070 tokens spent against 20,000).
+requests spend about 4x a budget (a live review: 80,070 tokens spent against 20,000). And word problems, whose
+reservation counted with the tier's tokenizer (cascade/service/keys/counting.py) is about a third of their byte bound:
+the promise holds at the count, and the budget serves more than twice the requests.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from cascade.service.metrics import GatewayMetrics
 from cascade.service.redis.ledger import RedisLedger
 from cascade.testing.asgi import serve_asgi
 from cascade.testing.fakes.counting import CountingEngine
+from cascade.testing.scripts import word_problems
 from cascade.testing.servers import TIERS, ladder_toml
 from cascade.tiers.build import build_tiers
 from tests.gateway.test_redis_limits import redis, run, store  # noqa: F401 (the `redis` fixture)
@@ -42,14 +45,17 @@ pytestmark = [
 ]
 
 SPACED_DIGITS = " ".join(str(i % 10) for i in range(1500))  # 2,999 bytes: 2,999 tokens
+ENGLISH = " ".join(word_problems(40, seed=0))[:2_999]  # 2,999 bytes of word problems: ~990 tokens
 BUDGET = 0.075  # the middle tier's price: about 2.5 requests of ~3,050 tokens
 
 
-def _spend(ledgers: list[BudgetLedger], concurrent: int) -> tuple[list[float], int, float, list[int]]:
+def _spend(ledgers: list[BudgetLedger], concurrent: int, prompt: str = SPACED_DIGITS, counted: bool = False
+           ) -> tuple[list[float], int, float, list[int]]:
     """`concurrent` requests at once, spread over one gateway per ledger: the costs of those served, how many were
-    refused, one request's worst case, and the prompts the engine counted."""
+    refused, one request's worst case, and the prompts the engine counted. `counted`: the tiers count prompts with
+    the engine's tokenizer (as embedded workers' tiers do), else they reserve the byte bound."""
     caller = Tenant("team-a", hashlib.sha256(b"team-a").digest(), budget=Budget(BUDGET, 3600))
-    body = {"model": TIERS[1], "max_tokens": 8, "messages": [{"role": "user", "content": SPACED_DIGITS}]}
+    body = {"model": TIERS[1], "max_tokens": 8, "messages": [{"role": "user", "content": prompt}]}
     req = msgspec.convert(body, type=ChatCompletionRequest)
     engine = CountingEngine(TOKENIZER, itl_ms=20)  # answers take a while: every request is admitted before any ends
 
@@ -58,6 +64,10 @@ def _spend(ledgers: list[BudgetLedger], concurrent: int) -> tuple[list[float], i
             config = decode_config(priced(ladder_toml(url)))
             gateways = [ChatService(build_tiers(config, {}), ServiceConfig.of(config), GatewayMetrics(), ledger=ledger)
                         for ledger in ledgers]
+            for service in gateways:
+                for tier in service.tiers:
+                    tier.model_dirs = (TOKENIZER.parent,) if counted else ()
+                assert await asyncio.to_thread(service.counter.wait_loaded, service.tiers, 60)
 
             async def one(i: int) -> float | None:
                 try:
@@ -75,23 +85,39 @@ def _spend(ledgers: list[BudgetLedger], concurrent: int) -> tuple[list[float], i
                     for tier in service.tiers:
                         await tier.backend.aclose()
             tier = gateways[0].tiers[1]
-            worst = reservation(req, [1], [tier.config.default_max_tokens], [tier.config.system_prompt],
-                                gateways[0].budgets.prices, [tier.name]).cost
+            size = len(msgspec.json.encode(req.messages))
+            reserved = reservation(req, [1], [tier.config.default_max_tokens], [tier.config.system_prompt],
+                                   gateways[0].budgets.prices, [tier.name],
+                                   await gateways[0].counter.count(req, [tier], size), size)
+            assert reserved.counted == (counted and prompt == ENGLISH)
+            assert reserved.prompt_tokens >= max(engine.prompt_tokens)  # never below what the engine reported
+            worst = reserved.cost
             return [c for c in costs if c is not None], costs.count(None), worst
 
     costs, refused, worst = run(work)
     return costs, refused, worst, engine.prompt_tokens
 
 
-def _holds(spend: Callable[[], tuple[list[float], int, float, list[int]]]) -> None:
+def _holds(spend: Callable[[], tuple[list[float], int, float, list[int]]], min_prompt: int = 2_999) -> None:
     costs, refused, worst, prompts = spend()
-    assert min(prompts) >= 2_999  # one token per byte, and the template's
+    assert min(prompts) >= min_prompt  # spaced digits: one token per byte, and the template's
     assert refused > 0 and len(costs) >= 2
     assert sum(costs) <= BUDGET + worst, f"spent {sum(costs):.4f} of a budget of {BUDGET} (worst case {worst:.4f})"
 
 
 def test_ten_concurrent_requests_on_one_gateway_spend_at_most_one_worst_case_beyond_the_budget() -> None:
     _holds(lambda: _spend([LocalLedger()], 10))
+
+
+def test_reservations_counted_with_the_tiers_tokenizer_keep_the_promise_and_serve_more_of_the_budget() -> None:
+    counted = _spend([LocalLedger()], 20, ENGLISH, counted=True)
+    _holds(lambda: counted, min_prompt=600)
+    bounded = _spend([LocalLedger()], 20, ENGLISH)
+    assert len(counted[0]) >= 2 * len(bounded[0])  # served within the budget: 8 against 3
+
+
+def test_spaced_digits_counted_with_the_tiers_tokenizer_keep_the_promise() -> None:
+    _holds(lambda: _spend([LocalLedger()], 10, counted=True))  # their count is their byte bound: reserved as bytes
 
 
 def test_ten_concurrent_requests_across_two_gateways_sharing_redis_spend_at_most_one_worst_case_beyond_it(

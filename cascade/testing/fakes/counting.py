@@ -1,6 +1,8 @@
-"""An engine that counts tokens as a real one does: the prompt rendered with ChatML (Qwen2.5's template, its default
-system prompt included when the request has none) and counted with a real tokenizer (`tokenizer.json`, the Rust
-`tokenizers` library), usage sent only in the last chunk, as SGLang sends it. It answers `answer_tokens` tokens.
+"""An engine that counts tokens as a real one does: the prompt rendered with ChatML as Qwen2.5's template renders it
+without tools (its default system prompt when the request has none; a developer message not rendered; a run of tool
+results one user turn; a message's text parts joined with a space, as `transformers serve` joins them), written out
+by hand here, and counted with a real tokenizer (`tokenizer.json`, the Rust `tokenizers` library), usage sent only in
+the last chunk, as SGLang sends it. It answers `answer_tokens` tokens.
 
 For the money tests and benchmarks: a reservation that underestimates a prompt shows here (spaced digits tokenize
 at one token per byte), where the fixed-usage fake engine (engine.py) would hide it. `lie` makes it report a fixed
@@ -23,6 +25,10 @@ from cascade.engines.asgi import Receive, Scope, Send, read_body, send_json
 DEFAULT_SYSTEM = "You are Qwen, created by Alibaba Cloud. You are a helpful assistant."
 
 
+def _text(content: str | list[dict[str, Any]] | None) -> str:
+    return content if isinstance(content, str) else " ".join(part.get("text", "") for part in content or ())
+
+
 class CountingEngine:
     def __init__(self, tokenizer: Path, answer_tokens: int = 8, itl_ms: float = 0.0,
                  lie: tuple[int, int] | None = None) -> None:
@@ -37,9 +43,18 @@ class CountingEngine:
 
     def count(self, messages: list[dict[str, Any]]) -> int:
         """The prompt's tokens as the engine sees them: ChatML, the generation prompt included."""
-        if not messages or messages[0].get("role") != "system":
-            messages = [{"role": "system", "content": DEFAULT_SYSTEM}, *messages]
-        text = "".join(f"<|im_start|>{m.get('role', '')}\n{m.get('content') or ''}<|im_end|>\n" for m in messages)
+        turns = [(m.get("role", ""), _text(m.get("content"))) for m in messages]
+        if turns and turns[0][0] == "system":
+            text, turns = f"<|im_start|>system\n{turns[0][1]}<|im_end|>\n", turns[1:]
+        else:
+            text = f"<|im_start|>system\n{DEFAULT_SYSTEM}<|im_end|>\n"
+        for i, (role, content) in enumerate(turns):
+            if role == "tool":
+                first, last = i == 0 or turns[i - 1][0] != "tool", i == len(turns) - 1 or turns[i + 1][0] != "tool"
+                text += ("<|im_start|>user" if first else "") + f"\n<tool_response>\n{content}\n</tool_response>"
+                text += "<|im_end|>\n" if last else ""
+            elif role != "developer":
+                text += f"<|im_start|>{role}\n{content}<|im_end|>\n"
         return len(self.tokenizer.encode(text + "<|im_start|>assistant\n", add_special_tokens=False).ids)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
