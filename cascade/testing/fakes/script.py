@@ -6,7 +6,9 @@ The script can be overridden per request by a directive in the last user message
 inject faults through the gateway without any side channel. ``[fake@MODEL ...]`` applies only to
 requests for that model (one engine can play every tier of a ladder), and ``[fake@seed=N ...]`` only
 to requests with that seed (one engine can play distinct branches). In ``answer=``, ``_`` is a space
-and ``|`` a paragraph break (a reasoning step).
+and ``|`` a paragraph break (a reasoning step). ``usage=`` takes a JSON object without spaces, e.g.
+``[fake usage={"prompt_tokens":-5,"completion_tokens":16}]``: the usage reported instead of the counts (engine.py), an
+engine whose count must not reach a bill (negative, fractional, 10^12).
 
 `fault` makes the engine misbehave on the wire the way real upstreams do (one line each; a stream is
 a request with ``"stream": true``):
@@ -51,6 +53,8 @@ class FakeScript(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     # Each token's log-probability, sent when the request asks for `logprobs` (a real engine's are per token;
     # one value per script is enough to make an answer, or one branch with `[fake@seed=N logprob=-3]`, unsure).
     logprob: float = -0.05
+    # The `usage` object to report instead of the counts (None: the counts), sent as given: a lying or broken engine.
+    usage: dict[str, Any] | None = None
 
     def __post_init__(self) -> None:
         if self.fault not in FAULTS:
@@ -80,7 +84,19 @@ def script_for(base: FakeScript, body: dict[str, Any]) -> FakeScript:
                 overrides[key] = value.replace("_", " ").replace("|", "\n\n")
             elif key == "fault":
                 overrides[key] = value
+            elif key == "usage":
+                overrides[key] = _usage(value)
     return msgspec.structs.replace(base, **overrides)  # ValueError: a bad value (e.g. an unknown fault)
+
+
+def _usage(value: str) -> dict[str, Any]:
+    try:
+        usage = msgspec.json.decode(value)
+    except msgspec.DecodeError:
+        usage = None
+    if not isinstance(usage, dict):
+        raise ValueError(f"usage must be a JSON object without spaces, got {value!r}")
+    return usage
 
 
 def token_pieces(script: FakeScript, max_tokens: int) -> list[str]:

@@ -201,6 +201,17 @@ def test_directive_fault_applies_to_its_request_only(url: str) -> None:
     assert post(url, chat()).json()["choices"][0]["finish_reason"] == "stop"
 
 
+@pytest.mark.parametrize("stream", [True, False], ids=["stream", "completion"])
+def test_a_usage_directive_makes_the_engine_report_that_usage_instead_of_its_counts(url: str, stream: bool) -> None:
+    lie = {"prompt_tokens": -5, "completion_tokens": 10**12}
+    body = chat(stream=stream, text='hi [fake usage={"prompt_tokens":-5,"completion_tokens":1000000000000}]')
+    if stream:
+        body["stream_options"] = {"include_usage": True}
+    response = post(url, body)
+    usage = json.loads(sse_data(response.text)[-2])["usage"] if stream else response.json()["usage"]
+    assert response.status_code == 200 and usage == lie
+
+
 def test_directive_with_an_unknown_fault_is_a_400(url: str) -> None:
     response = post(url, chat("explode"))
     assert response.status_code == 400 and "explode" in response.json()["error"]["message"]

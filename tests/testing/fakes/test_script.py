@@ -53,3 +53,15 @@ def test_numbered_tokens_stop_at_max_tokens() -> None:
 def test_a_broken_response_sends_stall_after_tokens_else_half(stall_after: int, expected: int) -> None:
     script = FakeScript(tokens=6, stall_after=stall_after)
     assert tokens_before_break(script, token_pieces(script, 100)) == expected
+
+
+def test_a_usage_directive_is_the_usage_object_reported_as_given() -> None:
+    script = script_for(FakeScript(), chat('[fake usage={"prompt_tokens":1000000000000,"completion_tokens":2.5}]'))
+    assert script.usage == {"prompt_tokens": 10**12, "completion_tokens": 2.5}
+    assert script_for(FakeScript(), chat("hi")).usage is None
+
+
+@pytest.mark.parametrize("usage", ["5", "{oops", '"text"'])
+def test_a_usage_directive_that_is_not_a_json_object_is_refused(usage: str) -> None:
+    with pytest.raises(ValueError, match="usage must be a JSON object"):
+        script_for(FakeScript(), chat(f"[fake usage={usage}]"))
