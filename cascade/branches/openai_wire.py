@@ -38,8 +38,10 @@ class _PromptDetails(msgspec.Struct):
 
 
 class _Usage(msgspec.Struct):
-    prompt_tokens: int = 0
-    completion_tokens: int = 0
+    # Read as numbers, so that a fractional count is an engine fault (`parse_chunk`), billed at the reservation, not an
+    # unreadable chunk
+    prompt_tokens: int | float = 0
+    completion_tokens: int | float = 0
     prompt_tokens_details: _PromptDetails | None = None
 
 
@@ -149,8 +151,12 @@ def parse_chunk(data: bytes, backend: str) -> StreamDelta | None:
         if choice.logprobs is not None and choice.logprobs.content:
             delta.logprobs = choice.logprobs.content
     if chunk.usage is not None:
-        delta.prompt_tokens = chunk.usage.prompt_tokens
-        delta.completion_tokens = chunk.usage.completion_tokens
+        prompt, completion = chunk.usage.prompt_tokens, chunk.usage.completion_tokens
+        for name, value in (("prompt_tokens", prompt), ("completion_tokens", completion)):
+            if not isinstance(value, int):
+                raise UsageFault(f"backend `{backend}` reported usage {name} = {value}, not a whole number of tokens: "
+                                 "a broken or lying engine", backend)
+        delta.prompt_tokens, delta.completion_tokens = int(prompt), int(completion)
         details = chunk.usage.prompt_tokens_details
         if details is not None and details.cached_tokens is not None:
             delta.cached_tokens = max(0, details.cached_tokens)

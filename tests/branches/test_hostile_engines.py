@@ -116,7 +116,8 @@ def stream_with_usage(prompt: object, completion: object) -> bytes:
     (10**12, 1, "prompt_tokens = 1000000000000"),
     (3, -1, "completion_tokens = -1"),
     (3, 9, "completion_tokens = 9"),  # max_tokens is 8
-    (3, 1.5, "unreadable stream chunk"),
+    (3, 1.5, "completion_tokens = 1.5, not a whole number"),
+    (12.5, 1, "prompt_tokens = 12.5, not a whole number"),
     ('"3"', 1, "unreadable stream chunk"),
     (10**30, 1, "prompt_tokens = 1" + "0" * 30),
 ])
