@@ -24,7 +24,7 @@ from cascade.schemas import ChatMessage, FunctionCall, ToolCall
 from tests.hostile_messages import MESSAGES
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
-transformers = pytest.importorskip("transformers")
+transformers = pytest.importorskip("transformers", reason="the `embedded` extra is not installed (`make install-test` installs it)")
 PREPARED = [model_dir(card) for card in all_cards() if is_prepared(card)]
 MODELS = list({hashlib.sha256((d / "tokenizer.json").read_bytes()).digest(): d for d in reversed(PREPARED)}.values())
 pytestmark = [pytest.mark.timeout(600),

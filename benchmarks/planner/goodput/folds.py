@@ -20,6 +20,7 @@ import numpy as np
 
 from cascade.data.datasets import prompts_of
 from cascade.data.outcomes import OutcomeRow, read_rows, write_row
+from cascade.data.records import Prompt
 from cascade.testing.twin import V8, V8_TWIN
 
 TIERS = [t.tier for t in V8_TWIN]
@@ -54,10 +55,7 @@ def build(work: Path, seed: int = 0) -> list[Fold]:
     for name, served, trained in (("A", a, b), ("B", b, a)):
         base = work / f"fold-{name}"
         base.mkdir(parents=True, exist_ok=True)
-        dataset = base / "questions.jsonl"
-        dataset.write_bytes(b"".join(msgspec.json.encode({"id": q, "prompt": prompts[q].prompt,
-                                                          "reference": prompts[q].reference}) + b"\n"
-                                     for q in served))
+        dataset = write_questions(base / "questions.jsonl", served, prompts)
         train_file = base / "train.jsonl"
         with train_file.open("wb") as sink:
             for q in trained:
@@ -72,6 +70,14 @@ def build(work: Path, seed: int = 0) -> list[Fold]:
         folds.append(Fold(name=name, questions=served, trained_on=trained, dataset=dataset, router=router,
                           planning_rows=planning, accuracy=accuracy))
     return folds
+
+
+def write_questions(path: Path, ids: list[str], prompts: dict[str, Prompt] | None = None) -> Path:
+    """loadgen's JSONL of the questions `ids` (id, prompt, reference), their texts read in place."""
+    prompts = prompts or prompts_of(set(ids))
+    path.write_bytes(b"".join(msgspec.json.encode({"id": q, "prompt": prompts[q].prompt,
+                                                   "reference": prompts[q].reference}) + b"\n" for q in ids))
+    return path
 
 
 def _train(outcomes: Path, out: Path, seed: int) -> None:

@@ -7,14 +7,12 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-import msgspec
 import pytest
 
 from benchmarks.planner.goodput import arms
-from benchmarks.planner.goodput.folds import Fold, split
+from benchmarks.planner.goodput.folds import Fold, split, write_questions
 from benchmarks.planner.goodput.run import Setting, measure
 from benchmarks.planner.goodput.scores import held_rate, point_stats, scale_needed, summarize
-from cascade.data.datasets import prompts_of
 from cascade.data.outcomes import read_rows
 from cascade.testing.twin import V8
 
@@ -55,12 +53,9 @@ def test_folds_split_every_question_once_and_by_seed() -> None:
 def test_one_arm_end_to_end_on_two_emulated_gpus_answers_as_recorded(tmp_path: Path) -> None:
     recorded = {row.id: row for _, row in read_rows(V8) if row.id is not None}
     ids = sorted(recorded)[:8]
-    prompts = prompts_of(set(ids))
     folds = []
     for name, served in (("A", ids[:4]), ("B", ids[4:])):
-        dataset = tmp_path / f"{name}.jsonl"
-        dataset.write_bytes(b"".join(msgspec.json.encode({"id": q, "prompt": prompts[q].prompt,
-                                                          "reference": prompts[q].reference}) + b"\n" for q in served))
+        dataset = write_questions(tmp_path / f"{name}.jsonl", served)
         folds.append(Fold(name=name, questions=served, trained_on=[], dataset=dataset, router=tmp_path,
                           planning_rows=tmp_path, accuracy={}))
     setting = Setting(time_scale=1.0, max_running=16, stream_interval=8, ttft_slo_s=30.0, e2e_slo_s=60.0,
