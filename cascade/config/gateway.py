@@ -186,6 +186,10 @@ class GatewayConfig(Strict, frozen=True):
     # port and SGLang's model gateway (--prometheus-port) keep them off the clients' port; the main port's /metrics is
     # then a 404 and its /ready answers the status alone, same code (cascade/gateway/monitoring.py). 0: off.
     monitoring_port: Port = 0
+    # /metrics on the clients' port when monitoring_port is 0. Unset: served unless the gateway has [[gateway.keys]]
+    # (whose series name each key's requests, tokens and spend) and listens beyond loopback; then it is a 404 that
+    # says to set monitoring_port, or this to true to serve it there anyway. true/false: always/never.
+    metrics_on_client_port: bool | None = None
     # Empty: no authentication (the default binds loopback only).
     api_keys: tuple[str, ...] = ()
     # Keys as tenants, each with its own limits (ApiKey); either or both of these may be set.

@@ -23,15 +23,22 @@ _encode = msgspec.json.Encoder().encode
 _JSON = "application/json"
 
 
+METRICS_NOT_HERE = ("/metrics is not served on the clients' port of a gateway with API keys reachable from the "
+                    "network (its series name each key's requests, tokens and spend): set [gateway] monitoring_port "
+                    "to serve it on a port of its own, or [gateway] metrics_on_client_port = true")
+
+
 def create_app(
     service: ChatService,
     ready_check: Callable[[], Awaitable[dict[str, Any]]] | None = None,
     on_startup: list[Callable[[], Awaitable[None]]] | None = None,
     on_shutdown: list[Callable[[], Awaitable[None]]] | None = None,
     monitoring_port: int = 0,
+    client_metrics: bool = True,
 ) -> ChatCompletionsASGI:
     """The routes over `service`, which holds the API keys (`service.keyring`). `monitoring_port`: when set, /metrics
-    and /ready's detail are served there (cascade/gateway/monitoring.py), not here."""
+    and /ready's detail are served there (cascade/gateway/monitoring.py), not here. `client_metrics` false without
+    one: /metrics here is a 404 that says how to serve it (cascade/gateway/server.py `client_port_metrics`)."""
 
     @post("/v1/route", status_code=200)
     async def route(request: Request[Any, Any, Any]) -> Response[bytes]:
@@ -61,12 +68,16 @@ def create_app(
 
     @get("/metrics")
     async def metrics() -> Response[bytes]:
+        if not client_metrics:
+            return Response(error_response(METRICS_NOT_HERE, "invalid_request_error"), status_code=404,
+                            media_type=_JSON)
         return Response(service.metrics.render(), media_type="text/plain; version=0.0.4; charset=utf-8")
 
     monitoring = [] if monitoring_port else [metrics]  # on the monitoring port instead: a 404 here
 
     # Encoded once; Litestar's own OpenAPI is off.
-    openapi_body = openapi_json(service, auth=bool(service.keyring), monitoring_port=bool(monitoring_port))
+    openapi_body = openapi_json(service, auth=bool(service.keyring),
+                                monitoring_port=bool(monitoring_port) or not client_metrics)
 
     @get("/openapi.json")
     async def openapi() -> Response[bytes]:

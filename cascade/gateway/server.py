@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from cascade import tracing
-from cascade.config import CascadeConfig, load_config
+from cascade.config import CascadeConfig, GatewayConfig, load_config
 from cascade.engines.sglang_launch import is_loopback
 from cascade.errors import ConfigError
 from cascade.gateway.app import create_app
@@ -47,7 +47,8 @@ class Gateway:
         # Engine health, probed in the background while the gateway runs: /ready and replica picking read it.
         self.readiness = Readiness(tiers, self.workers, config.gateway.health)
         self.app = create_app(self.service, ready_check=self.ready, on_startup=[self.start], on_shutdown=[self.stop],
-                              monitoring_port=gateway.monitoring_port)
+                              monitoring_port=gateway.monitoring_port,
+                              client_metrics=client_port_metrics(gateway, host))
         # /metrics and /ready's detail on a port of their own when one is set (cascade/gateway/monitoring.py).
         self.monitoring = MonitoringListener(
             MonitoringApp(self.metrics.render, self.ready, lambda: self.app.drain.draining),
@@ -125,8 +126,6 @@ def run(
                           "`cascade keys add`, or bind 127.0.0.1")
     if warning := exposure_warning(host, (*config.gateway.api_keys, *(k.name for k in config.gateway.keys))):
         log.warning(warning)
-    if warning := metrics_warning(host, bool(config.gateway.keys), config.gateway.monitoring_port):
-        log.warning(warning)
     before, after = raise_open_files_limit()  # inherited by --processes children
     if after != before:
         log.info("open files limit raised from %d to %d", before, after)
@@ -145,7 +144,7 @@ def run(
         if config.workers or config_path is None:
             raise ConfigError("--processes > 1 needs a --config without [[workers]] (embedded workers are started "
                               "by a single gateway process)")
-        os.environ[_CONFIG_ENV], os.environ[_PLAN_ENV] = config_path, plan_path or ""
+        os.environ[_CONFIG_ENV], os.environ[_PLAN_ENV], os.environ[_HOST_ENV] = config_path, plan_path or "", host
         uvicorn.run("cascade.gateway.server:app_from_env", factory=True, workers=processes, **options)
         return
     gateway = Gateway(config, plan_path, host=host)
@@ -166,21 +165,24 @@ def exposure_warning(host: str, api_keys: tuple[str, ...]) -> str | None:
             "(or [[gateway.keys]], `cascade keys add`) to require a bearer token, or bind 127.0.0.1")
 
 
-def metrics_warning(host: str, keyed: bool, monitoring_port: int) -> str | None:
-    """One line when /metrics, with its per-key series, is served on a client port reachable from the network."""
-    if not keyed or monitoring_port or is_loopback(host):
-        return None
-    return (f"/metrics, with each API key's requests, tokens and spend, is served on the client port on {host}: set "
-            "[gateway] monitoring_port to serve it on a port of its own (Envoy's documents never route it)")
+def client_port_metrics(gateway: GatewayConfig, host: str) -> bool:
+    """Whether the clients' port serves /metrics (`[gateway] metrics_on_client_port`): never beside a monitoring
+    port; as set; unset, unless it would publish each key's requests, tokens and spend to the network."""
+    if gateway.monitoring_port:
+        return False
+    if gateway.metrics_on_client_port is not None:
+        return gateway.metrics_on_client_port
+    return not gateway.keys or is_loopback(host)
 
 
-_CONFIG_ENV, _PLAN_ENV = "CASCADE_GATEWAY_CONFIG", "CASCADE_GATEWAY_PLAN"
+_CONFIG_ENV, _PLAN_ENV, _HOST_ENV = "CASCADE_GATEWAY_CONFIG", "CASCADE_GATEWAY_PLAN", "CASCADE_GATEWAY_HOST"
 
 
 def app_from_env() -> ChatCompletionsASGI:
     """The app of one gateway process in multi-process mode (config path from the parent's environment)."""
     _configure_logging("warning")
-    return Gateway(load_config(os.environ[_CONFIG_ENV]), os.environ.get(_PLAN_ENV) or None).app
+    return Gateway(load_config(os.environ[_CONFIG_ENV]), os.environ.get(_PLAN_ENV) or None,
+                   host=os.environ.get(_HOST_ENV, "127.0.0.1")).app
 
 
 def _configure_logging(level: str) -> None:

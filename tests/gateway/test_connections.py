@@ -22,6 +22,7 @@ from cascade.gateway.connections import GatewayProtocol, connection_cap
 from cascade.testing.servers import Served, cascade_serve, fake_engine, ladder_toml
 from cascade.testing.waiting import eventually
 from tests.gateway.gateway_setup import user
+from tests.gateway.test_failover import ladder
 
 TIMEOUT_S = 1.0
 LIMITED = f"""
@@ -269,18 +270,23 @@ def test_a_bind_beyond_loopback_without_api_keys_is_warned_about(host: str, keys
         assert host in line and "api_keys" in line and "\n" not in line
 
 
-@pytest.mark.parametrize(("host", "keyed", "monitoring_port", "warns"), [
-    ("0.0.0.0", True, 0, True),
-    ("0.0.0.0", True, 9464, False),
-    ("0.0.0.0", False, 0, False),  # no keys: no per-key series
-    ("127.0.0.1", True, 0, False),
+@pytest.mark.parametrize(("host", "keyed", "monitoring_port", "opt_in", "served"), [
+    ("0.0.0.0", True, 0, None, False),  # each key's spend, to the network: not unless asked
+    ("0.0.0.0", True, 0, True, True),
+    ("0.0.0.0", True, 9464, None, False),  # on the monitoring port instead
+    ("0.0.0.0", True, 9464, True, False),
+    ("0.0.0.0", False, 0, None, True),  # no keys: no per-key series
+    ("0.0.0.0", False, 0, False, False),
+    ("127.0.0.1", True, 0, None, True),
+    ("::1", True, 0, None, True),
 ])
-def test_per_key_metrics_on_a_client_port_reachable_from_the_network_are_warned_about(
-        host: str, keyed: bool, monitoring_port: int, warns: bool) -> None:
-    line = server.metrics_warning(host, keyed, monitoring_port)
-    assert (line is not None) == warns
-    if line:
-        assert "monitoring_port" in line and "\n" not in line
+def test_per_key_metrics_reach_a_client_port_on_the_network_only_when_asked(
+        host: str, keyed: bool, monitoring_port: int, opt_in: bool | None, served: bool) -> None:
+    key = 'name = "team-a"\nsha256 = "' + "0" * 64 + '"\n'
+    toml = (f"[gateway]\nmonitoring_port = {monitoring_port}\n"
+            + ("" if opt_in is None else f"metrics_on_client_port = {str(opt_in).lower()}\n")
+            + (f"[[gateway.keys]]\n{key}" if keyed else "") + ladder({"small": ["http://127.0.0.1:9"]}))
+    assert server.client_port_metrics(decode_config(toml).gateway, host) == served
 
 
 def test_run_logs_the_exposure_warning_and_serves_with_the_gateway_protocol(

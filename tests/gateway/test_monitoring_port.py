@@ -92,6 +92,19 @@ def test_without_a_monitoring_port_the_main_port_serves_both() -> None:
     assert decode_config(ladder({"small": [url]})).gateway.monitoring_port == 0  # off by default
 
 
+def test_a_keyed_gateway_on_the_network_answers_metrics_on_the_client_port_with_a_404_that_says_what_to_set() -> None:
+    key = '[[gateway.keys]]\nname = "team-a"\nsha256 = "' + "0" * 64 + '"\n'
+    with servers(FakeEngine(FakeScript(tokens=4))) as [url]:
+        for opt_in, code in (("", 404), ("metrics_on_client_port = true\n", 200)):
+            config = decode_config(f"[gateway]\n{opt_in}{key}{ladder({'small': [url]})}")
+            with serve_asgi(Gateway(config, host="0.0.0.0").app, lifespan="on") as base:
+                metrics = httpx.get(f"{base}/metrics", timeout=1)
+                spec = httpx.get(f"{base}/openapi.json", timeout=1).json()
+            assert metrics.status_code == code and ("/metrics" in spec["paths"]) == (code == 200)
+            if code == 404:
+                assert "monitoring_port" in metrics.json()["error"]["message"]
+
+
 @pytest.mark.parametrize("port", [-1, 65536])
 def test_a_monitoring_port_outside_0_to_65535_is_a_config_error(port: int) -> None:
     with pytest.raises(ConfigError, match="monitoring_port"):
