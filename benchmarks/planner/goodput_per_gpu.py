@@ -12,8 +12,8 @@ Arms (benchmarks/planner/goodput/arms.py), all on G GPUs:
   b  every request to the reasoning tier (the 1.5B's vote of up to 8 sampled branches) on G replicas
   c  cascade's learned router, the GPUs split evenly over the four tiers, the quality hint = the plain deployment's
      accuracy on the router's training fold
-  d  the null of c: route scores drawn at random (`[routing] policy = "random"`), c's allocation and target, the
-     split calibrated on the same training fold
+  d  the null of e: route scores drawn at random (`[routing] policy = "random"`) on e's allocation at each rate,
+     the split calibrated to the same target on the same training fold
   e  `cascade optimize plan` for the target and the rate on the training fold (benchmarks/planner/goodput/plans.py):
      its allocation, its thresholds on the learned router's score; each fold on its own fleet at the full rate
 Not yet here (issue 62 notes): f (e, load-reactive), g (cascade in front of smg).
@@ -25,7 +25,7 @@ most a few hundred concurrent sequences; the step times are an unfused decoder's
 
 Points are saved under --out as they finish (a rerun skips them). Usage:
   .venv/bin/python -m benchmarks.planner.goodput_per_gpu --arms a,b,c --rates 50,100,200 [--seeds 0,1,2]
-  [--gpus 8] [--arrival poisson|gamma] [--out benchmarks/results/goodput_per_gpu] [--json-out FILE] [--quick]
+  [--gpus 8] [--arrival poisson|gamma] [--out runs/goodput_per_gpu] [--json-out FILE] [--quick]
 """
 
 from __future__ import annotations
@@ -61,16 +61,22 @@ def slo_unit_s() -> float:
     return prefill + decode
 
 
-def planned_point(folds: list[Fold], rate: float, seed: int, setting: Setting, work: Path, quality: dict[str, str],
-                  gpus: int) -> dict[str, Any]:
-    """Arm e at one rate: each fold planned on its training questions and served on its own fleet at the full rate
-    (the plans' allocations differ), the two runs pooled."""
+PLANNED = {"e": "e-plan", "d": "d-random-null-plan"}  # the arms served on each fold's plan, per rate
+
+
+def planned_point(letter: str, folds: list[Fold], rate: float, seed: int, setting: Setting, work: Path,
+                  quality: dict[str, str], gpus: int) -> dict[str, Any]:
+    """Arm e (or its null d) at one rate: each fold planned on its training questions and served on its own fleet at
+    the full rate (the plans' allocations differ), the two runs pooled. d keeps the plan's allocation and replaces
+    its routing by random route scores calibrated to the same target on the same fold."""
     runs = []
     for fold in folds:
         arm = planned(fold, gpus, rate, quality[fold.name], setting.max_running, setting.e2e_slo_s,
                       work / "plans" / f"g{gpus}" / f"rate-{rate:g}" / f"fold-{fold.name}")
+        if letter == "d":
+            arm = arm_defs.random_null(arm.replicas, [fold], PLANNED["d"])
         runs.append(measure(arm, [fold], rate, seed, setting, work / "scratch" / arm.name, quality))
-    return {"arm": "e-plan", "rate": rate, "seed": seed, "gpus": gpus,
+    return {"arm": PLANNED[letter], "rate": rate, "seed": seed, "gpus": gpus,
             "replicas": {f.name: r["replicas"] for f, r in zip(folds, runs, strict=True)},
             "lag_s": max(r["lag_s"] for r in runs), "wall_s": sum(r["wall_s"] for r in runs),
             "requests": [row for r in runs for row in r["requests"]]}
@@ -92,7 +98,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--duration-s", type=float, default=10.0, help="and at least this many emulated seconds of arrivals")
     p.add_argument("--resamples", type=int, default=1000, help="bootstrap draws (0: no intervals)")
     p.add_argument("--fold-seed", type=int, default=0)
-    p.add_argument("--out", type=Path, default=Path("benchmarks/results/goodput_per_gpu"))
+    p.add_argument("--out", type=Path, default=Path("runs/goodput_per_gpu"),
+                   help="work folder: folds, plans, points (question text: never committed)")
     p.add_argument("--json-out", help="also write the summary here")
     p.add_argument("--quick", action="store_true",
                    help="G = 4, arm c, one low rate, 96 requests per fold, no intervals: a plumbing check")
@@ -111,8 +118,7 @@ def main(argv: list[str] | None = None) -> int:
                       ttft_slo_s=2.5 * unit, e2e_slo_s=5 * unit, requests_per_fold=args.requests_per_fold,
                       arrival=args.arrival, burstiness=args.burstiness)
     makers = {"a": lambda: arm_defs.plain(args.gpus), "b": lambda: arm_defs.all_reasoning(args.gpus),
-              "c": lambda: arm_defs.learned_even(args.gpus, folds),
-              "d": lambda: arm_defs.random_null(args.gpus, folds)}
+              "c": lambda: arm_defs.learned_even(args.gpus, folds)}
     # The target: the plain deployment's accuracy on each router's training fold, to 4 decimals, rounded down
     target = {f.name: math.floor(f.accuracy[arm_defs.PLAIN_TIER] * 10_000) / 10_000 for f in folds}
     quality = {name: f"{value:.4f}" for name, value in target.items()}
@@ -122,7 +128,7 @@ def main(argv: list[str] | None = None) -> int:
                               "slo_unit_s": round(unit, 4), "quality_target": target, "arms": {}}
     for letter in args.arms.split(","):
         by_rate: dict[float, dict[str, Any]] = {}
-        name = "e-plan" if letter == "e" else makers[letter]().name
+        name = PLANNED.get(letter) or makers[letter]().name
         for rate in rates:
             per_fold = max(args.requests_per_fold, rate * args.duration_s / len(folds))
             point_setting = dataclasses.replace(setting, requests_per_fold=QUESTIONS * math.ceil(per_fold / QUESTIONS))
@@ -131,8 +137,8 @@ def main(argv: list[str] | None = None) -> int:
                 path = work / "points" / f"g{args.gpus}-{args.arrival}" / name / f"rate-{rate:g}-seed-{seed}.json"
                 if not path.exists():
                     print(f"{name} rate {rate:g} seed {seed} ...", file=sys.stderr, flush=True)
-                    if letter == "e":
-                        point = planned_point(folds, rate, seed, point_setting, work, quality, args.gpus)
+                    if letter in PLANNED:
+                        point = planned_point(letter, folds, rate, seed, point_setting, work, quality, args.gpus)
                     else:
                         point = measure(makers[letter](), folds, rate, seed, point_setting, work / "scratch" / name,
                                         quality)

@@ -55,16 +55,15 @@ def learned_even(gpus: int, folds: list[Fold]) -> Arm:
                routing={f.name: f'policy = "learned"\nrouter = "{f.router}"' for f in folds})
 
 
-def random_null(gpus: int, folds: list[Fold], seed: int = 0) -> Arm:
-    """The null of c: route scores drawn at random (`[routing] policy = "random"`), on c's allocation, the split
-    calibrated to the same target on the same training fold (each tier's accuracy there; costs the tier index, as the
-    learned router's calibration weighs them)."""
-    even = learned_even(gpus, folds)
+def random_null(replicas: dict[str, int], folds: list[Fold], name: str, seed: int = 0) -> Arm:
+    """The null: route scores drawn at random (`[routing] policy = "random"`) on `replicas`, the split calibrated to
+    the same target on the same training fold (each tier's accuracy there; costs the tier index, as the learned
+    router's calibration weighs them)."""
     routing = {}
     for f in folds:
         accuracies = ", ".join(f"{f.accuracy[t]:.6f}" for t in TIERS)
         routing[f.name] = f'policy = "random"\n\n[routing.random]\nseed = {seed}\naccuracies = [{accuracies}]'
-    return Arm("d-random-null-even", even.replicas, routing=routing)
+    return Arm(name, replicas, routing=routing)
 
 
 def gateway_toml(arm: Arm, urls: dict[str, list[str]], fold: str, *, max_running: int,
