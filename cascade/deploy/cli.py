@@ -113,7 +113,7 @@ def _print_picker_envoy(args: argparse.Namespace) -> int:
     extproc = endpoint(args.extproc_address, "--extproc-address") if args.extproc_address else Endpoint(host, args.port)
     document = picker_bootstrap(tier_engines(config), extproc, endpoint(args.listen, "--listen"), args.admin_port,
                                 gateway=gateway, max_body_bytes=config.gateway.limits.max_body_bytes,
-                                message_timeout_ms=args.message_timeout_ms)
+                                message_timeout_ms=args.message_timeout_ms, limits=config.gateway.limits)
     print(to_json(document), end="")
     return 0
 

@@ -7,10 +7,11 @@
               it for reasoning branches
 
 Both are built from the same parts. No timeout cuts a long reasoning stream: the route timeout and the stream idle
-timeout are 0 (off) and no max stream duration is set. Retries only where no upstream served the request: a
-connection refused or reset before a byte of the request went out (and, in front of gateways, a gateway's 503,
-which cascade answers only for a request it did not serve). Never on another 5xx, never once a stream has begun:
-one client request, one answer. Outlier detection ejects an upstream that refuses connections.
+timeout are 0 (off) and no max stream duration is set. A slow client is cut as the gateways cut it: its headers within
+`[gateway.limits] header_timeout_s`, its whole request within that plus `body_timeout_s` (a 408). Retries only where no
+upstream served the request: a connection refused or reset before a byte of the request went out (and, in front of
+gateways, a gateway's 503, which cascade answers only for a request it did not serve). Never on another 5xx, never once
+a stream has begun: one client request, one answer. Outlier detection ejects an upstream that refuses connections.
 
 Gateways: outlier detection counts 5xx but never ejects for them (those are the shared engines' faults), no panic
 mode (Envoy's default sends to every gateway, dead ones too, once under half are healthy), no circuit breaker below
@@ -35,6 +36,7 @@ import ipaddress
 import json
 import shlex
 
+from cascade.config import Limits as GatewayLimits
 from cascade.errors import ConfigError
 from cascade.extproc.engines import Endpoint, TierEngine
 from cascade.extproc.wire import CHAT_PATH, HINT_HEADER, TIER_HEADER, VIA_HEADER
@@ -56,6 +58,7 @@ PER_GATEWAY = 4096
 # Below the gateways' keep-alive ([gateway.limits] keepalive_timeout_s, 15 s): Envoy closes an idle
 # connection before the gateway does, so it never sends a request on a connection being closed.
 UPSTREAM_IDLE = "10s"
+DEFAULT_LIMITS = GatewayLimits()
 # The request headers the picker reads (cascade/extproc/wire.py), the only ones Envoy sends it.
 FORWARDED = (":path", ":method", "content-length", "authorization", HINT_HEADER)
 _TYPES = "type.googleapis.com/envoy.extensions"
@@ -65,8 +68,18 @@ _HTTP_OPTIONS = "envoy.extensions.upstreams.http.v3.HttpProtocolOptions"
 _EXT_PROC = "envoy.filters.http.ext_proc"
 _OVERWRITE = "OVERWRITE_IF_EXISTS_OR_ADD"
 # Envoy's own replies (no healthy gateway; a gateway gone before its response) as OpenAI error objects.
-_LOCAL_REPLY: dict[str, object] = {"body_format": {"json_format": {"error": {
+# Envoy's 408 (the request did not arrive within the limits' timeouts) as the gateway words its own.
+_TIMEOUT_REPLY: dict[str, object] = {
+    "filter": {"status_code_filter": {"comparison": {
+        "op": "EQ", "value": {"default_value": 408, "runtime_key": "cascade.local_reply.request_timeout"}}}},
+    "body_format_override": {"json_format": {"error": {
+        "message": "the request did not arrive in time", "type": "invalid_request_error", "param": None,
+        "code": "request_timeout"}}}}
+_LOCAL_REPLY: dict[str, object] = {"mappers": [_TIMEOUT_REPLY], "body_format": {"json_format": {"error": {
     "message": "%LOCAL_REPLY_BODY%", "type": "server_error", "param": None, "code": "upstream_unavailable"}}}}
+# The picker's routes answer their own errors as direct responses, which Envoy sends as local replies too: only its
+# 408 is rewritten there.
+_PICKER_LOCAL_REPLY: dict[str, object] = {"mappers": [_TIMEOUT_REPLY]}
 
 
 # --- in front of N gateways ----------------------------------------------------------------------------------------
@@ -82,10 +95,12 @@ def gateways(count: int, host: str, first_port: int) -> list[Endpoint]:
 
 
 def gateways_bootstrap(upstreams: list[Endpoint], listen: Endpoint, admin_port: int,
-                       health_interval_s: float = 2.0) -> dict[str, object]:
-    """Clients connect to `listen`; the admin interface binds loopback."""
+                       health_interval_s: float = 2.0, limits: GatewayLimits = DEFAULT_LIMITS) -> dict[str, object]:
+    """Clients connect to `listen`; the admin interface binds loopback. `limits`: the gateways' own header and body
+    timeouts, which Envoy applies first (a slow client then holds an Envoy stream, not a gateway's connection)."""
     route = _forward(GATEWAYS_CLUSTER, RETRY_ON_GATEWAYS, RETRIABLE_STATUS)
-    manager = _manager("cascade", [_NO_METRICS, {"match": {"prefix": "/"}, "route": route}], local_reply=_LOCAL_REPLY)
+    manager = _manager("cascade", [_NO_METRICS, {"match": {"prefix": "/"}, "route": route}], limits,
+                       local_reply=_LOCAL_REPLY)
     interval = f"{health_interval_s:g}s"
     limit = PER_GATEWAY * len(upstreams)
     cluster = {
@@ -155,7 +170,7 @@ def gateway_commands(upstreams: list[Endpoint], config: str, plan: str | None, e
 
 def picker_bootstrap(engines: list[TierEngine], extproc: Endpoint, listen: Endpoint, admin_port: int, *,
                      gateway: Endpoint | None = None, max_body_bytes: int = 1_048_576,
-                     message_timeout_ms: int = 1000) -> dict[str, object]:
+                     message_timeout_ms: int = 1000, limits: GatewayLimits = DEFAULT_LIMITS) -> dict[str, object]:
     """Envoy in front of the tiers' engines, asking the processor at `extproc` where each chat completion goes."""
     ext_proc = {
         "@type": f"{_TYPES}.filters.http.ext_proc.v3.ExternalProcessor",
@@ -169,8 +184,8 @@ def picker_bootstrap(engines: list[TierEngine], extproc: Endpoint, listen: Endpo
         # Only what the decision reads: each header more is parsed for nothing (~20 us each in Python).
         "forward_rules": {"allowed_headers": {"patterns": [{"exact": h} for h in FORWARDED]}},
     }
-    manager = _manager("cascade_extproc", _picker_routes(engines, gateway is not None),
-                       filters=[{"name": _EXT_PROC, "typed_config": ext_proc}])
+    manager = _manager("cascade_extproc", _picker_routes(engines, gateway is not None), limits,
+                       filters=[{"name": _EXT_PROC, "typed_config": ext_proc}], local_reply=_PICKER_LOCAL_REPLY)
     grpc = _protocol_options({"explicit_http_config": {"http2_protocol_options": {}}})
     clusters = [{**_cluster(EXTPROC_CLUSTER, [extproc]), "typed_extension_protocol_options": grpc},
                 *(_engine_cluster(e) for e in engines)]
@@ -246,15 +261,19 @@ def _listener(name: str, listen: Endpoint, manager: dict[str, object],
     return listener
 
 
-def _manager(stat_prefix: str, routes: list[dict[str, object]], filters: list[dict[str, object]] | None = None,
+def _manager(stat_prefix: str, routes: list[dict[str, object]], limits: GatewayLimits,
+             filters: list[dict[str, object]] | None = None,
              local_reply: dict[str, object] | None = None) -> dict[str, object]:
-    """The HTTP connection manager: these routes, `filters` before the router."""
+    """The HTTP connection manager: these routes, `filters` before the router. A request's headers must arrive within
+    the gateway's header timeout, and the whole request within that and its body timeout (Envoy's 408); the timer
+    stops once the request is upstream or its response has begun, so no answer, however long it streams, is cut."""
     manager: dict[str, object] = {
         "@type": _HCM,
         "stat_prefix": stat_prefix,
         "codec_type": "AUTO",
         "stream_idle_timeout": "0s",  # off: a slow first token (long thinking) is not an idle stream
-        "request_timeout": "0s",
+        "request_headers_timeout": f"{limits.header_timeout_s:g}s",
+        "request_timeout": f"{limits.header_timeout_s + limits.body_timeout_s:g}s",
         # Paths in the gateway's normal form (cascade/service/paths.py) before the filters and the routes see them, and
         # as sent upstream: RFC 3986 normalisation (dot segments; encoded unreserved characters) and runs of slashes
         # merged. Encoded slashes are kept, and reach the gateway, which refuses them (400), or the 404 route.

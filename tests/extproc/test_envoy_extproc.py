@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import http.client
 import json
+import socket
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from contextlib import ExitStack
 from dataclasses import dataclass, field
@@ -66,6 +68,10 @@ def ladder(urls: dict[str, str]) -> str:
                    for i, n in enumerate(TIER_NAMES))
 
 
+# Headers within 1 s, the whole request within 2 s, in the gateway and in Envoy's bootstrap printed from this config.
+SLOW_CLIENT_LIMITS = "[gateway.limits]\nheader_timeout_s = 1.0\nbody_timeout_s = 1.0\n\n"
+
+
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     tmp = tmp_path_factory.mktemp("extproc")
@@ -76,7 +82,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
             engine.fake.hook = engine.hook
             engines[name] = engine
         urls = {name: stack.enter_context(serve_asgi(e.fake)) for name, e in engines.items()}
-        toml = ladder(urls)
+        toml = SLOW_CLIENT_LIMITS + ladder(urls)
         config = tmp / "cascade.toml"
         config.write_text(toml)
         gateway = stack.enter_context(serve_config(tmp, toml))
@@ -171,6 +177,20 @@ def test_an_encoded_slash_in_the_chat_path_is_the_gateways_400_and_reaches_no_en
     before = stack.served()
     status, _, text = raw_post(stack, "/v1/chat%2Fcompletions", {"model": "cascade:best", "messages": user()})
     assert status == 400 and json.loads(text)["error"]["code"] == "invalid_path"
+    assert stack.served() == before
+
+
+def test_a_body_that_stops_half_way_is_envoys_408_within_the_configs_timeouts_and_reaches_no_engine(
+        stack: Stack) -> None:
+    before = stack.served()
+    with socket.create_connection(("127.0.0.1", int(stack.url.rsplit(":", 1)[1])), timeout=10) as sock:
+        start = time.monotonic()
+        sock.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n"
+                     b"content-length: 100\r\n\r\n{\"model\": ")
+        head = sock.recv(65536)
+        waited = time.monotonic() - start
+    assert head.startswith(b"HTTP/1.1 408") and b'"code":"request_timeout"' in head, head[:400]
+    assert 1.5 < waited < 6, waited
     assert stack.served() == before
 
 

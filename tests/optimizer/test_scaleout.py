@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import shlex
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -22,6 +23,7 @@ import httpx
 import kubernetes_validate
 import pytest
 
+from cascade.config import Limits
 from cascade.deploy import envoy, kube
 from cascade.engines.supervisor import free_port
 from cascade.errors import ConfigError
@@ -233,6 +235,27 @@ def test_one_stalled_engine_leaves_every_gateway_in_envoys_rotation(tmp_path: Pa
     assert [r.status_code for r in served] == [200] * 4
 
 
+def test_envoy_answers_a_slow_body_with_a_408_in_the_gateways_timeouts_and_never_cuts_a_long_stream(
+        tmp_path: Path) -> None:
+    """Headers within 1 s and the whole request within 1 + 1 s, as the gateways would ask (their own timeouts are the
+    defaults, 10 s and 30 s, so the answer is Envoy's): a body that stops half way is a 408 by then, while a stream
+    that answers for 4 s is whole."""
+    limits = Limits(header_timeout_s=1.0, body_timeout_s=1.0)
+    with gateways_behind_envoy(tmp_path, 1, lambda engine, _: ladder_toml(engine), limits) as (_, _, url, _), \
+            socket.create_connection(("127.0.0.1", int(url.rsplit(":", 1)[1])), timeout=10) as sock:
+        start = time.monotonic()
+        sock.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n"
+                     b"content-length: 100\r\n\r\n{\"model\": ")
+        head = sock.recv(65536)
+        waited = time.monotonic() - start
+        streamed: list[str] = []
+        slow_stream(url, streamed, "[fake itl_ms=250 tokens=16] count slowly")
+    assert head.startswith(b"HTTP/1.1 408") and b'"code":"request_timeout"' in head, head[:400]
+    assert 1.5 < waited < 6, waited
+    assert streamed[0].startswith("200 ") and streamed[0].rstrip().endswith("data: [DONE]"), streamed[0][-300:]
+    assert streamed[0].count("t15") == 1  # every token of the 4 s answer
+
+
 # --- three gateways: balance and failover -------------------------------------------------------------------
 
 ANSWER = "".join(f"t{i} " for i in range(16))  # the fake engine's default answer
@@ -271,7 +294,8 @@ def slow_stream(url: str, out: list[str], prompt: str = "[fake itl_ms=250 tokens
 
 
 @contextmanager
-def gateways_behind_envoy(tmp_path: Path, n: int, config_of: Callable[[str, ExitStack], str]
+def gateways_behind_envoy(tmp_path: Path, n: int, config_of: Callable[[str, ExitStack], str],
+                          limits: Limits = envoy.DEFAULT_LIMITS,
                           ) -> Iterator[tuple[list[subprocess.Popen[bytes]], list[int], str, str]]:
     """A fake engine, `n` gateways serving `config_of(engine URL, stack)` and Envoy with the generated bootstrap
     (health checks every 0.5 s), all healthy in Envoy: yields (the gateways' processes, their ports, Envoy's URL,
@@ -279,7 +303,7 @@ def gateways_behind_envoy(tmp_path: Path, n: int, config_of: Callable[[str, Exit
     ports = [free_port() for _ in range(n)]
     listen, admin_port = free_port(), free_port()
     bootstrap = envoy.gateways_bootstrap([Endpoint("127.0.0.1", p) for p in ports], Endpoint("127.0.0.1", listen),
-                                         admin_port, health_interval_s=0.5)
+                                         admin_port, health_interval_s=0.5, limits=limits)
     (tmp_path / "envoy.json").write_text(envoy.to_json(bootstrap))
     with ExitStack() as stack:
         engine = stack.enter_context(fake_engine(tmp_path))
