@@ -3,19 +3,17 @@ one process) and the plain HTTP listener that serves them (`/metrics`) and a liv
 
     metrics = ExtprocMetrics(["small", "medium", "large"], shared=gateway_metrics.registry)
     metrics.decided("small", key="team-a"); metrics.refused(429); metrics.observe(seconds)   # pre-bound children
-    listener = MetricsListener(metrics, "127.0.0.1", 9003).start()   # a daemon thread; .stop() at exit
+    listener = MetricsListener(metrics, "127.0.0.1", 9003).start()   # one daemon thread; .stop() at exit
 """
 
 from __future__ import annotations
 
+import asyncio
 import socket
 import threading
 from collections.abc import Iterator, Sequence
-from http.server import ThreadingHTTPServer
-from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
-from prometheus_client.exposition import MetricsHandler
 from prometheus_client.metrics_core import Metric
 
 from cascade.errors import ConfigError
@@ -26,9 +24,10 @@ _DECISION_BUCKETS = (5e-5, 1e-4, 2.5e-4, 5e-4, 1e-3, 2.5e-3, 5e-3, 1e-2, 2.5e-2,
 _STATUSES = (400, 401, 403, 404, 405, 413, 429, 500, 503)
 
 
-# The series of the gateway's own registry that the picker moves too (its keys' refusals, the shared limits' Redis
-# store): the rest of that registry (requests served, tokens, branches) belongs to `cascade serve` and stays at 0 here.
-SHARED_PREFIXES = ("cascade_key_rate_limited", "cascade_redis_")
+# The series of the gateway's own registry that the picker moves too (its keys' refusals; their budgets, what it
+# reserved of them and the downgrades past downgrade_at; the shared limits' Redis store): the rest of that registry
+# (requests served, tokens, costs settled, branches) belongs to `cascade serve` and stays at 0 here.
+SHARED_PREFIXES = ("cascade_key_rate_limited", "cascade_key_budget", "cascade_redis_")
 
 
 class _SharedSeries:
@@ -85,86 +84,102 @@ class ExtprocMetrics:
         return generate_latest(self.registry)
 
 
-# A scrape connection may be idle this long before it is closed, and this many are served at once: one that opens
-# connections and sends nothing holds neither a thread nor the port for long (each had a thread for good).
+# A scrape connection may be idle this long (between requests, or while sending one) before it is closed; this many
+# are open at once, the rest closed on arrival; a request's line and headers fit in this many bytes.
 IDLE_S = 5.0
-MAX_CONNECTIONS = 16
-
-
-class _Handler(MetricsHandler):
-    timeout = IDLE_S  # the socket's: a request not sent within it ends the connection
-
-    def do_GET(self) -> None:
-        path = self.path.partition("?")[0]
-        if path == "/metrics":
-            super().do_GET()
-        elif path == "/health":
-            self._plain(200, b"ok\n")
-        else:
-            self._plain(404, b"not found: /metrics and /health only\n")
-
-    def _plain(self, status: int, body: bytes) -> None:
-        self.send_response(status)
-        self.send_header("Content-Type", "text/plain; charset=utf-8")
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-
-class _Server(ThreadingHTTPServer):
-    daemon_threads = True
-    allow_reuse_port = False  # never share a port (the gRPC server's, another picker's)
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self.slots = threading.BoundedSemaphore(MAX_CONNECTIONS)
-
-    def process_request(self, request: Any, client_address: Any) -> None:
-        """A thread per connection up to MAX_CONNECTIONS; past them the connection is closed at once."""
-        if not self.slots.acquire(blocking=False):
-            self.shutdown_request(request)
-            return
-        try:
-            super().process_request(request, client_address)
-        except BaseException:
-            self.slots.release()
-            raise
-
-    def process_request_thread(self, request: Any, client_address: Any) -> None:
-        try:
-            super().process_request_thread(request, client_address)
-        finally:
-            self.slots.release()
-
-
-class _Server6(_Server):
-    address_family = socket.AF_INET6
+MAX_CONNECTIONS = 64
+MAX_HEAD_BYTES = 8192
+_TEXT, _PROMETHEUS = b"text/plain; charset=utf-8", b"text/plain; version=0.0.4; charset=utf-8"
+_REASONS = {200: b"OK", 400: b"Bad Request", 404: b"Not Found", 405: b"Method Not Allowed"}
 
 
 class MetricsListener:
     """`/metrics` (the registry, in Prometheus' text format) and `/health` (200 while the process serves) on
-    host:port, from a daemon thread: a scrape never waits on the event loop, nor the loop on a scrape."""
+    host:port. One daemon thread runs an event loop of its own that serves every connection (an idle one costs a
+    coroutine, not a thread): a scrape never waits on the picker's loop, nor the picker on a scrape."""
 
     def __init__(self, metrics: ExtprocMetrics, host: str, port: int) -> None:
         self.metrics, self.host, self.port = metrics, host, port
-        self._server: _Server | None = None
+        self.open_connections = 0
+        self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
 
     def start(self) -> MetricsListener:
-        server_class = _Server6 if ":" in self.host else _Server
+        family = socket.AF_INET6 if ":" in self.host else socket.AF_INET
         try:
-            self._server = server_class((self.host, self.port),
-                                        type("_Handler", (_Handler,), {"registry": self.metrics.registry}))
+            sock = socket.create_server((self.host, self.port), family=family, backlog=128)
         except OSError as exc:
             raise ConfigError(f"--metrics-port {self.port}: cannot listen on {self.host}: {exc.strerror}") from None
-        self.port = self._server.server_address[1]  # the one bound, for port 0 in tests
-        self._thread = threading.Thread(target=self._server.serve_forever, name="cascade-extproc-metrics",
+        self.port = sock.getsockname()[1]  # the one bound, for port 0 in tests
+        loop = self._loop = asyncio.new_event_loop()
+        serving = threading.Event()
+        self._thread = threading.Thread(target=self._run, args=(loop, sock, serving), name="cascade-extproc-metrics",
                                         daemon=True)
         self._thread.start()
+        serving.wait(10)
         return self
 
+    def _run(self, loop: asyncio.AbstractEventLoop, sock: socket.socket, serving: threading.Event) -> None:
+        """The listener's thread: its own loop (start() may be called from a running one), until stop()."""
+        asyncio.set_event_loop(loop)
+        server = loop.run_until_complete(asyncio.start_server(self._serve, sock=sock, limit=MAX_HEAD_BYTES))
+        serving.set()
+        try:
+            loop.run_forever()
+        finally:
+            server.close()
+            for task in asyncio.all_tasks(loop):
+                task.cancel()
+            loop.run_until_complete(asyncio.sleep(0))  # the cancelled connections close their sockets
+            loop.close()
+
     def stop(self) -> None:
-        if self._server is not None:
-            self._server.shutdown()
-            self._server.server_close()
-            self._server = None
+        loop, thread, self._loop, self._thread = self._loop, self._thread, None, None
+        if loop is not None and thread is not None:
+            loop.call_soon_threadsafe(loop.stop)
+            thread.join(10)
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        if self.open_connections >= MAX_CONNECTIONS:
+            writer.close()
+            return
+        self.open_connections += 1
+        try:
+            while await self._answer_one(reader, writer):
+                pass
+        except (OSError, TimeoutError, asyncio.IncompleteReadError, asyncio.LimitOverrunError):
+            pass  # gone, idle, or a head too long: the connection ends
+        finally:
+            self.open_connections -= 1
+            writer.close()
+
+    async def _answer_one(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> bool:
+        """Read one request and answer it; whether the connection stays open for another."""
+        head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), IDLE_S)
+        line, _, fields = head.partition(b"\r\n")
+        parts = line.split(b" ")
+        lowered = fields.lower()
+        headers = dict(f.partition(b":")[::2] for f in lowered.split(b"\r\n") if f)
+        if len(parts) != 3 or not parts[2].startswith(b"HTTP/1.") or b"transfer-encoding" in headers \
+                or headers.get(b"content-length", b"0").strip() != b"0":  # no request here has a body
+            await self._send(writer, b"GET", 400, b"bad request: GET /metrics or /health, without a body\n", _TEXT)
+            return False
+        method, path = parts[0], parts[1].partition(b"?")[0]
+        if method not in (b"GET", b"HEAD"):
+            await self._send(writer, method, 405, b"method not allowed: GET or HEAD\n", _TEXT, b"allow: GET, HEAD\r\n")
+        elif path == b"/metrics":
+            await self._send(writer, method, 200, generate_latest(self.metrics.registry), _PROMETHEUS)
+        elif path == b"/health":
+            await self._send(writer, method, 200, b"ok\n", _TEXT)
+        else:
+            await self._send(writer, method, 404, b"not found: /metrics and /health only\n", _TEXT)
+        return parts[2] == b"HTTP/1.1" and headers.get(b"connection", b"").strip() != b"close"
+
+    @staticmethod
+    async def _send(writer: asyncio.StreamWriter, method: bytes, status: int, body: bytes, kind: bytes,
+                    extra: bytes = b"") -> None:
+        writer.write(b"HTTP/1.1 %d %s\r\ncontent-type: %s\r\ncontent-length: %d\r\n%s\r\n"
+                     % (status, _REASONS[status], kind, len(body), extra))
+        if method != b"HEAD":
+            writer.write(body)
+        await asyncio.wait_for(writer.drain(), IDLE_S)

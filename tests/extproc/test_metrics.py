@@ -27,7 +27,7 @@ from cascade.extproc.picker import TierPicker
 from cascade.extproc.processor import SERVICE, process
 from cascade.testing.processes import CASCADE
 from cascade.testing.processes import process as subprocess_of
-from cascade.testing.waiting import wait_http
+from cascade.testing.waiting import eventually, wait_http
 from tests.extproc.extproc_setup import TOML, chat
 from tests.extproc.test_processor import body, headers
 
@@ -139,25 +139,57 @@ def test_the_listener_serves_metrics_and_health_and_nothing_else() -> None:
         listener.stop()
 
 
-def test_idle_connections_hold_no_thread_for_long_and_a_scrape_still_gets_through(monkeypatch) -> None:
-    """Connections that open and send nothing each held a thread for good; now at most MAX_CONNECTIONS are served at
-    once (the rest are closed at once) and each idle one is closed after IDLE_S."""
-    monkeypatch.setattr(extproc_metrics._Handler, "timeout", 0.5)
+def test_idle_connections_hold_no_thread_and_are_closed_and_a_scrape_still_gets_through(monkeypatch) -> None:
+    """Connections that open and send nothing each held a thread; now one thread serves them all, at most
+    MAX_CONNECTIONS at once (the rest closed on arrival), each idle one closed after IDLE_S."""
+    monkeypatch.setattr(extproc_metrics, "IDLE_S", 0.5)
+    monkeypatch.setattr(extproc_metrics, "MAX_CONNECTIONS", 8)
+    threads_before = threading.active_count()
     listener = MetricsListener(ExtprocMetrics(["small"]), "127.0.0.1", 0).start()
     idle = []
     try:
-        threads_before = threading.active_count()
+        assert threading.active_count() == threads_before + 1
         idle = [socket.create_connection(("127.0.0.1", listener.port), timeout=5) for _ in range(40)]
-        time.sleep(0.2)
-        assert threading.active_count() - threads_before <= extproc_metrics.MAX_CONNECTIONS
-        deadline = time.monotonic() + 10
-        while threading.active_count() > threads_before and time.monotonic() < deadline:
-            time.sleep(0.05)  # the idle ones time out
-        assert threading.active_count() <= threads_before
+        assert eventually(lambda: listener.open_connections == 8, 5)
+        assert threading.active_count() == threads_before + 1
+        assert idle[-1].recv(1) == b""  # past the cap: closed at once
+        assert eventually(lambda: listener.open_connections == 0, 5)  # the idle ones time out
+        assert idle[0].recv(1) == b""
         assert get(f"http://127.0.0.1:{listener.port}/health") == (200, "ok\n")
     finally:
         for sock in idle:
             sock.close()
+        listener.stop()
+    assert threading.active_count() == threads_before
+
+
+def raw(port: int, data: bytes) -> bytes:
+    """What the listener sends back on one connection for `data`, until it closes it."""
+    received = b""
+    with socket.create_connection(("127.0.0.1", port), timeout=5) as sock:
+        try:
+            sock.sendall(data)
+            while chunk := sock.recv(65536):
+                received += chunk
+        except ConnectionResetError:  # closed with unread input
+            pass
+    return received
+
+
+def test_requests_on_one_connection_are_answered_in_turn_and_bad_ones_close_it() -> None:
+    metrics = ExtprocMetrics(["small"])
+    listener = MetricsListener(metrics, "127.0.0.1", 0).start()
+    try:
+        two = raw(listener.port, b"GET /health HTTP/1.1\r\nhost: x\r\n\r\n"
+                                 b"HEAD /metrics HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n")
+        assert two.count(b"HTTP/1.1 200 OK") == 2 and two.endswith(b"\r\n\r\n")  # HEAD: headers only
+        assert raw(listener.port, b"POST /metrics HTTP/1.1\r\ncontent-length: 2\r\n\r\nhi").startswith(
+            b"HTTP/1.1 400")
+        assert raw(listener.port, b"DELETE /metrics HTTP/1.0\r\n\r\n").startswith(b"HTTP/1.1 405")
+        assert raw(listener.port, b"GET /" + b"a" * 20_000 + b" HTTP/1.1\r\n\r\n") == b""  # over MAX_HEAD_BYTES
+        assert raw(listener.port, b"nonsense\r\n\r\n").startswith(b"HTTP/1.1 400")
+        assert get(f"http://127.0.0.1:{listener.port}/metrics")[0] == 200
+    finally:
         listener.stop()
 
 

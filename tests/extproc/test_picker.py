@@ -164,6 +164,12 @@ def test_a_keys_budget_is_charged_each_requests_worst_case_and_refused_once_spen
     assert [isinstance(v, Routed) for v in verdicts] == [True, True, True, False]
     error = refused(verdicts[-1], 429)
     assert error["type"] == error["code"] == "insufficient_quota" and "API key `team`" in error["message"]
+    # The budget and what the picker reserved of it are on its /metrics (the Envoy deployment's only view of them).
+    text = keyed.metrics.render().decode()
+    assert 'cascade_key_budget{key="team"} 0.0005' in text
+    spent = next(line for line in text.splitlines() if line.startswith('cascade_key_budget_spent{key="team"}'))
+    assert 3 * 2e-4 < float(spent.split()[-1]) < 5e-4 + 2.2e-4  # three admitted: within one worst case past it
+    assert 'cascade_key_rate_limited_total{key="team",limit="budget"} 1.0' in text
 
 
 def test_a_picker_requests_reservations_go_through_the_lease_and_are_given_back_exactly_once_on_every_exit() -> None:
