@@ -101,6 +101,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--out", type=Path, default=Path("runs/goodput_per_gpu"),
                    help="work folder: folds, plans, points (question text: never committed)")
     p.add_argument("--json-out", help="also write the summary here")
+    p.add_argument("--saved-only", action="store_true", help="summarize the points already measured; run none")
     p.add_argument("--quick", action="store_true",
                    help="G = 4, arm c, one low rate, 96 requests per fold, no intervals: a plumbing check")
     args = p.parse_args(argv)
@@ -135,6 +136,8 @@ def main(argv: list[str] | None = None) -> int:
             points = []
             for seed in seeds:
                 path = work / "points" / f"g{args.gpus}-{args.arrival}" / name / f"rate-{rate:g}-seed-{seed}.json"
+                if not path.exists() and args.saved_only:
+                    continue
                 if not path.exists():
                     print(f"{name} rate {rate:g} seed {seed} ...", file=sys.stderr, flush=True)
                     if letter in PLANNED:
@@ -145,6 +148,8 @@ def main(argv: list[str] | None = None) -> int:
                     path.parent.mkdir(parents=True, exist_ok=True)
                     path.write_text(json.dumps(point))
                 points.append(json.loads(path.read_text()))
+            if not points:
+                continue
             by_rate[rate] = summarize(points, setting.ttft_slo_s, setting.e2e_slo_s, args.resamples)
             by_rate[rate]["replicas"] = points[0]["replicas"]
         result["arms"][name] = {"by_rate": {f"{r:g}": s for r, s in by_rate.items()},

@@ -23,10 +23,19 @@ from cascade.optimizer.simulator import simulate_branches
 def e2e_latencies(inst: Instance, tables: list[TierTable], deployment: Deployment, ks: tuple[int, ...],
                   rate_rps: float, n_requests: int = 1500, seed: int = 0) -> np.ndarray:
     """Per-request end-to-end latency (s) in arrival order; inf for requests that never finish."""
+    return routed_latencies(inst, tables, deployment, routing.final_tier(inst.data, ks), rate_rps, n_requests,
+                            seed)[1]
+
+
+def routed_latencies(inst: Instance, tables: list[TierTable], deployment: Deployment, final_by_row: np.ndarray,
+                     rate_rps: float, n_requests: int = 1500, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """(the outcome row of each request, its end-to-end latency in s), in arrival order, each row answered by the
+    tier `final_by_row` gives it (any routing, not only thresholds'); inf for a request that never finishes, or
+    that reaches a tier without GPUs."""
     rng = np.random.default_rng(seed)
     rows = rng.integers(0, inst.data.quality.shape[0], size=n_requests)
     arrivals = np.cumsum(rng.exponential(1.0 / rate_rps, size=n_requests))
-    final = routing.final_tier(inst.data, ks)[rows]
+    final = final_by_row[rows]
     judge = inst.problem.routing.judge_latency_s if inst.data.mode == "cascade" else 0.0
     last = len(inst.names) - 1
     entry = arrivals.copy()
@@ -35,13 +44,16 @@ def e2e_latencies(inst: Instance, tables: list[TierTable], deployment: Deploymen
         here = np.flatnonzero(final >= i) if inst.data.mode == "cascade" else np.flatnonzero(final == i)
         if len(here) == 0:
             continue
+        if deployment.gpus[i] == 0:  # nothing serves it: its requests never finish
+            entry[here] = np.inf
+            continue
         finish = _serve_tier(inst, i, table, deployment, here, rows, entry, rng)
         # A cascade tier's answer is judged before it is accepted or escalated (not the last tier's).
         ready = finish + (judge if (inst.data.mode == "cascade" and i < last) else 0.0)
         stops = final[here] == i
         done[here[stops]] = ready[stops]
         entry[here[~stops]] = ready[~stops]
-    return done - arrivals
+    return rows, done - arrivals
 
 
 def _serve_tier(inst: Instance, tier: int, table: TierTable, deployment: Deployment, here: np.ndarray,

@@ -63,7 +63,11 @@ class Instance:
 
     def tables(self, ks: tuple[int, ...]) -> list[TierTable]:
         """Each tier's l(f) table for the request mix that reaches it under ks."""
-        reach = routing.reach(self.data, routing.final_tier(self.data, ks))
+        return self.routed_tables(routing.final_tier(self.data, ks))
+
+    def routed_tables(self, final: np.ndarray) -> list[TierTable]:
+        """Each tier's l(f) table for the request mix that reaches it when `final` gives each row's last tier."""
+        reach = routing.reach(self.data, final)
         return [self._tier_table(i, reach[:, i]) for i in range(len(self.names))]
 
     def decode_lengths(self, tier: int, rows: np.ndarray) -> np.ndarray:

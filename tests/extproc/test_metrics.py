@@ -8,7 +8,6 @@ import hashlib
 import signal
 import socket
 import threading
-import time
 import urllib.error
 import urllib.request
 from collections.abc import AsyncIterator

@@ -31,7 +31,10 @@ def point_stats(rows: list[dict[str, Any]], rate: float, gpus: int, ttft_slo_s: 
     within = scale <= 1.0
     correct = np.array([r["correct"] and r["error"] is None for r in rows])
     good = within & correct
+    e2e = np.array([float("inf") if r["error"] is not None or r["e2e_s"] is None else r["e2e_s"] for r in rows])
     return {"requests": n, "accuracy": float(correct.mean()), "slo_attainment": float(within.mean()),
+            "slo_attainment_e2e": float(np.mean(e2e <= e2e_slo_s)),
+            "p95_e2e_s": float(np.sort(e2e)[math.ceil(0.95 * n) - 1]) if n else float("inf"),
             "good_share": float(good.mean()), "goodput_per_gpu": rate * float(good.mean()) / gpus,
             "shed": float(np.mean([r["error"] is not None for r in rows])),
             "min_slo_scale": float(np.sort(scale)[math.ceil(ATTAINMENT * n) - 1]) if n else float("inf")}
@@ -57,7 +60,7 @@ def bootstrap(points: list[dict[str, Any]], ttft_slo_s: float, e2e_slo_s: float,
             for k, v in point_stats(rows, rate, gpus, ttft_slo_s, e2e_slo_s).items():
                 draws[k].append(v)
     return {k: [round(float(np.quantile(v, 0.025)), 4), round(float(np.quantile(v, 0.975)), 4)]
-            for k, v in draws.items() if k not in ("requests", "min_slo_scale")}
+            for k, v in draws.items() if k not in ("requests", "min_slo_scale", "p95_e2e_s")}
 
 
 def summarize(points: list[dict[str, Any]], ttft_slo_s: float, e2e_slo_s: float, resamples: int) -> dict[str, Any]:

@@ -1,0 +1,137 @@
+"""The planner's simulator beside the twin (issue 62 item 4): what cascade/optimizer/evaluate.py predicts for each
+arm of a goodput run, next to what the emulated GPUs measured. Prints JSON.
+
+Each fold's prediction is made from what the planner knows: the training fold's planning rows (benchmarks/planner/
+goodput/folds.py: out-of-fold route scores, per-tier correctness and token counts), the tiers' measured H200
+profiles and the arm's allocation (one TP1 replica per GPU), the problem `cascade optimize plan` was given for that
+rate (benchmarks/planner/goodput/plans.py). Requests arrive as Poisson at the arm's rate, each answered by the tier
+the arm's routing gives its row:
+
+    a, b   every row on the plain 1.5B, or on the reasoning tier
+    e      the plan's thresholds for the quality target, on the rows' route scores (the planner's own prediction)
+    c      the learned router at the tier shares the twin measured (thresholds at those quantiles of the scores:
+           the gateway calibrates its own, which the planner does not model)
+    d      rows drawn at random in the tier shares the twin measured
+
+Predicted per arm and rate (the two folds averaged): accuracy, p95 end-to-end latency, end-to-end SLO attainment
+and correct-within-SLO goodput per GPU; the TTFT SLO is not modelled (the simulator returns end-to-end latency).
+A request routed to a tier without GPUs never finishes, as the twin's fails.
+
+    .venv/bin/python -m benchmarks.planner.goodput.predict --summary runs/goodput_g8_poisson.json \
+        [--work runs/goodput_per_gpu] [--json-out FILE]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from benchmarks.planner.goodput.arms import PLAIN_TIER, REASON_TIER
+from benchmarks.planner.goodput.folds import TIERS, Fold, build
+from benchmarks.planner.goodput.plans import problem_toml
+from cascade.optimizer import evaluate
+from cascade.optimizer.instance import Instance, load_instance
+from cascade.optimizer.problem import load_problem
+from cascade.optimizer.search import Deployment
+from cascade.plan import load_plan
+from cascade.testing.scripts import print_result
+
+SEEDS = (0, 1, 2)  # arrival seeds of the simulation, averaged
+REQUESTS = 3000  # simulated requests per seed (the first 10 % dropped as warm-up)
+WARMUP = 0.1
+
+
+def instance(fold: Fold, gpus: int, rate: float, target: str, max_running: int, e2e_slo_s: float, work: Path
+             ) -> Instance:
+    """The planner's instance for `fold` at `rate` (the problem plans.py gives `cascade optimize plan`)."""
+    work.mkdir(parents=True, exist_ok=True)
+    spec = work / "problem.toml"
+    spec.write_text(problem_toml(fold, gpus, rate, target, max_running, e2e_slo_s))
+    problem, base = load_problem(spec)
+    return load_instance(problem, base)
+
+
+def routing_of(arm: str, inst: Instance, shares: dict[str, float], plan: Path | None, quality: float,
+               seed: int = 0) -> np.ndarray:
+    """Each planning row's answering tier (an index into TIERS) under the arm's routing."""
+    n = inst.data.quality.shape[0]
+    signal = inst.data.signal
+    if arm.startswith("a-"):
+        return np.full(n, TIERS.index(PLAIN_TIER))
+    if arm.startswith("b-"):
+        return np.full(n, TIERS.index(REASON_TIER))
+    if arm.startswith("e-"):
+        assert plan is not None
+        points = load_plan(plan).operating_points
+        point = min(points, key=lambda p: abs((p.quality_target or 0.0) - quality))
+        return np.searchsorted(np.sort(point.thresholds), signal, side="right")
+    share = np.array([shares.get(t, 0.0) for t in TIERS])
+    share = share / share.sum()
+    if arm.startswith("c-"):  # the hardest rows (highest route score) to the top tiers, in the measured shares
+        cuts = np.quantile(signal, np.cumsum(share)[:-1])
+        return np.searchsorted(cuts, signal, side="right")
+    return np.random.default_rng(seed).choice(len(TIERS), size=n, p=share)  # d: at random
+
+
+def predict(inst: Instance, replicas: dict[str, int], final: np.ndarray, rate: float, e2e_slo_s: float
+            ) -> dict[str, float]:
+    gpus = sum(replicas.values())
+    deployment = Deployment(gpus=[replicas.get(t, 0) for t in inst.names], groups=[0] * len(inst.names))
+    tables = inst.routed_tables(final)
+    good, within, correct, p95 = [], [], [], []
+    for seed in SEEDS:
+        rows, latency = evaluate.routed_latencies(inst, tables, deployment, final, rate, REQUESTS, seed)
+        keep = slice(int(WARMUP * REQUESTS), None)
+        rows, latency = rows[keep], latency[keep]
+        right = inst.data.quality[rows, final[rows]] > 0.5
+        ok = latency <= e2e_slo_s
+        good.append(float(np.mean(right & ok)))
+        within.append(float(np.mean(ok)))
+        correct.append(float(np.mean(right)))
+        p95.append(float(np.percentile(latency, 95)))
+    return {"accuracy": float(np.mean(correct)), "slo_attainment_e2e": float(np.mean(within)),
+            "goodput_per_gpu": rate * float(np.mean(good)) / gpus, "p95_e2e_s": float(np.mean(p95))}
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--summary", type=Path, required=True, help="a goodput_per_gpu --json-out file")
+    p.add_argument("--work", type=Path, default=Path("runs/goodput_per_gpu"), help="its --out folder")
+    p.add_argument("--json-out")
+    args = p.parse_args(argv)
+    run = json.loads(args.summary.read_text())
+    work = args.work.resolve()
+    folds = build(work / "folds")
+    gpus, setting = run["gpus"], run["setting"]
+    e2e_slo_s = setting["e2e_slo_s"]
+    result: dict[str, Any] = {"summary": str(args.summary), "gpus": gpus, "e2e_slo_s": e2e_slo_s, "arms": {}}
+    for arm, measured in run["arms"].items():
+        rows: dict[str, Any] = {}
+        for rate_key, m in measured["by_rate"].items():
+            rate = float(rate_key)
+            per_fold = []
+            for fold in folds:
+                target = run["quality_target"][fold.name]
+                inst = instance(fold, gpus, rate, f"{target:.4f}", setting["max_running"], e2e_slo_s,
+                                work / "predict" / f"rate-{rate_key}" / f"fold-{fold.name}")
+                replicas = m["replicas"].get(fold.name, m["replicas"]) if arm[0] in "de" else m["replicas"]
+                plan = work / "plans" / f"g{gpus}" / f"rate-{rate_key}" / f"fold-{fold.name}" / "plan.json"
+                final = routing_of(arm, inst, m["tier_shares"], plan if arm[0] == "e" else None, target)
+                per_fold.append(predict(inst, replicas, final, rate, e2e_slo_s))
+            predicted = {k: round(float(np.mean([f[k] for f in per_fold])), 4) for k in per_fold[0]}
+            rows[rate_key] = {"predicted": predicted,
+                              "measured": {k: m.get(k) for k in ("accuracy", "slo_attainment", "goodput_per_gpu",
+                                                                 "p95_e2e_s")}}
+            print(f"{arm} rate {rate_key}: predicted {predicted}", file=sys.stderr, flush=True)
+        result["arms"][arm] = rows
+    print_result(result, args.json_out)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
