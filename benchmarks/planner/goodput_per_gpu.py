@@ -16,7 +16,9 @@ Arms (benchmarks/planner/goodput/arms.py), all on G GPUs:
      the split calibrated to the same target on the same training fold
   e  `cascade optimize plan` for the target and the rate on the training fold (benchmarks/planner/goodput/plans.py):
      its allocation, its thresholds on the learned router's score; each fold on its own fleet at the full rate
-Not yet here (issue 62 notes): f (e, load-reactive), g (cascade in front of smg).
+  f  e with load-reactive routing (`[routing.load]`, the end-to-end SLO watched): requests ask for `balanced`, the
+     plan's point for the target, and move to `fast` while a tier is pressed
+Not yet here (issue 62 notes): g (cascade in front of smg).
 
 SLOs, stated from the measured step times: u = the 1.5B's prefill of 256 tokens + 512 decode steps alone (1.96 s);
 TTFT <= 2.5 u, end-to-end <= 5 u. Limits of the emulation: each engine runs at most `--max-running` sequences
@@ -50,6 +52,9 @@ from cascade.testing.twin import H200
 UNIT_PROMPT_TOKENS, UNIT_DECODE_STEPS = 256, 512
 QUESTIONS = 192  # per fold
 ACCURACY_SLACK = 0.01  # a rate is held at accuracy >= the target less this (two questions of 192)
+# Arm f's hint: the plan's operating point for it is the target's (the planner names the target's point `balanced`),
+# and `fast`, the next cheaper one, is where load-reactive routing moves it while a tier is pressed.
+LOAD_REACTIVE_HINT = "balanced"
 
 
 def slo_unit_s() -> float:
@@ -61,25 +66,34 @@ def slo_unit_s() -> float:
     return prefill + decode
 
 
-PLANNED = {"e": "e-plan", "d": "d-random-null-plan"}  # the arms served on each fold's plan, per rate
+PLANNED = {"e": "e-plan", "d": "d-random-null-plan", "f": "f-plan-load-reactive"}  # served on each fold's plan
 
 
 def planned_point(letter: str, folds: list[Fold], rate: float, seed: int, setting: Setting, work: Path,
-                  quality: dict[str, str], gpus: int) -> dict[str, Any]:
+                  quality: dict[str, str], gpus: int, tag: str = "") -> dict[str, Any]:
     """Arm e (or its null d) at one rate: each fold planned on its training questions and served on its own fleet at
     the full rate (the plans' allocations differ), the two runs pooled. d keeps the plan's allocation and replaces
     its routing by random route scores calibrated to the same target on the same fold."""
     runs = []
     for fold in folds:
         arm = planned(fold, gpus, rate, quality[fold.name], setting.max_running, setting.e2e_slo_s,
-                      work / "plans" / f"g{gpus}" / f"rate-{rate:g}" / f"fold-{fold.name}")
+                      work / "plans" / f"g{gpus}{tag}" / f"rate-{rate:g}" / f"fold-{fold.name}")
+        hints = quality
         if letter == "d":
             arm = arm_defs.random_null(arm.replicas, [fold], PLANNED["d"])
-        runs.append(measure(arm, [fold], rate, seed, setting, work / "scratch" / arm.name, quality))
+        elif letter == "f":  # a named hint: load-reactive routing moves those (a numeric one keeps its target)
+            arm = dataclasses.replace(arm, name=PLANNED["f"], load_reactive=True)
+            hints = {fold.name: LOAD_REACTIVE_HINT}
+        runs.append(measure(arm, [fold], rate, seed, setting, work / "scratch" / arm.name, hints))
     return {"arm": PLANNED[letter], "rate": rate, "seed": seed, "gpus": gpus,
             "replicas": {f.name: r["replicas"] for f, r in zip(folds, runs, strict=True)},
             "lag_s": max(r["lag_s"] for r in runs), "wall_s": sum(r["wall_s"] for r in runs),
             "requests": [row for r in runs for row in r["requests"]]}
+
+
+def target_accuracy(fold: Fold, target: str) -> float:
+    plain = fold.accuracy[arm_defs.PLAIN_TIER]
+    return plain if target == "plain" else (plain + fold.accuracy[arm_defs.REASON_TIER]) / 2
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -98,6 +112,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--duration-s", type=float, default=10.0, help="and at least this many emulated seconds of arrivals")
     p.add_argument("--resamples", type=int, default=1000, help="bootstrap draws (0: no intervals)")
     p.add_argument("--fold-seed", type=int, default=0)
+    p.add_argument("--target", choices=["plain", "mid"], default="plain",
+                   help="the quality target: the plain deployment's accuracy on each training fold, or halfway from "
+                        "it to the reasoning tier's (where a single-model deployment must be all reasoning)")
     p.add_argument("--out", type=Path, default=Path("runs/goodput_per_gpu"),
                    help="work folder: folds, plans, points (question text: never committed)")
     p.add_argument("--json-out", help="also write the summary here")
@@ -120,13 +137,15 @@ def main(argv: list[str] | None = None) -> int:
                       arrival=args.arrival, burstiness=args.burstiness)
     makers = {"a": lambda: arm_defs.plain(args.gpus), "b": lambda: arm_defs.all_reasoning(args.gpus),
               "c": lambda: arm_defs.learned_even(args.gpus, folds)}
-    # The target: the plain deployment's accuracy on each router's training fold, to 4 decimals, rounded down
-    target = {f.name: math.floor(f.accuracy[arm_defs.PLAIN_TIER] * 10_000) / 10_000 for f in folds}
+    # The target, from each router's training fold, to 4 decimals, rounded down
+    target = {f.name: math.floor(target_accuracy(f, args.target) * 10_000) / 10_000 for f in folds}
+    tag = "" if args.target == "plain" else f"-{args.target}"
     quality = {name: f"{value:.4f}" for name, value in target.items()}
     rates = [float(r) for r in args.rates.split(",")]
     seeds = [int(s) for s in args.seeds.split(",")]
     result: dict[str, Any] = {"gpus": args.gpus, "arrival": args.arrival, "setting": dataclasses.asdict(setting),
-                              "slo_unit_s": round(unit, 4), "quality_target": target, "arms": {}}
+                              "slo_unit_s": round(unit, 4), "target": args.target, "quality_target": target,
+                              "arms": {}}
     for letter in args.arms.split(","):
         by_rate: dict[float, dict[str, Any]] = {}
         name = PLANNED.get(letter) or makers[letter]().name
@@ -135,13 +154,15 @@ def main(argv: list[str] | None = None) -> int:
             point_setting = dataclasses.replace(setting, requests_per_fold=QUESTIONS * math.ceil(per_fold / QUESTIONS))
             points = []
             for seed in seeds:
-                path = work / "points" / f"g{args.gpus}-{args.arrival}" / name / f"rate-{rate:g}-seed-{seed}.json"
+                path = (work / "points" / f"g{args.gpus}-{args.arrival}{tag}" / name /
+                        f"rate-{rate:g}-seed-{seed}.json")
                 if not path.exists() and args.saved_only:
                     continue
                 if not path.exists():
                     print(f"{name} rate {rate:g} seed {seed} ...", file=sys.stderr, flush=True)
                     if letter in PLANNED:
-                        point = planned_point(letter, folds, rate, seed, point_setting, work, quality, args.gpus)
+                        point = planned_point(letter, folds, rate, seed, point_setting, work, quality, args.gpus,
+                                              tag)
                     else:
                         point = measure(makers[letter](), folds, rate, seed, point_setting, work / "scratch" / name,
                                         quality)

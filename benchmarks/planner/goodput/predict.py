@@ -65,7 +65,7 @@ def routing_of(arm: str, inst: Instance, shares: dict[str, float], plan: Path | 
         return np.full(n, TIERS.index(PLAIN_TIER))
     if arm.startswith("b-"):
         return np.full(n, TIERS.index(REASON_TIER))
-    if arm.startswith("e-"):
+    if arm.startswith(("e-", "f-")):  # f: as planned (the simulator has no load-reactive routing)
         assert plan is not None
         points = load_plan(plan).operating_points
         point = min(points, key=lambda p: abs((p.quality_target or 0.0) - quality))
@@ -108,6 +108,7 @@ def main(argv: list[str] | None = None) -> int:
     work = args.work.resolve()
     folds = build(work / "folds")
     gpus, setting = run["gpus"], run["setting"]
+    tag = "" if run.get("target", "plain") == "plain" else f"-{run['target']}"
     e2e_slo_s = setting["e2e_slo_s"]
     result: dict[str, Any] = {"summary": str(args.summary), "gpus": gpus, "e2e_slo_s": e2e_slo_s, "arms": {}}
     for arm, measured in run["arms"].items():
@@ -118,10 +119,10 @@ def main(argv: list[str] | None = None) -> int:
             for fold in folds:
                 target = run["quality_target"][fold.name]
                 inst = instance(fold, gpus, rate, f"{target:.4f}", setting["max_running"], e2e_slo_s,
-                                work / "predict" / f"rate-{rate_key}" / f"fold-{fold.name}")
-                replicas = m["replicas"].get(fold.name, m["replicas"]) if arm[0] in "de" else m["replicas"]
-                plan = work / "plans" / f"g{gpus}" / f"rate-{rate_key}" / f"fold-{fold.name}" / "plan.json"
-                final = routing_of(arm, inst, m["tier_shares"], plan if arm[0] == "e" else None, target)
+                                work / "predict" / f"g{gpus}{tag}" / f"rate-{rate_key}" / f"fold-{fold.name}")
+                replicas = m["replicas"].get(fold.name, m["replicas"]) if arm[0] in "def" else m["replicas"]
+                plan = work / "plans" / f"g{gpus}{tag}" / f"rate-{rate_key}" / f"fold-{fold.name}" / "plan.json"
+                final = routing_of(arm, inst, m["tier_shares"], plan if arm[0] in "ef" else None, target)
                 per_fold.append(predict(inst, replicas, final, rate, e2e_slo_s))
             predicted = {k: round(float(np.mean([f[k] for f in per_fold])), 4) for k in per_fold[0]}
             rows[rate_key] = {"predicted": predicted,
