@@ -101,7 +101,9 @@ class PlannerInfo(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fiel
     solve_time_s: float
     rate_rps: float
     slo_percentile: float
-    latency_model: str = "roofline"  # or "profile"
+    latency_model: str = "roofline"  # or "profile" (every tier measured), or "mixed"
+    # Tiers planned (TP1) with a profile shipped in models/gpu/profiles/ for the cluster's GPU: tier -> the file.
+    shipped_profiles: dict[str, str] = msgspec.field(default_factory=dict)
     width_trials: list[WidthTrial] = msgspec.field(default_factory=list)  # tiers with candidate widths
 
 

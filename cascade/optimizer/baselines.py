@@ -19,9 +19,9 @@ import math
 from collections.abc import Callable
 
 from cascade.optimizer import evaluate, planner, routing, search
-from cascade.optimizer.instance import Instance
+from cascade.optimizer.instance import Instance, card_cost
 from cascade.optimizer.parallelism import TierTable
-from cascade.optimizer.roofline import ReplicaCost, RooflineCost, Shape, valid_shape
+from cascade.optimizer.roofline import ReplicaCost, Shape, valid_shape
 
 
 @dataclasses.dataclass(frozen=True)
@@ -55,14 +55,13 @@ def uniform_shape_instance(inst: Instance) -> Instance:
     top = min(s.tp for s in inst.costs[-1] if s.pp == 1)
     cluster = inst.problem.cluster
     costs: list[dict[Shape, ReplicaCost]] = []
-    for model, tier_costs in zip(inst.models, inst.costs, strict=True):
+    specs = {t.name: t for t in inst.problem.tiers}
+    for name, model, tier_costs in zip(inst.names, inst.models, inst.costs, strict=True):
         if model is None or inst.gpu is None:
             costs.append(tier_costs)
             continue
         tp = max(t for t in (1, 2, 4, 8) if t <= top and valid_shape(model, Shape(t), cluster.gpus_per_node))
-        costs.append({Shape(tp): RooflineCost(model, inst.gpu, Shape(tp), gpus_per_node=cluster.gpus_per_node,
-                                              internode_gb_s=cluster.internode_gb_s,
-                                              efficiency=inst.problem.efficiency)})
+        costs.append({Shape(tp): card_cost(inst.problem, specs[name], inst.gpu, model, Shape(tp))})
     return dataclasses.replace(inst, costs=costs, curves={})
 
 

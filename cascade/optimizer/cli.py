@@ -152,6 +152,7 @@ def _plan(args: argparse.Namespace) -> int:
         "allocation": {d.tier: d.gpus for d in result.plan.deployment},
         "widths": {d.tier: [d.branches, d.branches_to_finish] for d in result.plan.deployment},
         "solve_time_s": result.solve_time_s, "latency_model": result.instance.latency_model,
+        "shipped_profiles": result.instance.shipped_profiles,
     }
     target = problem.quality.target
     if primary.quality < target - 1e-9:

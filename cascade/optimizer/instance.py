@@ -1,6 +1,7 @@
 """A problem resolved into what the solvers use: cards or measured profiles, candidate replica
 shapes, routing data, token lengths, and per-tier latency tables for the workload a routing
-induces (cached)."""
+induces (cached). A card's shape is planned with the profile measured on the cluster's GPU when
+one ships (models/gpu/profiles/), else with the roofline."""
 
 from __future__ import annotations
 
@@ -22,9 +23,10 @@ from cascade.optimizer.parallelism import (
     replica_curve,
 )
 from cascade.optimizer.problem import FileOutcomes, Problem, SyntheticOutcomes, TierSpec
-from cascade.optimizer.profile import ProfileCost, load_profile
+from cascade.optimizer.profile import ProfileCost, load_profile, shipped_profile
 from cascade.optimizer.roofline import ReplicaCost, RooflineCost, Shape, valid_shape
 from cascade.optimizer.widths import SINGLE, Width, WidthResult, vote
+from cascade.repo_paths import recorded_path
 
 
 @dataclass
@@ -52,9 +54,19 @@ class Instance:
 
     @property
     def latency_model(self) -> str:
-        """"roofline", "profile" (every tier measured) or "mixed"."""
-        profiled = [bool(t.profiles) for t in self.problem.tiers]
-        return "profile" if all(profiled) else "mixed" if any(profiled) else "roofline"
+        """"roofline", "profile" (every candidate shape of every tier measured) or "mixed"."""
+        measured = {isinstance(c, ProfileCost) for costs in self.costs for c in costs.values()}
+        return "mixed" if len(measured) == 2 else "profile" if True in measured else "roofline"
+
+    @property
+    def shipped_profiles(self) -> dict[str, str]:
+        """Tiers that plan a shape with a profile shipped in models/gpu/profiles/: the file, repo-relative."""
+        out = {}
+        for name, model, costs in zip(self.names, self.models, self.costs, strict=True):
+            path = shipped_profile(self.gpu.name, model.name) if model and self.gpu else None
+            if path is not None and any(isinstance(c, ProfileCost) for c in costs.values()):
+                out[name] = recorded_path(path)
+        return out
 
     def fractions(self, ks: tuple[int, ...]) -> np.ndarray:
         """Share of requests each tier processes under thresholds ks."""
@@ -121,7 +133,7 @@ def load_instance(problem: Problem, base_dir: Path, lengths: workload.LengthScal
             served.append(tier.model or profiled[i][0].profile.model)
         else:
             assert gpu is not None  # loaded whenever a tier has no profile
-            candidates = _roofline_costs(problem, gpu, model)
+            candidates = _card_costs(problem, tier, gpu, model)
             served.append(model.hf_id)
         costs.append(_keep_fitting(problem, tier, candidates, inputs, outputs[:, i], settings[i]))
     return Instance(problem=problem, names=names, gpu=gpu, models=models, served_models=served, data=data,
@@ -211,12 +223,26 @@ def _profile_costs(problem: Problem, index: int, profiled: list[ProfileCost]) ->
     return costs
 
 
-def _roofline_costs(problem: Problem, gpu: cards.GpuSpec, model: cards.ModelCard) -> dict[Shape, ReplicaCost]:
+def _card_costs(problem: Problem, tier: TierSpec, gpu: cards.GpuSpec, model: cards.ModelCard
+                ) -> dict[Shape, ReplicaCost]:
     cluster = problem.cluster
-    return {shape: RooflineCost(model, gpu, shape, gpus_per_node=cluster.gpus_per_node,
-                                internode_gb_s=cluster.internode_gb_s, efficiency=problem.efficiency)
+    return {shape: card_cost(problem, tier, gpu, model, shape)
             for shape in enumerate_shapes(min(cluster.gpus, cluster.max_replica_gpus))
             if valid_shape(model, shape, cluster.gpus_per_node)}
+
+
+def card_cost(problem: Problem, tier: TierSpec, gpu: cards.GpuSpec, model: cards.ModelCard, shape: Shape
+              ) -> ReplicaCost:
+    """A `shape` replica of a card's tier: the profile of `model` measured on `gpu` when one of that shape ships
+    (and the tier keeps `shipped_profile`), else the roofline."""
+    path = shipped_profile(gpu.name, model.name) if tier.shipped_profile else None
+    if path is not None:
+        profile = load_profile(path)
+        if profile.shape == shape:
+            return ProfileCost(profile)
+    cluster = problem.cluster
+    return RooflineCost(model, gpu, shape, gpus_per_node=cluster.gpus_per_node, internode_gb_s=cluster.internode_gb_s,
+                        efficiency=problem.efficiency)
 
 
 def _keep_fitting(problem: Problem, tier: TierSpec, costs: dict[Shape, ReplicaCost], inputs: np.ndarray,

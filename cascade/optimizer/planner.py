@@ -303,7 +303,7 @@ def build_plan(inst: Instance, tables: list[TierTable], deployment: search.Deplo
                        mu=problem.quality.mu, quality_utopia=round(z1, 4), quality_nadir=round(z2, 4),
                        objective_value=round(primary.objective, 4), rounds=rounds, solve_time_s=round(elapsed, 3),
                        rate_rps=inst.rate_rps, slo_percentile=problem.slo.percentile,
-                       latency_model=inst.latency_model)
+                       latency_model=inst.latency_model, shipped_profiles=inst.shipped_profiles)
     return Plan(tiers=list(inst.names), operating_points=ops, deployment=tiers, routing=inst.data.mode,
                 gpu=inst.gpu.name if inst.gpu else problem.cluster.gpu, gpus_per_node=problem.cluster.gpus_per_node,
                 pareto_front=[FrontPoint(thresholds=e.thresholds, latency_s=round(e.latency_s, 3),

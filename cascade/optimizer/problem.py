@@ -1,7 +1,8 @@
 """`problem.toml`: everything `cascade optimize plan` needs, decoded into frozen msgspec Structs.
 
     [cluster]   gpu = "h100-sxm", gpus = 32, gpus_per_node = 8
-    [[tiers]]   name = "r1-7b", model = "deepseek-r1-distill-qwen-7b"   (cheapest first; roofline costs)
+    [[tiers]]   name = "r1-7b", model = "deepseek-r1-distill-qwen-7b"   (cheapest first; roofline costs, and
+                    the profile measured on the cluster's GPU where one ships: models/gpu/profiles/<gpu>/<model>.json)
                 or  profile = "profiles/r1-7b.json"   (measured by `cascade profile`: replaces the roofline)
                 widths = [[1, 1], [4, 2], [8, 5]]     (reasoning branch widths for the planner to choose)
     [workload]  rate_rps = 12.0   (+ where missing lengths come from: dataset = "gsm8k" | trace = "burstgpt.csv"
@@ -49,6 +50,9 @@ class TierSpec(Strict, frozen=True):
     model: str = ""
     # Measured profile(s) from `cascade profile`, one per replica shape: they replace the roofline.
     profile: str | list[str] = ""
+    # A `model` tier on a GPU with a profile of that model in models/gpu/profiles/<gpu>/ plans that shape (TP1) with
+    # it, the other shapes with the roofline; false: the roofline for every shape.
+    shipped_profile: bool = True
     column: str = ""  # the tier's key in the outcomes rows; default: name
     max_batch: PositiveInt = 256  # SGLang --max-running-requests
     max_prefill_tokens: PositiveInt = 16384

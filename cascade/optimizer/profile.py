@@ -23,6 +23,9 @@ The model it encodes, fitted by least squares on the measured points:
 `kv_capacity_tokens` is the engine's KV cache in tokens (SGLang's `max_total_num_tokens`); when it
 is unknown the replica is limited by the tier's `max_batch` only. A profile holds one replica shape
 (`tp` x `pp`): a profiled tier is planned with data-parallel copies of the shapes it has profiles for.
+
+Profiles measured on a GPU of models/gpu/ ship in models/gpu/profiles/<gpu>/<model card>.json (their README); the
+planner takes one in place of the roofline for that shape of a tier on that GPU (`shipped_profile`).
 """
 
 from __future__ import annotations
@@ -36,10 +39,12 @@ import numpy as np
 from cascade import files
 from cascade.config import NonNegativeFloat, PositiveInt, Strict
 from cascade.errors import ConfigError
+from cascade.optimizer.cards import GPU_DIR
 from cascade.optimizer.roofline import ReplicaCost, Shape
 
 UNBOUNDED_KV_TOKENS = 1 << 40  # no known KV cache size: only max_batch limits the batch
 NOISE = 0.05  # a fitted context cost smaller than this share of the step is dropped
+PROFILE_DIR = GPU_DIR / "profiles"  # <gpu>/<model card>.json: measured, shipped with cascade
 
 
 class PrefillModel(Strict, frozen=True):
@@ -93,6 +98,12 @@ class Profile(Strict, frozen=True, kw_only=True):
 
 def load_profile(path: str | Path) -> Profile:
     return files.load(path, Profile, "profile")
+
+
+def shipped_profile(gpu: str, model: str) -> Path | None:
+    """The profile measured on GPU spec `gpu` for GPU model card `model` that ships with cascade, if there is one."""
+    path = PROFILE_DIR / gpu / f"{model}.json"
+    return path if path.is_file() else None
 
 
 def write_profile(path: str | Path, profile: Profile) -> None:

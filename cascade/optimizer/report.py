@@ -31,9 +31,11 @@ def markdown(plan: Plan, problem_path: str = "") -> str:
             f"z2 = {info.quality_nadir:.4f} (all on tier 0). J = {info.objective_value:.3f} after "
             f"{info.rounds} round(s), solved in {info.solve_time_s:.2f} s, at {info.rate_rps:g} req/s.",
             f"Latencies are p{info.slo_percentile:g} predictions of the `{info.latency_model}` model "
-            + ("(measured step costs from `cascade profile`)." if info.latency_model == "profile" else
-               "(roofline estimates for tiers without a measured profile)."),
+            + ("(measured step costs)." if info.latency_model == "profile" else
+               "(roofline estimates for shapes without a measured profile)."),
         ]
+        lines += [f"Tier `{tier}` plans TP1 with the measured profile `{path}`." for tier, path in
+                  info.shipped_profiles.items()]
     lines += ["", "## Deployment", "",
               "| tier | model | GPUs | replicas | branches (N, M) | rate (req/s) | capacity (req/s) | p95 (s) |",
               "|---|---|---|---|---|---|---|---|"]

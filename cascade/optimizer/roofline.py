@@ -1,17 +1,20 @@
 """Roofline step costs of one serving replica: a model card on `tp x pp` GPUs of one type.
 
 Every engine iteration is either a prefill (new prompts) or a decode step (every running sequence
-gains one token), as in SGLang without mixed chunks. A stage's time is the larger of its FLOPs at
-the achievable compute rate and its bytes at the achievable memory bandwidth, plus tensor-parallel
-all-reduces (two per layer, ring algorithm) and pipeline hand-offs. Pipeline parallelism runs
-`pp` micro-batches in flight, so one decode step costs `pp` stage times of a `B/pp` micro-batch:
-PP adds memory (weights and KV cache) but not per-token speed, which matches practice.
+gains one token), as in SGLang without mixed chunks. A stage runs its kernels one after another:
+the weight GEMMs, whose FLOPs and weight reads overlap only in part (their time is the 2-norm of the
+two, a smooth roofline: within 41% of the larger), then attention, bound by the larger of its FLOPs
+and its KV traffic, plus a fixed cost per layer, tensor-parallel all-reduces (two per layer, ring
+algorithm) and pipeline hand-offs. Pipeline parallelism runs `pp` micro-batches in flight, so one
+decode step costs `pp` stage times of a `B/pp` micro-batch: PP adds memory (weights and KV cache)
+but not per-token speed, which matches practice.
 
 For a fixed batch size B a decode step is `max(a1 + b1*C, a2 + b2*C) + g`, C being the total
-context tokens of the batch (compute-bound vs memory-bound), which lets the simulator sum many
-steps in closed form. The numbers are estimates (`Efficiency` holds the assumed fractions of
-peak); a tier with a measured profile (`cascade profile`, cascade/optimizer/profile.py) uses
-`ProfileCost` instead, through the same `ReplicaCost` interface.
+context tokens of the batch (attention compute-bound vs memory-bound), which lets the simulator sum
+many steps in closed form. The numbers are estimates (`Efficiency` holds the assumed fractions of
+peak, fitted to measured H200 steps); a tier with a measured profile (`cascade profile`,
+cascade/optimizer/profile.py, or one shipped in models/gpu/profiles/) uses `ProfileCost` instead,
+through the same `ReplicaCost` interface.
 """
 
 from __future__ import annotations
@@ -31,15 +34,24 @@ Seconds = Annotated[float, msgspec.Meta(ge=0)]
 
 
 class Efficiency(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
-    """Assumed fractions of datasheet peaks and fixed costs (typical of SGLang with CUDA graphs)."""
+    """Achieved fractions of datasheet peaks, and fixed costs.
 
-    compute: Fraction = 0.6  # dense GEMMs: ~60% of peak tensor FLOPs
-    memory: Fraction = 0.8  # streaming weight/KV reads: ~80% of HBM bandwidth
-    link: Fraction = 0.8  # NVLink/PCIe/IB achievable fraction
-    step_overhead_s: Seconds = 0.001  # scheduler + sampling per engine iteration
-    layer_overhead_s: Seconds = 10e-6  # kernel launches per layer not hidden by graphs
-    allreduce_latency_s: Seconds = 20e-6  # per all-reduce, independent of size
-    p2p_latency_s: Seconds = 15e-6  # per pipeline hand-off
+    `compute`, `memory`, `attention_memory` and `layer_overhead_s` are fitted to the steps measured on one H200
+    (../shared/data/gpu/h200-steps.json: an unfused decoder, CUDA-graph decode) of the 5 shapes with a GPU model card,
+    1.5B-32B: 93 decode steps at batch 1-512 x context 512/2048 and 12 prefills of 512-8,192 tokens, every one
+    predicted within 12% (`python -m benchmarks.planner.roofline_calibration`, which writes
+    benchmarks/results/roofline_calibration.json; tests/optimizer/test_roofline_calibration.py holds them). SGLang's
+    fused kernels should step at most that slow. The other fields are assumptions (no TP, PP or scheduler there).
+    """
+
+    compute: Fraction = 0.54  # GEMMs and attention FLOPs: of peak dense bf16
+    memory: Fraction = 0.76  # streaming the weights: of HBM bandwidth
+    attention_memory: Fraction = 0.61  # reading (decode) and writing (prefill) the KV cache: of HBM bandwidth
+    link: Fraction = 0.8  # NVLink/PCIe/IB achievable fraction (assumed)
+    step_overhead_s: Seconds = 0.001  # per engine iteration: scheduler + sampling (assumed)
+    layer_overhead_s: Seconds = 71e-6  # per layer: ~20 kernels that move little data, a few us each
+    allreduce_latency_s: Seconds = 20e-6  # per all-reduce, independent of size (assumed)
+    p2p_latency_s: Seconds = 15e-6  # per pipeline hand-off (assumed)
     mem_fraction_static: Fraction = 0.88  # SGLang's share of GPU memory for weights + KV cache
 
 
@@ -124,6 +136,7 @@ class RooflineCost(ReplicaCost):
         self.eff = efficiency or Efficiency()
         self.flops = gpu.bf16_tflops * 1e12 * self.eff.compute
         self.bandwidth = gpu.memory_bandwidth_gb_s * 1e9 * self.eff.memory
+        self.kv_bandwidth = gpu.memory_bandwidth_gb_s * 1e9 * self.eff.attention_memory
         self.tp_link = gpu.intra_node_gb_s * 1e9 * self.eff.link
         # Stages of one replica leave the node once the replica needs more GPUs than a node has.
         pp_gb_s = gpu.intra_node_gb_s if shape.gpus <= gpus_per_node else internode_gb_s
@@ -181,22 +194,25 @@ class RooflineCost(ReplicaCost):
             coeffs = self._coeffs[batch] = self._decode_coeffs(batch)
         return coeffs
 
+    def _gemms(self, tokens: float) -> float:
+        """The weight GEMMs of one stage for `tokens` rows: FLOPs and weight reads, partly overlapped."""
+        compute = 2 * tokens * self._read_params_per_gpu / self.flops
+        memory = self._read_params_per_gpu * self.model.dtype_bytes / self.bandwidth
+        return math.hypot(compute, memory)
+
     def _decode_coeffs(self, batch: int) -> tuple[float, float, float, float, float]:
         m, tp, pp = self.model, self.shape.tp, self.shape.pp
         micro = math.ceil(batch / pp)  # sequences per micro-batch
         share = micro / batch  # a micro-batch's share of the batch's context tokens
-        a1 = 2 * micro * self._read_params_per_gpu / self.flops
+        gemms = self._gemms(micro)
         b1 = 4 * share * m.q_dim * self.layers / tp / self.flops
-        a2 = self._read_params_per_gpu * m.dtype_bytes / self.bandwidth
-        b2 = share * self.kv_bytes_per_token / self.bandwidth
+        b2 = share * self.kv_bytes_per_token / self.kv_bandwidth
         g_stage = self._tp_comm(micro) + self.layers * self.eff.layer_overhead_s + self._p2p(micro)
-        return pp * a1, pp * b1, pp * a2, pp * b2, pp * g_stage + self.eff.step_overhead_s
+        return pp * gemms, pp * b1, pp * gemms, pp * b2, pp * g_stage + self.eff.step_overhead_s
 
     def prefill_time(self, tokens: int, tokens_sq: float, requests: int = 1) -> float:
         m, tp, pp = self.model, self.shape.tp, self.shape.pp
-        linear = 2 * tokens * self._read_params_per_gpu
-        attention = 2 * tokens_sq * m.q_dim * self.layers / tp
-        compute = (linear + attention) / self.flops
-        memory = (self._read_params_per_gpu * m.dtype_bytes + tokens * self.kv_bytes_per_token) / self.bandwidth
-        stage = max(compute, memory) + self._tp_comm(tokens) + self.layers * self.eff.layer_overhead_s
+        attention = max(2 * tokens_sq * m.q_dim * self.layers / tp / self.flops,
+                        tokens * self.kv_bytes_per_token / self.kv_bandwidth)
+        stage = self._gemms(tokens) + attention + self._tp_comm(tokens) + self.layers * self.eff.layer_overhead_s
         return pp * stage + (pp - 1) * self._p2p(tokens) + self.eff.step_overhead_s

@@ -26,7 +26,8 @@ import msgspec
 import numpy as np
 
 from cascade.errors import CascadeError
-from cascade.optimizer.cards import GPU_MODEL_DIR, ModelCard, load_gpu, load_model
+from cascade.optimizer.cards import GPU_MODEL_DIR, load_gpu, load_model
+from cascade.optimizer.measured_steps import shape_card
 from cascade.optimizer.profile import (
     DecodeModel,
     DecodePoint,
@@ -73,13 +74,7 @@ def kv_capacity_tokens(shape: dict[str, Any], weight_bytes: float, memory_bytes:
 def weight_params(name: str, shape: dict[str, Any]) -> float:
     """The checkpoint's parameter count from its GPU model card when there is one, else from the shape (an untied
     LM head, as measure_steps.py allocates it)."""
-    if (GPU_MODEL_DIR / f"{name}.toml").is_file():
-        return load_model(name).params
-    fields = {f: shape[f] for f in ("num_hidden_layers", "hidden_size", "num_attention_heads", "num_key_value_heads",
-                                    "head_dim", "intermediate_size", "vocab_size", "attention_bias")}
-    card = ModelCard(name=name, hf_id=name, source="shapes.json", architecture="", max_position_embeddings=1,
-                     params=1.0, **fields)
-    return float(card.num_hidden_layers * card.layer_params + card.embedding_params)
+    return shape_card(name, shape).params
 
 
 def fit_shape(name: str, measured: dict[str, Any], shape: dict[str, Any], memory_bytes: float, label: str) -> ShapeFit:
