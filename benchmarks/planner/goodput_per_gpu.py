@@ -16,6 +16,8 @@ Arms (benchmarks/planner/goodput/arms.py), all on G GPUs:
      the split calibrated to the same target on the same training fold
   e  `cascade optimize plan` for the target and the rate on the training fold (benchmarks/planner/goodput/plans.py):
      its allocation, its thresholds on the learned router's score; each fold on its own fleet at the full rate
+  t  e planned for the target's traffic alone (`[cluster] deploy_every_tier = false`): a tier the target's point
+     sends nothing to gets no GPU (by default each keeps one for the `fast` and `best` points)
   f  e with load-reactive routing (`[routing.load]`, the end-to-end SLO watched): requests ask for `balanced`, the
      plan's point for the target, and move to `fast` while a tier is pressed
 Not yet here (issue 62 notes): g (cascade in front of smg).
@@ -66,7 +68,8 @@ def slo_unit_s() -> float:
     return prefill + decode
 
 
-PLANNED = {"e": "e-plan", "d": "d-random-null-plan", "f": "f-plan-load-reactive"}  # served on each fold's plan
+# Served on each fold's plan (t: planned with `[cluster] deploy_every_tier = false`, the others with the default)
+PLANNED = {"e": "e-plan", "d": "d-random-null-plan", "f": "f-plan-load-reactive", "t": "t-plan-target-fleet"}
 
 
 def planned_point(letter: str, folds: list[Fold], rate: float, seed: int, setting: Setting, work: Path,
@@ -76,11 +79,15 @@ def planned_point(letter: str, folds: list[Fold], rate: float, seed: int, settin
     its routing by random route scores calibrated to the same target on the same fold."""
     runs = []
     for fold in folds:
+        fleet_tag = "-target-fleet" if letter == "t" else ""
         arm = planned(fold, gpus, rate, quality[fold.name], setting.max_running, setting.e2e_slo_s,
-                      work / "plans" / f"g{gpus}{tag}" / f"rate-{rate:g}" / f"fold-{fold.name}")
+                      work / "plans" / f"g{gpus}{tag}{fleet_tag}" / f"rate-{rate:g}" / f"fold-{fold.name}",
+                      every_tier=letter != "t")
         hints = quality
         if letter == "d":
             arm = arm_defs.random_null(arm.replicas, [fold], PLANNED["d"])
+        elif letter == "t":
+            arm = dataclasses.replace(arm, name=PLANNED["t"])
         elif letter == "f":  # a named hint: load-reactive routing moves those (a numeric one keeps its target)
             arm = dataclasses.replace(arm, name=PLANNED["f"], load_reactive=True)
             hints = {fold.name: LOAD_REACTIVE_HINT}

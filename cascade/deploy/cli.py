@@ -125,6 +125,10 @@ def _deploy(args: argparse.Namespace) -> int:
     from cascade.plan import load_plan
 
     plan = load_plan(args.plan)
+    if idle := [d.tier for d in plan.deployment if d.gpus == 0]:
+        raise ConfigError(f"{args.plan}: tier(s) {', '.join(idle)} have no GPUs (planned with [cluster] "
+                          "deploy_every_tier = false, a fleet sized for the target's traffic alone): a gateway would "
+                          "route other hints there; plan with deploy_every_tier = true to deploy it")
     if args.gateways is not None:
         return _scale_out(args)
     if args.engine_command and args.engine != "local":

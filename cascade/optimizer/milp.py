@@ -50,7 +50,8 @@ def _check(table: np.ndarray, total_gpus: int) -> None:
 
 
 def solve_highs(table: np.ndarray, total_gpus: int, exact: bool = True, time_limit_s: float = 60.0,
-                upper_bound: float | None = None, weights: np.ndarray | None = None, slack: float = 0.0) -> Allocation:
+                upper_bound: float | None = None, weights: np.ndarray | None = None, slack: float = 0.0,
+                allow_idle: bool = False) -> Allocation:
     """The MILP in HiGHS. `upper_bound`, the latency of some feasible allocation, drops the columns
     above it (no optimal allocation can use them): the answer stays exact and comes ~10x faster.
     `weights` (per tier) breaks ties among the allocations reaching the optimal L by a second MILP,
@@ -60,6 +61,8 @@ def solve_highs(table: np.ndarray, total_gpus: int, exact: bool = True, time_lim
     usable = np.isfinite(table)
     if upper_bound is not None:
         usable &= table <= upper_bound * (1 + 1e-9)
+    if not allow_idle:
+        usable[:, 0] = False  # every tier gets at least one GPU
     first = _highs(table, total_gpus, exact, usable, None, time_limit_s)
     if first.status != "optimal" or weights is None:
         return first
@@ -89,8 +92,6 @@ def _highs(table: np.ndarray, total_gpus: int, exact: bool, usable: np.ndarray, 
            time_limit_s: float) -> Allocation:
     import highspy
 
-    usable = usable.copy()
-    usable[:, 0] = False  # every tier gets at least one GPU
     if not usable.any(axis=1).all():
         return INFEASIBLE
     with _stdout_to_stderr():
@@ -128,9 +129,13 @@ def _chosen(h: Any, cols: dict[int, Any]) -> int:
 
 
 def solve_dp(table: np.ndarray, total_gpus: int, exact: bool = True, weights: np.ndarray | None = None,
-             slack: float = 0.0) -> Allocation:
-    """The same problem (and tie-break) by dynamic programming over GPU counts, O(C * N^2)."""
+             slack: float = 0.0, allow_idle: bool = False) -> Allocation:
+    """The same problem (and tie-break) by dynamic programming over GPU counts, O(C * N^2). `allow_idle`: a tier
+    may get 0 GPUs where the table's column 0 is finite (otherwise every tier gets at least one)."""
     _check(table, total_gpus)
+    if not allow_idle:
+        table = table.copy()
+        table[:, 0] = np.inf
     gpus = _dp(table, total_gpus, exact, np.maximum)
     if gpus is None:
         return INFEASIBLE
@@ -144,8 +149,7 @@ def solve_dp(table: np.ndarray, total_gpus: int, exact: bool = True, weights: np
 def _dp(table: np.ndarray, total_gpus: int, exact: bool, combine: Any) -> list[int] | None:
     """best[i][n] = min over allocations of tiers 0..i using exactly n GPUs of combine(values)."""
     size = total_gpus + 1
-    lat = table.copy()
-    lat[:, 0] = np.inf
+    lat = table
     best = lat[0].copy()
     choices = []
     valid, prev_idx, f_idx = _dp_indices(size)

@@ -138,14 +138,18 @@ class TierTable:
             best, best_k2 = np.where(better, cap, best), np.where(better, k2, best_k2)
         return best, best_k2
 
-    def latency(self, rate_rps: float, allowed: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+    def latency(self, rate_rps: float, allowed: np.ndarray | None = None, idle: bool = False
+                ) -> tuple[np.ndarray, np.ndarray]:
         """(l(f), chosen group per f) for f = 0..N; inf where nothing fits or keeps up. `allowed`
-        (bool per group) restricts the configurations, e.g. to one uniform shape."""
+        (bool per group) restricts the configurations, e.g. to one uniform shape. `idle`: a tier no request reaches
+        may go without GPUs (l(0) = 0 then; otherwise l(0) is inf)."""
         with np.errstate(divide="ignore", invalid="ignore"):
             u = np.where(self.capacity > 0, rate_rps / self.capacity, np.inf)
         values = self._segments(u)
         if rate_rps <= 0:  # no request reaches the tier: deployed (it must fit) but never waited on
             values = np.where(np.isfinite(values), -np.inf, np.inf)
+            if idle:
+                values[:, 0] = -np.inf
         if allowed is not None:
             values = np.where(allowed[:, None], values, np.inf)
         best = np.argmin(values, axis=0)
@@ -166,7 +170,7 @@ class TierTable:
         """Latency of one fixed configuration at another rate (a deployment serving a new routing)."""
         cap = self.capacity[group_index, gpus]
         if rate_rps <= 0:
-            return 0.0 if cap > 0 else math.inf
+            return 0.0 if cap > 0 or gpus == 0 else math.inf  # an idle tier without GPUs waits for nothing
         u = np.full((len(self.groups), 1), rate_rps / cap if cap > 0 else np.inf)
         return float(np.exp(self._segments(u)[group_index, 0]))
 

@@ -48,7 +48,8 @@ PolicyFactory = Callable[[Instance, list[TierTable]], search.Policy]
 
 
 def joint(inst: Instance, tables: list[TierTable]) -> search.Policy:
-    return search.joint_policy(tables, inst.total_gpus, inst.problem.cluster.allocation == "exact")
+    return search.joint_policy(tables, inst.total_gpus, inst.problem.cluster.allocation == "exact",
+                               idle=not inst.problem.cluster.deploy_every_tier)
 
 
 @dataclass
@@ -200,19 +201,21 @@ def solve_deployment(inst: Instance, tables: list[TierTable], ks: tuple[int, ...
     traffic-weighted latency, so GPUs the bottleneck tier barely benefits from make the other tiers
     (and the other operating points, and headroom for more load) faster."""
     fractions = inst.fractions(ks)
-    lats, groups = zip(*(t.latency(r) for t, r in zip(tables, inst.rate_rps * fractions, strict=True)), strict=True)
+    idle = not inst.problem.cluster.deploy_every_tier
+    lats, groups = zip(*(t.latency(r, idle=idle) for t, r in zip(tables, inst.rate_rps * fractions, strict=True)),
+                       strict=True)
     matrix = np.array(lats)
     exact, slack = _exact(inst), inst.problem.search.latency_slack
-    dp = solve_dp(matrix, inst.total_gpus, exact)
+    dp = solve_dp(matrix, inst.total_gpus, exact, allow_idle=idle)
     if dp.status != "optimal":
         raise SolverError("no allocation of the GPUs carries this load; add GPUs or lower workload.rate_rps")
-    first = solve_highs(matrix, inst.total_gpus, exact, upper_bound=dp.latency_s)
+    first = solve_highs(matrix, inst.total_gpus, exact, upper_bound=dp.latency_s, allow_idle=idle)
     if first.status != "optimal" or not math.isclose(first.latency_s, dp.latency_s, rel_tol=1e-9):
         raise SolverError(f"HiGHS ({first.latency_s}) and the dynamic program ({dp.latency_s}) disagree on L")
     weights = fractions + 1e-3  # a tier without traffic still prefers to be fast
-    dp2 = solve_dp(matrix, inst.total_gpus, exact, weights, slack)
+    dp2 = solve_dp(matrix, inst.total_gpus, exact, weights, slack, allow_idle=idle)
     chosen = solve_highs(matrix, inst.total_gpus, exact, upper_bound=dp.latency_s * (1 + slack), weights=weights,
-                         slack=slack)
+                         slack=slack, allow_idle=idle)
     if not math.isclose(weighted(matrix, chosen.gpus, weights), weighted(matrix, dp2.gpus, weights), rel_tol=1e-9):
         raise SolverError("HiGHS and the dynamic program disagree on the tie-break")
     return search.Deployment(gpus=chosen.gpus, groups=[int(groups[i][f]) for i, f in enumerate(chosen.gpus)])
@@ -290,8 +293,9 @@ def build_plan(inst: Instance, tables: list[TierTable], deployment: search.Deplo
     for i, spec in enumerate(problem.tiers):
         f, g = deployment.gpus[i], deployment.groups[i]
         sets = [ReplicaSet(tp=r.tp, pp=r.pp, count=r.count) for r in tables[i].replicas(g, f) if r.count > 0]
+        shape = sets[0] if sets else ReplicaSet(tp=1, pp=1, count=0)  # an idle tier (deploy_every_tier = false)
         tiers.append(TierDeployment(
-            tier=spec.name, gpus=f, replicas=sum(r.count for r in sets), tp=sets[0].tp, pp=sets[0].pp,
+            tier=spec.name, gpus=f, replicas=sum(r.count for r in sets), tp=shape.tp, pp=shape.pp,
             branches=inst.widths[i].n, branches_to_finish=inst.widths[i].m,
             model=inst.served_models[i], replica_sets=sets if len(sets) > 1 else [],
             **_output_settings(inst, i),

@@ -41,6 +41,10 @@ class ClusterSpec(Strict, frozen=True):
     # "exact": use all N GPUs (Cascadia's equality); "at_most": sum f <= N.
     allocation: Literal["exact", "at_most"] = "exact"
     max_replica_gpus: PositiveInt = 16  # the largest single replica (tp * pp) considered
+    # true: every tier gets at least one GPU, so that every hint's operating point (fast, best, ...) can use every
+    # tier. false: a tier no request reaches at the target's operating point may get none (a fleet sized for the
+    # target's traffic alone); the other hints' points then use the deployed tiers only.
+    deploy_every_tier: bool = True
 
 
 class TierSpec(Strict, frozen=True):

@@ -57,13 +57,14 @@ Policy = Callable[[np.ndarray], tuple[float, Deployment | None]]
 
 
 def joint_policy(tables: list[TierTable], total_gpus: int, exact: bool,
-                 allowed: list[np.ndarray] | None = None) -> Policy:
-    """Best parallelism per (tier, f) and the allocation solver on top (Cascadia's inner level)."""
+                 allowed: list[np.ndarray] | None = None, idle: bool = False) -> Policy:
+    """Best parallelism per (tier, f) and the allocation solver on top (Cascadia's inner level). `idle`: a tier no
+    request reaches may get no GPUs."""
 
     def policy(rates: np.ndarray) -> tuple[float, Deployment | None]:
-        lats, groups = zip(*(t.latency(r, None if allowed is None else allowed[i])
+        lats, groups = zip(*(t.latency(r, None if allowed is None else allowed[i], idle)
                              for i, (t, r) in enumerate(zip(tables, rates, strict=True))), strict=True)
-        allocation = solve_dp(np.array(lats), total_gpus, exact)
+        allocation = solve_dp(np.array(lats), total_gpus, exact, allow_idle=idle)
         if allocation.status != "optimal":
             return math.inf, None
         chosen = [int(groups[i][f]) for i, f in enumerate(allocation.gpus)]

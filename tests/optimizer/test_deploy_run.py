@@ -136,6 +136,14 @@ def test_local_dry_run_prints_one_command_per_replica_and_a_valid_gateway_config
     assert [t.name for t in load_config(tmp_path / "cascade.toml").tiers] == ["a", "b"]
 
 
+def test_a_plan_with_a_tier_left_without_gpus_is_refused_in_one_line(tmp_path) -> None:
+    idle = {**PLAN, "deployment": [PLAN["deployment"][0], {"tier": "b", "gpus": 0, "replicas": 0, "model": "org/b"}]}
+    result = run("deploy", "--plan", str(write_plan(tmp_path, idle)), "--engine", "local", "--dry-run",
+                 "--engine-command", FAKE)
+    assert result.returncode == 2 and "deploy_every_tier" in result.stderr and "Traceback" not in result.stderr
+    assert "tier(s) b have no GPUs" in result.stderr
+
+
 @pytest.mark.skipif(importlib.util.find_spec("sglang") is not None, reason="sglang is installed here")
 def test_sglang_without_sglang_installed_is_one_line_and_exit_2(tmp_path) -> None:
     result = run("deploy", "--plan", str(write_plan(tmp_path)), "--engine", "sglang")

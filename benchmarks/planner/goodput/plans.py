@@ -25,6 +25,7 @@ gpus = {gpus}
 gpus_per_node = 8
 allocation = "at_most"
 max_replica_gpus = 1
+deploy_every_tier = {every_tier}
 {tiers}
 [workload]
 rate_rps = {rate}
@@ -48,19 +49,22 @@ latency_s = {slo}
 """
 
 
-def problem_toml(fold: Fold, gpus: int, rate: float, target: str, max_running: int, e2e_slo_s: float) -> str:
+def problem_toml(fold: Fold, gpus: int, rate: float, target: str, max_running: int, e2e_slo_s: float,
+                 every_tier: bool = True) -> str:
     profiles = {t.tier: H200 / f"{t.profile}.json" for t in V8_TWIN}
     tiers = "".join(f'\n[[tiers]]\nname = "{t}"\nprofile = "{profiles[t]}"\nmax_batch = {max_running}\n' for t in TIERS)
     return PROBLEM.format(gpus=gpus, tiers=tiers, rate=rate, rows=fold.planning_rows, target=target,
-                          slo=round(e2e_slo_s, 3))
+                          slo=round(e2e_slo_s, 3), every_tier=str(every_tier).lower())
 
 
-def planned(fold: Fold, gpus: int, rate: float, target: str, max_running: int, e2e_slo_s: float, work: Path) -> Arm:
-    """The plan for `fold` (made on its training questions) at `rate`, as an arm serving `fold`."""
+def planned(fold: Fold, gpus: int, rate: float, target: str, max_running: int, e2e_slo_s: float, work: Path,
+            every_tier: bool = True) -> Arm:
+    """The plan for `fold` (made on its training questions) at `rate`, as an arm serving `fold`; `every_tier` false:
+    the fleet sized for the target's traffic alone (`[cluster] deploy_every_tier = false`)."""
     work.mkdir(parents=True, exist_ok=True)
     spec, out = work / "problem.toml", work / "plan.json"
     if not out.exists():
-        spec.write_text(problem_toml(fold, gpus, rate, target, max_running, e2e_slo_s))
+        spec.write_text(problem_toml(fold, gpus, rate, target, max_running, e2e_slo_s, every_tier))
         done = subprocess.run([sys.executable, "-m", "cascade.cli", "optimize", "plan", "--spec", str(spec),
                                "--out", str(out), "--no-figure"], capture_output=True, text=True, timeout=1800)
         if done.returncode != 0:

@@ -65,7 +65,7 @@ def routing_of(arm: str, inst: Instance, shares: dict[str, float], plan: Path | 
         return np.full(n, TIERS.index(PLAIN_TIER))
     if arm.startswith("b-"):
         return np.full(n, TIERS.index(REASON_TIER))
-    if arm.startswith(("e-", "f-")):  # f: as planned (the simulator has no load-reactive routing)
+    if arm.startswith(("e-", "f-", "t-")):  # f: as planned (the simulator has no load-reactive routing)
         assert plan is not None
         points = load_plan(plan).operating_points
         point = min(points, key=lambda p: abs((p.quality_target or 0.0) - quality))
@@ -120,9 +120,11 @@ def main(argv: list[str] | None = None) -> int:
                 target = run["quality_target"][fold.name]
                 inst = instance(fold, gpus, rate, f"{target:.4f}", setting["max_running"], e2e_slo_s,
                                 work / "predict" / f"g{gpus}{tag}" / f"rate-{rate_key}" / f"fold-{fold.name}")
-                replicas = m["replicas"].get(fold.name, m["replicas"]) if arm[0] in "def" else m["replicas"]
-                plan = work / "plans" / f"g{gpus}{tag}" / f"rate-{rate_key}" / f"fold-{fold.name}" / "plan.json"
-                final = routing_of(arm, inst, m["tier_shares"], plan if arm[0] in "ef" else None, target)
+                replicas = m["replicas"].get(fold.name, m["replicas"]) if arm[0] in "deft" else m["replicas"]
+                fleet = "-target-fleet" if arm[0] == "t" else ""
+                plan = (work / "plans" / f"g{gpus}{tag}{fleet}" / f"rate-{rate_key}" / f"fold-{fold.name}" /
+                        "plan.json")
+                final = routing_of(arm, inst, m["tier_shares"], plan if arm[0] in "eft" else None, target)
                 per_fold.append(predict(inst, replicas, final, rate, e2e_slo_s))
             predicted = {k: round(float(np.mean([f[k] for f in per_fold])), 4) for k in per_fold[0]}
             rows[rate_key] = {"predicted": predicted,
