@@ -45,6 +45,9 @@ class Instance:
     # Each tier's reasoning width, and for a width with N > 1 the tokens each branch decodes, (n, N).
     widths: list[Width] = field(default_factory=list)
     branch_tokens: list[np.ndarray | None] = field(default_factory=list)
+    # Per tier, adaptive consistency's first wave (0 or absent: every branch starts with its request); its other
+    # branches, where `branch_tokens` gives them a length, start when it ended (simulator.simulate_waves).
+    first_waves: list[int] = field(default_factory=list)
     quality_span: float | None = None  # J's shortfall normalizer, shared by plans at several widths
     curves: dict[tuple[int, Shape, str], ReplicaCurve] = field(default_factory=dict)
 
@@ -86,6 +89,10 @@ class Instance:
         """What the tier's engine decodes for these rows: (rows,) lengths, or (rows, N) with branches."""
         branches = self.branch_tokens[tier] if self.branch_tokens else None
         return self.output_tokens[rows, tier] if branches is None else branches[rows]
+
+    def first_wave(self, tier: int) -> int:
+        """The tier's adaptive first wave (0: its branches start together)."""
+        return self.first_waves[tier] if tier < len(self.first_waves) else 0
 
     def _tier_table(self, tier: int, rows_mask: np.ndarray) -> TierTable:
         rows = np.flatnonzero(rows_mask)

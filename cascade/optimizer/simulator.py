@@ -208,6 +208,49 @@ def simulate_branches(cost: StepCost, arrivals: np.ndarray, input_tokens: np.nda
                      ttft_s=np.minimum.reduceat(result.ttft_s, starts), stable=result.stable)
 
 
+WAVE_ITERATIONS = 8  # runs of the replica to settle when second waves arrive (they move by < 1 ms after 3-4)
+WAVE_SETTLED_S = 1e-3
+
+
+def simulate_waves(cost: StepCost, arrivals: np.ndarray, input_tokens: np.ndarray, output_tokens: np.ndarray, *,
+                   first_wave: int, kv_capacity_tokens: int, max_batch: int = 256, max_prefill_tokens: int = 16384,
+                   warm: WarmBatch | None = None) -> SimResult:
+    """Adaptive consistency's two waves (cascade/branches/runner.py, `first_wave`): a request's first `first_wave`
+    branches (`output_tokens` (requests, N)) arrive with it; its other branches, those with a length > 0 (0: never
+    launched, because the first wave agreed), arrive when the last branch of its first wave finished. A second
+    wave's arrival depends on when the first wave ends, which the second waves' own load delays, so the replica is
+    run again with the second waves at the first waves' last finish times until those move by less than
+    WAVE_SETTLED_S (at most WAVE_ITERATIONS runs; the first run has no second waves). Latency: to the last branch
+    of the last wave; first token: the first wave's."""
+    limits = dict(kv_capacity_tokens=kv_capacity_tokens, max_batch=max_batch, max_prefill_tokens=max_prefill_tokens)
+    first, later = output_tokens[:, :first_wave], output_tokens[:, first_wave:]
+    second = np.flatnonzero((later > 0).any(axis=1))
+    width = max(first.shape[1], later.shape[1])
+    waves = np.zeros((len(arrivals) + len(second), width), dtype=output_tokens.dtype)
+    waves[:len(arrivals), :first.shape[1]] = first
+    waves[len(arrivals):, :later.shape[1]] = later[second]
+    inputs = np.concatenate([input_tokens, input_tokens[second]])
+    result = simulate_branches(cost, arrivals, input_tokens, first, **limits, warm=warm)
+    first_done = arrivals + result.latency_s
+    latency = result.latency_s.copy()
+    for _ in range(WAVE_ITERATIONS if len(second) else 0):
+        starts = np.concatenate([arrivals, first_done[second]])
+        order = np.argsort(starts, kind="stable")
+        run = simulate_branches(cost, starts[order], inputs[order], waves[order], **limits, warm=warm)
+        ends = np.empty(len(starts))
+        ends[order] = starts[order] + run.latency_s
+        ttft = np.empty(len(starts))
+        ttft[order] = run.ttft_s
+        moved = float(np.max(np.abs(ends[:len(arrivals)] - first_done), initial=0.0))
+        first_done = ends[:len(arrivals)]
+        latency = first_done - arrivals
+        latency[second] = ends[len(arrivals):] - arrivals[second]
+        result = SimResult(latency_s=latency, ttft_s=ttft[:len(arrivals)], stable=run.stable)
+        if moved < WAVE_SETTLED_S:
+            break
+    return SimResult(latency_s=latency, ttft_s=result.ttft_s, stable=result.stable)
+
+
 def steady_batch(cost: StepCost, rate_rps: float, input_tokens: np.ndarray, output_tokens: np.ndarray,
                  max_batch: int, rng: np.random.Generator) -> WarmBatch:
     """A batch as Little's law expects it at this rate: B = rate * (time a request spends decoding),

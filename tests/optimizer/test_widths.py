@@ -223,3 +223,44 @@ def test_the_planner_reads_a_widths_quality_from_recorded_branches(tmp_path) -> 
     assert draws.branches[0] is not None
     expected = vote(draws.branches[0], chosen).correct if chosen != SINGLE else draws.correct[:, 0]
     assert np.array_equal(result.instance.data.quality[:, 0], expected)
+
+
+def test_a_settled_first_wave_is_simulated_as_its_branches_alone() -> None:
+    cost, rng = _cost(), np.random.default_rng(1)
+    arrivals = np.sort(rng.uniform(0, 5, 40))
+    inputs, first = rng.integers(50, 200, 40), rng.integers(20, 300, (40, 2))
+    settled = np.concatenate([first, np.zeros((40, 6), dtype=first.dtype)], axis=1)
+    limits = dict(kv_capacity_tokens=cost.kv_capacity_tokens)
+    waves = simulator.simulate_waves(cost, arrivals, inputs, settled, first_wave=2, **limits)
+    alone = simulator.simulate_branches(cost, arrivals, inputs, first, **limits)
+    assert waves.latency_s.tolist() == alone.latency_s.tolist()
+
+
+def test_a_second_wave_starts_when_the_first_ended() -> None:
+    cost = _cost()
+    limits = dict(kv_capacity_tokens=cost.kv_capacity_tokens)
+    # One request alone: its second wave decodes after its first, so its latency is about the two waves' in turn.
+    branches = np.array([[100, 60, 80, 80, 80]])
+    waves = simulator.simulate_waves(cost, np.zeros(1), np.array([100]), branches, first_wave=2, **limits)
+    first = simulator.simulate_branches(cost, np.zeros(1), np.array([100]), branches[:, :2], **limits)
+    second = simulator.simulate_branches(cost, np.zeros(1), np.array([100]), branches[:, 2:], **limits)
+    together = simulator.simulate_branches(cost, np.zeros(1), np.array([100]), branches, **limits)
+    assert waves.latency_s[0] == pytest.approx(first.latency_s[0] + second.latency_s[0], rel=1e-9)
+    assert waves.latency_s[0] > together.latency_s[0]
+    assert waves.ttft_s[0] == pytest.approx(first.ttft_s[0])
+
+
+def test_second_waves_delay_the_first_waves_that_share_their_replica() -> None:
+    cost, rng = _cost(), np.random.default_rng(2)
+    n = 200
+    arrivals = np.sort(rng.uniform(0, 20, n))
+    inputs, first = rng.integers(50, 200, n), rng.integers(100, 400, (n, 2))
+    later = np.where(rng.random((n, 1)) < 0.5, rng.integers(100, 400, (n, 6)), 0)
+    limits = dict(kv_capacity_tokens=cost.kv_capacity_tokens, max_batch=256)
+    waves = simulator.simulate_waves(cost, arrivals, inputs, np.concatenate([first, later], axis=1), first_wave=2,
+                                     **limits)
+    alone = simulator.simulate_branches(cost, arrivals, inputs, first, **limits)
+    assert waves.stable and alone.stable
+    settled = (later == 0).all(axis=1)
+    assert waves.latency_s[settled].mean() > 1.1 * alone.latency_s[settled].mean()
+    assert (waves.latency_s[~settled] > alone.latency_s[~settled]).all()

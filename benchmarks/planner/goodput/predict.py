@@ -17,6 +17,12 @@ Predicted per arm and rate (the two folds averaged): accuracy, p95 end-to-end la
 and correct-within-SLO goodput per GPU; the TTFT SLO is not modelled (the simulator returns end-to-end latency).
 A request routed to a tier without GPUs never finishes, as the twin's fails.
 
+Two predictions per arm: `predicted` from the planning rows as the planner reads them (the reasoning tier's vote as
+one sequence of all the tokens its branches decoded), and `predicted_waves` with the reasoning tier's vote as the twin
+runs it: its branches side by side in the adaptive waves of the ladder's `[tiers.branches]` (the first wave, then
+the rest where the first wave disagreed: simulator.simulate_waves), their lengths the records the twin replays
+(`recorded_waves`). The gap between the two is what planning the vote from branch records would close.
+
     .venv/bin/python -m benchmarks.planner.goodput.predict --summary runs/goodput_g8_poisson.json \
         [--work runs/goodput_per_gpu] [--json-out FILE]
 """
@@ -24,6 +30,7 @@ A request routed to a tier without GPUs never finishes, as the twin's fails.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 from pathlib import Path
@@ -34,12 +41,15 @@ import numpy as np
 from benchmarks.planner.goodput.arms import PLAIN_TIER, REASON_TIER
 from benchmarks.planner.goodput.folds import TIERS, Fold, build
 from benchmarks.planner.goodput.plans import problem_toml
+from cascade.config import load_config
 from cascade.optimizer import evaluate
 from cascade.optimizer.instance import Instance, load_instance
 from cascade.optimizer.problem import load_problem
 from cascade.optimizer.search import Deployment
 from cascade.plan import load_plan
+from cascade.testing.fakes.recorded import read_tier
 from cascade.testing.scripts import print_result
+from cascade.testing.twin import EMBEDDED_LADDER, V8_TWIN
 
 SEEDS = (0, 1, 2)  # arrival seeds of the simulation, averaged
 REQUESTS = 3000  # simulated requests per seed (the first 10 % dropped as warm-up)
@@ -75,7 +85,39 @@ def routing_of(arm: str, inst: Instance, shares: dict[str, float], plan: Path | 
     if arm.startswith("c-"):  # the hardest rows (highest route score) to the top tiers, in the measured shares
         cuts = np.quantile(signal, np.cumsum(share)[:-1])
         return np.searchsorted(cuts, signal, side="right")
-    return np.random.default_rng(seed).choice(len(TIERS), size=n, p=share)  # d: at random
+    return np.asarray(np.random.default_rng(seed).choice(len(TIERS), size=n, p=share))  # d: at random
+
+
+def recorded_waves(ids: list[str]) -> tuple[np.ndarray, int]:
+    """The reasoning tier's branch lengths per question of `ids` as the twin replays its adaptive vote, (ids, N)
+    with 0 for a branch never launched, and the first wave: the first wave's recorded branches, and all N where
+    their answers differ (an unreadable answer agrees with none). A question with one recorded answer replays it on
+    every branch (cascade/testing/fakes/recorded.py), so its first wave agrees."""
+    settings = next(t for t in load_config(EMBEDDED_LADDER).tiers if t.name == REASON_TIER).branches
+    records = read_tier(next(t for t in V8_TWIN if t.tier == REASON_TIER).records, REASON_TIER)
+    first, n = settings.first_wave, settings.n
+    out = np.zeros((len(ids), n), dtype=np.int64)
+    for i, question in enumerate(ids):
+        record = records[question]
+        if not record.branches:
+            out[i, :first] = record.output_tokens or 1
+            continue
+        answers = {b.answer for b in record.branches[:first]}
+        launched = first if len(answers) == 1 and None not in answers else n
+        out[i, :launched] = [max(1, b.output_tokens) for b in record.branches[:launched]]
+    return out, first
+
+
+def with_waves(inst: Instance, fold: Fold) -> Instance:
+    """`inst` with the reasoning tier's vote as branches in waves (`recorded_waves`) instead of one sequence."""
+    lengths, first = recorded_waves(fold.trained_on)
+    if len(lengths) != inst.output_tokens.shape[0]:
+        raise ValueError(f"fold {fold.name}: {len(lengths)} questions, {inst.output_tokens.shape[0]} planning rows")
+    tier = inst.names.index(REASON_TIER)
+    branch_tokens = list(inst.branch_tokens) or [None] * len(inst.names)
+    branch_tokens[tier] = lengths
+    first_waves = [first if i == tier else 0 for i in range(len(inst.names))]
+    return dataclasses.replace(inst, branch_tokens=branch_tokens, first_waves=first_waves, curves={})
 
 
 def predict(inst: Instance, replicas: dict[str, int], final: np.ndarray, rate: float, e2e_slo_s: float
@@ -115,7 +157,7 @@ def main(argv: list[str] | None = None) -> int:
         rows: dict[str, Any] = {}
         for rate_key, m in measured["by_rate"].items():
             rate = float(rate_key)
-            per_fold = []
+            per_fold, per_fold_waves = [], []
             for fold in folds:
                 target = run["quality_target"][fold.name]
                 inst = instance(fold, gpus, rate, f"{target:.4f}", setting["max_running"], e2e_slo_s,
@@ -126,11 +168,13 @@ def main(argv: list[str] | None = None) -> int:
                         "plan.json")
                 final = routing_of(arm, inst, m["tier_shares"], plan if arm[0] in "eft" else None, target)
                 per_fold.append(predict(inst, replicas, final, rate, e2e_slo_s))
+                per_fold_waves.append(predict(with_waves(inst, fold), replicas, final, rate, e2e_slo_s))
             predicted = {k: round(float(np.mean([f[k] for f in per_fold])), 4) for k in per_fold[0]}
-            rows[rate_key] = {"predicted": predicted,
+            waves = {k: round(float(np.mean([f[k] for f in per_fold_waves])), 4) for k in per_fold_waves[0]}
+            rows[rate_key] = {"predicted": predicted, "predicted_waves": waves,
                               "measured": {k: m.get(k) for k in ("accuracy", "slo_attainment", "goodput_per_gpu",
                                                                  "p95_e2e_s")}}
-            print(f"{arm} rate {rate_key}: predicted {predicted}", file=sys.stderr, flush=True)
+            print(f"{arm} rate {rate_key}: predicted {predicted}, with waves {waves}", file=sys.stderr, flush=True)
         result["arms"][arm] = rows
     print_result(result, args.json_out)
     return 0

@@ -10,11 +10,14 @@ from pathlib import Path
 import pytest
 
 from benchmarks.planner.goodput import arms
+from benchmarks.planner.goodput.arms import REASON_TIER
 from benchmarks.planner.goodput.folds import Fold, split, write_questions
+from benchmarks.planner.goodput.predict import recorded_waves
 from benchmarks.planner.goodput.run import Setting, measure
 from benchmarks.planner.goodput.scores import held_rate, point_stats, scale_needed, summarize
 from cascade.data.outcomes import read_rows
-from cascade.testing.twin import V8
+from cascade.testing.fakes.recorded import read_tier
+from cascade.testing.twin import V8, V8_TWIN
 
 SLO = (1.0, 2.0)  # TTFT, end to end (s)
 
@@ -70,3 +73,22 @@ def test_one_arm_end_to_end_on_two_emulated_gpus_answers_as_recorded(tmp_path: P
     summary = summarize([point], setting.ttft_slo_s, setting.e2e_slo_s, resamples=20)
     assert summary["accuracy"] == pytest.approx(sum(expected.values()) / 8)
     assert summary["slo_attainment"] == 1.0 and summary["shed"] == 0.0
+
+
+def test_the_vote_is_predicted_in_the_waves_the_twin_replays() -> None:
+    rows = {row.id: row for _, row in read_rows(V8) if row.id is not None}
+    ids = sorted(rows)[:60]
+    lengths, first = recorded_waves(ids)
+    records = read_tier(next(t for t in V8_TWIN if t.tier == REASON_TIER).records, REASON_TIER)
+    assert first == 2 and lengths.shape == (60, 8)
+    settled = 0
+    for question, row in zip(ids, lengths, strict=True):
+        branches = records[question].branches
+        launched = int((row > 0).sum())
+        assert launched in (2, 8) and (row[:launched] > 0).all()
+        if branches:  # the first wave is the first two recorded branches; the rest only where they disagree
+            assert row[:2].tolist() == [max(1, b.output_tokens) for b in branches[:2]]
+            agree = branches[0].answer is not None and branches[0].answer == branches[1].answer
+            assert launched == (2 if agree else 8)
+        settled += launched == 2
+    assert 0 < settled < 60  # both kinds among them
