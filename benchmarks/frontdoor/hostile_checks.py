@@ -166,7 +166,7 @@ def verdicts(summary: dict[str, Any]) -> dict[str, bool | None]:
         "slow_readers_memory_flat": None if not front or any(kib is None for _, kib in front) else
         all(kib is not None and kib < FLAT_KIB for _, kib in front),
         "slow_bodies_closed": None if timeout is None else
-        timeout["ended_by"] == {"server_closed": timeout["connections"]},
+        sum(timeout["ended_by"].get(end, 0) for end in ("server_closed", "server_reset")) == timeout["connections"],
     }
 
 
