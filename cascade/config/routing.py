@@ -108,6 +108,11 @@ class RoutingConfig(Strict, frozen=True):
     # when longer. Routing work per request is then bounded, whatever the body holds; every committed router was
     # trained on prompts far shorter (GSM8K questions are under 1,000 characters), so none is changed by it.
     max_prompt_chars: Annotated[int, msgspec.Meta(ge=256, le=1_000_000)] = 8192
+    # Where a prompt over 1,024 characters is assessed (cascade/router/offload.py): "process", in one child process
+    # per serving process, on another core, so that routing hostile text (up to ~40 ms for what the router reads)
+    # never slows the other requests on the event loop; "thread", in the serving process (no child, but that work
+    # then shares the GIL with the loop).
+    assess_long_prompts: Literal["process", "thread"] = "process"
     load: LoadReactiveConfig = LoadReactiveConfig()
     engine_load: EngineLoadConfig = EngineLoadConfig()
     confidence: AnswerConfidenceConfig = AnswerConfidenceConfig()

@@ -121,6 +121,7 @@ class TierPicker:
             await self.redis.start()
 
     async def aclose(self) -> None:
+        self.service.close()
         if self.redis is not None:
             await self.redis.aclose()
 

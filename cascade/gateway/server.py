@@ -89,6 +89,7 @@ class Gateway:
             if self.redis is not None:
                 await self.redis.aclose()
             await self.engines.aclose()
+            self.service.close()
             if self.service.telemetry.traffic is not None:
                 self.service.telemetry.traffic.close()
             if self.tracer is not None:  # the last spans exported (up to the exporter's timeout), off the loop

@@ -93,6 +93,10 @@ class Router:
         thread-safe: it reads no load and changes nothing, so a caller may run it off its event loop."""
         return self.policy.assess(routed_text(prompt, self.max_prompt_chars))
 
+    def routed(self, prompt: str) -> str:
+        """What `assess` reads of `prompt` (`routed_text`)."""
+        return routed_text(prompt, self.max_prompt_chars)
+
     def decide(self, assessed: Assessed, hint: QualityHint) -> Routing:
         """Where an assessed prompt goes under `hint`, given the tiers' load now (cheap; on the caller's loop)."""
         route = self.policy.place(assessed, hint)

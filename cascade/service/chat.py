@@ -37,6 +37,7 @@ from cascade.errors import ConfigError, Forbidden, InvalidRequest, UnknownModel
 from cascade.plan import Plan
 from cascade.router.escalation import within
 from cascade.router.load import TierShape
+from cascade.router.offload import ProcessAssessor
 from cascade.router.policy import NAMED_HINTS, ROUTED_MODEL, QualityHint, RoutingSignal, parse_hint
 from cascade.router.router import Router, Routing
 from cascade.schemas import ChatCompletion, ChatCompletionRequest, ModelCard, ModelList, RouteDecision
@@ -129,6 +130,7 @@ class ChatService:
         self.budgets.publish(self.keyring.tenants)
         shapes = [TierShape(t.name, t.config.branches.slots, t.config.branches.n) for t in self.tiers]
         self.router = Router(shapes, config.routing, signal, self.admission, fallback=config.tier_fallback)
+        self.assessor = ProcessAssessor(self.router.policy) if config.routing.assess_long_prompts == "process" else None
         if default.target is not None:  # a target the routing signal cannot meet fails at start, not per request
             try:
                 self.router.policy.thresholds(default)
@@ -140,6 +142,11 @@ class ChatService:
         self.serving = ServingTiers(self.tiers, config.limits, self.admission, self.telemetry, config.confidence)
 
     # --- before anything is sent ----------------------------------------------------------------
+
+    def close(self) -> None:
+        """Stop what the service started beside its owner's parts: the router's child process, if any."""
+        if self.assessor is not None:
+            self.assessor.close()
 
     def model_list(self) -> ModelList:
         ids = [ROUTED_MODEL, *(f"{ROUTED_MODEL}:{h}" for h in NAMED_HINTS), *self.by_name]
@@ -324,10 +331,13 @@ class ChatService:
         hint = body_hint or header or parse_hint(alias or None, "model") or self.default_hint
         start = time.perf_counter()
         prompt = question_of(req.messages)
-        # The router reads at most `max_prompt_chars` (router.py `routed_text`): about 0.6 us per character with the
-        # embedded learned router, so a long prompt is assessed in a worker thread and the loop keeps serving.
+        # The router reads at most `max_prompt_chars` (router.py `routed_text`): 0.6-5 us per character with the
+        # embedded learned router, so a long prompt is assessed off the loop: in the router's child process
+        # (cascade/router/offload.py), or in a worker thread.
         if len(prompt) <= INLINE_ROUTING_CHARS:
             assessed = self.router.assess(prompt)
+        elif self.assessor is not None:
+            assessed = await self.assessor.assess(self.router.routed(prompt))
         else:
             assessed = await asyncio.to_thread(self.router.assess, prompt)
         routing = self.router.decide(assessed, hint)

@@ -9,13 +9,16 @@ from __future__ import annotations
 import json
 import logging
 import threading
+import time
 from pathlib import Path
 
 import httpx
 import pytest
 
 from cascade.config import decode_config
+from cascade.gateway.server import Gateway
 from cascade.router.router import Router, routed_text
+from cascade.testing.asgi import serve_asgi
 from cascade.testing.servers import ladder_toml
 from tests.gateway.gateway_setup import post_chat, running_gateway, user
 
@@ -104,3 +107,30 @@ def test_whole_float_counts_are_served_and_fractions_refused_by_name() -> None:
         bad = post_chat(base, json.dumps({"model": "cascade:fast", "messages": user(), "n": 2.0,
                                           "max_tokens": 4.5}).encode())
         assert bad.status_code == 400 and bad.json()["error"]["param"] == "max_tokens"
+
+
+def test_long_prompts_are_routed_in_the_routers_child_as_in_a_thread(router_dir: Path) -> None:
+    prompts = ["1+" * 3000, "\u00a0\u0663" * 2000, "Sam buys 3 apples for $2 each. " * 80 + "How much?"]
+    routes: dict[str, list[dict]] = {}
+    for where in ("process", "thread"):
+        config = decode_config(ladder_toml("http://127.0.0.1:9", learned(router_dir) +
+                                           f'assess_long_prompts = "{where}"\n'))
+        assert config.routing.assess_long_prompts == where
+        gateway = Gateway(config)
+        with serve_asgi(gateway.app, lifespan="on") as base:
+            deadline = time.monotonic() + 120  # the child's start on a loaded 2-core machine (~2 s idle)
+            while where == "process" and gateway.service.assessor.child_calls == 0:
+                assert time.monotonic() < deadline, "the router's child never answered"
+                httpx.post(f"{base}/v1/route", json={"model": "cascade", "messages": user(prompts[0])}, timeout=30)
+                time.sleep(0.2)
+            routes[where] = [httpx.post(f"{base}/v1/route", json={"model": "cascade", "messages": user(p)},
+                                        timeout=30).json() for p in prompts]
+        assessor = gateway.service.assessor
+        if where == "process":
+            assert assessor is not None and assessor.child_calls >= len(prompts) + 1
+            assert assessor._pool is None  # the gateway's shutdown stopped its child
+        else:
+            assert assessor is None
+    assert routes["process"] == routes["thread"]
+    with pytest.raises(Exception, match="assess_long_prompts"):
+        decode_config(ladder_toml("http://127.0.0.1:9", '[routing]\nassess_long_prompts = "gpu"\n'))
