@@ -82,6 +82,7 @@ import numpy as np
 
 from benchmarks.frontdoor import hostile_attacks as attacks
 from benchmarks.frontdoor import hostile_checks as checks
+from benchmarks.frontdoor.gateway_overhead import children
 from cascade.engines.supervisor import free_port
 from cascade.testing.processes import CASCADE, start, stop
 from cascade.testing.scripts import fail, print_result, word_problems
@@ -307,12 +308,16 @@ async def normal_load(url: str, clients: int, rate: float, measure_from: float, 
 
 
 def cpu_s(pid: int) -> float:
-    """CPU seconds of `pid`, all its threads (Envoy's workers, a gateway's featurizing thread) and exited ones
-    included: utime + stime of /proc/PID/stat, in clock ticks (/proc/PID/schedstat is the main thread's only)."""
-    with contextlib.suppress(FileNotFoundError, ProcessLookupError):
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-    return float("nan")
+    """CPU seconds of `pid` and its live child processes (the router's child: cascade/router/offload.py), all their
+    threads (Envoy's workers, a featurizing thread) and exited ones included: utime + stime of /proc/PID/stat, in
+    clock ticks (/proc/PID/schedstat is the main thread's only)."""
+    total = float("nan")
+    for process in [pid, *children(pid)]:
+        with contextlib.suppress(FileNotFoundError, ProcessLookupError):
+            fields = Path(f"/proc/{process}/stat").read_text().rsplit(")", 1)[1].split()
+            ticks = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+            total = ticks if process == pid else total + ticks
+    return total
 
 
 def config_toml(engine: str, attack_engine: str, keys: dict[str, attacks.AttackKey]) -> str:
