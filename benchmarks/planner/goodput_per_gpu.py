@@ -68,24 +68,28 @@ def slo_unit_s() -> float:
     return prefill + decode
 
 
-# Served on each fold's plan (t: planned with `[cluster] deploy_every_tier = false`, the others with the default)
-PLANNED = {"e": "e-plan", "d": "d-random-null-plan", "f": "f-plan-load-reactive", "t": "t-plan-target-fleet"}
+# Served on each fold's plan (t and its null u: planned with `[cluster] deploy_every_tier = false`, the others with
+# the default)
+PLANNED = {"e": "e-plan", "d": "d-random-null-plan", "f": "f-plan-load-reactive", "t": "t-plan-target-fleet",
+           "u": "u-random-null-target-fleet"}
+TARGET_FLEET = "tu"
+NULLS = "du"
 
 
 def planned_point(letter: str, folds: list[Fold], rate: float, seed: int, setting: Setting, work: Path,
                   quality: dict[str, str], gpus: int, tag: str = "") -> dict[str, Any]:
     """Arm e (or its null d) at one rate: each fold planned on its training questions and served on its own fleet at
     the full rate (the plans' allocations differ), the two runs pooled. d keeps the plan's allocation and replaces
-    its routing by random route scores calibrated to the same target on the same fold."""
+    its routing by random route scores calibrated to the same target on the same fold; u does the same on t's plan."""
     runs = []
     for fold in folds:
-        fleet_tag = "-target-fleet" if letter == "t" else ""
+        fleet_tag = "-target-fleet" if letter in TARGET_FLEET else ""
         arm = planned(fold, gpus, rate, quality[fold.name], setting.max_running, setting.e2e_slo_s,
                       work / "plans" / f"g{gpus}{tag}{fleet_tag}" / f"rate-{rate:g}" / f"fold-{fold.name}",
-                      every_tier=letter != "t")
+                      every_tier=letter not in TARGET_FLEET)
         hints = quality
-        if letter == "d":
-            arm = arm_defs.random_null(arm.replicas, [fold], PLANNED["d"])
+        if letter in NULLS:
+            arm = arm_defs.random_null(arm.replicas, [fold], PLANNED[letter])
         elif letter == "t":
             arm = dataclasses.replace(arm, name=PLANNED["t"])
         elif letter == "f":  # a named hint: load-reactive routing moves those (a numeric one keeps its target)

@@ -162,8 +162,8 @@ def main(argv: list[str] | None = None) -> int:
                 target = run["quality_target"][fold.name]
                 inst = instance(fold, gpus, rate, f"{target:.4f}", setting["max_running"], e2e_slo_s,
                                 work / "predict" / f"g{gpus}{tag}" / f"rate-{rate_key}" / f"fold-{fold.name}")
-                replicas = m["replicas"].get(fold.name, m["replicas"]) if arm[0] in "deft" else m["replicas"]
-                fleet = "-target-fleet" if arm[0] == "t" else ""
+                replicas = m["replicas"].get(fold.name, m["replicas"]) if arm[0] in "deftu" else m["replicas"]
+                fleet = "-target-fleet" if arm[0] in "tu" else ""
                 plan = (work / "plans" / f"g{gpus}{tag}{fleet}" / f"rate-{rate_key}" / f"fold-{fold.name}" /
                         "plan.json")
                 final = routing_of(arm, inst, m["tier_shares"], plan if arm[0] in "eft" else None, target)
