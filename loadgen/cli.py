@@ -161,6 +161,8 @@ def run_command(args: argparse.Namespace) -> int:
 def _one_line(summary: dict[str, Any], out: str) -> str:
     ttft, e2el = summary["ttft_ms"], summary["e2el_ms"]
     acc = "" if summary["accuracy"] is None else f", accuracy {100 * summary['accuracy']:.1f}%"
+    if summary.get("truncated"):  # a cut answer is graded wrong: say so, or the accuracy misleads
+        acc += f" ({summary['truncated']} cut by the length limit: raise --max-tokens)"
     best = ""
     if "sweep" in summary:
         best = f", max sustainable rate {summary['sweep']['max_sustainable_rate_rps']} rps"

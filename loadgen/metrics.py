@@ -134,6 +134,8 @@ def group_stats(records: Sequence[RequestRecord], slo: dict[str, float], duratio
         "itl_ms": percentiles(x for r in done for x in r.itl_ms),
         "e2el_ms": percentiles(r.e2el_ms for r in done if r.e2el_ms is not None),
         "output_tokens_mean": round(float(np.mean([r.output_tokens for r in done])), 2) if done else None,
+        # Answers the length limit cut (finish_reason "length"): a cut reasoning answer has no final number to grade.
+        "truncated": sum(1 for r in done if r.finish_reason == "length"),
         "request_throughput_rps": _rate(len(done), duration_s),
         "output_throughput_tps": _rate(sum(r.output_tokens for r in done), duration_s),
         "goodput_rps": _rate(len(good), duration_s),
@@ -194,6 +196,7 @@ def summarize(records: Sequence[RequestRecord], slo: dict[str, float], duration_
         "request_throughput_rps": stats["request_throughput_rps"],
         "output_throughput_tps": stats["output_throughput_tps"],
         "output_tokens_mean": stats["output_tokens_mean"],
+        "truncated": stats["truncated"],
         "dispatch_lag_ms": percentiles(lags),
         "slo": slo,
         "min_slo_scale": min_slo_scale(records, slo, attainment_level),

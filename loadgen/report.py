@@ -116,6 +116,7 @@ def markdown(summary: dict[str, Any], plots: Sequence[Path], sweep: dict[str, An
         f"| min SLO scale for {_pct(summary['min_slo_scale_level'])} attainment | "
         f"{_fmt(summary['min_slo_scale'], 3)} |",
         f"| accuracy ({summary['graded']} graded) | {_pct(summary['accuracy'])} |",
+        f"| answers cut by the length limit (finish_reason `length`) | {summary.get('truncated', 0)} |",
         f"| correct within SLO | {_pct(summary['correct_within_slo'])} |",
         *_cost_rows(summary.get("cost")),
         f"| dispatch lag p50 / p99 | {_fmt(summary['dispatch_lag_ms']['p50'], 2)} / "

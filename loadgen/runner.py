@@ -57,37 +57,54 @@ class RunResult(msgspec.Struct, kw_only=True):
     model: str = ""
 
 
+PROGRESS_LINE_S = 10.0  # without a terminal: a progress line this often (a log, CI, `| tee`)
+
+
 class _Progress:
-    """A tqdm bar on stderr (when it is a terminal, or forced) showing rate, in-flight and errors."""
+    """Progress on stderr: a tqdm bar showing rate, in-flight and errors when stderr is a terminal (or forced), else
+    a line every PROGRESS_LINE_S (a run of slow CPU models is minutes long, and a log should show it alive)."""
 
     def __init__(self, total: int | None, enabled: bool | None) -> None:
         self.sent = 0
         self.done = 0
         self.errors = 0
+        self.total = total
         self.bar = None
-        if enabled is False or (enabled is None and not sys.stderr.isatty()):
+        self.lines = enabled is None and not sys.stderr.isatty()
+        if enabled is False or self.lines:
             return
         from tqdm import tqdm
 
         self.bar = tqdm(total=total, unit="req", desc="loadgen", file=sys.stderr, dynamic_ncols=True)
 
     async def run(self, every_s: float = 0.5) -> None:
-        if self.bar is None:
+        if self.bar is None and not self.lines:
             return
-        last_sent, last_t = 0, time.perf_counter()
+        every_s = PROGRESS_LINE_S if self.lines else every_s
+        last_sent, last_t, started = 0, time.perf_counter(), time.perf_counter()
         while True:
             await asyncio.sleep(every_s)
             now = time.perf_counter()
             rate = (self.sent - last_sent) / (now - last_t)
             last_sent, last_t = self.sent, now
+            if self.bar is None:
+                print(f"loadgen: {self.line()}, {rate:.2f} req/s sent, {now - started:.0f} s", file=sys.stderr,
+                      flush=True)
+                continue
             self.bar.update(self.done - self.bar.n)
             self.bar.set_postfix(rate=f"{rate:.1f}/s", in_flight=self.sent - self.done, errors=self.errors,
                                  refresh=False)
+
+    def line(self) -> str:
+        of = "" if self.total is None else f"/{self.total}"
+        return f"{self.done}{of} done, {self.sent - self.done} in flight, {self.errors} errors"
 
     def close(self) -> None:
         if self.bar is not None:
             self.bar.update(self.done - self.bar.n)
             self.bar.close()
+        elif self.lines:
+            print(f"loadgen: {self.line()}", file=sys.stderr, flush=True)
 
 
 async def _send(client: Client, plan: Planned, stream: bool, t0: float, due: float | None,

@@ -226,3 +226,16 @@ def test_a_priced_gateways_costs_are_read_and_cost_per_correct_answer_reported(t
     assert cost["total"] == pytest.approx(sum(r.cost or 0 for r in records))
     assert cost["per_correct_answer"] == pytest.approx(cost["total"] / correct)
     assert "cost per correct answer" in markdown(summary, [], plotted=False)
+
+
+def test_without_a_terminal_progress_is_printed_as_lines_and_cut_answers_are_counted(monkeypatch, capsys) -> None:
+    from loadgen import runner
+
+    monkeypatch.setattr(runner, "PROGRESS_LINE_S", 0.05)
+    with serve_asgi(FakeEngine(FakeScript(ttft_ms=20, itl_ms=20, tokens=8))) as url:
+        summary, records = run_load(LoadConfig(url=url, dataset="random", rate=40, n=12, max_tokens=4))
+    err = capsys.readouterr().err
+    lines = [line for line in err.splitlines() if line.startswith("loadgen: ")]
+    assert len(lines) >= 2 and lines[-1] == "loadgen: 12/12 done, 0 in flight, 0 errors"
+    assert "\r" not in err  # no bar redrawn into a log
+    assert summary["truncated"] == 12 == sum(r.finish_reason == "length" for r in records)
