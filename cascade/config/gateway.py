@@ -200,6 +200,10 @@ class GatewayConfig(Strict, frozen=True):
     # JSONL of served requests (router outputs, tier, tokens, latency; no text) for `cascade optimize`'s
     # drift check. Empty: off. Relative to the working directory.
     traffic_log: str = ""
+    # One log line per answered request (hint, tier, tokens, seconds, branches) at INFO on the `cascade.gateway`
+    # logger: for a newcomer watching `cascade serve`, not for a fleet at hundreds of requests a second (use the
+    # traffic log and /metrics there). The embedded default turns it on.
+    log_requests: bool = False
     # SIGTERM/SIGINT: stop accepting connections and let requests in flight finish for up to this long;
     # then streams end with an error event and other requests get 503 (cascade/gateway/drain.py).
     shutdown_grace_s: PositiveFloat = 30.0

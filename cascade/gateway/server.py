@@ -31,9 +31,11 @@ class Gateway:
     """Everything `cascade serve` runs, owned in one place so that shutdown is complete."""
 
     def __init__(self, config: CascadeConfig, plan_path: str | None = None, log_dir: Path | None = None,
-                 host: str = "127.0.0.1") -> None:
-        """`host`: where the monitoring port binds (`[gateway] monitoring_port`), as the gateway's own port."""
+                 host: str = "127.0.0.1", port: int | None = None) -> None:
+        """`host`: where the monitoring port binds (`[gateway] monitoring_port`), as the gateway's own port; `port`:
+        the gateway's, said in the log once it is ready (None: not said)."""
         self.config = config
+        self.address = None if port is None else f"http://{host}:{port}"
         # Built now (the service needs its tiers), started by `start` and closed by `stop` (cascade/tiers/lifecycle.py).
         self.fleet = TierFleet(config, log_dir=log_dir)
         self.workers, tiers = self.fleet.workers, self.fleet.tiers
@@ -79,6 +81,9 @@ class Gateway:
         # After the workers: they are healthy by now, and probes during their start would only mark them down.
         await self.readiness.start()
         log.info("tiers: %s", ", ".join(t.name for t in self.service.tiers))
+        if self.address is not None:  # uvicorn's own line is off (log_level warning): say where to send requests
+            log.info("ready: listening on %s (OpenAI API at %s/v1; Ctrl-C drains and stops)", self.address,
+                     self.address)
 
     async def stop(self) -> None:
         """After the drain (cascade/gateway/drain.py): no request is in flight any more."""
@@ -146,9 +151,10 @@ def run(
             raise ConfigError("--processes > 1 needs a --config without [[workers]] (embedded workers are started "
                               "by a single gateway process)")
         os.environ[_CONFIG_ENV], os.environ[_PLAN_ENV], os.environ[_HOST_ENV] = config_path, plan_path or "", host
+        log.info("%d gateway processes listening on http://%s:%d", processes, host, port)
         uvicorn.run("cascade.gateway.server:app_from_env", factory=True, workers=processes, **options)
         return
-    gateway = Gateway(config, plan_path, host=host)
+    gateway = Gateway(config, plan_path, host=host, port=port)
     if gateway.monitoring is not None:
         gateway.monitoring.bind()  # now: a port in use is a config error before anything starts
     try:

@@ -79,6 +79,7 @@ class ServiceConfig(msgspec.Struct, frozen=True, kw_only=True):
     keepalive_s: float = 2.0
     tier_fallback: bool = True
     prices: Prices | None = None  # the tiers' prices per token (cascade/service/keys/costs.py); None: no costs
+    log_requests: bool = False  # `[gateway] log_requests`
 
     @classmethod
     def of(cls, config: CascadeConfig, plan: Plan | None = None) -> ServiceConfig:
@@ -96,7 +97,7 @@ class ServiceConfig(msgspec.Struct, frozen=True, kw_only=True):
             check_policy_mode(routing, "the plan's mode")
         return cls(routing=routing, limits=gateway.limits, default_quality=gateway.default_quality,
                    keepalive_s=gateway.keepalive_s, tier_fallback=gateway.failover.tier_fallback,
-                   prices=tier_prices(config, plan))
+                   prices=tier_prices(config, plan), log_requests=gateway.log_requests)
 
     @property
     def confidence(self) -> AnswerConfidenceConfig:
@@ -138,7 +139,7 @@ class ChatService:
                 raise ConfigError(f"`gateway.default_quality` {config.default_quality!r}: {exc}") from None
         if self.router.headroom is not None:
             metrics.watch_headroom(self.router.headroom)
-        self.telemetry = Telemetry(metrics, traffic, self.router.headroom)
+        self.telemetry = Telemetry(metrics, traffic, self.router.headroom, config.log_requests)
         self.serving = ServingTiers(self.tiers, config.limits, self.admission, self.telemetry, config.confidence)
 
     # --- before anything is sent ----------------------------------------------------------------

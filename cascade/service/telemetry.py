@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import time
 
 from cascade.branches.runner import BranchReport
@@ -13,16 +14,19 @@ from cascade.service.traffic import TrafficLog, TrafficRecord
 from cascade.tiers.answer import Answer
 from cascade.tiers.build import Tier
 
+log = logging.getLogger("cascade.gateway")
+
 _BRANCH_EVENTS = ("launched", "finished", "pruned_phase1", "pruned_phase2", "pruned_confidence", "early_stopped",
                  "failed")
 
 
 class Telemetry:
     def __init__(self, metrics: GatewayMetrics, traffic: TrafficLog | None = None,
-                 headroom: Headroom | None = None) -> None:
+                 headroom: Headroom | None = None, log_requests: bool = False) -> None:
         self.metrics = metrics
         self.traffic = traffic
         self.headroom = headroom  # load-reactive routing reads each tier's recent latencies from it
+        self.log_requests = log_requests  # `[gateway] log_requests`: a line per answered request
 
     def success(self, decision: Decision, latency_s: float, prompt_tokens: int, completion_tokens: int,
                 answer: Answer | None = None, stream: bool = False) -> None:
@@ -32,6 +36,8 @@ class Telemetry:
         if self.headroom is not None:
             self.headroom.observe_e2el(tier.index, latency_s)
         self.metrics.output_tokens.labels(tier.name).inc(completion_tokens)
+        if self.log_requests:
+            log.info("%s", request_line(decision, latency_s, prompt_tokens, completion_tokens, answer, stream))
         if self.traffic is None:
             return
         assessment = decision.assessment
@@ -79,3 +85,14 @@ class Telemetry:
             self.metrics.escalations.labels(from_tier.name).inc()
         else:
             self.metrics.fallbacks.labels(from_tier.name, to_tier.name).inc()
+
+
+def request_line(decision: Decision, latency_s: float, prompt_tokens: int, completion_tokens: int,
+                 answer: Answer | None, stream: bool) -> str:
+    """The log line of an answered request (`[gateway] log_requests`): what it asked, what answered, what it took."""
+    branches = ""
+    if answer is not None and answer.reports:
+        branches = f", {answer.branches_configured} branches, {answer.decode_tokens} decoded"
+    moved = f", {decision.escalations} escalations" if decision.escalations else ""
+    return (f"{'stream' if stream else 'whole'} {decision.hint} -> {decision.tier.name}: {prompt_tokens} prompt + "
+            f"{completion_tokens} completion tokens in {latency_s:.1f} s{branches}{moved}")
