@@ -8,7 +8,8 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 import msgspec
-from litestar import Litestar, Request, Response, delete, get, post
+from litestar import HttpMethod, Litestar, Request, Response, get, post
+from litestar import route as litestar_route
 from litestar.exceptions import HTTPException
 from litestar.params import FromPath
 
@@ -58,16 +59,14 @@ def create_app(
                                        admit=True)
         return Response(_encode(decision), media_type=_JSON, headers={"X-Cascade-Tier": decision.tier_name})
 
-    @get("/v1/responses/{response_id:str}")
-    async def retrieve_response(request: Request[Any, Any, Any], response_id: FromPath[str]) -> Response[bytes]:
-        """A stored response, for the API key that created it."""
-        body = await stored.retrieve(request.headers.get("authorization", ""), response_id)
-        return Response(body, media_type=_JSON)
-
-    @delete("/v1/responses/{response_id:str}", status_code=200)
-    async def delete_response(request: Request[Any, Any, Any], response_id: FromPath[str]) -> Response[bytes]:
-        body = await stored.delete(request.headers.get("authorization", ""), response_id)
-        return Response(body, media_type=_JSON)
+    # One handler for both methods: Litestar's OPTIONS and 405 then name both in `Allow`.
+    @litestar_route("/v1/responses/{response_id:str}", http_method=[HttpMethod.GET, HttpMethod.DELETE], status_code=200)
+    async def stored_response(request: Request[Any, Any, Any], response_id: FromPath[str]) -> Response[bytes]:
+        """A stored response (GET), or its deletion (DELETE), for the API key that created it."""
+        authorization = request.headers.get("authorization", "")
+        if request.method == HttpMethod.DELETE:
+            return Response(await stored.delete(authorization, response_id), media_type=_JSON)
+        return Response(await stored.retrieve(authorization, response_id), media_type=_JSON)
 
     @get("/v1/models")
     async def models() -> Response[bytes]:
@@ -123,7 +122,7 @@ def create_app(
         return Response(internal_error(request.method, request.url.path), status_code=500, media_type=_JSON)
 
     litestar = Litestar(
-        route_handlers=[route, retrieve_response, delete_response, models, health, ready, *monitoring, openapi],
+        route_handlers=[route, stored_response, models, health, ready, *monitoring, openapi],
         exception_handlers={
             CascadeError: handle_cascade_error,
             HTTPException: handle_http_exception,

@@ -58,7 +58,7 @@ def check_depth(raw: bytes, max_depth: int) -> None:
 
 def decode_chat_request(raw: bytes, *, max_depth: int = 64) -> ChatCompletionRequest:
     return decode_body(raw, _decode_request, "a JSON chat completion request", max_depth=max_depth,
-                       mend=_whole_floats)
+                       mend=_chat_whole_floats)
 
 
 def decode_body(raw: bytes, decode: Callable[[bytes], T], what: str, *, max_depth: int,
@@ -89,12 +89,20 @@ def decode_body(raw: bytes, decode: Callable[[bytes], T], what: str, *, max_dept
         raise InvalidRequest("request body nests too deep to decode", None, "nesting_too_deep") from None
 
 
-def _whole_floats(raw: bytes, error: str) -> ChatCompletionRequest | str:
-    """OpenAI accepts `"n": 2.0`; only a body whose error is at such a field pays for a second decode."""
-    if _whole_float_path(error) is None:
-        return error
-    whole = _with_whole_floats(raw)
-    return whole if isinstance(whole, ChatCompletionRequest) else whole or error
+def whole_floats(kind: type[T]) -> Callable[[bytes, str], T | str]:
+    """A `decode_body` mend for requests of `kind`: OpenAI accepts `"n": 2.0` where an int is meant; only a body
+    whose error is at such a field pays for a second decode."""
+
+    def mend(raw: bytes, error: str) -> T | str:
+        if _whole_float_path(error) is None:
+            return error
+        whole = _with_whole_floats(raw, kind)
+        return error if whole is None else whole
+
+    return mend
+
+
+_chat_whole_floats = whole_floats(ChatCompletionRequest)
 
 
 def _whole_float_path(message: str) -> list[str] | None:
@@ -107,7 +115,7 @@ def _whole_float_path(message: str) -> list[str] | None:
     return path.split(".") if _WHOLE_FLOAT_PATH.fullmatch(path) else None
 
 
-def _with_whole_floats(raw: bytes) -> ChatCompletionRequest | str | None:
+def _with_whole_floats(raw: bytes, kind: type[T]) -> T | str | None:
     """The request with its whole-float int fields read as ints; else the error that is left once they are (a
     fraction where an int is meant, another field's), or None to report the typed decode's own."""
     try:
@@ -116,7 +124,7 @@ def _with_whole_floats(raw: bytes) -> ChatCompletionRequest | str | None:
         return None
     for _ in range(MAX_WHOLE_FLOATS):
         try:
-            return msgspec.convert(body, ChatCompletionRequest)
+            return msgspec.convert(body, kind)
         except msgspec.ValidationError as exc:
             path = _whole_float_path(str(exc))
             *parents, name = path or [""]

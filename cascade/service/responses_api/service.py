@@ -23,7 +23,7 @@ import msgspec
 from cascade.config import ResponsesConfig
 from cascade.errors import InvalidRequest, StoredResponsesUnavailable, UnknownResponse
 from cascade.schemas import ChatCompletion, ChatMessage
-from cascade.service.bodies import decode_body
+from cascade.service.bodies import decode_body, whole_floats
 from cascade.service.chat import ChatService, Client, StreamReply, WholeReply
 from cascade.service.intake import read_body
 from cascade.service.keys.tenant import Tenant
@@ -44,6 +44,7 @@ from cascade.service.responses_api.wire import ResponsesRequest
 from cascade.service.validation import check_metadata
 
 _decode_request = msgspec.json.Decoder(ResponsesRequest).decode
+_whole_floats = whole_floats(ResponsesRequest)
 _encode = msgspec.json.Encoder().encode
 RESPONSE_ID = re.compile(r"resp_[0-9a-f]{48}")
 UNAVAILABLE = "the gateway cannot reach its stored responses (Redis); retry the request"
@@ -85,7 +86,7 @@ class ResponsesService:
         caller = self.chat.keyring.authenticate(authorization)
         raw = await read_body(chunks, declared, self.chat.limits.max_body_bytes)
         req = decode_body(raw, _decode_request, "a JSON Responses API request",
-                          max_depth=self.chat.limits.max_json_depth)
+                          max_depth=self.chat.limits.max_json_depth, mend=_whole_floats)
         return caller, req
 
     async def create(self, req: ResponsesRequest, *, caller: Tenant | None = None, hint_header: str | None = None,

@@ -87,16 +87,19 @@ class ReasoningItem(_Strict):
 InputItem = MessageItem | FunctionCallItem | FunctionCallOutputItem | ReasoningItem
 
 
-class FunctionTool(_Strict, tag_field="type", tag="function"):
-    """A function tool; any other `type` (hosted tools) is a 400 naming `tools[i].type`."""
+class FunctionTool(_Strict):
+    """A function tool; any other `type` (hosted tools) is a 400 naming `tools[i].type`. (Untagged: a lone tagged
+    Struct would decode without its `type`.)"""
 
+    type: Literal["function"]
     name: str
     parameters: dict[str, Any] | None = None
     strict: bool | None = None
     description: str | None = None
 
 
-class ToolChoiceFunction(_Strict, tag_field="type", tag="function"):
+class ToolChoiceFunction(_Strict):
+    type: Literal["function"]
     name: str
 
 
