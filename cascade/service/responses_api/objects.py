@@ -126,89 +126,83 @@ class Event(msgspec.Struct, kw_only=True, tag_field="type"):
     sequence_number: int
 
 
-class ResponseCreated(Event, tag="response.created"):
+class _WithResponse(Event):
     response: ResponseObject
 
 
-class ResponseInProgress(Event, tag="response.in_progress"):
-    response: ResponseObject
+class ResponseCreated(_WithResponse, tag="response.created"):
+    pass
 
 
-class ResponseCompleted(Event, tag="response.completed"):
-    response: ResponseObject
+class ResponseInProgress(_WithResponse, tag="response.in_progress"):
+    pass
 
 
-class ResponseIncomplete(Event, tag="response.incomplete"):
-    response: ResponseObject
+class ResponseCompleted(_WithResponse, tag="response.completed"):
+    pass
 
 
-class ResponseFailed(Event, tag="response.failed"):
-    response: ResponseObject
+class ResponseIncomplete(_WithResponse, tag="response.incomplete"):
+    pass
 
 
-class OutputItemAdded(Event, tag="response.output_item.added"):
+class ResponseFailed(_WithResponse, tag="response.failed"):
+    pass
+
+
+class _OfItem(Event):
     output_index: int
     item: OutputItem
 
 
-class OutputItemDone(Event, tag="response.output_item.done"):
-    output_index: int
-    item: OutputItem
+class OutputItemAdded(_OfItem, tag="response.output_item.added"):
+    pass
 
 
-class ContentPartAdded(Event, tag="response.content_part.added"):
+class OutputItemDone(_OfItem, tag="response.output_item.done"):
+    pass
+
+
+class _InItem(Event):
     item_id: str
     output_index: int
+
+
+class _InPart(_InItem):
     content_index: int
+
+
+class ContentPartAdded(_InPart, tag="response.content_part.added"):
     part: OutputTextPart | ReasoningTextPart
 
 
-class ContentPartDone(Event, tag="response.content_part.done"):
-    item_id: str
-    output_index: int
-    content_index: int
+class ContentPartDone(_InPart, tag="response.content_part.done"):
     part: OutputTextPart | ReasoningTextPart
 
 
-class OutputTextDelta(Event, tag="response.output_text.delta"):
-    item_id: str
-    output_index: int
-    content_index: int
+class OutputTextDelta(_InPart, tag="response.output_text.delta"):
     delta: str
     logprobs: list[Any] = msgspec.field(default_factory=list)
 
 
-class OutputTextDone(Event, tag="response.output_text.done"):
-    item_id: str
-    output_index: int
-    content_index: int
+class OutputTextDone(_InPart, tag="response.output_text.done"):
     text: str
     logprobs: list[Any] = msgspec.field(default_factory=list)
 
 
-class ReasoningTextDelta(Event, tag="response.reasoning_text.delta"):
-    item_id: str
-    output_index: int
-    content_index: int
+class ReasoningTextDelta(_InPart, tag="response.reasoning_text.delta"):
     delta: str
 
 
-class ReasoningTextDone(Event, tag="response.reasoning_text.done"):
-    item_id: str
-    output_index: int
-    content_index: int
+class ReasoningTextDone(_InPart, tag="response.reasoning_text.done"):
     text: str
 
 
-class ArgumentsDelta(Event, tag="response.function_call_arguments.delta"):
-    item_id: str
-    output_index: int
+class ArgumentsDelta(_InItem, tag="response.function_call_arguments.delta"):
     delta: str
 
 
-class ArgumentsDone(Event, tag="response.function_call_arguments.done"):
-    item_id: str
-    output_index: int
+class ArgumentsDone(_InItem, tag="response.function_call_arguments.done"):
     arguments: str
 
 

@@ -158,31 +158,23 @@ class ResponseEvents:
         out = b""
         for choice in view.choices:
             if (delta := choice.delta) is not None:
-                out += self._reasoning(delta.thought) + self._text(delta.content or "") + self._calls(delta.tool_calls)
+                out += self._delta("reasoning", delta.thought) + self._delta("message", delta.content or "")
+                out += self._calls(delta.tool_calls)
             if choice.finish_reason is not None:
                 self.finish_reason = choice.finish_reason
                 out += self._close()
         return out
 
-    def _reasoning(self, text: str) -> bytes:
+    def _delta(self, kind: Literal["reasoning", "message"], text: str) -> bytes:
+        """A piece of reasoning or answer text: its item opened first if it is not the open one."""
         if not text:
             return b""
-        out = b"" if self._open is not None and self._open.kind == "reasoning" else self._close() + self._begin(
-            "reasoning")
+        out = b"" if self._open is not None and self._open.kind == kind else self._close() + self._begin(kind)
         item = self._item()
         item.pieces.append(text)
-        return out + self._event(ReasoningTextDelta(sequence_number=0, item_id=item.ident, output_index=item.index,
-                                                    content_index=0, delta=text))
-
-    def _text(self, text: str) -> bytes:
-        if not text:
-            return b""
-        out = b"" if self._open is not None and self._open.kind == "message" else self._close() + self._begin(
-            "message")
-        item = self._item()
-        item.pieces.append(text)
-        return out + self._event(OutputTextDelta(sequence_number=0, item_id=item.ident, output_index=item.index,
-                                                 content_index=0, delta=text))
+        delta = ReasoningTextDelta if kind == "reasoning" else OutputTextDelta
+        return out + self._event(delta(sequence_number=0, item_id=item.ident, output_index=item.index,
+                                       content_index=0, delta=text))
 
     def _calls(self, pieces: list[ToolCallDelta] | None) -> bytes:
         out = b""
