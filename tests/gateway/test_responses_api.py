@@ -206,3 +206,23 @@ def test_a_fault_after_the_headers_ends_the_stream_with_error_and_failed_and_kee
     assert [e.sequence_number for e in events] == list(range(len(events)))
     with pytest.raises(openai.NotFoundError):
         client.responses.retrieve(failed.id)
+
+
+def test_a_whole_float_where_an_int_is_meant_is_read_as_that_int_as_on_chat_completions(served) -> None:
+    body = {"model": TIERS[0], "input": "x", "max_output_tokens": 3.0}
+    reply = httpx.post(f"{served[0]}/v1/responses", json=body, timeout=10)
+    assert reply.status_code == 200, reply.text
+    assert reply.json()["max_output_tokens"] == 3 and reply.json()["usage"]["output_tokens"] == 3
+    fraction = httpx.post(f"{served[0]}/v1/responses", json={**body, "max_output_tokens": 3.5}, timeout=10)
+    assert fraction.status_code == 400 and fraction.json()["error"]["param"] == "max_output_tokens"
+
+
+def test_reasoning_items_sent_back_are_left_out_of_the_prompt(served, client) -> None:
+    client.responses.create(model=TIERS[0], input=[
+        {"role": "user", "content": "q"},
+        {"type": "reasoning", "id": "rs_1", "summary": [], "content": [{"type": "reasoning_text", "text": "hm"}]},
+        {"type": "message", "role": "assistant", "id": "msg_1", "status": "completed",
+         "content": [{"type": "output_text", "text": "a", "annotations": []}]},
+        {"role": "user", "content": "q2"}])
+    assert sent(served)["messages"] == [{"role": "user", "content": "q"}, {"role": "assistant", "content": "a"},
+                                        {"role": "user", "content": "q2"}]
