@@ -31,6 +31,17 @@ class UnknownModel(CascadeError):
         self.model = model
 
 
+class UnknownResponse(CascadeError):
+    """A stored response (`/v1/responses`) that is not there for this caller: never written, expired, deleted, or
+    another API key's (the same answer for each, so that a caller learns nothing of another key's ids). `param` names
+    where the id came from (`previous_response_id`, or the path's `response_id`)."""
+
+    def __init__(self, response_id: str, param: str) -> None:
+        shown = response_id if len(response_id) <= 100 else response_id[:100] + "..."
+        super().__init__(f"Response with id '{shown}' not found.")
+        self.param = param
+
+
 class Unauthorized(CascadeError):
     pass
 
@@ -78,6 +89,16 @@ class LimitsUnavailable(CascadeError):
         super().__init__(message)
         self.retry_after_s = retry_after_s
         self.code = "limits_unavailable"
+
+
+class StoredResponsesUnavailable(CascadeError):
+    """The Redis that keeps the stored responses (`[gateway.redis] url`) did not answer: a conversation is there or
+    nowhere, so the request is refused (a 503) rather than answered without its history."""
+
+    def __init__(self, message: str, retry_after_s: float = 1.0) -> None:
+        super().__init__(message)
+        self.retry_after_s = retry_after_s
+        self.code = "responses_unavailable"
 
 
 class BackendError(CascadeError):

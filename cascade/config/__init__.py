@@ -2,7 +2,7 @@
 
     base.py       Strict (the base of every config-like Struct, the optimizer's too) and the value types
     gateway.py    [gateway], [gateway.limits], [gateway.failover], [gateway.health], [gateway.redis],
-                  [gateway.tracing]
+                  [gateway.tracing], [gateway.responses]
     backends.py   a tier's backends (kind = "openai" | "sglang" | "worker") and their timeouts
     workers.py    [[workers]]: embedded engine processes
     branches.py   [tiers.branches]: the branch runner's settings (a request's override and the bench use its
@@ -45,6 +45,7 @@ from cascade.config.gateway import (
     HealthConfig,
     Limits,
     RedisConfig,
+    ResponsesConfig,
     TracingConfig,
 )
 from cascade.config.load import CascadeConfig, decode_config, load_config, resolve_paths
@@ -67,8 +68,8 @@ __all__ = [
     "HealthConfig", "Limits",
     "LoadReactiveConfig", "Name",
     "NonNegativeFloat", "NonNegativeInt", "OpenAIBackendConfig", "PRMScorerConfig", "Port", "PositiveFloat",
-    "PositiveInt", "RandomSplitConfig", "RedisConfig", "ReplicaChoice", "ReplicasConfig", "RoutingConfig",
-    "SGLangBackendConfig", "Strict", "TierConfig", "Timeouts", "TracingConfig",
+    "PositiveInt", "RandomSplitConfig", "RedisConfig", "ReplicaChoice", "ReplicasConfig", "ResponsesConfig",
+    "RoutingConfig", "SGLangBackendConfig", "Strict", "TierConfig", "Timeouts", "TracingConfig",
     "UnitFloat", "WorkerBackendConfig", "WorkerConfig",
     "check_branches", "check_policy_mode", "check_routing", "decode_config", "load_config", "reads_confidence",
     "resolve_paths",

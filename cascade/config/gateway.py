@@ -1,6 +1,7 @@
 """`[gateway]` of `cascade.toml`: where the gateway listens, who may call it, and the limits that protect the process
 (`[gateway.limits]`), where they are counted (`[gateway.redis]`), how it fails over (`[gateway.failover]`), how it
-watches its engines' health (`[gateway.health]`) and where its traces go (`[gateway.tracing]`).
+watches its engines' health (`[gateway.health]`), where its traces go (`[gateway.tracing]`) and what the Responses
+API keeps (`[gateway.responses]`).
 
 Limits (body size, `n`, `max_tokens`, ...) live here with their defaults so that each has one number and one place.
 """
@@ -160,6 +161,24 @@ class RedisConfig(Strict, frozen=True):
     timeout_s: Annotated[float, msgspec.Meta(gt=0, le=5)] = 0.25
 
 
+class ResponsesConfig(Strict, frozen=True):
+    """`[gateway.responses]`, the conversations `POST /v1/responses` keeps (`store`, `previous_response_id`;
+    cascade/service/responses_api/): in Redis when `[gateway.redis] url` is set (shared by every gateway on it), else
+    in each gateway process, bounded by `max_entries` and `max_bytes` (the least recently used go first) and lost on a
+    restart. Every limit is a number here (docs/operations.md, "The Responses API")."""
+
+    # How long a stored response stays readable after it was written (30 days, as OpenAI keeps them); Redis expires
+    # the key, the in-process store drops it when next touched or evicted.
+    ttl_s: Annotated[int, msgspec.Meta(ge=1, le=31_622_400)] = 2_592_000
+    # In-process store only: responses kept, and their records' bytes together.
+    max_entries: PositiveInt = 10_000
+    max_bytes: PositiveInt = 67_108_864
+    # A conversation through `previous_response_id`: its stored history and the new input together as JSON (what
+    # is sent to the engine as messages), and its responses in a chain. Past either: a 400 naming the parameter.
+    max_conversation_bytes: PositiveInt = 1_048_576
+    max_conversation_turns: Annotated[int, msgspec.Meta(ge=1, le=100_000)] = 256
+
+
 class TracingConfig(Strict, frozen=True):
     """`[gateway.tracing]`, OpenTelemetry traces (docs/operations.md, "Tracing"; needs the `otel` extra): one trace per
     request, exported over OTLP/HTTP to `endpoint` ("http://127.0.0.1:4318/v1/traces"). Empty: off, and nothing of
@@ -218,6 +237,7 @@ class GatewayConfig(Strict, frozen=True):
     health: HealthConfig = HealthConfig()
     redis: RedisConfig = RedisConfig()
     tracing: TracingConfig = TracingConfig()
+    responses: ResponsesConfig = ResponsesConfig()
 
 
 REDIS_SCHEMES = ("redis://", "rediss://", "unix://")  # what `redis.url` may start with (cascade/config/load.py)

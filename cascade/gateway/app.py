@@ -1,5 +1,5 @@
-"""The gateway app: Litestar routes over ChatService (chat completions in front of it as plain ASGI,
-cascade/gateway/chat_asgi.py), OpenAI error objects for every failure."""
+"""The gateway app: Litestar routes over ChatService (chat completions and the Responses API's create in front of it
+as plain ASGI, cascade/gateway/chat_asgi.py), OpenAI error objects for every failure."""
 
 from __future__ import annotations
 
@@ -8,15 +8,20 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 import msgspec
-from litestar import Litestar, Request, Response, get, post
+from litestar import HttpMethod, Litestar, Request, Response, get, post
+from litestar import route as litestar_route
 from litestar.exceptions import HTTPException
+from litestar.params import FromPath
 
+from cascade.config import ResponsesConfig
 from cascade.errors import CascadeError
 from cascade.gateway.chat_asgi import ChatCompletionsASGI
 from cascade.gateway.monitoring import readiness
 from cascade.gateway.openapi import openapi_json
 from cascade.service.chat import ChatService
 from cascade.service.errors import error_reply, error_response, internal_error
+from cascade.service.responses_api.service import ResponsesService
+from cascade.service.responses_api.store import LocalResponseStore
 
 log = logging.getLogger("cascade.gateway")
 _encode = msgspec.json.Encoder().encode
@@ -35,10 +40,13 @@ def create_app(
     on_shutdown: list[Callable[[], Awaitable[None]]] | None = None,
     monitoring_port: int = 0,
     client_metrics: bool = True,
+    responses: ResponsesService | None = None,
 ) -> ChatCompletionsASGI:
     """The routes over `service`, which holds the API keys (`service.keyring`). `monitoring_port`: when set, /metrics
     and /ready's detail are served there (cascade/gateway/monitoring.py), not here. `client_metrics` false without
-    one: /metrics here is a 404 that says how to serve it (cascade/gateway/server.py `client_port_metrics`)."""
+    one: /metrics here is a 404 that says how to serve it (cascade/gateway/server.py `client_port_metrics`).
+    `responses`: the Responses API over `service` (None: one that keeps its responses in this process)."""
+    stored = responses or ResponsesService(service, LocalResponseStore(ResponsesConfig()))
 
     @post("/v1/route", status_code=200)
     async def route(request: Request[Any, Any, Any]) -> Response[bytes]:
@@ -50,6 +58,15 @@ def create_app(
         decision = await service.route(req, caller=caller, hint_header=request.headers.get("x-cascade-quality"),
                                        admit=True)
         return Response(_encode(decision), media_type=_JSON, headers={"X-Cascade-Tier": decision.tier_name})
+
+    # One handler for both methods: Litestar's OPTIONS and 405 then name both in `Allow`.
+    @litestar_route("/v1/responses/{response_id:str}", http_method=[HttpMethod.GET, HttpMethod.DELETE], status_code=200)
+    async def stored_response(request: Request[Any, Any, Any], response_id: FromPath[str]) -> Response[bytes]:
+        """A stored response (GET), or its deletion (DELETE), for the API key that created it."""
+        authorization = request.headers.get("authorization", "")
+        if request.method == HttpMethod.DELETE:
+            return Response(await stored.delete(authorization, response_id), media_type=_JSON)
+        return Response(await stored.retrieve(authorization, response_id), media_type=_JSON)
 
     @get("/v1/models")
     async def models() -> Response[bytes]:
@@ -105,7 +122,7 @@ def create_app(
         return Response(internal_error(request.method, request.url.path), status_code=500, media_type=_JSON)
 
     litestar = Litestar(
-        route_handlers=[route, models, health, ready, *monitoring, openapi],
+        route_handlers=[route, stored_response, models, health, ready, *monitoring, openapi],
         exception_handlers={
             CascadeError: handle_cascade_error,
             HTTPException: handle_http_exception,
@@ -120,4 +137,4 @@ def create_app(
         debug=False,
     )
     # The hot route bypasses the framework (cascade/gateway/chat_asgi.py says why).
-    return ChatCompletionsASGI(litestar, service)
+    return ChatCompletionsASGI(litestar, service, stored)

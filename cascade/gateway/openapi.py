@@ -16,7 +16,16 @@ import msgspec
 
 from cascade import __version__
 from cascade.config import Limits
-from cascade.router.policy import NAMED_HINTS
+from cascade.gateway.openapi_responses import (
+    RESPONSES_WIRE,
+    constrain_responses_request,
+    response_event_schema,
+    responses_body,
+)
+from cascade.gateway.openapi_schemas import REF as _REF
+from cascade.gateway.openapi_schemas import bound as _bound
+from cascade.gateway.openapi_schemas import hint_text as _hint_text
+from cascade.gateway.openapi_schemas import quality_schema
 from cascade.schemas import (
     LOGIT_BIAS,
     MAX_TOP_K,
@@ -33,25 +42,24 @@ from cascade.schemas import (
 if TYPE_CHECKING:
     from cascade.service.chat import ChatService
 
-_REF = "#/components/schemas/{name}"
 _ERRORS = {
     400: "Invalid request: malformed JSON, a wrong type, an unknown field or a value beyond the gateway's limits "
          "(`error.param` names the field).",
     401: "Missing or invalid API key.",
     408: "The request's headers or body did not arrive within `header_timeout_s` / `body_timeout_s`.",
-    404: "Unknown model (`error.code` is `model_not_found`).",
+    404: "Unknown model (`error.code` is `model_not_found`), or a stored response that is not there for this API key "
+         "(`error.param` names where its id came from).",
     413: "The request body exceeds `[gateway.limits] max_body_bytes`.",
     429: "Overloaded: too many requests in flight (in all or on the tier), too many backend streams, or no "
          "branch slot within `max_slot_wait_s`.",
     431: "The request line and headers exceed `[gateway.limits] max_header_bytes`.",
     502: "A backend answered with an error or an unparsable response.",
     503: "No backend to talk to (connection refused, or every replica benched by its circuit breaker), the "
-         "gateway's connections are all busy, or the gateway is shutting down.",
+         "gateway's connections are all busy, the gateway is shutting down, or the Redis keeping stored responses "
+         "does not answer.",
     504: "A backend did not answer (or stopped streaming) in time.",
 }
 _RETRY = (429, 503)
-# A numeric quality hint sent as text (the header always is): a number in (0, 1].
-_NUMERIC_HINT = r"^(0?\.[0-9]*[1-9][0-9]*|1(\.0*)?)$"
 
 
 def openapi_document(model_ids: Sequence[str] = (), limits: Limits | None = None, auth: bool = False,
@@ -59,12 +67,15 @@ def openapi_document(model_ids: Sequence[str] = (), limits: Limits | None = None
     """The OpenAPI 3.1 document of the gateway serving `model_ids` under `limits`; `auth`: it has API keys;
     `monitoring_port`: /metrics is served on another port (not this document's)."""
     limits = limits or Limits()
-    wire = [ChatCompletionRequest, ChatCompletion, ChatCompletionChunk, RouteDecision, ModelList, ErrorResponse]
+    wire = [ChatCompletionRequest, ChatCompletion, ChatCompletionChunk, RouteDecision, ModelList, ErrorResponse,
+            *RESPONSES_WIRE]
     _, schemas = msgspec.json.schema_components(wire, ref_template=_REF)
     _constrain_request(schemas, limits, list(model_ids))
+    constrain_responses_request(schemas, limits, list(model_ids))
     schemas["Health"] = {"type": "object", "properties": {"status": {"const": "ok"}}, "required": ["status"]}
     schemas["Readiness"] = _readiness_schema()
     schemas["ServerSentEvent"] = _event_schema()
+    schemas["ResponseServerSentEvent"] = response_event_schema()
     chat_errors = (400, 401, 404, 408, 413, 429, 431, 502, 503, 504) if auth else \
         (400, 404, 408, 413, 429, 431, 502, 503, 504)
     route_errors = (400, 401, 404, 408, 413, 431, 503) if auth else (400, 404, 408, 413, 431, 503)
@@ -81,6 +92,15 @@ def openapi_document(model_ids: Sequence[str] = (), limits: Limits | None = None
                     "text/event-stream": {"schema": {"$ref": _REF.format(name="ServerSentEvent")}}},
     }
     security: list[dict[str, list[str]]] | None = [{"bearerAuth": []}] if auth else None
+    stored_errors = (401, 404, 503) if auth else (404, 503)
+    responses_ok = {
+        "description": "The response; with `stream: true`, server-sent events (`event: TYPE`, `data: JSON`), each "
+                       "numbered by `sequence_number`, ending with `response.completed` (or `response.incomplete`, "
+                       "or `error` and `response.failed`).",
+        "headers": chat_ok["headers"],
+        "content": {"application/json": {"schema": {"$ref": _REF.format(name="ResponseObject")}},
+                    "text/event-stream": {"schema": {"$ref": _REF.format(name="ResponseServerSentEvent")}}},
+    }
     paths = {
         "/v1/chat/completions": {"post": _operation(
             "createChatCompletion", "A chat completion from the tier the quality hint and the router choose.",
@@ -90,6 +110,15 @@ def openapi_document(model_ids: Sequence[str] = (), limits: Limits | None = None
             {"description": "What the gateway would do with the request.", "headers": tier_header,
              "content": {"application/json": {"schema": {"$ref": _REF.format(name="RouteDecision")}}}},
             route_errors, security, body=_request_body(model_ids))},
+        "/v1/responses": {"post": _operation(
+            "createResponse", "A response (OpenAI's Responses API) from the tier the quality hint and the router "
+            "choose, answered as the chat request it stands for; kept for `previous_response_id` and GET unless "
+            "`store` is false.", responses_ok, chat_errors, security, body=responses_body(model_ids))},
+        "/v1/responses/{response_id}": {
+            "get": _stored("getResponse", "A stored response, for the API key that created it.",
+                           _json_ok("The response as it was answered.", "ResponseObject"), stored_errors, security),
+            "delete": _stored("deleteResponse", "Delete a stored response of this API key.",
+                              _json_ok("It is gone.", "ResponseDeleted"), stored_errors, security)},
         "/v1/models": {"get": _operation(
             "listModels", "The tiers and the routed `cascade` aliases.", _json_ok("The models.", "ModelList"),
             (503,))},
@@ -157,6 +186,14 @@ def _operation(operation_id: str, summary: str, ok: dict[str, Any], errors: Sequ
     return operation
 
 
+def _stored(operation_id: str, summary: str, ok: dict[str, Any], errors: Sequence[int],
+            security: list[dict[str, list[str]]] | None) -> dict[str, Any]:
+    operation = _operation(operation_id, summary, ok, errors, security)
+    operation["parameters"] = [{"name": "response_id", "in": "path", "required": True,
+                                "description": "The response's `id` (`resp_...`).", "schema": {"type": "string"}}]
+    return operation
+
+
 def _json_ok(description: str, name: str) -> dict[str, Any]:
     return {"description": description, "content": {"application/json": {"schema": {"$ref": _REF.format(name=name)}}}}
 
@@ -164,11 +201,6 @@ def _json_ok(description: str, name: str) -> dict[str, Any]:
 def _retry_after() -> dict[str, Any]:
     return {"Retry-After": {"description": "Seconds to wait before retrying.", "required": False,
                             "schema": {"type": "integer", "minimum": 0}}}
-
-
-def _hint_text() -> dict[str, Any]:
-    # An empty hint is no hint. The gateway also accepts other spellings (case, whitespace) of these.
-    return {"type": "string", "anyOf": [{"enum": ["", *NAMED_HINTS]}, {"pattern": _NUMERIC_HINT}]}
 
 
 def _request_body(model_ids: Sequence[str]) -> dict[str, Any]:
@@ -237,9 +269,7 @@ def _constrain_request(schemas: dict[str, Any], limits: Limits, model_ids: list[
     _bound(request["top_p"], exclusiveMinimum=0, maximum=1)
     _bound(request["stop"], maxItems=limits.max_stop_sequences)
     _constrain_forwarded(request, limits)
-    request["quality"] = {"anyOf": [_hint_text(), {"type": "number", "exclusiveMinimum": 0, "maximum": 1},
-                                    {"type": "null"}], "default": None,
-                          "description": "A named operating point or an accuracy target in (0, 1]."}
+    request["quality"] = quality_schema()
     # `stream_options` only with `stream: true`.
     schemas["ChatCompletionRequest"].update({
         "if": {"required": ["stream_options"], "properties": {"stream_options": {"type": "object"}}},
@@ -270,13 +300,3 @@ def _constrain_forwarded(request: dict[str, Any], limits: Limits) -> None:
            additionalProperties={"type": "string", "maxLength": limits.max_metadata_value_chars})
     _bound(request["user"], maxLength=limits.max_user_chars)
     _bound(request["chat_template_kwargs"], maxProperties=limits.max_template_kwargs)
-
-
-def _bound(prop: dict[str, Any], **keywords: Any) -> None:
-    """Add `keywords` to the non-null alternative(s) of `prop` (msgspec writes `X | None` as anyOf)."""
-    kind = "array" if "maxItems" in keywords or "minItems" in keywords else None
-    for alternative in prop.get("anyOf", [prop]):
-        if alternative.get("type") == "null":
-            continue
-        if kind is None or alternative.get("type") == kind:
-            alternative.update(keywords)

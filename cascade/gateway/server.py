@@ -50,7 +50,7 @@ class Gateway:
         self.readiness = Readiness(tiers, self.workers, config.gateway.health)
         self.app = create_app(self.service, ready_check=self.ready, on_startup=[self.start], on_shutdown=[self.stop],
                               monitoring_port=gateway.monitoring_port,
-                              client_metrics=client_port_metrics(gateway, host))
+                              client_metrics=client_port_metrics(gateway, host), responses=parts.responses)
         # /metrics and /ready's detail on a port of their own when one is set (cascade/gateway/monitoring.py).
         self.monitoring = MonitoringListener(
             MonitoringApp(self.metrics.render, self.ready, lambda: self.app.drain.draining),

@@ -5,8 +5,9 @@ admission places) in Redis, shared with every other gateway and picker on it.
 
     parts = assemble(config, tiers, ServiceConfig.of(config, plan), serves=True)
 
-`serves`: a gateway that answers requests also reads its engines' load (`TierEngines`), shares its admission places
-and writes the traffic log; the picker, which only routes and charges, does none of these. The caller owns what
+`serves`: a gateway that answers requests also reads its engines' load (`TierEngines`), shares its admission places,
+writes the traffic log and keeps the Responses API's stored responses (in Redis with a URL, else in the process); the
+picker, which only routes and charges, does none of these. The caller owns what
 runs: it starts and closes `parts.redis`, `parts.places` and `parts.engines`.
 """
 
@@ -25,7 +26,10 @@ from cascade.service.metrics import GatewayMetrics
 from cascade.service.redis.buckets import RedisRateLimiter
 from cascade.service.redis.ledger import RedisLedger
 from cascade.service.redis.places import RedisPlaces
+from cascade.service.redis.responses import RedisResponseStore
 from cascade.service.redis.store import RedisStore
+from cascade.service.responses_api.service import ResponsesService
+from cascade.service.responses_api.store import LocalResponseStore, ResponseStore
 from cascade.service.traffic import TrafficLog
 from cascade.tiers.build import Tier
 
@@ -37,6 +41,7 @@ class Assembled:
     redis: RedisStore | None  # `[gateway.redis] url` set
     places: RedisPlaces | None  # shared admission places (a serving gateway with Redis)
     engines: TierEngines | None  # the engines' own load (a serving gateway)
+    responses: ResponsesService | None = None  # the Responses API over `service` (a serving gateway)
 
 
 def assemble(config: CascadeConfig, tiers: Sequence[Tier], service_config: ServiceConfig, *, serves: bool,
@@ -61,4 +66,9 @@ def assemble(config: CascadeConfig, tiers: Sequence[Tier], service_config: Servi
         ledger=RedisLedger(redis) if redis is not None else None,
         keyring=Keyring(gateway.keys, gateway.api_keys),
     )
-    return Assembled(service, metrics, redis, places, engines)
+    responses = None
+    if serves:
+        kept = gateway.responses
+        store: ResponseStore = RedisResponseStore(redis, kept.ttl_s) if redis is not None else LocalResponseStore(kept)
+        responses = ResponsesService(service, store, kept)
+    return Assembled(service, metrics, redis, places, engines, responses)

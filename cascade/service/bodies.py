@@ -14,7 +14,8 @@
 from __future__ import annotations
 
 import re
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 import msgspec
 import numpy as np
@@ -22,6 +23,7 @@ import numpy as np
 from cascade.errors import InvalidRequest
 from cascade.schemas import ChatCompletionRequest
 
+T = TypeVar("T")
 _decode_request = msgspec.json.Decoder(ChatCompletionRequest).decode
 _decode_any = msgspec.json.Decoder().decode
 
@@ -55,19 +57,28 @@ def check_depth(raw: bytes, max_depth: int) -> None:
 
 
 def decode_chat_request(raw: bytes, *, max_depth: int = 64) -> ChatCompletionRequest:
+    return decode_body(raw, _decode_request, "a JSON chat completion request", max_depth=max_depth,
+                       mend=_chat_whole_floats)
+
+
+def decode_body(raw: bytes, decode: Callable[[bytes], T], what: str, *, max_depth: int,
+                mend: Callable[[bytes, str], T | str] | None = None) -> T:
+    """`raw` decoded strictly by `decode` (a typed msgspec decoder), after the depth check; every failure an
+    InvalidRequest naming the field. `what`: what the body should be, for an empty one. `mend`: given the body and
+    msgspec's error, the body decoded another way, or the error to report."""
     if not raw.strip():
-        raise InvalidRequest("request body is empty; send a JSON chat completion request", None, "invalid_json")
+        raise InvalidRequest(f"request body is empty; send {what}", None, "invalid_json")
     check_depth(raw, max_depth)
     try:
-        return _decode_request(raw)
+        return decode(raw)
     except msgspec.ValidationError as exc:
         error = str(exc)
-        if _whole_float_path(error) is not None:
-            whole = _with_whole_floats(raw)  # OpenAI accepts `"n": 2.0`; only this error's path pays
-            if isinstance(whole, ChatCompletionRequest):
-                return whole
-            error = whole or error
-        message, param = _validation_param(error)
+        if mend is not None:
+            mended = mend(raw, error)
+            if not isinstance(mended, str):
+                return mended
+            error = mended
+        message, param = validation_param(error)
         raise InvalidRequest(message, param, "invalid_type") from None
     except msgspec.DecodeError as exc:
         raise InvalidRequest(f"request body is not valid JSON: {exc}", None, "invalid_json") from None
@@ -76,6 +87,22 @@ def decode_chat_request(raw: bytes, *, max_depth: int = 64) -> ChatCompletionReq
                              "invalid_json") from None
     except RecursionError:  # cannot happen under check_depth's limit; never a traceback if it does
         raise InvalidRequest("request body nests too deep to decode", None, "nesting_too_deep") from None
+
+
+def whole_floats(kind: type[T]) -> Callable[[bytes, str], T | str]:
+    """A `decode_body` mend for requests of `kind`: OpenAI accepts `"n": 2.0` where an int is meant; only a body
+    whose error is at such a field pays for a second decode."""
+
+    def mend(raw: bytes, error: str) -> T | str:
+        if _whole_float_path(error) is None:
+            return error
+        whole = _with_whole_floats(raw, kind)
+        return error if whole is None else whole
+
+    return mend
+
+
+_chat_whole_floats = whole_floats(ChatCompletionRequest)
 
 
 def _whole_float_path(message: str) -> list[str] | None:
@@ -88,7 +115,7 @@ def _whole_float_path(message: str) -> list[str] | None:
     return path.split(".") if _WHOLE_FLOAT_PATH.fullmatch(path) else None
 
 
-def _with_whole_floats(raw: bytes) -> ChatCompletionRequest | str | None:
+def _with_whole_floats(raw: bytes, kind: type[T]) -> T | str | None:
     """The request with its whole-float int fields read as ints; else the error that is left once they are (a
     fraction where an int is meant, another field's), or None to report the typed decode's own."""
     try:
@@ -97,7 +124,7 @@ def _with_whole_floats(raw: bytes) -> ChatCompletionRequest | str | None:
         return None
     for _ in range(MAX_WHOLE_FLOATS):
         try:
-            return msgspec.convert(body, ChatCompletionRequest)
+            return msgspec.convert(body, kind)
         except msgspec.ValidationError as exc:
             path = _whole_float_path(str(exc))
             *parents, name = path or [""]
@@ -112,7 +139,7 @@ def _with_whole_floats(raw: bytes) -> ChatCompletionRequest | str | None:
     return None
 
 
-def _validation_param(message: str) -> tuple[str, str | None]:
+def validation_param(message: str) -> tuple[str, str | None]:
     """msgspec: 'Expected `int`, got `str` - at `$.n`' -> ('... at `n`', 'n'). A client's key in it is cut to
     `SHOWN_KEY_CHARS` (a key may be a megabyte)."""
     text, _, where = message.partition(" - at `$")

@@ -21,8 +21,10 @@ from cascade.errors import (
     PayloadTooLarge,
     QuotaExceeded,
     RateLimited,
+    StoredResponsesUnavailable,
     Unauthorized,
     UnknownModel,
+    UnknownResponse,
 )
 from cascade.schemas import ErrorBody, ErrorResponse
 
@@ -38,12 +40,17 @@ _STATUS: tuple[tuple[type[CascadeError], int], ...] = (
     (Unauthorized, 401),
     (Forbidden, 403),
     (UnknownModel, 404),
+    (UnknownResponse, 404),
     (Overloaded, 429),
     (BackendFailed, 502),
     (BackendUnavailable, 503),
     (LimitsUnavailable, 503),
+    (StoredResponsesUnavailable, 503),
     (BackendTimeout, 504),
 )
+
+
+_REDIS_DOWN = (LimitsUnavailable, StoredResponsesUnavailable)
 
 
 def status_for(exc: CascadeError) -> int:
@@ -90,7 +97,7 @@ def openai_error(exc: CascadeError, status: int) -> bytes:
         kind = "insufficient_quota"  # as OpenAI, type and code alike
     elif status == 403:
         code = "permission_denied"
-    if status == 404:
+    if isinstance(exc, UnknownModel):
         code, param = "model_not_found", "model"
     return error_response(exc.message, kind, param, code)
 
@@ -102,7 +109,7 @@ def error_reply(exc: CascadeError, metrics: GatewayMetrics, method: str, path: s
     status = status_for(exc)
     if status < 500:
         metrics.client_errors.labels(str(status)).inc()
-    elif not isinstance(exc, LimitsUnavailable):  # logged where Redis failed, a line per 10 s, not per request
+    elif not isinstance(exc, _REDIS_DOWN):  # logged where Redis failed, a line per 10 s, not per request
         log.warning("%s %s -> %d: %s", method, path, status, exc.message)
     return status, openai_error(exc, status), retry_after(exc)
 

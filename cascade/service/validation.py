@@ -74,7 +74,7 @@ def engine_bounds(req: ChatCompletionRequest, lim: Limits) -> None:
     if req.tools is not None:
         _tools(req.tools, lim)
     if req.metadata is not None:
-        _metadata(req.metadata, lim)
+        check_metadata(req.metadata, lim)
     if req.user is not None and len(req.user) > lim.max_user_chars:
         raise InvalidRequest(f"`user` has {len(req.user)} characters; the limit is {lim.max_user_chars}", "user")
     if req.chat_template_kwargs is not None and len(req.chat_template_kwargs) > lim.max_template_kwargs:
@@ -107,7 +107,7 @@ def _tools(tools: list[dict[str, Any]], lim: Limits) -> None:
         raise InvalidRequest(f"`tools` is {size} bytes as JSON; the limit is {lim.max_tools_bytes}", "tools")
 
 
-def _metadata(metadata: dict[str, str], lim: Limits) -> None:
+def check_metadata(metadata: dict[str, str], lim: Limits) -> None:
     if len(metadata) > lim.max_metadata_pairs:
         raise InvalidRequest(f"`metadata` has {len(metadata)} pairs; the limit is {lim.max_metadata_pairs}",
                              "metadata")

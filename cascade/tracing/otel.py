@@ -5,9 +5,9 @@ in batches from the SDK's background thread: the event loop never waits on the c
 no TracerProvider or context of OpenTelemetry's is set, so an application's own OpenTelemetry setup is untouched.
 
 Spans (docs/operations.md, "Tracing"):
-  SERVER   "POST /v1/chat/completions" and "POST /v1/route": http.request.method, http.route, url.scheme,
-           server.address/port, client.address, http.response.status_code, cascade.tier (x-cascade-tier), error.type
-           (a 5xx status, or the exception's type)
+  SERVER   "POST /v1/chat/completions", "POST /v1/responses" and "POST /v1/route": http.request.method, http.route,
+           url.scheme, server.address/port, client.address, http.response.status_code, cascade.tier (x-cascade-tier),
+           error.type (a 5xx status, or the exception's type)
   INTERNAL "cascade.route" (the request core's decision: cascade/service/spans.py)
   INTERNAL "cascade.branches" (tier, n, m; a `vote` event) > "cascade.branch" (index, outcome, tokens, score;
            a `prune` or `stop` event when it was cut)

@@ -42,10 +42,11 @@ def on_service(config: CascadeConfig, mode: str, work: Callable[[ChatService], A
 
 @contextmanager
 def running_gateway(
-    script: FakeScript | None = None, extra: str = "", read_s: float = 5.0, dead_url: str | None = None
+    script: FakeScript | None = None, extra: str = "", read_s: float = 5.0, dead_url: str | None = None,
+    engine: FakeEngine | None = None,
 ) -> Iterator[tuple[str, str, FakeEngine]]:
-    """Yield (gateway_url, engine_url, engine)."""
-    engine = FakeEngine(script or FakeScript(tokens=8))
+    """Yield (gateway_url, engine_url, engine); `engine`: the fake to serve every tier (None: one on `script`)."""
+    engine = engine or FakeEngine(script or FakeScript(tokens=8))
     with ExitStack() as stack:
         engine_url = stack.enter_context(serve_asgi(engine))
         gateway = Gateway(decode_config(ladder_toml(engine_url, extra, read_s, dead_url)))

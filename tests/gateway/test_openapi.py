@@ -28,7 +28,9 @@ from tests.gateway.gateway_setup import running_gateway
 README = Path(__file__).resolve().parents[2] / "README.md"
 # DESIGN.md §5 (HTTP contract), plus POST /v1/route (README) and the document itself.
 ROUTES = [("post", "/v1/chat/completions"), ("get", "/v1/models"), ("get", "/health"), ("get", "/ready"),
-          ("get", "/metrics"), ("post", "/v1/route"), ("get", "/openapi.json")]
+          ("get", "/metrics"), ("post", "/v1/route"), ("get", "/openapi.json"), ("post", "/v1/responses"),
+          ("get", "/v1/responses/{response_id}"), ("delete", "/v1/responses/{response_id}")]
+GUARDED = ("/v1/chat/completions", "/v1/route", "/v1/responses", "/v1/responses/{response_id}")
 MODEL_IDS = ["cascade", "cascade:fast", "cascade:balanced", "cascade:best", *TIERS]
 
 
@@ -88,7 +90,7 @@ def test_document_of_a_gateway_with_api_keys_requires_a_bearer_token_on_the_mode
         "type": "http", "scheme": "bearer", "description": "One of `[gateway] api_keys` or `[[gateway.keys]]`."}
     for method, path in ROUTES:
         operation = document["paths"][path][method]
-        guarded = path in ("/v1/chat/completions", "/v1/route")
+        guarded = path in GUARDED
         assert (operation.get("security") == [{"bearerAuth": []}]) is guarded, path
         assert ("401" in operation["responses"]) is guarded, path
     assert "securitySchemes" not in openapi_document(MODEL_IDS, Limits())["components"]
@@ -189,6 +191,37 @@ def test_other_responses_round_trip_through_the_documented_schemas(gateway, meth
     response = httpx.request(method.upper(), f"{gateway}{path}", json=body, timeout=10)
     assert response.status_code == status, response.text
     _round_trip(document, response_schema(document, method, path, status, "application/json"), response.content, wire)
+
+
+def test_responses_to_the_responses_examples_round_trip_through_the_documented_schemas(gateway) -> None:
+    document = openapi_document(MODEL_IDS, Limits())
+    create = document["paths"]["/v1/responses"]["post"]
+    request = create["requestBody"]["content"]["application/json"]
+    for example in request["examples"].values():
+        validator(document, request["schema"]).validate(example["value"])
+        reply = httpx.post(f"{gateway}/v1/responses", json=example["value"], timeout=10)
+        assert reply.status_code == 200, reply.text
+        media = reply.headers["content-type"].split(";")[0]
+        if media == "application/json":
+            validator(document, response_schema(document, "post", "/v1/responses", 200, media)).validate(reply.json())
+            stored = reply.json()["id"]
+            continue
+        event_schema = document["components"]["schemas"]["ResponseServerSentEvent"]
+        data_check = validator(document, event_schema["properties"]["data"]["contentSchema"])
+        lines = [line for line in reply.text.splitlines() if line]
+        for name, data in zip(lines[0::2], lines[1::2], strict=True):
+            validator(document, event_schema).validate({"event": name.removeprefix("event: "),
+                                                         "data": data.removeprefix("data: ")})
+            data_check.validate(json.loads(data.removeprefix("data: ")))
+    path = "/v1/responses/{response_id}"
+    got = httpx.get(f"{gateway}/v1/responses/{stored}", timeout=10)
+    validator(document, response_schema(document, "get", path, 200, "application/json")).validate(got.json())
+    gone = httpx.delete(f"{gateway}/v1/responses/{stored}", timeout=10)
+    validator(document, response_schema(document, "delete", path, 200, "application/json")).validate(gone.json())
+    missing = httpx.get(f"{gateway}/v1/responses/{stored}", timeout=10)
+    assert missing.status_code == 404
+    _round_trip(document, response_schema(document, "get", path, 404, "application/json"), missing.content,
+                ErrorResponse)
 
 
 def test_metrics_are_documented_as_text(gateway) -> None:

@@ -106,6 +106,27 @@ def test_a_stream_that_outlives_the_grace_ends_with_an_error_event_and_done(
     assert engine_stats(engine)["in_flight"] == 0
 
 
+def test_a_responses_stream_that_outlives_the_grace_ends_with_error_and_response_failed(
+    gateway: Served, engine: str,
+) -> None:
+    before = engine_stats(engine)
+    body = {"model": "tier-small", "input": "[fake tokens=5000 itl_ms=20]", "stream": True, "max_output_tokens": 10_000}
+    with httpx.stream("POST", f"{gateway.url}/v1/responses", json=body, timeout=EXIT_BOUND_S,
+                      trust_env=False) as response:
+        lines = response.iter_lines()
+        for _ in range(8):  # created, in_progress, the message's item and part, a delta: as event/data pairs
+            next(lines)
+        gateway.stop(signal.SIGTERM)
+        data = [json.loads(d) for d in events(list(lines))]
+    assert [d["type"] for d in data[-2:]] == ["error", "response.failed"]
+    assert data[-2]["code"] == "shutting_down" and "shutting down" in data[-2]["message"]
+    assert data[-1]["response"]["status"] == "failed" and data[-1]["response"]["error"]["code"] == "server_error"
+    sequence = [d["sequence_number"] for d in data]
+    assert sequence == list(range(sequence[0], sequence[0] + len(data))) and len(data) > 10
+    assert_clean_exit(gateway)
+    assert eventually(lambda: engine_stats(engine)["streams_cancelled"] == before["streams_cancelled"] + 1)
+
+
 def test_a_non_streamed_request_that_outlives_the_grace_gets_a_503_error_object(gateway: Served, engine: str) -> None:
     before = engine_stats(engine)
     with ThreadPoolExecutor(1) as pool:
