@@ -9,6 +9,9 @@
 * **Whole floats.** OpenAI accepts `"n": 2.0` where an integer is meant. The typed decode refuses it; the path in
   msgspec's error then names the field, that one value is made an int and the decoded body converted again (C
   work, at most `MAX_WHOLE_FLOATS` times, on top-level and `branches` fields only): no Python walk over the body.
+* **Reasoning in the history.** An assistant turn may carry its reasoning as `reasoning_content` (SGLang's name) or
+  `reasoning` (vLLM's since 2026); it is kept as `reasoning_content` (the first, where a turn has both), and each tier
+  sends it under the name its engines read (cascade/tiers/thinking.py).
 """
 
 from __future__ import annotations
@@ -59,13 +62,13 @@ def decode_chat_request(raw: bytes, *, max_depth: int = 64) -> ChatCompletionReq
         raise InvalidRequest("request body is empty; send a JSON chat completion request", None, "invalid_json")
     check_depth(raw, max_depth)
     try:
-        return _decode_request(raw)
+        return _one_reasoning_name(_decode_request(raw))
     except msgspec.ValidationError as exc:
         error = str(exc)
         if _whole_float_path(error) is not None:
             whole = _with_whole_floats(raw)  # OpenAI accepts `"n": 2.0`; only this error's path pays
             if isinstance(whole, ChatCompletionRequest):
-                return whole
+                return _one_reasoning_name(whole)
             error = whole or error
         message, param = _validation_param(error)
         raise InvalidRequest(message, param, "invalid_type") from None
@@ -76,6 +79,16 @@ def decode_chat_request(raw: bytes, *, max_depth: int = 64) -> ChatCompletionReq
                              "invalid_json") from None
     except RecursionError:  # cannot happen under check_depth's limit; never a traceback if it does
         raise InvalidRequest("request body nests too deep to decode", None, "nesting_too_deep") from None
+
+
+def _one_reasoning_name(req: ChatCompletionRequest) -> ChatCompletionRequest:
+    """`req` with each turn's reasoning as `reasoning_content` (module docstring)."""
+    if all(m.reasoning is None for m in req.messages):
+        return req
+    messages = [m if m.reasoning is None else msgspec.structs.replace(
+        m, reasoning_content=m.reasoning if m.reasoning_content is None else m.reasoning_content, reasoning=None)
+        for m in req.messages]
+    return msgspec.structs.replace(req, messages=messages)
 
 
 def _whole_float_path(message: str) -> list[str] | None:
