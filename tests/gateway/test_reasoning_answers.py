@@ -134,3 +134,12 @@ def test_the_historys_reasoning_reaches_each_engine_under_the_name_it_reads(kind
     # A turn with both keeps `reasoning_content` (SGLang's name, the one OpenAI-compatible servers wrote first).
     assert [m.get(field) for m in sent] == [None, "Two and two.", "Off by one.", None]
     assert not any(other in m for m in sent)
+
+
+def test_only_the_two_names_may_be_configured() -> None:
+    from cascade.errors import ConfigError
+
+    tier = '[[tiers]]\nname = "a"\nbackends = [{ kind = "openai", url = "http://127.0.0.1:9", model = "m" }]\n'
+    assert decode_config(tier).gateway.reasoning_fields == ("reasoning_content", "reasoning")
+    with pytest.raises(ConfigError, match="reasoning_fields"):
+        decode_config('[gateway]\nreasoning_fields = ["thoughts"]\n' + tier)

@@ -163,3 +163,44 @@ def test_a_shown_value_is_cut() -> None:
 def test_an_effort_is_plain_data() -> None:
     effort = parse_effort(0.3)
     assert msgspec.json.decode(msgspec.json.encode(effort), type=type(effort)) == effort
+
+
+# --- the table as a config file writes it ----------------------------------------------------------------------------
+
+LADDER = '[[tiers]]\nname = "a"\nbackends = [{ kind = "openai", url = "http://127.0.0.1:9", model = "m" }]\n'
+
+
+def test_the_table_decodes_from_toml_one_level_at_a_time() -> None:
+    from cascade.config import decode_config
+
+    config = decode_config('[routing.effort]\nhigh = { quality = 0.8, branches = 4 }\n' + LADDER)
+    assert config.routing.effort.high == EffortRoute(quality=0.8, branches=4)
+    assert config.routing.effort.low == EffortConfig().low  # the rest keep their defaults
+
+
+@pytest.mark.parametrize(("table", "message"), [
+    ("high = { quality = 1.5 }", r"routing\.effort\.high\.quality"),
+    ("high = { quality = \"best\", branches = 1025 }", r"routing\.effort\.high\.branches"),  # 1,024 at most
+    ("extreme = { quality = \"best\" }", "extreme"),
+    ("low = { branches = 1 }", "quality"),
+])
+def test_a_table_the_gateway_cannot_use_fails_at_start(table: str, message: str) -> None:
+    from cascade.config import decode_config
+
+    with pytest.raises(ConfigError, match=message):
+        decode_config(f"[routing.effort]\n{table}\n" + LADDER)
+
+
+def test_an_effort_target_the_router_cannot_meet_fails_at_start_naming_its_key() -> None:
+    from cascade.config import decode_config
+    from cascade.router.signals import routing_signal
+    from cascade.service.chat import ChatService, ServiceConfig
+    from cascade.service.metrics import GatewayMetrics
+    from cascade.tiers.build import build_tiers
+
+    # The random split with no tier accuracies refuses numeric hints (cascade/router/random_split.py).
+    config = decode_config('[routing]\npolicy = "random"\n[routing.effort]\nmedium = { quality = 0.9 }\n' + LADDER
+                           + LADDER.replace('"a"', '"b"'))
+    signal = routing_signal(config.routing, ["a", "b"])
+    with pytest.raises(ConfigError, match=r"routing\.effort\.medium\.quality"):
+        ChatService(build_tiers(config, {}), ServiceConfig.of(config), GatewayMetrics(), signal=signal)
