@@ -181,8 +181,9 @@ def _overridden(settings: BranchSettings, override: BranchOverride, max_branches
     )
     if not 1 <= settings.n <= max_branches:
         raise InvalidRequest(f"`branches.n` must be between 1 and {max_branches}", "branches.n")
-    if settings.first_wave >= settings.m:  # the request's M leaves no room for the tier's first wave
-        settings = msgspec.structs.replace(settings, first_wave=0, wave_margin=0)
+    if settings.first_wave >= settings.m:  # the request's M leaves no room for the tier's first wave, nor for the
+        # stopping level learned from it
+        settings = msgspec.structs.replace(settings, first_wave=0, wave_margin=0, confidence_keep=0.0)
     try:
         check_branches(settings, lambda key: f"branches.{key}")
     except BrokenRule as broken:

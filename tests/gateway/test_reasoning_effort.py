@@ -135,6 +135,21 @@ def test_a_level_the_table_answers_directly_runs_one_branch_with_thinking_off() 
     assert branched["branches"]["launched"] == 3  # `high`: the tier's own branches
 
 
+def test_one_direct_branch_works_on_a_tier_whose_stop_is_learned_from_a_first_wave() -> None:
+    """A tier's first wave, and the stopping level learned from it (`confidence_keep`), have no room in one branch:
+    both are left out for the request, not refused (as for a client's own `"branches": {"n": 1}`)."""
+    head = '[routing.effort]\nminimal = { quality = "best", branches = 1 }\n'
+    with ExitStack() as stack:
+        url = stack.enter_context(serve_asgi(FakeEngine(FakeScript(tokens=3))))
+        toml = (f'{head}[[tiers]]\nname = "keeper"\nscorer = "none"\n'
+                'branches = { n = 4, m = 3, first_wave = 2, confidence_keep = 0.5 }\n'
+                f'backends = [{{ kind = "openai", url = "{url}", model = "k" }}]\n')
+        base = stack.enter_context(serve_asgi(Gateway(decode_config(toml)).app, lifespan="on"))
+        effort = info(post_chat(base, {"model": "cascade", "messages": user(), "reasoning_effort": "minimal"}))
+        own = info(post_chat(base, {"model": "keeper", "messages": user(), "branches": {"n": 1}}))
+    assert effort["branches"]["launched"] == own["branches"]["launched"] == 1
+
+
 @pytest.mark.parametrize(("kind", "field", "value"), [
     ("sglang", "custom_params", {"thinking_budget": 256}), ("openai", "thinking_token_budget", 256)])
 def test_a_tiers_thinking_budget_reaches_its_engine_in_the_field_it_reads(kind: str, field: str,
