@@ -13,6 +13,8 @@ from typing import Any
 
 import httpx
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from cascade.config import decode_config
 from cascade.gateway.server import Gateway
@@ -143,3 +145,20 @@ def test_only_the_two_names_may_be_configured() -> None:
     assert decode_config(tier).gateway.reasoning_fields == ("reasoning_content", "reasoning")
     with pytest.raises(ConfigError, match="reasoning_fields"):
         decode_config('[gateway]\nreasoning_fields = ["thoughts"]\n' + tier)
+
+
+TURN_TEXT = st.one_of(st.none(), st.text(max_size=30), st.integers(1, 50_000).map(lambda n: "think " * n))
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(turns=st.lists(st.tuples(TURN_TEXT, TURN_TEXT), min_size=1, max_size=8))
+def test_a_historys_reasoning_is_kept_under_one_name_whatever_each_turn_sends(
+        turns: list[tuple[str | None, str | None]]) -> None:
+    from cascade.service.bodies import decode_chat_request
+
+    messages = [{"role": "assistant", "content": "a", **({} if rc is None else {"reasoning_content": rc}),
+                 **({} if r is None else {"reasoning": r})} for rc, r in turns]
+    raw = json.dumps({"model": "cascade", "messages": messages}).encode()
+    req = decode_chat_request(raw, max_depth=64)
+    assert [(m.reasoning_content, m.reasoning) for m in req.messages] == [
+        (rc if rc is not None else r, None) for rc, r in turns]
