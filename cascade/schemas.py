@@ -6,6 +6,7 @@ responses from engines are decoded leniently (engines add fields such as `reason
 
 from __future__ import annotations
 
+import math
 from typing import Any, Literal
 
 import msgspec
@@ -49,7 +50,10 @@ class ChatMessage(msgspec.Struct, kw_only=True, forbid_unknown_fields=True, omit
     name: str | None = None
     tool_call_id: str | None = None
     tool_calls: list[ToolCall] | None = None  # an assistant turn that called tools
+    # An assistant turn's reasoning: SGLang's name, and vLLM's since 2026 (either is read; cascade/service/bodies.py
+    # keeps it as `reasoning_content`, and cascade/tiers/thinking.py sends the engine the name it reads).
     reasoning_content: str | None = None
+    reasoning: str | None = None
 
     def text(self) -> str:
         if self.content is None:
@@ -61,6 +65,32 @@ class ChatMessage(msgspec.Struct, kw_only=True, forbid_unknown_fields=True, omit
 
 class StreamOptions(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     include_usage: bool = False
+
+
+# `reasoning_effort`'s named levels: OpenAI's (none to high, xhigh), and SGLang's and vLLM's `max` and SGLang's `ultra`
+# (DeepSeek's). SGLang also takes a number in [0, EFFORT_NUMBER_MAX]. Each level routes as `[routing.effort]` says
+# (cascade/router/effort.py), a number as the level its range falls in (EFFORT_NUMBER_LEVELS).
+EFFORT_LEVELS = ("none", "minimal", "low", "medium", "high", "xhigh", "max", "ultra")
+EFFORT_NUMBER_MAX = 0.99  # SGLang's bound (protocol.py `ReasoningEffortType`)
+# A number's level: the first whose upper bound (exclusive) it is below; `high` from 0.75 up.
+EFFORT_NUMBER_LEVELS = ((0.25, "minimal"), (0.5, "low"), (0.75, "medium"), (math.inf, "high"))
+
+
+class ReasoningRequest(msgspec.Struct, kw_only=True, forbid_unknown_fields=True, omit_defaults=True):
+    """The nested form of `reasoning_effort` (the Responses API's, which SGLang and vLLM also read on chat
+    completions): `{"reasoning": {"effort": "high"}}`."""
+
+    effort: str | float | None = None
+
+
+class Effort(msgspec.Struct, frozen=True, kw_only=True):
+    """A request's reasoning effort as cascade read it (cascade/router/effort.py `read_effort`)."""
+
+    level: str  # one of EFFORT_LEVELS (a number's: EFFORT_NUMBER_LEVELS)
+    value: str | float  # as the client meant it: the level's name, or the number
+    param: str  # where it was read: `reasoning_effort` or `reasoning.effort`
+    # Whether the tier's engine is asked to think ([routing.effort]: every level but `none`, by default).
+    thinking: bool = True
 
 
 class BranchOverride(msgspec.Struct, kw_only=True, forbid_unknown_fields=True, omit_defaults=True):
@@ -100,7 +130,10 @@ class ChatCompletionRequest(msgspec.Struct, kw_only=True, forbid_unknown_fields=
     metadata: dict[str, str] | None = None
     logprobs: bool | None = None
     top_logprobs: int | None = None
-    reasoning_effort: str | None = None
+    # A quality hint as OpenAI's clients give one (cascade/router/effort.py: below an explicit cascade hint), and what
+    # the tier's engine is told about thinking (cascade/tiers/thinking.py). A level (EFFORT_LEVELS) or a number.
+    reasoning_effort: str | float | None = None
+    reasoning: ReasoningRequest | None = None
     tools: list[dict[str, Any]] | None = None
     tool_choice: str | dict[str, Any] | None = None
     parallel_tool_calls: bool | None = None
@@ -115,9 +148,23 @@ class ChatCompletionRequest(msgspec.Struct, kw_only=True, forbid_unknown_fields=
     # cascade's own extension: override the served tier's reasoning-branch settings.
     branches: BranchOverride | None = None
 
+    @property
+    def token_limit(self) -> int | None:
+        """The tokens an answer may generate, its reasoning included (None: the tier's default):
+        `max_completion_tokens`, OpenAI's limit (it deprecated `max_tokens`; SGLang and vLLM read it first), else
+        `max_tokens`. The reservation, the branch runner and every engine get this one (cascade/service/validation.py
+        `limit_note`)."""
+        return self.max_completion_tokens or self.max_tokens
+
 
 class PromptTokensDetails(msgspec.Struct, kw_only=True):
     cached_tokens: int = 0  # of the prompt's, served from the engine's prefix cache
+
+
+class CompletionTokensDetails(msgspec.Struct, kw_only=True):
+    # Of the answer's completion tokens, those of its reasoning text: the engine's count where it reports one (SGLang),
+    # else counted (cascade/service/reasoning.py).
+    reasoning_tokens: int = 0
 
 
 class Usage(msgspec.Struct, kw_only=True):
@@ -126,6 +173,8 @@ class Usage(msgspec.Struct, kw_only=True):
     total_tokens: int = 0
     # As OpenAI reports it; only where the answering engine reported its cached tokens (SGLang, vLLM), else absent.
     prompt_tokens_details: PromptTokensDetails | msgspec.UnsetType = msgspec.UNSET
+    # As OpenAI reports it: in every answer's usage (absent only where cascade relays an engine's usage unread).
+    completion_tokens_details: CompletionTokensDetails | msgspec.UnsetType = msgspec.UNSET
 
 
 class BranchStats(msgspec.Struct, kw_only=True):
@@ -208,7 +257,10 @@ class CascadeInfo(msgspec.Struct, kw_only=True):
 class AssistantMessage(msgspec.Struct, kw_only=True):
     role: str = "assistant"
     content: str | None = None
-    reasoning_content: str | None = None
+    # The reasoning text under each name `[gateway] reasoning_fields` lists (both by default), whichever the engine
+    # sent; a name not listed is absent.
+    reasoning_content: str | msgspec.UnsetType | None = None
+    reasoning: str | msgspec.UnsetType | None = None
     tool_calls: list[ToolCall] | None = None
 
 
@@ -239,7 +291,8 @@ class ChatCompletion(msgspec.Struct, kw_only=True):
 class Delta(msgspec.Struct, kw_only=True, omit_defaults=True):
     role: str | None = None
     content: str | None = None
-    reasoning_content: str | None = None
+    reasoning_content: str | None = None  # as AssistantMessage's
+    reasoning: str | None = None
     tool_calls: list[ToolCallDelta] | None = None
 
 
@@ -326,8 +379,13 @@ class TrafficRecord(msgspec.Struct, kw_only=True, omit_defaults=True):
 
 # Request fields cascade forwards to the tier's engine as sent, without acting on them itself.
 PASSTHROUGH = ("presence_penalty", "frequency_penalty", "logit_bias", "user", "metadata", "logprobs", "top_logprobs",
-               "reasoning_effort", "tools", "tool_choice", "parallel_tool_calls", "response_format", "top_k", "min_p",
+               "tools", "tool_choice", "parallel_tool_calls", "response_format", "top_k", "min_p",
                "repetition_penalty", "chat_template_kwargs")
+# Request fields cascade acts on itself and also sends to a tier's engine that takes them: a backend may list them in
+# `unsupported_params`, and its engine then does not get them, the request not refused (`cascade.note` says so).
+SENT_WHERE_TAKEN = ("reasoning_effort",)
+# Names an answer may carry its reasoning text under (`[gateway] reasoning_fields`).
+REASONING_FIELDS = ("reasoning_content", "reasoning")
 # Fixed ranges of forwarded values, as OpenAI and SGLang define them (the counts and lengths are [gateway.limits]):
 # cascade/service/validation.py `engine_bounds` checks them, the OpenAPI document states them.
 PENALTY = 2.0  # presence_penalty, frequency_penalty in [-2, 2]

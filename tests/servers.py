@@ -1,11 +1,13 @@
 """Real HTTP servers for tests. `serve_asgi` (an ASGI app served by uvicorn on 127.0.0.1 in a thread, stopped
 when its block exits) and `eventually` (poll a condition with a bound) live in cascade/testing/ (asgi.py,
 waiting.py), shared with the benchmarks. `Replay` is a canned upstream: it answers each route with fixed bytes
-and records what it was sent. `dead_url` is a loopback URL that refuses connections.
+and records what it was sent. `Recorder` stands in front of a real (fake) engine and records each chat request and
+the answer it got. `dead_url` is a loopback URL that refuses connections.
 """
 
 from __future__ import annotations
 
+import json
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -13,6 +15,7 @@ from typing import Any
 
 import msgspec
 
+from cascade.engines.asgi import read_body
 from cascade.engines.supervisor import free_port
 
 Scope = dict[str, Any]
@@ -66,6 +69,51 @@ class Replay:
         if reply.stall:
             while (await receive())["type"] != "http.disconnect":
                 pass
+
+
+class Exchange(msgspec.Struct):
+    body: dict[str, Any]
+    status: int = 0
+    content_type: str = ""
+    response: bytes = b""
+
+
+class Recorder:
+    """ASGI middleware in front of an engine: records each chat request's body and the response sent to it."""
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+        self.exchanges: list[Exchange] = []
+
+    @property
+    def bodies(self) -> list[dict[str, Any]]:
+        return [e.body for e in self.exchanges]
+
+    async def __call__(self, scope: Scope, receive: Any, send: Any) -> None:
+        if scope["type"] != "http" or scope["path"] != "/v1/chat/completions":
+            await self.app(scope, receive, send)
+            return
+        raw = await read_body(receive)
+        exchange = Exchange(json.loads(raw))
+        self.exchanges.append(exchange)
+        replayed = False
+
+        async def replay() -> dict[str, Any]:
+            nonlocal replayed
+            if not replayed:
+                replayed = True
+                return {"type": "http.request", "body": raw, "more_body": False}
+            return dict(await receive())
+
+        async def record(message: Any) -> None:
+            if message["type"] == "http.response.start":
+                exchange.status = message["status"]
+                exchange.content_type = dict(message.get("headers", [])).get(b"content-type", b"").decode()
+            elif message["type"] == "http.response.body":
+                exchange.response += message.get("body", b"")
+            await send(message)
+
+        await self.app(scope, replay, record)
 
 
 @contextmanager

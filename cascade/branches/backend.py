@@ -51,12 +51,19 @@ class StreamDelta(msgspec.Struct, kw_only=True):
     retried_tokens: int = 0
     tool_calls: list[ToolCallDelta] | None = None  # pieces of tool calls (concatenate by index)
     logprobs: list[msgspec.Raw] | None = None  # the engine's per-token entries, as sent
+    # The answer's reasoning tokens where the engine reports them (its usage), and the chunks among `chunks` that
+    # carried reasoning text (about one token each: the count where the engine reports none).
+    reasoning_tokens: int | None = None
+    reasoning_chunks: int = 0
 
     def absorb(self, later: StreamDelta) -> None:
         """Append a delta that arrived right after this one."""
         self.text += later.text
         self.reasoning += later.reasoning
         self.chunks += later.chunks
+        self.reasoning_chunks += later.reasoning_chunks
+        if later.reasoning_tokens is not None:
+            self.reasoning_tokens = later.reasoning_tokens
         if later.finish_reason is not None:
             self.finish_reason = later.finish_reason
         if later.prompt_tokens is not None:
@@ -83,6 +90,8 @@ class GenerationResult(msgspec.Struct, kw_only=True):
     tool_calls: list[ToolCall] | None = None
     logprobs: list[msgspec.Raw] | None = None
     cached_tokens: int | None = None  # of the prompt's, from the engine's prefix cache (None: it reported none)
+    reasoning_tokens: int | None = None  # of completion_tokens, as the engine reported them (None: it reported none)
+    reasoning_chunks: int = 0  # stream chunks that carried reasoning text (StreamDelta's)
 
 
 @runtime_checkable
@@ -112,7 +121,8 @@ async def collect(deltas: AsyncGenerator[StreamDelta, None]) -> GenerationResult
     finish_reason: str | None = None
     prompt_tokens = completion_tokens = 0
     cached_tokens: int | None = None
-    n_deltas = retries = retried_tokens = 0
+    reasoning_tokens: int | None = None
+    n_deltas = retries = retried_tokens = reasoning_chunks = 0
     calls: list[ToolCallDelta] = []
     logprobs: list[msgspec.Raw] | None = None
     async for delta in deltas:
@@ -124,6 +134,9 @@ async def collect(deltas: AsyncGenerator[StreamDelta, None]) -> GenerationResult
         text.append(delta.text)
         reasoning.append(delta.reasoning)
         n_deltas += delta.chunks
+        reasoning_chunks += delta.reasoning_chunks
+        if delta.reasoning_tokens is not None:
+            reasoning_tokens = delta.reasoning_tokens
         if delta.finish_reason is not None:
             finish_reason = delta.finish_reason
         if delta.prompt_tokens is not None:
@@ -147,6 +160,8 @@ async def collect(deltas: AsyncGenerator[StreamDelta, None]) -> GenerationResult
         tool_calls=join_tool_calls(calls) or None,
         logprobs=logprobs,
         cached_tokens=cached_tokens,
+        reasoning_tokens=reasoning_tokens,
+        reasoning_chunks=reasoning_chunks,
     )
 
 

@@ -1,8 +1,11 @@
 """The OpenAI chat-completions wire format as cascade reads it: SSE framing, stream chunks, error bodies.
 
 Decoding is lenient: engines add fields (`reasoning_content`, `matched_stop`, `prompt_tokens_details`)
-that we tolerate and, where useful, read. Everything here is plain functions over bytes; the HTTP
-connection that delivers them is cascade/branches/openai_client.py's business.
+that we tolerate and, where useful, read. Reasoning text is read as SGLang sends it (`reasoning_content`) or as vLLM
+does since 2026 (`reasoning`; one of them, where an engine sends both), and its token count where the engine reports
+one (SGLang: `usage.reasoning_tokens`; OpenAI's `usage.completion_tokens_details.reasoning_tokens`). Everything here
+is plain functions over bytes; the HTTP connection that delivers them is cascade/branches/openai_client.py's
+business.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from cascade.schemas import ToolCallDelta
 class _Message(msgspec.Struct):
     content: str | None = None
     reasoning_content: str | None = None
+    reasoning: str | None = None
     tool_calls: list[ToolCallDelta] | None = None  # pieces of calls (concatenated by index)
 
 
@@ -37,12 +41,27 @@ class _PromptDetails(msgspec.Struct):
     cached_tokens: int | None = None  # SGLang (--enable-cache-report), vLLM and OpenAI: prompt tokens from the cache
 
 
+class _CompletionDetails(msgspec.Struct):
+    reasoning_tokens: int | float | None = None
+
+
 class _Usage(msgspec.Struct):
     # Read as numbers, so that a fractional count is an engine fault (`parse_chunk`), billed at the reservation, not an
     # unreadable chunk
     prompt_tokens: int | float = 0
     completion_tokens: int | float = 0
     prompt_tokens_details: _PromptDetails | None = None
+    # The answer's reasoning tokens: SGLang's top-level count, and OpenAI's place (SGLang fills it when above 0).
+    # Never billed: a count that is no whole number is not read.
+    reasoning_tokens: int | float | None = None
+    completion_tokens_details: _CompletionDetails | None = None
+
+    def reasoning(self) -> int | None:
+        details = self.completion_tokens_details
+        for value in (None if details is None else details.reasoning_tokens, self.reasoning_tokens):
+            if isinstance(value, int) and value >= 0:
+                return value
+        return None
 
 
 class _Chunk(msgspec.Struct):
@@ -145,7 +164,7 @@ def parse_chunk(data: bytes, backend: str) -> StreamDelta | None:
         choice = chunk.choices[0]
         part = choice.delta or choice.message or _Message()
         delta.text = part.content or ""
-        delta.reasoning = part.reasoning_content or ""
+        delta.reasoning = part.reasoning_content or part.reasoning or ""
         delta.finish_reason = choice.finish_reason
         delta.tool_calls = part.tool_calls or None
         if choice.logprobs is not None and choice.logprobs.content:
@@ -160,7 +179,9 @@ def parse_chunk(data: bytes, backend: str) -> StreamDelta | None:
         details = chunk.usage.prompt_tokens_details
         if details is not None and details.cached_tokens is not None:
             delta.cached_tokens = max(0, details.cached_tokens)
+        delta.reasoning_tokens = chunk.usage.reasoning()
     delta.chunks = 1 if (delta.text or delta.reasoning or delta.tool_calls) else 0
+    delta.reasoning_chunks = 1 if delta.reasoning else 0
     if not (delta.text or delta.reasoning or delta.finish_reason or chunk.usage or delta.tool_calls
             or delta.logprobs):
         # No choices and no usage: a role-only chunk, or an in-band error, which must not end as a success.

@@ -77,6 +77,8 @@ class Branch:
     logprobs: list[float] = field(default_factory=list)  # the sampled tokens' (when the engine sends them)
     window: GroupWindow | None = None
     trace: TraceConfidence | None = None  # DeepConf's running confidence (where the settings read it)
+    reasoning_tokens: int | None = None  # as the engine reported them (StreamDelta's)
+    reasoning_chunks: int = 0
 
     @property
     def full_text(self) -> str:
@@ -116,6 +118,10 @@ class BranchRun(msgspec.Struct, kw_only=True):
     # for offline analysis (benchmarks, scorer training), never sent to clients.
     branch_texts: list[tuple[str, str]] = msgspec.field(default_factory=list)
     logprobs: list[float] = msgspec.field(default_factory=list)  # the returned branch's token logprobs
+    # The returned branch's reasoning tokens as its engine reported them (None: it reported none), and its stream
+    # chunks that carried reasoning text.
+    reasoning_tokens: int | None = None
+    reasoning_chunks: int = 0
 
 
 class BranchRunner:
@@ -252,6 +258,9 @@ class _Run:
             return
         branch.text.append(delta.text)
         branch.reasoning.append(delta.reasoning)
+        branch.reasoning_chunks += delta.reasoning_chunks
+        if delta.reasoning_tokens is not None:
+            branch.reasoning_tokens = delta.reasoning_tokens
         branch.tokens = delta.completion_tokens if delta.completion_tokens is not None else branch.tokens + delta.chunks
         if delta.prompt_tokens is not None:
             branch.prompt_tokens = delta.prompt_tokens
@@ -378,4 +387,5 @@ class _Run:
                          finish_reason=chosen.finish_reason or "stop", prompt_tokens=chosen.prompt_tokens,
                          completion_tokens=chosen.tokens, report=report,
                          branch_texts=[(b.full_text, b.state) for b in self.branches[:self.launched]],
-                         logprobs=chosen.logprobs)
+                         logprobs=chosen.logprobs, reasoning_tokens=chosen.reasoning_tokens,
+                         reasoning_chunks=chosen.reasoning_chunks)

@@ -7,6 +7,8 @@
     workers.py    [[workers]]: embedded engine processes
     branches.py   [tiers.branches]: the branch runner's settings (a request's override and the bench use its
                   names), and the one check of their rules
+    effort.py     [routing.effort]: what each reasoning_effort level routes as; [tiers.thinking]: how a tier's
+                  engine is told to think
     tiers.py      [[tiers]]: the ladder, and the checks within one tier
     replicas.py   [tiers.replicas]: how a request picks one of a tier's replicas (least outstanding, or by prefix)
     prices.py     [tiers.price]: what a tier's tokens cost, and the checks of prices and keys' budgets
@@ -38,6 +40,7 @@ from cascade.config.base import (
     UnitFloat,
 )
 from cascade.config.branches import BranchSettings, BrokenRule, check_branches, reads_confidence
+from cascade.config.effort import EffortConfig, EffortRoute, ThinkingConfig
 from cascade.config.gateway import (
     ApiKey,
     FailoverConfig,
@@ -64,12 +67,12 @@ from cascade.config.workers import WorkerConfig
 
 __all__ = [
     "PRM_TIMEOUTS", "TRANSFORMERS_SERVE_UNSUPPORTED", "AnswerConfidenceConfig", "ApiKey", "BackendConfig",
-    "BranchSettings", "BrokenRule", "CascadeConfig", "EngineLoadConfig", "FailoverConfig", "GatewayConfig",
-    "HealthConfig", "Limits",
+    "BranchSettings", "BrokenRule", "CascadeConfig", "EffortConfig", "EffortRoute", "EngineLoadConfig",
+    "FailoverConfig", "GatewayConfig", "HealthConfig", "Limits",
     "LoadReactiveConfig", "Name",
     "NonNegativeFloat", "NonNegativeInt", "OpenAIBackendConfig", "PRMScorerConfig", "Port", "PositiveFloat",
     "PositiveInt", "RandomSplitConfig", "RedisConfig", "ReplicaChoice", "ReplicasConfig", "ResponsesConfig",
-    "RoutingConfig", "SGLangBackendConfig", "Strict", "TierConfig", "Timeouts", "TracingConfig",
+    "RoutingConfig", "SGLangBackendConfig", "Strict", "ThinkingConfig", "TierConfig", "Timeouts", "TracingConfig",
     "UnitFloat", "WorkerBackendConfig", "WorkerConfig",
     "check_branches", "check_policy_mode", "check_routing", "decode_config", "load_config", "reads_confidence",
     "resolve_paths",

@@ -232,6 +232,10 @@ class GatewayConfig(Strict, frozen=True):
     # interval plus its timeout (`cascade deploy --gateways`' Envoy: 2 s + 1 s, and it closes its connections as
     # soon as it sees the gateway fail). A gateway with no connection open exits without waiting. 0: close at once.
     shutdown_linger_s: Annotated[float, msgspec.Meta(ge=0, le=300)] = 5.0
+    # The names an answer carries its reasoning text under, in whole answers and stream deltas, whichever the engine
+    # sent: SGLang's and OpenAI-compatible servers' `reasoning_content`, and vLLM's since 2026 `reasoning`. Both by
+    # default, so that a client reading either finds it; empty: answers carry no reasoning text (still billed).
+    reasoning_fields: tuple[Literal["reasoning_content", "reasoning"], ...] = ("reasoning_content", "reasoning")
     limits: Limits = Limits()
     failover: FailoverConfig = FailoverConfig()
     health: HealthConfig = HealthConfig()

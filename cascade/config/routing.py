@@ -1,6 +1,7 @@
 """The `[routing]` table of `cascade.toml`: policy and router, route or cascade mode, operating points, the random
-split (`[routing.random]`), and the load-reactive (`[routing.load]`), engine-load (`[routing.engine_load]`) and
-answer-confidence (`[routing.confidence]`) switches."""
+split (`[routing.random]`), the load-reactive (`[routing.load]`), engine-load (`[routing.engine_load]`) and
+answer-confidence (`[routing.confidence]`) switches, and what `reasoning_effort` routes as (`[routing.effort]`,
+cascade/config/effort.py)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from typing import Annotated, Literal
 import msgspec
 
 from cascade.config.base import NonNegativeFloat, NonNegativeInt, PositiveFloat, PositiveInt, Strict, UnitFloat
+from cascade.config.effort import EffortConfig, check_effort
 from cascade.errors import ConfigError
 
 
@@ -117,6 +119,8 @@ class RoutingConfig(Strict, frozen=True):
     engine_load: EngineLoadConfig = EngineLoadConfig()
     confidence: AnswerConfidenceConfig = AnswerConfidenceConfig()
     random: RandomSplitConfig = RandomSplitConfig()
+    # What each `reasoning_effort` level routes as (cascade/config/effort.py).
+    effort: EffortConfig = EffortConfig()
 
 
 def check_routing(routing: RoutingConfig, tiers: list[str], any_branch_slots: bool, any_sglang: bool = False
@@ -126,6 +130,7 @@ def check_routing(routing: RoutingConfig, tiers: list[str], any_branch_slots: bo
     if routing.policy == "learned" and not routing.router:
         raise ConfigError("`routing.router` must name a router directory when `routing.policy` is \"learned\"")
     _check_random(routing, tiers)
+    check_effort(routing.effort)
     n_thresholds = len(tiers) - 1
     for hint, thresholds in routing.operating_points.items():
         key = f"routing.operating_points.{hint}"

@@ -6,14 +6,15 @@ from __future__ import annotations
 
 from typing import Literal
 
-from cascade.config.backends import BackendConfig, Timeouts, WorkerBackendConfig
+from cascade.config.backends import BackendConfig, SGLangBackendConfig, Timeouts, WorkerBackendConfig
 from cascade.config.base import Name, NonNegativeInt, PositiveInt, Strict
 from cascade.config.branches import BranchSettings, BrokenRule, check_branches
+from cascade.config.effort import ThinkingConfig, check_thinking
 from cascade.config.prices import TierPrice
 from cascade.config.replicas import ReplicasConfig
 from cascade.config.workers import WorkerConfig
 from cascade.errors import ConfigError
-from cascade.schemas import PASSTHROUGH
+from cascade.schemas import PASSTHROUGH, SENT_WHERE_TAKEN
 
 # One scoring call is one short prefill: it must finish within min(read_s, total_s).
 PRM_TIMEOUTS = Timeouts(connect_s=2.0, read_s=30.0, total_s=30.0)
@@ -59,6 +60,15 @@ class TierConfig(Strict, frozen=True):
     # engine renders a template as Jinja, so only for engines that sandbox it and clients trusted with the prompt
     # format (SGLang needs --trust-request-chat-template as well).
     trust_request_chat_template: bool = False
+    # How a request's `reasoning_effort` reaches its engines: the thinking switch, budgets, the history's reasoning
+    # field (cascade/config/effort.py).
+    thinking: ThinkingConfig = ThinkingConfig()
+
+    @property
+    def kinds(self) -> set[str]:
+        """Its backends' kinds ("openai", "sglang", "worker")."""
+        return {"sglang" if isinstance(b, SGLangBackendConfig) else "worker" if isinstance(b, WorkerBackendConfig)
+                else "openai" for b in self.backends}
 
 
 def check_tier(tier: TierConfig, i: int, workers: dict[str, WorkerConfig]) -> None:
@@ -83,10 +93,10 @@ def check_tier(tier: TierConfig, i: int, workers: dict[str, WorkerConfig]) -> No
                           f"`{tier.name}` does not return (it lists `{refused[0]}` in unsupported_params)")
     for j, backend in enumerate(tier.backends):
         where = f"tiers[{i}].backends[{j}]"
-        unknown = sorted(set(backend.unsupported_params) - set(PASSTHROUGH))
+        unknown = sorted(set(backend.unsupported_params) - set(PASSTHROUGH) - set(SENT_WHERE_TAKEN))
         if unknown:
             raise ConfigError(f"`{where}.unsupported_params` names {unknown}, which cascade does not forward "
-                              f"(it forwards: {', '.join(PASSTHROUGH)})")
+                              f"(it forwards: {', '.join((*PASSTHROUGH, *SENT_WHERE_TAKEN))})")
         if isinstance(backend, WorkerBackendConfig):
             if backend.worker not in workers:
                 raise ConfigError(f"`{where}.worker` names `{backend.worker}`, which is not in [[workers]]")
@@ -97,6 +107,7 @@ def check_tier(tier: TierConfig, i: int, workers: dict[str, WorkerConfig]) -> No
             raise ConfigError(f"`{where}.url` must start with http:// or https://, got {backend.url!r}")
     if isinstance(tier.scorer, PRMScorerConfig):
         _check_prm_scorer(tier.scorer, i, workers)
+    check_thinking(tier.thinking, f"tiers[{i}].thinking", tier.kinds)
 
 
 def _check_prm_scorer(scorer: PRMScorerConfig, i: int, workers: dict[str, WorkerConfig]) -> None:

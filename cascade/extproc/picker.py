@@ -51,6 +51,7 @@ from cascade.extproc.engines import TierEngine, tier_engines
 from cascade.extproc.metrics import ExtprocMetrics
 from cascade.extproc.wire import CHAT_PATH, HINT_HEADER, TIER_HEADER, VIA_HEADER
 from cascade.plan import Plan
+from cascade.router.effort import effort_hint, read_effort
 from cascade.router.policy import RoutingSignal
 from cascade.schemas import ChatCompletionRequest, RouteDecision
 from cascade.service.assemble import assemble
@@ -58,7 +59,7 @@ from cascade.service.chat import ServiceConfig
 from cascade.service.errors import error_reply, error_response
 from cascade.service.paths import normalize_path
 from cascade.tiers.build import build_tiers
-from cascade.tiers.upstream import engine_request
+from cascade.tiers.upstream import engine_body
 
 log = logging.getLogger("cascade.extproc")
 
@@ -171,7 +172,9 @@ class TierPicker:
 
     def _to_engine(self, req: ChatCompletionRequest, decision: RouteDecision, engine: TierEngine,
                    key: str | None = None) -> Routed:
-        body = _encode(engine_request(req, self.service.tiers[decision.tier].config, engine.model))
+        effort = read_effort(req.reasoning_effort, req.reasoning)  # what the engine is told of it (the service's rule)
+        told = None if effort is None else effort_hint(effort, self.service.effort).effort
+        body = engine_body(req, self.service.tiers[decision.tier].config, engine.model, told)
         credentials = () if engine.authorization is None else (("authorization", engine.authorization),)
         return Routed(tier=engine.tier, via_gateway=False, body=body,
                       set_headers=((TIER_HEADER, engine.tier), ("content-length", str(len(body))), *credentials),

@@ -27,6 +27,8 @@ from cascade.gateway.openapi_schemas import bound as _bound
 from cascade.gateway.openapi_schemas import hint_text as _hint_text
 from cascade.gateway.openapi_schemas import quality_schema
 from cascade.schemas import (
+    EFFORT_LEVELS,
+    EFFORT_NUMBER_MAX,
     LOGIT_BIAS,
     MAX_TOP_K,
     PENALTY,
@@ -178,7 +180,8 @@ def _operation(operation_id: str, summary: str, ok: dict[str, Any], errors: Sequ
     if body is not None:
         operation["parameters"] = [{
             "name": "X-Cascade-Quality", "in": "header", "required": False,
-            "description": "Quality hint (after the body's `quality`, before a `cascade:<hint>` model alias).",
+            "description": "Quality hint (after the body's `quality`, before a `cascade:<hint>` model alias and "
+                           "`reasoning_effort`).",
             "schema": _hint_text()}]
         operation["requestBody"] = body
     if security is not None:
@@ -213,6 +216,9 @@ def _request_body(model_ids: Sequence[str]) -> dict[str, Any]:
         "quality": {"summary": "A quality hint in the body",
                     "value": {"model": "cascade", "quality": "balanced",
                               "messages": [{"role": "user", "content": question}]}},
+        "effort": {"summary": "OpenAI's reasoning_effort as the hint ([routing.effort]), with the token limit",
+                   "value": {"model": "cascade", "reasoning_effort": "high", "max_completion_tokens": 1024,
+                             "messages": [{"role": "user", "content": question}]}},
         "tier": {"summary": "A tier by name (bypasses routing), streamed",
                  "value": {"model": tier, "stream": True, "stream_options": {"include_usage": True},
                            "messages": [{"role": "user", "content": question}]}},
@@ -270,10 +276,20 @@ def _constrain_request(schemas: dict[str, Any], limits: Limits, model_ids: list[
     _bound(request["stop"], maxItems=limits.max_stop_sequences)
     _constrain_forwarded(request, limits)
     request["quality"] = quality_schema()
-    # `stream_options` only with `stream: true`.
+    request["reasoning_effort"] = _effort(
+        "A quality hint as OpenAI's clients give one, below `quality`, X-Cascade-Quality and a `cascade:<hint>` "
+        "alias ([routing.effort] maps each level), and the engine's thinking switch and budget. A level, or a number "
+        "as SGLang takes one (the level its range falls in).")
+    schemas["ReasoningRequest"]["properties"]["effort"] = _effort("`reasoning_effort`, nested (the Responses API's "
+                                                                  "form); give one of the two.")
+    # `stream_options` only with `stream: true`; one effort, top-level or nested.
     schemas["ChatCompletionRequest"].update({
         "if": {"required": ["stream_options"], "properties": {"stream_options": {"type": "object"}}},
-        "then": {"required": ["stream"], "properties": {"stream": {"const": True}}}})
+        "then": {"required": ["stream"], "properties": {"stream": {"const": True}}},
+        "not": {"required": ["reasoning_effort", "reasoning"], "properties": {
+            "reasoning_effort": {"not": {"type": "null"}},
+            "reasoning": {"type": "object", "required": ["effort"],
+                          "properties": {"effort": {"not": {"type": "null"}}}}}}})
     branches = schemas["BranchOverride"]["properties"]
     _bound(branches["n"], minimum=1, maximum=limits.max_branches)
     _bound(branches["m"], minimum=1, maximum=limits.max_branches)
@@ -300,3 +316,11 @@ def _constrain_forwarded(request: dict[str, Any], limits: Limits) -> None:
            additionalProperties={"type": "string", "maxLength": limits.max_metadata_value_chars})
     _bound(request["user"], maxLength=limits.max_user_chars)
     _bound(request["chat_template_kwargs"], maxProperties=limits.max_template_kwargs)
+
+
+def _effort(description: str) -> dict[str, Any]:
+    """An effort value: a level, or a number in [0, EFFORT_NUMBER_MAX] (other spellings of a level, its case and
+    surrounding spaces, and numbers written as text are accepted too)."""
+    return {"anyOf": [{"enum": list(EFFORT_LEVELS)}, {"type": "number", "minimum": 0, "maximum": EFFORT_NUMBER_MAX},
+                      {"type": "null"}], "default": None, "description": description}
+

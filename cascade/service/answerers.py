@@ -58,7 +58,7 @@ class _OneRequest:
         self.decision = decision
         self.max_tokens = max_tokens
         self.lease = lease
-        self.sampling = sampling_of(req, max_tokens)
+        self.sampling = sampling_of(req, max_tokens, decision.effort)
 
     def can_take(self, tier: int) -> bool:
         """The request's key may use the tier, a replica is up, and the tier can serve the request as asked (a

@@ -9,6 +9,9 @@
 * **Whole floats.** OpenAI accepts `"n": 2.0` where an integer is meant. The typed decode refuses it; the path in
   msgspec's error then names the field, that one value is made an int and the decoded body converted again (C
   work, at most `MAX_WHOLE_FLOATS` times, on top-level and `branches` fields only): no Python walk over the body.
+* **Reasoning in the history.** An assistant turn may carry its reasoning as `reasoning_content` (SGLang's name) or
+  `reasoning` (vLLM's since 2026); it is kept as `reasoning_content` (the first, where a turn has both), and each tier
+  sends it under the name its engines read (cascade/tiers/thinking.py).
 """
 
 from __future__ import annotations
@@ -57,8 +60,8 @@ def check_depth(raw: bytes, max_depth: int) -> None:
 
 
 def decode_chat_request(raw: bytes, *, max_depth: int = 64) -> ChatCompletionRequest:
-    return decode_body(raw, _decode_request, "a JSON chat completion request", max_depth=max_depth,
-                       mend=_chat_whole_floats)
+    return _one_reasoning_name(decode_body(raw, _decode_request, "a JSON chat completion request",
+                                           max_depth=max_depth, mend=_chat_whole_floats))
 
 
 def decode_body(raw: bytes, decode: Callable[[bytes], T], what: str, *, max_depth: int,
@@ -103,6 +106,16 @@ def whole_floats(kind: type[T]) -> Callable[[bytes, str], T | str]:
 
 
 _chat_whole_floats = whole_floats(ChatCompletionRequest)
+
+
+def _one_reasoning_name(req: ChatCompletionRequest) -> ChatCompletionRequest:
+    """`req` with each turn's reasoning as `reasoning_content` (module docstring)."""
+    if all(m.reasoning is None for m in req.messages):
+        return req
+    messages = [m if m.reasoning is None else msgspec.structs.replace(
+        m, reasoning_content=m.reasoning if m.reasoning_content is None else m.reasoning_content, reasoning=None)
+        for m in req.messages]
+    return msgspec.structs.replace(req, messages=messages)
 
 
 def _whole_float_path(message: str) -> list[str] | None:

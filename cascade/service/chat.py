@@ -35,12 +35,21 @@ from cascade import tracing
 from cascade.config import AnswerConfidenceConfig, CascadeConfig, Limits, RoutingConfig, check_policy_mode
 from cascade.errors import ConfigError, Forbidden, InvalidRequest, UnknownModel
 from cascade.plan import Plan
+from cascade.router.effort import EffortTable, EffortUse, effort_hint, effort_use, pick_hint, read_effort
 from cascade.router.escalation import within
 from cascade.router.load import TierShape
 from cascade.router.offload import ProcessAssessor
 from cascade.router.policy import NAMED_HINTS, ROUTED_MODEL, QualityHint, RoutingSignal, parse_hint
 from cascade.router.router import Router, Routing
-from cascade.schemas import ChatCompletion, ChatCompletionRequest, ModelCard, ModelList, RouteDecision
+from cascade.schemas import (
+    REASONING_FIELDS,
+    BranchOverride,
+    ChatCompletion,
+    ChatCompletionRequest,
+    ModelCard,
+    ModelList,
+    RouteDecision,
+)
 from cascade.service import responses, streaming
 from cascade.service.admission import Admission, SharedPlaces
 from cascade.service.answerers import ServingTiers, StreamAnswerer, WholeAnswerer
@@ -58,10 +67,19 @@ from cascade.service.keys.tenant import Tenant
 from cascade.service.keys.tenants import Tenants
 from cascade.service.lease import Lease
 from cascade.service.metrics import GatewayMetrics
+from cascade.service.reasoning import ReasoningShown
 from cascade.service.spans import route_attributes
 from cascade.service.telemetry import Telemetry
 from cascade.service.traffic import TrafficLog
-from cascade.service.validation import check_tier, forwarded, one_answer_field, template_note, validate
+from cascade.service.validation import (
+    check_tier,
+    effort_unsent_note,
+    forwarded,
+    limit_note,
+    one_answer_field,
+    template_note,
+    validate,
+)
 from cascade.tiers.answer import Answer, Opened, question_of
 from cascade.tiers.build import Tier
 
@@ -80,6 +98,7 @@ class ServiceConfig(msgspec.Struct, frozen=True, kw_only=True):
     tier_fallback: bool = True
     prices: Prices | None = None  # the tiers' prices per token (cascade/service/keys/costs.py); None: no costs
     log_requests: bool = False  # `[gateway] log_requests`
+    reasoning_fields: tuple[str, ...] = REASONING_FIELDS  # the names answers carry reasoning under
 
     @classmethod
     def of(cls, config: CascadeConfig, plan: Plan | None = None) -> ServiceConfig:
@@ -97,7 +116,8 @@ class ServiceConfig(msgspec.Struct, frozen=True, kw_only=True):
             check_policy_mode(routing, "the plan's mode")
         return cls(routing=routing, limits=gateway.limits, default_quality=gateway.default_quality,
                    keepalive_s=gateway.keepalive_s, tier_fallback=gateway.failover.tier_fallback,
-                   prices=tier_prices(config, plan), log_requests=gateway.log_requests)
+                   prices=tier_prices(config, plan), log_requests=gateway.log_requests,
+                   reasoning_fields=gateway.reasoning_fields)
 
     @property
     def confidence(self) -> AnswerConfidenceConfig:
@@ -127,16 +147,22 @@ class ChatService:
         self.tenants = Tenants(limiter or LocalRateLimiter(), metrics, [t.name for t in self.tiers], places)
         self.budgets = Budgets(ledger or LocalLedger(), metrics, config.prices)
         self.counter = PromptCounter()  # prompts counted for reservations with the tiers' own tokenizers
+        self.shown = ReasoningShown(config.reasoning_fields, self.counter)  # answers' reasoning and its tokens
+        self.effort = EffortTable(config.routing.effort)  # what reasoning_effort routes as (ConfigError: a bad hint)
         self.keyring = keyring or Keyring()
         self.budgets.publish(self.keyring.tenants)
         shapes = [TierShape(t.name, t.config.branches.slots, t.config.branches.n) for t in self.tiers]
         self.router = Router(shapes, config.routing, signal, self.admission, fallback=config.tier_fallback)
         self.assessor = ProcessAssessor(self.router.policy) if config.routing.assess_long_prompts == "process" else None
-        if default.target is not None:  # a target the routing signal cannot meet fails at start, not per request
-            try:
-                self.router.policy.thresholds(default)
-            except InvalidRequest as exc:
-                raise ConfigError(f"`gateway.default_quality` {config.default_quality!r}: {exc}") from None
+        # A target the routing signal cannot meet fails at start, not per request.
+        targets = {"gateway.default_quality": default, **{f"routing.effort.{level}.quality": hint
+                                                          for level, hint in self.effort.hints.items()}}
+        for key, hint in targets.items():
+            if hint.target is not None:
+                try:
+                    self.router.policy.thresholds(hint)
+                except InvalidRequest as exc:
+                    raise ConfigError(f"`{key}` {hint.label!r}: {exc}") from None
         if self.router.headroom is not None:
             metrics.watch_headroom(self.router.headroom)
         self.telemetry = Telemetry(metrics, traffic, self.router.headroom, config.log_requests)
@@ -170,7 +196,7 @@ class ChatService:
         the decision is admitted as a chat request is, for no tokens (the key's in-flight place and one request from
         its buckets, a gateway place), and refused the same (429), then given back."""
         req, hint_header, note = await self._downgraded(req, hint_header, caller)
-        decision, _ = await self._decide(req, hint_header, caller)
+        _, decision, _ = await self._decide(req, hint_header, caller)
         if admit:
             lease = Lease(self.admission, self.tenants, caller, self.budgets)
             try:
@@ -210,7 +236,7 @@ class ChatService:
         req, hint_header, note = await self._downgraded(req, hint_header, caller)
         if note is not None and caller is not None:
             self.metrics.key_budget_downgraded.labels(caller.name).inc()
-        decision, max_tokens = await self._decide(req, hint_header, caller)
+        req, decision, max_tokens = await self._decide(req, hint_header, caller)
         decision = _noted(decision, note)
         asked = decision.tier.name
         lease = Lease(self.admission, self.tenants, caller, self.budgets)
@@ -277,21 +303,25 @@ class ChatService:
         served = downgraded(req, hint_header, found, self.by_name, self.budgets.prices, self.config.default_quality)
         return (req, hint_header, None) if served is None else served
 
-    async def _decide(self, req: ChatCompletionRequest, header_hint: str | None,
-                      caller: Tenant | None = None) -> tuple[Decision, int]:
+    async def _decide(self, req: ChatCompletionRequest, header_hint: str | None, caller: Tenant | None = None
+                      ) -> tuple[ChatCompletionRequest, Decision, int]:
         with tracing.span("cascade.route") as span:  # None: tracing is off
-            decision, max_tokens = await self._decide_untraced(req, header_hint, caller)
+            req, decision, max_tokens = await self._decide_untraced(req, header_hint, caller)
             if span is not None:
                 span.set_attributes(route_attributes(decision, self.config.routing.mode, self.admission, caller))
-            return decision, max_tokens
+            return req, decision, max_tokens
 
     async def _decide_untraced(self, req: ChatCompletionRequest, header_hint: str | None,
-                               caller: Tenant | None = None) -> tuple[Decision, int]:
+                               caller: Tenant | None = None) -> tuple[ChatCompletionRequest, Decision, int]:
         """Validate, route, check the caller's permits, and check every tier the request may reach: a bad request
-        fails here, before any header. Returns the decision and the max_tokens to use (0: each tier's default)."""
+        fails here, before any header. Returns the request as it is served (with the branches its effort sets), the
+        decision and the max_tokens to use (0: each tier's default)."""
         max_tokens = validate(req, self.limits)
-        routing = await self._route(req, header_hint)
-        itinerary, allowed, notes = routing.itinerary, None, []
+        routing, effort = await self._route(req, header_hint)
+        itinerary, allowed = routing.itinerary, None
+        notes = [n for n in (None if effort is None else effort.note, limit_note(req)) if n is not None]
+        if effort is not None and effort.branches and req.branches is None:
+            req = msgspec.structs.replace(req, branches=BranchOverride(n=effort.branches))
         if caller is not None:
             self.tenants.permit(caller, req.model if routing.hint is None else None, routing.hint)
             allowed = self.tenants.allowed_tiers(caller)
@@ -313,23 +343,31 @@ class ChatService:
         one_answer = one_answer_field(req)
         if one_answer is not None and any(self.tiers[i].config.branches.n > 1 for i in branches):
             notes.append(f"one branch: `{one_answer}` asks for the engine's answer as it is, not a vote")
-        if (dropped := template_note(req, [self.tiers[i] for i in branches])) is not None:
-            notes.append(dropped)
+        reached = [self.tiers[i] for i in branches]
+        for note in (template_note(req, reached), None if effort is None else effort_unsent_note(reached)):
+            if note is not None:
+                notes.append(note)
         decision = Decision(itinerary=itinerary, tier=self.tiers[itinerary.first], hint=routing.label,
-                            note="; ".join(notes) or None, degraded=degraded, branches=branches, allowed=allowed)
+                            note="; ".join(notes) or None, degraded=degraded, branches=branches, allowed=allowed,
+                            effort=None if effort is None else effort.effort)
         self.telemetry.degraded(decision)
-        return decision, max_tokens
+        return req, decision, max_tokens
 
-    async def _route(self, req: ChatCompletionRequest, header_hint: str | None) -> Routing:
+    async def _route(self, req: ChatCompletionRequest, header_hint: str | None) -> tuple[Routing, EffortUse | None]:
+        """The request's routing, and what its reasoning effort does (None: it set none). The hint is the one
+        `pick_hint` picks (cascade/router/effort.py: the one place the precedence is decided)."""
         model = req.model
         # Hints are checked even when a tier name makes them moot: a bad value is the client's mistake.
         body_hint, header = parse_hint(req.quality, "quality"), parse_hint(header_hint, "X-Cascade-Quality")
+        effort = read_effort(req.reasoning_effort, req.reasoning)
+        asked = None if effort is None else effort_hint(effort, self.effort)
         if model in self.by_name:
-            return self.router.pinned(self.by_name[model].index)
+            return (self.router.pinned(self.by_name[model].index),
+                    None if asked is None else effort_use(asked, None, None))
         base, _, alias = model.partition(":")
         if base != ROUTED_MODEL:
             raise UnknownModel(model, [m.id for m in self.model_list().data])
-        hint = body_hint or header or parse_hint(alias or None, "model") or self.default_hint
+        hint, source = pick_hint(body_hint, header, parse_hint(alias or None, "model"), asked, self.default_hint)
         start = time.perf_counter()
         prompt = question_of(req.messages)
         # The router reads at most `max_prompt_chars` (router.py `routed_text`): 0.6-5 us per character with the
@@ -346,7 +384,7 @@ class ChatService:
         route = routing.itinerary.route
         if route is not None and route.assessment.out_of_domain:
             self.metrics.out_of_domain.inc()
-        return routing
+        return routing, None if asked is None else effort_use(asked, source, hint)
 
     # --- answering --------------------------------------------------------------------------------
 
@@ -357,7 +395,9 @@ class ChatService:
         usage = responses.usage_of(whole)
         self.telemetry.success(decision, time.perf_counter() - start, usage.prompt_tokens, usage.completion_tokens,
                                whole)
-        return responses.completion(decision, whole, lease.bill.billed(), lease.bill.cost())
+        reasoning = await self.shown.of(decision.tier, whole.results)
+        return responses.completion(decision, whole, lease.bill.billed(), lease.bill.cost(), self.shown.names,
+                                    reasoning)
 
     async def _open_stream(
         self, req: ChatCompletionRequest, decision: Decision, max_tokens: int, lease: Lease
@@ -373,14 +413,16 @@ class ChatService:
             # only the wait for branch slots, and any later tier, come after the keep-alives start.
             whole = WholeAnswerer(self.serving, req, decision, max_tokens, lease)
             await whole.hold_first()
-            return decision, streaming.deferred(whole.serve(), keepalive_s, include_usage, self.telemetry, lease.bill)
+            return decision, streaming.deferred(whole.serve(), keepalive_s, include_usage, self.telemetry, lease.bill,
+                                                self.shown)
         live = StreamAnswerer(self.serving, req, decision, max_tokens, lease)
         decision, opened = await live.serve()
         if isinstance(opened, Opened):
-            return decision, streaming.relay(opened, live, decision, include_usage, self.telemetry, lease.bill)
+            return decision, streaming.relay(opened, live, decision, include_usage, self.telemetry, lease.bill,
+                                             self.shown)
         # A route-mode fallback to a tier with branches: they vote, so it is served whole, as on a branched tier.
         return decision, streaming.deferred(_answered(decision, opened), keepalive_s, include_usage, self.telemetry,
-                                            lease.bill)
+                                            lease.bill, self.shown)
 
 
 def _noted(decision: Decision, note: str | None) -> Decision:

@@ -10,7 +10,7 @@ import msgspec
 from cascade.branches.runner import BranchSettings
 from cascade.router.escalation import Itinerary, Served
 from cascade.router.policy import Assessment
-from cascade.schemas import Degradation
+from cascade.schemas import Degradation, Effort
 from cascade.tiers.build import Tier
 
 
@@ -28,6 +28,8 @@ class Decision(msgspec.Struct, frozen=True, kw_only=True):
     branches: dict[int, BranchSettings | None] = msgspec.field(default_factory=dict)
     # The tiers that may serve it (its API key's permits; None: all): a fallback goes only to these.
     allowed: frozenset[int] | None = None
+    # Its reasoning effort, as every tier's engines are told it (cascade/tiers/thinking.py; None: it set none).
+    effort: Effort | None = None
 
     @property
     def router(self) -> str:

@@ -12,8 +12,10 @@ import time
 
 import msgspec
 
+from cascade.branches.backend import GenerationResult
 from cascade.errors import CascadeError, Overloaded
 from cascade.schemas import (
+    REASONING_FIELDS,
     AssistantMessage,
     Billed,
     BranchStats,
@@ -21,6 +23,7 @@ from cascade.schemas import (
     ChatCompletion,
     Choice,
     ChoiceLogprobs,
+    CompletionTokensDetails,
     Cost,
     FunctionCallDelta,
     PromptTokensDetails,
@@ -55,16 +58,16 @@ class _CompletionIds:
 completion_id = _CompletionIds()
 
 
-def completion(decision: Decision, answer: Answer, billed: Billed | None = None, cost: Cost | None = None
-               ) -> ChatCompletion:
+def completion(decision: Decision, answer: Answer, billed: Billed | None = None, cost: Cost | None = None,
+               reasoning_names: tuple[str, ...] = REASONING_FIELDS, reasoning_tokens: int = 0) -> ChatCompletion:
+    """The completion of `answer`: its reasoning text under each of `reasoning_names`, its `reasoning_tokens` (all
+    choices') in its usage (cascade/service/reasoning.py)."""
     results = answer.results
-    usage = usage_of(answer)
+    usage = usage_of(answer, reasoning_tokens)
     return ChatCompletion(
         id=completion_id(), created=int(time.time()), model=decision.tier.name,
         choices=[
-            Choice(index=i, finish_reason=r.finish_reason,
-                   message=AssistantMessage(content=None if r.tool_calls and not r.text else r.text,
-                                            reasoning_content=r.reasoning or None, tool_calls=r.tool_calls),
+            Choice(index=i, finish_reason=r.finish_reason, message=message(r, reasoning_names),
                    logprobs=None if r.logprobs is None else ChoiceLogprobs(content=r.logprobs))
             for i, r in enumerate(results)
         ],
@@ -72,12 +75,22 @@ def completion(decision: Decision, answer: Answer, billed: Billed | None = None,
     )
 
 
+def message(result: GenerationResult, reasoning_names: tuple[str, ...]) -> AssistantMessage:
+    """One choice's message: its reasoning under each of `reasoning_names` (null when it has none), no other name."""
+    shown = result.reasoning or None
+    return AssistantMessage(
+        content=None if result.tool_calls and not result.text else result.text, tool_calls=result.tool_calls,
+        reasoning_content=shown if "reasoning_content" in reasoning_names else msgspec.UNSET,
+        reasoning=shown if "reasoning" in reasoning_names else msgspec.UNSET)
+
+
 def whole_answer_frames(decision: Decision, answer: Answer, include_usage: bool, billed: Billed | None = None,
-                        cost: Cost | None = None) -> bytes:
+                        cost: Cost | None = None, reasoning_names: tuple[str, ...] = REASONING_FIELDS,
+                        reasoning_tokens: int = 0) -> bytes:
     """A whole answer as one stream body (cascade mode, reasoning branches: known only at the end); its last chunk
-    carries the bill and its cost."""
+    carries the bill and its cost, and its usage the answer's `reasoning_tokens`."""
     results = answer.results
-    frames = ChunkFrames(completion_id(), int(time.time()), decision.tier.name)
+    frames = ChunkFrames(completion_id(), int(time.time()), decision.tier.name, reasoning_names)
     body = [frames.role(len(results), cascade_info(decision, answer))]
     for i, r in enumerate(results):
         if r.tool_calls or r.logprobs:
@@ -85,21 +98,24 @@ def whole_answer_frames(decision: Decision, answer: Answer, include_usage: bool,
         else:
             body.append(frames.content(i, r.text, r.reasoning))
         body.append(frames.finish(i, r.finish_reason))
-    body.append(frames.tail(cascade_info(decision, answer, billed, cost), usage_of(answer) if include_usage else None))
+    usage = usage_of(answer, reasoning_tokens) if include_usage else None
+    body.append(frames.tail(cascade_info(decision, answer, billed, cost), usage))
     return b"".join(body)
 
 
-def usage_of(answer: Answer) -> Usage:
+def usage_of(answer: Answer, reasoning_tokens: int = 0) -> Usage:
     prompt = answer.results[0].prompt_tokens
     completion_tokens = sum(r.completion_tokens for r in answer.results)
-    return usage(prompt, completion_tokens, answer.results[0].cached_tokens)
+    return usage(prompt, completion_tokens, answer.results[0].cached_tokens, reasoning_tokens)
 
 
-def usage(prompt_tokens: int, completion_tokens: int, cached_tokens: int | None) -> Usage:
-    """OpenAI's usage; `prompt_tokens_details.cached_tokens` only where the engine reported them."""
+def usage(prompt_tokens: int, completion_tokens: int, cached_tokens: int | None, reasoning_tokens: int = 0) -> Usage:
+    """OpenAI's usage: `prompt_tokens_details.cached_tokens` only where the engine reported them,
+    `completion_tokens_details.reasoning_tokens` always."""
     details = msgspec.UNSET if cached_tokens is None else PromptTokensDetails(cached_tokens=cached_tokens)
     return Usage(prompt_tokens=prompt_tokens, completion_tokens=completion_tokens,
-                 total_tokens=prompt_tokens + completion_tokens, prompt_tokens_details=details)
+                 total_tokens=prompt_tokens + completion_tokens, prompt_tokens_details=details,
+                 completion_tokens_details=CompletionTokensDetails(reasoning_tokens=reasoning_tokens))
 
 
 def cascade_info(decision: Decision, answer: Answer | None = None, billed: Billed | None = None,

@@ -22,6 +22,7 @@ from cascade.service.answerers import StreamAnswerer
 from cascade.service.decision import Decision
 from cascade.service.frames import ChunkFrames
 from cascade.service.keys.bill import Bill
+from cascade.service.reasoning import ReasoningSeen, ReasoningShown
 from cascade.service.responses import cascade_info, completion_id, in_band_error, whole_answer_frames
 from cascade.service.responses import usage as usage_with
 from cascade.service.telemetry import Telemetry
@@ -33,12 +34,14 @@ KEEPALIVE = b": keep-alive\n\n"
 
 
 async def relay(opened: Opened, answerer: StreamAnswerer, decision: Decision, include_usage: bool, telemetry: Telemetry,
-                bill: Bill) -> AsyncGenerator[bytes, None]:
-    """The frames of `opened`'s streams; `answerer` closes it at the end, whatever ends it. The tokens relayed are
-    billed however it ends (to where a client that left cut it), before the last chunk, which carries the bill and
-    its cost."""
+                bill: Bill, shown: ReasoningShown) -> AsyncGenerator[bytes, None]:
+    """The frames of `opened`'s streams, reasoning shown as `shown` says; `answerer` closes it at the end, whatever
+    ends it. The tokens relayed are billed however it ends (to where a client that left cut it), before the last
+    chunk, which carries the bill and its cost (and the usage, with the reasoning tokens, when asked for)."""
     tier, streams, firsts, start = opened.tier, opened.streams, opened.firsts, opened.start
-    frames = ChunkFrames(completion_id(), int(time.time()), tier.name)
+    frames = ChunkFrames(completion_id(), int(time.time()), tier.name, shown.names)
+    # Each choice's reasoning, for the usage chunk: its text kept only where the tier's tokenizer may count it.
+    seen = [ReasoningSeen(bool(tier.model_dirs)) for _ in streams] if include_usage else None
     prompt_tokens = 0
     prompts = [0] * len(streams)  # each choice's upstream request processed the prompt once
     completion_tokens = [0] * len(streams)
@@ -55,6 +58,8 @@ async def relay(opened: Opened, answerer: StreamAnswerer, decision: Decision, in
             cached_tokens = delta.cached_tokens
         if delta.completion_tokens is not None:
             completion_tokens[index] = delta.completion_tokens
+        if seen is not None and (delta.reasoning or delta.reasoning_tokens is not None):
+            seen[index].saw(delta)
         frame = b""
         if delta.text or delta.reasoning or delta.tool_calls or delta.logprobs:
             if first_token_at is None:
@@ -105,8 +110,11 @@ async def relay(opened: Opened, answerer: StreamAnswerer, decision: Decision, in
             await answerer.close(opened)
     total_completion = sum(completion_tokens)
     usage = None
-    if include_usage:
-        usage = usage_with(prompt_tokens, total_completion, cached_tokens)
+    if seen is not None:
+        reasoning = 0
+        for index, choice in enumerate(seen):
+            reasoning += await shown.tokens(tier, choice.text, choice.reported, choice.chunks, completion_tokens[index])
+        usage = usage_with(prompt_tokens, total_completion, cached_tokens, reasoning)
     done = [GenerationResult(text="", retries=retries) for _ in range(finished)]
     yield frames.tail(cascade_info(decision, Answer(results=done), bill.billed(), bill.cost()), usage)
     end = time.perf_counter()
@@ -116,10 +124,10 @@ async def relay(opened: Opened, answerer: StreamAnswerer, decision: Decision, in
 
 
 async def deferred(serve: Awaitable[tuple[Decision, Answer]], keepalive_s: float, include_usage: bool,
-                   telemetry: Telemetry, bill: Bill) -> AsyncGenerator[bytes, None]:
+                   telemetry: Telemetry, bill: Bill, shown: ReasoningShown) -> AsyncGenerator[bytes, None]:
     """`serve`'s answer (a `WholeAnswerer`'s, usually, which bills each tier's answer) as one SSE body, with
-    keep-alives while it works; the caller starts this at once (the service's `chat` does), so that `serve` is
-    always awaited or cancelled. The last chunk carries the bill and its cost."""
+    keep-alives while it works, reasoning shown as `shown` says; the caller starts this at once (the service's `chat`
+    does), so that `serve` is always awaited or cancelled. The last chunk carries the bill and its cost."""
     start = time.perf_counter()
     task = asyncio.ensure_future(serve)
     try:
@@ -140,8 +148,9 @@ async def deferred(serve: Awaitable[tuple[Decision, Answer]], keepalive_s: float
         if not task.done():
             task.cancel()
             await asyncio.gather(task, return_exceptions=True)
+    reasoning = await shown.of(decision.tier, answer.results) if include_usage else 0
     telemetry.first_token(decision.tier, time.perf_counter() - start)
-    body = whole_answer_frames(decision, answer, include_usage, bill.billed(), bill.cost())
+    body = whole_answer_frames(decision, answer, include_usage, bill.billed(), bill.cost(), shown.names, reasoning)
     yield body
     results = answer.results
     telemetry.success(decision, time.perf_counter() - start, results[0].prompt_tokens,

@@ -28,6 +28,7 @@ from cascade.schemas import (
     ChatCompletionRequest,
 )
 from cascade.tiers.build import Tier
+from cascade.tiers.thinking import takes_effort
 from cascade.tiers.upstream import stops, template_keys
 
 
@@ -53,7 +54,15 @@ def validate(req: ChatCompletionRequest, lim: Limits) -> int:
         if value is not None and not 1 <= value <= lim.max_tokens:
             raise InvalidRequest(f"`{name}` must be between 1 and {lim.max_tokens}, got {value}", name)
     engine_bounds(req, lim)
-    return req.max_completion_tokens or req.max_tokens or 0
+    return req.token_limit or 0
+
+
+def limit_note(req: ChatCompletionRequest) -> str | None:
+    """What `cascade.note` says when the request sets both limits and they differ (None: it does not)."""
+    if req.max_tokens is None or req.max_completion_tokens is None or req.max_tokens == req.max_completion_tokens:
+        return None
+    return (f"`max_completion_tokens` ({req.max_completion_tokens}) is the limit: `max_tokens` ({req.max_tokens}), "
+            "deprecated by OpenAI, is not read when both are set")
 
 
 def engine_bounds(req: ChatCompletionRequest, lim: Limits) -> None:
@@ -172,8 +181,9 @@ def _overridden(settings: BranchSettings, override: BranchOverride, max_branches
     )
     if not 1 <= settings.n <= max_branches:
         raise InvalidRequest(f"`branches.n` must be between 1 and {max_branches}", "branches.n")
-    if settings.first_wave >= settings.m:  # the request's M leaves no room for the tier's first wave
-        settings = msgspec.structs.replace(settings, first_wave=0, wave_margin=0)
+    if settings.first_wave >= settings.m:  # the request's M leaves no room for the tier's first wave, nor for the
+        # stopping level learned from it
+        settings = msgspec.structs.replace(settings, first_wave=0, wave_margin=0, confidence_keep=0.0)
     try:
         check_branches(settings, lambda key: f"branches.{key}")
     except BrokenRule as broken:
@@ -201,6 +211,17 @@ def template_note(req: ChatCompletionRequest, tiers: list[Tier]) -> str | None:
     keys = ", ".join(f"`chat_template_kwargs.{key[:64]}`" for key in dropped[:3])  # a client's keys, cut
     return (f"{keys} not sent: tier(s) {', '.join(f'`{n}`' for n in untrusting)} take no chat template from a "
             "request (trust_request_chat_template)")
+
+
+def effort_unsent_note(tiers: list[Tier]) -> str | None:
+    """What `cascade.note` says when some of the `tiers` a request with a reasoning effort may reach do not take
+    `reasoning_effort` as a field (a backend lists it in `unsupported_params`: the embedded engine); None: all do.
+    It still routes the request and sets the thinking switch there (cascade/tiers/thinking.py)."""
+    left = [t.name for t in tiers if not takes_effort(t.config)]
+    if not left:
+        return None
+    names = ", ".join(f"`{n}`" for n in left)
+    return f"`reasoning_effort` not sent as a field to {names}: their engines do not take it"
 
 
 def one_answer_field(req: ChatCompletionRequest) -> str | None:

@@ -179,7 +179,8 @@ async def _branched(tier: Tier, template: GenerationRequest, question: str, sett
     per_choice = upstream.branch_requests(template, choices, settings.n, temperature)
     runs = await _all_or_none(runner.run(question, requests, held.release_one) for requests in per_choice)
     results = [GenerationResult(text=r.text, reasoning=r.reasoning, finish_reason=r.finish_reason,
-                                prompt_tokens=r.prompt_tokens, completion_tokens=r.completion_tokens) for r in runs]
+                                prompt_tokens=r.prompt_tokens, completion_tokens=r.completion_tokens,
+                                reasoning_tokens=r.reasoning_tokens, reasoning_chunks=r.reasoning_chunks) for r in runs]
     return Answer(results=results, reports=[r.report for r in runs], branches_configured=settings.n, runs=runs)
 
 

@@ -13,6 +13,8 @@ everywhere and a streamed answer sends exactly what a whole one does.
 * `engine_template_kwargs`: a client's `chat_template_kwargs` as the tier's engines get them: without the keys that
   name or carry a chat template (`template_keys`) unless the tier trusts them (`trust_request_chat_template`), in
   both of those bodies (docs/operations.md, "What reaches an engine");
+* what the engines are told of the request's reasoning effort (thinking on or off, its budget, `reasoning_effort`)
+  and the history's reasoning field: cascade/tiers/thinking.py, in both bodies too;
 * `choice_requests` / `branch_requests`: the template per choice and branch, with seeds and rids.
 
 Seeds (distinct samples, reproducible: `cascade label` labels exactly what the gateway serves):
@@ -45,8 +47,10 @@ import msgspec
 from cascade.branches.backend import GenerationRequest
 from cascade.branches.confidence import LOGPROBS_REQUEST
 from cascade.config import TierConfig
-from cascade.schemas import PASSTHROUGH, ChatCompletionRequest, ChatMessage
+from cascade.schemas import PASSTHROUGH, ChatCompletionRequest, ChatMessage, Effort
+from cascade.tiers.thinking import SGLANG_BUDGET, VLLM_BUDGET, effort_fields, history_messages
 
+_encode = msgspec.json.Encoder().encode
 RID_PREFIX = "cascade-"
 # A `chat_template_kwargs` key naming or carrying a chat template rather than setting one of its variables: every
 # engine passes the kwargs on to the tokenizer's `apply_chat_template`, whose `chat_template` argument is Jinja text
@@ -75,13 +79,16 @@ class Sampling(msgspec.Struct, frozen=True, kw_only=True):
     # With token_logprobs: candidates per token to ask for (`top_logprobs`) where more than LOGPROBS_REQUEST's one
     # (DeepConf's token confidence, `[tiers.branches] confidence_top_k`).
     top_logprobs: int = 0
+    # The request's reasoning effort, as `[routing.effort]` reads it (None: it set none): cascade/tiers/thinking.py.
+    effort: Effort | None = None
 
 
-def sampling_of(req: ChatCompletionRequest, max_tokens: int) -> Sampling:
-    """A client's request as sampling (`max_tokens` 0: the tier's default)."""
+def sampling_of(req: ChatCompletionRequest, max_tokens: int, effort: Effort | None = None) -> Sampling:
+    """A client's request as sampling (`max_tokens` 0: the tier's default; `effort`: its reasoning effort as the
+    service read it, cascade/router/effort.py)."""
     extra = {name: value for name in PASSTHROUGH if (value := getattr(req, name)) is not None}
     return Sampling(max_tokens=max_tokens or None, temperature=req.temperature, top_p=req.top_p, stop=stops(req),
-                    seed=req.seed, extra=extra, affinity_key=req.prompt_cache_key or "")
+                    seed=req.seed, extra=extra, affinity_key=req.prompt_cache_key or "", effort=effort)
 
 
 def label_sampling(max_tokens: int | None, seed: int, branched: bool, token_logprobs: bool = False) -> Sampling:
@@ -119,26 +126,44 @@ def engine_template_kwargs(tier: TierConfig, kwargs: dict[str, Any] | None) -> d
     return kept or None
 
 
-def engine_request(req: ChatCompletionRequest, tier: TierConfig, model: str) -> ChatCompletionRequest:
+def engine_request(req: ChatCompletionRequest, tier: TierConfig, model: str, effort: Effort | None = None
+                   ) -> ChatCompletionRequest:
     """A client's request as `tier`'s engine takes it in the OpenAI schema: `model` the engine's, the tier's
-    `engine_fields` (its default length only when the client set neither `max_tokens` nor `max_completion_tokens`),
-    its `engine_template_kwargs`, without cascade's own fields (`quality`, `branches`, `prompt_cache_key`)."""
-    messages, length = engine_fields(tier, req.messages, req.max_tokens)
-    max_tokens = req.max_tokens if req.max_completion_tokens is not None else length
+    `engine_fields` (its default length only when the client set neither `max_tokens` nor `max_completion_tokens`;
+    both as the limit, `max_completion_tokens`, when the client set both), its `engine_template_kwargs`, what it
+    tells its engines of `effort` (the request's reasoning effort; its budget is `engine_body`'s), without cascade's
+    own fields (`quality`, `branches`, `prompt_cache_key`) and with the effort only at the top (`reasoning_effort`)."""
+    messages, length = engine_fields(tier, history_messages(tier, req.messages), req.max_tokens)
+    limit = req.max_completion_tokens
+    max_tokens = length if limit is None else limit if req.max_tokens is not None else None
+    kwargs = engine_template_kwargs(tier, req.chat_template_kwargs)
+    told = {} if effort is None else effort_fields(tier, effort, kwargs)
     return msgspec.structs.replace(req, model=model, messages=messages, quality=None, branches=None,
-                                   prompt_cache_key=None, max_tokens=max_tokens,
-                                   chat_template_kwargs=engine_template_kwargs(tier, req.chat_template_kwargs))
+                                   prompt_cache_key=None, max_tokens=max_tokens, reasoning=None,
+                                   reasoning_effort=told.get("reasoning_effort"),
+                                   chat_template_kwargs=told.get("chat_template_kwargs", kwargs))
+
+
+def engine_body(req: ChatCompletionRequest, tier: TierConfig, model: str, effort: Effort | None = None) -> bytes:
+    """`engine_request`'s JSON, with the effort's thinking budget where the tier sets one (fields no client sends)."""
+    body = _encode(engine_request(req, tier, model, effort))
+    told = {} if effort is None else effort_fields(tier, effort, None)
+    budget = {k: told[k] for k in (SGLANG_BUDGET, VLLM_BUDGET) if k in told}
+    return body if not budget else body[:-1] + b"," + _encode(budget)[1:]
 
 
 def template(tier: TierConfig, messages: list[ChatMessage], sampling: Sampling) -> GenerationRequest:
     """What `tier` sends upstream for `messages`: its `engine_fields` (its reasoning instruction first, its default
-    length), its `engine_template_kwargs`, a fresh rid base. A template: `choice_requests` / `branch_requests` turn it
-    into the requests sent."""
-    messages, max_tokens = engine_fields(tier, messages, sampling.max_tokens)
+    length), its `engine_template_kwargs`, what it tells its engines of the effort, a fresh rid base. A template:
+    `choice_requests` / `branch_requests` turn it into the requests sent."""
+    messages, max_tokens = engine_fields(tier, history_messages(tier, messages), sampling.max_tokens)
     extra = {**sampling.extra, **LOGPROBS_REQUEST} if sampling.token_logprobs else dict(sampling.extra)
     kwargs = extra.pop("chat_template_kwargs", None)
-    if isinstance(kwargs, dict) and (kept := engine_template_kwargs(tier, kwargs)) is not None:
+    kept = engine_template_kwargs(tier, kwargs) if isinstance(kwargs, dict) else None
+    if kept is not None:
         extra["chat_template_kwargs"] = kept
+    if sampling.effort is not None:
+        extra.update(effort_fields(tier, sampling.effort, kept))
     if sampling.token_logprobs and sampling.top_logprobs > 1:
         extra["top_logprobs"] = sampling.top_logprobs
     return GenerationRequest(

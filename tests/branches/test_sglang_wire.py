@@ -149,9 +149,10 @@ def test_recorded_stream_folds_into_the_same_result_as_a_completion(replay: Repl
     serve_stream(app, "chat_completion_stream.txt")
     request = recorded_request("chat_completion_stream_request.json")
     result = with_backend(url, lambda b: collect(b.stream(request)))
+    # SGLang's own usage counts the reasoning tokens (10, in two chunks of several tokens each here).
     assert result == GenerationResult(
         text="The capital of France is Paris.", reasoning="The user asks for the capital of France.",
-        finish_reason="stop", prompt_tokens=14, completion_tokens=19,
+        finish_reason="stop", prompt_tokens=14, completion_tokens=19, reasoning_tokens=10, reasoning_chunks=2,
     )
 
 

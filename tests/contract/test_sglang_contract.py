@@ -16,11 +16,9 @@ from contextlib import ExitStack
 from typing import Any
 
 import httpx
-import msgspec
 import pytest
 
 from cascade.config import decode_config
-from cascade.engines.asgi import Receive, Scope, Send, read_body
 from cascade.gateway.server import Gateway
 from cascade.testing.asgi import serve_asgi
 from cascade.testing.fakes.script import FakeScript
@@ -35,6 +33,7 @@ from tests.contract.sglang_wire import (
     sse_events,
     validate_request,
 )
+from tests.servers import Exchange, Recorder
 
 MODEL = "Qwen/Qwen3-8B"
 TOOLS = [
@@ -78,53 +77,23 @@ CASES: dict[str, dict[str, Any]] = {
     "engine_extras": {"top_k": 20, "min_p": 0.05, "repetition_penalty": 1.1, "presence_penalty": 0.5,
                       "frequency_penalty": 0.25, "logit_bias": {"42": -100}, "reasoning_effort": "low",
                       "chat_template_kwargs": {"enable_thinking": False}, "user": "u-1", "metadata": {"k": "v"}},
+    # Issue 64: the effort, the thinking switch and budget (the `direct` tier sets one for `high`), the history's
+    # reasoning under either name.
+    "effort_high": {"reasoning_effort": "high", "max_completion_tokens": 12},
+    "effort_nested_none": {"reasoning": {"effort": "none"}, **STREAM},
+    "effort_number": {"reasoning_effort": 0.3, "chat_template_kwargs": {"enable_thinking": True}},
+    "effort_routed_branches": {"model": "cascade", "reasoning_effort": "xhigh"},
+    "history_reasoning": {"messages": [{"role": "user", "content": "2+2?"},
+                                       {"role": "assistant", "content": "4", "reasoning": "Two and two."},
+                                       {"role": "user", "content": "And 3+3?"}], "reasoning_effort": "low"},
 }
-
-
-class Exchange(msgspec.Struct):
-    body: dict[str, Any]
-    status: int = 0
-    content_type: str = ""
-    response: bytes = b""
-
-
-class Recorder:
-    """ASGI middleware in front of the fake: records each chat request's body and the response sent to it."""
-
-    def __init__(self, app: FakeSGLang) -> None:
-        self.app = app
-        self.exchanges: list[Exchange] = []
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or scope["path"] != "/v1/chat/completions":
-            await self.app(scope, receive, send)
-            return
-        raw = await read_body(receive)
-        exchange = Exchange(json.loads(raw))
-        self.exchanges.append(exchange)
-        replayed = False
-
-        async def replay() -> dict[str, Any]:
-            nonlocal replayed
-            if not replayed:
-                replayed = True
-                return {"type": "http.request", "body": raw, "more_body": False}
-            return dict(await receive())
-
-        async def record(message: Any) -> None:
-            if message["type"] == "http.response.start":
-                exchange.status = message["status"]
-                exchange.content_type = dict(message.get("headers", [])).get(b"content-type", b"").decode()
-            elif message["type"] == "http.response.body":
-                exchange.response += message.get("body", b"")
-            await send(message)
-
-        await self.app(scope, replay, record)
+BUDGET = 64  # the `direct` tier's thinking budget for `high` (`ladder`)
 
 
 def ladder(url: str) -> str:
     backend = f'backends = [{{ kind = "sglang", url = "{url}", model = "{MODEL}" }}]'
     return (f'[[tiers]]\nname = "direct"\ndefault_max_tokens = 16\n{backend}\n'
+            f'thinking = {{ budget_tokens = {{ high = {BUDGET} }} }}\n'
             f'[[tiers]]\nname = "thinker"\ndefault_max_tokens = 24\nbranches = {{ n = 3, m = 2 }}\n'
             f'scorer = "none"\n{backend}\n')
 
@@ -193,6 +162,30 @@ def test_every_body_cascade_sends_is_an_sglang_request_and_every_answer_an_sglan
                            trust_env=False)
         assert whole.status_code == 200, whole.text
         assert whole.json() == json.loads(sglang_completion(sglang, whole.json())), "not SGLang's completion shape"
+
+
+def test_the_thinking_fields_cascade_sends_are_sglangs_own(sglang: SGLangProtocol,
+                                                           served: tuple[str, str, Recorder]) -> None:
+    """SGLang declares each (validate_request), and reads them where its engine acts on them: the budget in the
+    sampling params (strict thinking reads `custom_params.thinking_budget`), the switch in the template kwargs, the
+    history's reasoning as `reasoning_content`."""
+    base, _, recorder = served
+    expected = {"effort_high": ("high", True, BUDGET), "effort_nested_none": ("none", False, None),
+                "effort_number": (0.3, True, None), "history_reasoning": ("low", True, None)}
+    for name, (effort, thinking, budget) in expected.items():
+        recorder.exchanges.clear()
+        status, _ = ask(base, CASES[name])
+        assert status == 200
+        [exchange] = recorder.exchanges
+        request = validate_request(sglang, exchange.body)
+        assert request.reasoning_effort == effort and "reasoning" not in exchange.body
+        kwargs = request.chat_template_kwargs
+        # The client's own key comes first (effort_number asked for thinking itself).
+        assert kwargs["thinking"] is thinking and kwargs["enable_thinking"] is (thinking or name == "effort_number")
+        sampling = request.to_sampling_params(stop=[], model_generation_config={})
+        assert sampling["custom_params"] == (None if budget is None else {"thinking_budget": budget})
+    sent = recorder.exchanges[0].body["messages"]
+    assert sent[1] == {"role": "assistant", "content": "4", "reasoning_content": "Two and two."}
 
 
 def test_choices_and_branches_go_to_sglang_as_requests_of_their_own(served: tuple[str, str, Recorder]) -> None:

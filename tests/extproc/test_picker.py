@@ -277,3 +277,17 @@ def test_prompt_cache_key_picks_a_gateways_replica_and_never_reaches_an_engine()
     assert "prompt_cache_key" not in body  # read by cascade ([tiers.replicas]), not an engine's field
     _, body = routed(pick(picker(gateway=True), chat(quality="best", branches={"n": 2}, prompt_cache_key="s-1")))
     assert body["prompt_cache_key"] == "s-1"  # the gateway behind chooses the tier's replica by it
+
+
+def test_the_effort_routes_as_in_the_gateway_and_reaches_the_engine_as_the_tier_sends_it() -> None:
+    """`reasoning_effort` is a hint below the cascade ones; the engine body carries it at the top level (the nested
+    form is read, not sent), with the thinking switch and the tier's budget in its engine's own field."""
+    budgeted = TOML.replace('name = "medium"', 'name = "medium"\nthinking = { budget_tokens = { high = 512 } }')
+    verdict, body = routed(pick(picker(toml=budgeted), chat(reasoning={"effort": "high"})))
+    assert verdict.tier == "large" and body["reasoning_effort"] == "high" and "reasoning" not in body
+    assert body["chat_template_kwargs"] == {"enable_thinking": True, "thinking": True}
+    verdict, body = routed(pick(picker(toml=budgeted), chat(reasoning_effort="high", quality="fast")))
+    assert verdict.tier == "small"  # the explicit hint comes first
+    _, body = routed(pick(picker(toml=budgeted), chat(model="medium", reasoning_effort=0.9)))
+    assert (body["reasoning_effort"], body["custom_params"]) == (0.9, {"thinking_budget": 512})  # SGLang's own
+    assert refused(pick(picker(), chat(reasoning_effort="loads")), 400)["param"] == "reasoning_effort"

@@ -29,10 +29,23 @@ def test_content_frame_matches_struct_encoding(frames: ChunkFrames, text: str, i
 
 
 def test_reasoning_frame_matches_struct_encoding(frames: ChunkFrames) -> None:
-    expected = reference([ChunkChoice(index=2, delta=Delta(content="a", reasoning_content="think"))])
+    both = {"reasoning_content": "think", "reasoning": "think"}  # under both names by default
+    expected = reference([ChunkChoice(index=2, delta=Delta(content="a", **both))])
     assert frames.content(2, "a", reasoning="think") == expected
-    expected = reference([ChunkChoice(index=0, delta=Delta(reasoning_content="think"))])
+    expected = reference([ChunkChoice(index=0, delta=Delta(**both))])
     assert frames.content(0, "", reasoning="think") == expected
+
+
+@pytest.mark.parametrize("names", [("reasoning",), ("reasoning_content",), ()])
+def test_reasoning_goes_under_the_configured_names_only(names: tuple[str, ...]) -> None:
+    frames = ChunkFrames("chatcmpl-abc", 1700000000, 'tier "x"', names)
+    fields = {name: "think" for name in names}
+    expected = reference([ChunkChoice(index=0, delta=Delta(content="a", **fields))])
+    assert frames.content(0, "a", reasoning="think") == expected
+    if names:
+        assert frames.content(0, "", reasoning="think") == reference([ChunkChoice(index=0, delta=Delta(**fields))])
+    else:  # nothing to show: no frame at all
+        assert frames.content(0, "", reasoning="think") == b""
 
 
 def test_every_chunk_names_its_object(frames: ChunkFrames) -> None:

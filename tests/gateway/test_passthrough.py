@@ -77,13 +77,18 @@ def test_fields_cascade_does_not_interpret_reach_the_engine_as_sent() -> None:
               "parallel_tool_calls": False, "response_format": {"type": "json_object"}, "logprobs": True,
               "top_logprobs": 2, "presence_penalty": 0.5, "frequency_penalty": 0.25, "logit_bias": {"42": -100},
               "top_k": 20, "min_p": 0.05, "repetition_penalty": 1.1, "chat_template_kwargs": {"enable_thinking": False},
-              "user": "u-1", "metadata": {"k": "v"}, "reasoning_effort": "low"}
+              "user": "u-1", "metadata": {"k": "v"}}
     with serve_asgi(replay) as url, gateway(url) as base:
         response = post_chat(base, {"model": "agent", "messages": user(), "seed": 7, "stop": ["END"], **fields})
-    assert response.status_code == 200, response.text
-    sent = json.loads(chats(replay)[0])
+        effort = post_chat(base, {"model": "agent", "messages": user(), "reasoning_effort": "low",
+                                  "chat_template_kwargs": {"enable_thinking": False}})
+    assert response.status_code == 200 and effort.status_code == 200, response.text
+    sent, with_effort = (json.loads(body) for body in chats(replay))
     assert {k: sent[k] for k in fields} == fields
     assert (sent["seed"], sent["stop"]) == (7, ["END"])
+    # reasoning_effort reaches an engine that takes it, with the thinking switch; the client's own key comes first.
+    assert with_effort["reasoning_effort"] == "low"
+    assert with_effort["chat_template_kwargs"] == {"enable_thinking": False, "thinking": True}
 
 
 def test_a_tool_call_answer_reaches_the_client_whole_and_streamed() -> None:

@@ -123,4 +123,4 @@ def test_usage_has_no_prompt_tokens_details_when_the_engine_reports_none() -> No
         url = stack.enter_context(serve_asgi(FakeEngine(FakeScript(tokens=4))))
         gateway = stack.enter_context(serve_asgi(Gateway(decode_config(config([url]))).app, lifespan="on"))
         usage = post_chat(gateway, {"model": "chat", "messages": [{"role": "user", "content": "hi"}]}).json()["usage"]
-    assert set(usage) == {"prompt_tokens", "completion_tokens", "total_tokens"}
+    assert set(usage) == {"prompt_tokens", "completion_tokens", "total_tokens", "completion_tokens_details"}

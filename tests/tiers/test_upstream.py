@@ -103,7 +103,8 @@ def test_a_tier_sends_its_instruction_first_its_default_length_and_logprobs_only
     ({}, {"max_tokens": 99, "max_completion_tokens": None}),  # the client set none: the tier's default
     ({"max_tokens": 5}, {"max_tokens": 5, "max_completion_tokens": None}),
     ({"max_completion_tokens": 7}, {"max_tokens": None, "max_completion_tokens": 7}),  # kept as the client named it
-    ({"max_tokens": 5, "max_completion_tokens": 7}, {"max_tokens": 5, "max_completion_tokens": 7}),
+    # Both, differing: max_completion_tokens is the limit, sent under both names (an engine may read either).
+    ({"max_tokens": 5, "max_completion_tokens": 7}, {"max_tokens": 7, "max_completion_tokens": 7}),
 ])
 def test_a_client_request_for_an_engine_follows_the_tiers_rules_without_cascades_own_fields(
         lengths: dict[str, int], sent: dict[str, int | None]) -> None:

@@ -47,6 +47,10 @@ COUNT_MAX_BYTES = 16 * 1024  # above this, the byte bound (module docstring)
 COUNT_THREADS = 2  # counts running at once in a process
 COUNT_QUEUE_BYTES = 64 * 1024  # prompt bytes counted or waiting at most (under 0.1 s of the pool's work)
 MARGIN_TOKENS = 4  # added to a count: 4 tokens and 1/64 of it
+# `text_tokens` (an answer's reasoning, counted once it is whole): a text up to 256 KiB (~65k tokens; ~0.4 s of one
+# pool thread at spaced digits' 2.5 us a byte), and up to 1 MiB of them counted or waiting at once.
+TEXT_MAX_BYTES = 256 * 1024
+TEXT_QUEUE_BYTES = 1024 * 1024
 MARGIN_DIVISOR = 64
 
 _fault_logged = False
@@ -74,6 +78,7 @@ class PromptCounter:
         self.max_bytes = max_bytes
         self.queue_bytes = queue_bytes
         self.pending_bytes = 0  # prompt bytes being counted or waiting (changed on the event loop only)
+        self.text_pending_bytes = 0  # the same for `text_tokens`' texts
         self._loads: dict[Path, concurrent.futures.Future[TemplateCounter]] = {}
         self._tokenizers: dict[str, Any] = {}  # loaded, by the sha256 of their file (touched by the loader only)
         self._failed: set[Path] = set()  # logged once
@@ -82,6 +87,8 @@ class PromptCounter:
         """The most prompt tokens any of `tiers`' engines will count for `req` (whose messages' JSON is `size`
         bytes), with the margin; None when not counted (module docstring): the caller reserves the byte bound."""
         if not tiers or req.tools or req.chat_template_kwargs or size > self.max_bytes:
+            return None
+        if req.reasoning_effort is not None or req.reasoning is not None:  # its thinking switch renders the template
             return None
         if any(not t.model_dirs for t in tiers) or any(m.tool_calls for m in req.messages):
             return None
@@ -106,6 +113,27 @@ class PromptCounter:
 
     def _done(self, size: int, _: object) -> None:
         self.pending_bytes -= size
+
+    async def text_tokens(self, model_dirs: Sequence[Path], text: str) -> int | None:
+        """`text`'s tokens (no template, no special token) by the tokenizer of the first of `model_dirs`, counted off
+        the event loop in the prompts' pool (cascade/service/reasoning.py: an answer's reasoning); None when not
+        counted: no model directory, its tokenizer still loading (the first call starts it) or failed, `text` over
+        TEXT_MAX_BYTES, or texts already TEXT_QUEUE_BYTES behind."""
+        if not model_dirs or len(text) > TEXT_MAX_BYTES:  # characters: a cheap first bound on the bytes
+            return None
+        size = len(text.encode())
+        if size > TEXT_MAX_BYTES or self.text_pending_bytes + size > TEXT_QUEUE_BYTES:
+            return None
+        counter = self.loaded(model_dirs[0])
+        if counter is None:
+            return None
+        self.text_pending_bytes += size
+        work = asyncio.get_running_loop().run_in_executor(_pool("count", COUNT_THREADS), counter.tokens, text)
+        work.add_done_callback(functools.partial(self._text_done, size))
+        return await asyncio.shield(work)
+
+    def _text_done(self, size: int, _: object) -> None:
+        self.text_pending_bytes -= size
 
     def loaded(self, model_dir: Path) -> TemplateCounter | None:
         """`model_dir`'s counter once loaded; None while it loads (the first call starts it) or when it failed."""

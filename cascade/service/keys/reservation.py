@@ -32,7 +32,7 @@ def estimate_tokens(req: ChatCompletionRequest, branches: int = 1, default_max_t
 
 def output_tokens(req: ChatCompletionRequest, branches: int = 1, default_max_tokens: int = 0) -> int:
     """max_tokens (the tier's default when the request sets none) for each of the n choices and each branch."""
-    out = req.max_completion_tokens or req.max_tokens or default_max_tokens
+    out = req.token_limit or default_max_tokens
     return out * max(1, req.n) * max(1, branches)
 
 

@@ -21,6 +21,11 @@ reports `prompt_tokens_details.cached_tokens`; /fake/stats then counts prompt an
 A script's `usage` (``[fake usage={...}]``) replaces the usage it reports, streamed or not: an engine that lies about
 its counts.
 
+`reasoning` makes it a reasoning engine: that text's words come first, as reasoning tokens, under `reasoning_field`
+(vLLM's `reasoning` since 2026 by default; `reasoning_content` as older vLLM, llama.cpp and SGLang send it), streamed
+or whole, within the request's max_tokens; its usage counts them among the completion tokens and reports no reasoning
+count of its own (as vLLM), so that a gateway in front counts them itself.
+
 `GET /fake/stats` reports how many streams started, finished and were cancelled by the client,
 which is how tests prove that a client disconnect stops generation upstream, and how many requests
 were answered with each fault (``status_N`` for a scripted error status).
@@ -139,8 +144,8 @@ class FakeEngine:
     labelled outcome says that model did. `stalled`: see the module docstring."""
 
     def __init__(self, script: FakeScript | None = None, max_running: int = 0, hook: ScriptHook | None = None,
-                 itl_batch_slope: float = 0.0, stalled: bool = False, prefix_cache: PrefixCache | None = None
-                 ) -> None:
+                 itl_batch_slope: float = 0.0, stalled: bool = False, prefix_cache: PrefixCache | None = None,
+                 reasoning: str = "", reasoning_field: str = "reasoning") -> None:
         if itl_batch_slope < 0:
             raise ValueError(f"itl_batch_slope must be >= 0, got {itl_batch_slope:g}")
         self.script = script or FakeScript()
@@ -150,6 +155,8 @@ class FakeEngine:
         self.itl_batch_slope = itl_batch_slope
         self.stalled = stalled
         self.prefix_cache = prefix_cache
+        self.reasoning = reasoning  # the module docstring
+        self.reasoning_field = reasoning_field
         self._slots: asyncio.Semaphore | None = None
         self._ids = itertools.count()
         logging.getLogger("uvicorn.error").addFilter(_QUIET_KILLS)  # idempotent
@@ -214,7 +221,8 @@ class FakeEngine:
         if body.get("logprobs"):
             self.stats.logprobs_requests += 1
         max_tokens = int(body.get("max_completion_tokens") or body.get("max_tokens") or 1 << 30)
-        pieces = token_pieces(script, max_tokens)
+        thoughts = token_pieces(FakeScript(answer=self.reasoning), max_tokens) if self.reasoning else []
+        pieces = token_pieces(script, max_tokens - len(thoughts))
         planned = len(script.answer.split(" ")) if script.answer else script.tokens
         finish = "length" if len(pieces) < planned else "stop"
         rid = f"chatcmpl-fake-{next(self._ids)}"
@@ -225,7 +233,7 @@ class FakeEngine:
             script = msgspec.structs.replace(script, ttft_ms=self.prefix_cache.ttft_ms(
                 script.ttft_ms, prompt.prompt_tokens, prompt.cached_tokens))
         async with self._batch_slot():
-            await self._answer(receive, send, script, body, pieces, finish, rid, prompt)
+            await self._answer(receive, send, script, body, pieces, finish, rid, prompt, thoughts)
 
     def _prompt(self, body: dict[str, Any]) -> _Prompt:
         """The request's prompt tokens (8 without a prefix cache, as ever) and those its prefix cache held."""
@@ -245,7 +253,7 @@ class FakeEngine:
         return self._slots
 
     async def _answer(self, receive: Receive, send: Send, script: FakeScript, body: dict[str, Any],
-                      pieces: list[str], finish: str, rid: str, prompt: _Prompt) -> None:
+                      pieces: list[str], finish: str, rid: str, prompt: _Prompt, thoughts: list[str]) -> None:
         fault, stream = script.fault, bool(body.get("stream"))
         in_batch = _InBatch(self.stats)
         try:
@@ -259,7 +267,7 @@ class FakeEngine:
             elif fault == "stall_first_byte" or (fault == "stall_mid" and not stream):
                 await disconnected_within(receive, 3600.0)
             elif stream:
-                await self._stream(receive, send, script, pieces, finish, rid, body, in_batch, prompt)
+                await self._stream(receive, send, script, pieces, finish, rid, body, in_batch, prompt, thoughts)
             else:
                 delay_s = (script.ttft_ms + self.itl_now(script) * max(0, len(pieces) - 1)) / 1000
                 if script.stall_after >= 0:
@@ -269,14 +277,17 @@ class FakeEngine:
                     return
                 if fault == "truncated":
                     pieces = pieces[:tokens_before_break(script, pieces)]
-                self.stats.tokens_sent += len(pieces)
+                self.stats.tokens_sent += len(pieces) + len(thoughts)
+                message = {"role": "assistant", "content": "".join(pieces)}
+                if thoughts:
+                    message[self.reasoning_field] = "".join(thoughts)
                 payload = msgspec.json.encode({
                     "id": rid, "object": "chat.completion", "created": int(time.time()), "model": script.model,
                     "choices": [{"index": 0, "finish_reason": None if fault == "truncated" else finish,
-                                 "message": {"role": "assistant", "content": "".join(pieces)},
+                                 "message": message,
                                  **({"logprobs": {"content": logprob_entries(script, pieces, body.get("top_logprobs"))}}
                                     if body.get("logprobs") else {})}],
-                    "usage": _reported_usage(script, prompt, len(pieces)),
+                    "usage": _reported_usage(script, prompt, len(pieces) + len(thoughts)),
                 })
                 if fault == "kill_mid":  # announce the whole body, send half of it, drop the connection
                     await send({"type": "http.response.start", "status": 200, "headers": [
@@ -296,7 +307,7 @@ class FakeEngine:
 
     async def _stream(
         self, receive: Receive, send: Send, script: FakeScript, pieces: list[str], finish: str, rid: str,
-        body: dict[str, Any], in_batch: _InBatch, prompt: _Prompt,
+        body: dict[str, Any], in_batch: _InBatch, prompt: _Prompt, thoughts: list[str],
     ) -> None:
         self.stats.streams_started += 1
         disconnected = asyncio.Event()
@@ -320,6 +331,12 @@ class FakeEngine:
         with_logprobs = bool(body.get("logprobs"))
         offset_ms = script.ttft_ms
         try:
+            for i, thought in enumerate(thoughts):  # at once, before the answer's schedule
+                delta = {self.reasoning_field: thought} if i else {"role": "assistant", self.reasoning_field: thought}
+                chunk = {**head, "choices": [{"index": 0, "delta": delta, "finish_reason": None}]}
+                await send({"type": "http.response.body", "body": b"data: " + _chunk_encoder.encode(chunk) + b"\n\n",
+                            "more_body": True})
+                self.stats.tokens_sent += 1
             for i, piece in enumerate(pieces[:tokens_before_break(script, pieces)] if ending else pieces):
                 if i == script.stall_after:
                     await disconnected.wait()
@@ -359,7 +376,8 @@ class FakeEngine:
                 raise _Killed
             tail = [{**head, "choices": [{"index": 0, "delta": {}, "finish_reason": finish}]}]
             if (body.get("stream_options") or {}).get("include_usage"):
-                tail.append({**head, "choices": [], "usage": _reported_usage(script, prompt, len(pieces))})
+                usage = _reported_usage(script, prompt, len(pieces) + len(thoughts))
+                tail.append({**head, "choices": [], "usage": usage})
             payload = b"".join(b"data: " + _chunk_encoder.encode(c) + b"\n\n" for c in tail) + b"data: [DONE]\n\n"
             await send({"type": "http.response.body", "body": payload, "more_body": False})
             self.stats.streams_finished += 1
