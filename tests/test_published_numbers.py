@@ -74,6 +74,7 @@ LOAD_2X = "ladders/qwen15/by_load/2x/reactive_vs/"
 ROUTELLM = RESULTS + "router_quality_routellm.json"
 CARD = "models/routers/embedded-gsm8k/card.json"
 POINTS = "metrics/cross_validated/operating_points/"
+BEST_OUT_OF_FOLD = "metrics/cross_validated/random_null/points/name=best/out_of_fold/"
 ITEM3 = RESULTS + "item3_qwen15_test.json"
 ADAPTIVE = RESULTS + "adaptive_qwen15_test.json"
 VOTE = RESULTS + "vote_vs_greedy_qwen15.json"
@@ -107,11 +108,12 @@ SOURCES: dict[str, dict[str, tuple[str, Callable[[], str]]] | str] = {
     },
     "router-on-the-embedded-ladder": {
         "384": count(CARD, "metrics/cross_validated/n"),
-        "0.729": num(CARD, POINTS + "name=best/accuracy", 3),
-        "0.766": num(CARD, POINTS + "name=all qwen2.5-coder-1.5b-reason/accuracy", 3),
-        "-0.070..-0.003": interval(CARD, POINTS + "name=best/vs_most_accurate_ci95", 3, sep=".."),
-        "0.58x": ratio(CARD, POINTS + "name=best/decode_tokens",
-                       POINTS + "name=all qwen2.5-coder-1.5b-reason/decode_tokens", 2),
+        "0.711": num(CARD, BEST_OUT_OF_FOLD + "router/accuracy", 3),
+        "0.61x": num(CARD, BEST_OUT_OF_FOLD + "router/token_share", 2, suffix="x"),
+        "0.718": num(CARD, BEST_OUT_OF_FOLD + "null/accuracy/mean", 3),
+        "0.72x": num(CARD, BEST_OUT_OF_FOLD + "null/token_share/mean", 2, suffix="x"),
+        "-0.28..+0.06": interval(CARD, BEST_OUT_OF_FOLD + "router_minus_null/token_share/ci95", 2, sep="..",
+                                 sign=True),
     },
     "sart-vs-self-consistency": {
         "0.65": num(ADAPTIVE, "runs/adaptive/accuracy", 2),

@@ -12,6 +12,9 @@ from cascade.errors import ConfigError
 
 # cascade.router.train.pipeline.FEATURE_BLOCKS, repeated so that --help imports no numpy
 FEATURE_BLOCKS = ("lexical", "hash", "minilm", "steps", "restated", "topic")
+# cascade.router.train.null's DEFAULT_DRAWS, MIN_DRAWS and MAX_DRAWS, for the same reason (a test checks they agree)
+NULL_DRAWS = 100
+NULL_DRAW_LIMITS = "100-10,000"
 
 
 def add_router_commands(subparsers: Any) -> None:
@@ -77,6 +80,10 @@ def add_router_commands(subparsers: Any) -> None:
                        "both (the gateway then uses default thresholds)")
     train.add_argument("--costs", help="cost per tier for the operating points, comma-separated, ascending "
                        "(default 0,1,2,...)")
+    train.add_argument("--null-draws", type=int, default=NULL_DRAWS,
+                       help=f"random route scores the cross-validated operating points are set beside, each "
+                       f"calibrated the same way, in sample and nested over --cv-folds ({NULL_DRAW_LIMITS}; default "
+                       f"{NULL_DRAWS}; 0 skips; cascade/router/train/null.py)")
     train.add_argument("--json", action="store_true", help="print the card's metrics as JSON")
     train.set_defaults(func=_train)
 
@@ -95,6 +102,15 @@ def add_router_commands(subparsers: Any) -> None:
     ev.add_argument("--plot", default="router-eval.png",
                     help="PNG of quality vs fraction routed up (hints marked) and of each tier's calibration "
                     "('none': skip)")
+    ev.add_argument("--null-draws", type=int, default=NULL_DRAWS,
+                    help=f"random route scores each named point is set beside (`random_null`): thresholds searched "
+                    f"by the same rule on the same rows, in sample and nested over --folds ({NULL_DRAW_LIMITS}; "
+                    f"default {NULL_DRAWS}; 0 skips)")
+    ev.add_argument("--null-seed", type=int, default=0,
+                    help="seed of the null's draws, folds and resamples (default 0)")
+    ev.add_argument("--folds", type=int, default=5,
+                    help="folds of the nested calibration: each fold routed by thresholds fitted on the others "
+                    "(2-20, default 5)")
     ev.add_argument("--json", action="store_true", help="print the metrics as one JSON object")
     ev.set_defaults(func=_eval)
 
@@ -118,7 +134,8 @@ def _train(args: argparse.Namespace) -> int:
         hash_features=args.hash_features, estimator=args.estimator, alpha=args.alpha, C=args.C,
         selection=args.selection, domain_quantile=args.domain_quantile, domain_words=not args.no_domain_words,
         domain_embeddings=args.domain_embeddings, seed=args.seed, train_fraction=args.train_fraction,
-        cv_folds=args.cv_folds, costs=None if costs is None else tuple(float(c) for c in costs)).validate()
+        cv_folds=args.cv_folds, costs=None if costs is None else tuple(float(c) for c in costs),
+        null_draws=args.null_draws).validate()
     outcomes = load_outcomes(args.outcomes, tiers)
     if "topic" in blocks:
         from cascade.router.train.aux_models import TOPIC_MAX_QUESTIONS
@@ -148,6 +165,8 @@ def _train(args: argparse.Namespace) -> int:
         if "cross_validated" in metrics:
             print("operating points (cross-validated, on the training rows):")
             _print_operating_points(metrics["cross_validated"]["operating_points"])
+            if "random_null" in metrics["cross_validated"]:
+                _print_null(metrics["cross_validated"]["random_null"])
     return 0
 
 
@@ -155,7 +174,7 @@ def _eval(args: argparse.Namespace) -> int:
     from cascade.router import evaluate
     from cascade.router.artifact import load_router
     from cascade.router.outcomes import load_outcomes, parse_tiers, split_indices
-    from cascade.router.train.report import metrics_report, operating_points
+    from cascade.router.train.report import metrics_report, null_report, operating_points
 
     model, card = load_router(args.router)
     tiers = parse_tiers(args.tiers)
@@ -163,6 +182,13 @@ def _eval(args: argparse.Namespace) -> int:
         raise ConfigError(f"router {args.router} has {len(card.tiers)} tiers ({', '.join(card.tiers)}); "
                           f"--tiers names {len(tiers)}")
     costs = _costs(args.costs, len(tiers))
+    if args.null_draws:
+        from cascade.router.train.null import check_draws
+
+        try:
+            check_draws(args.null_draws, args.folds)
+        except ValueError as exc:
+            raise ConfigError(f"--null-draws (0 skips the null) and --folds: {exc}") from None
     outcomes = load_outcomes(args.outcomes, tiers)
     same_data = outcomes.sha256 == card.data.sha256
     if args.holdout:
@@ -178,6 +204,9 @@ def _eval(args: argparse.Namespace) -> int:
     result["out_of_domain"] = float(model.out_of_domain(outcomes.prompts, X).mean())
     result["in_sample"] = bool(same_data and not args.holdout)
     result["operating_points"] = operating_points(p_fail, outcomes, card.calibration, costs)
+    if args.null_draws:
+        result["random_null"] = null_report(p_fail, outcomes, costs, draws=args.null_draws, folds=args.folds,
+                                            seed=args.null_seed)
     if args.plot != "none":
         title = f"{args.router} on {outcomes.groups[0] if len(set(outcomes.groups)) == 1 else args.outcomes}"
         points = [(row["name"], row["cost"], row["accuracy"])
@@ -192,6 +221,8 @@ def _eval(args: argparse.Namespace) -> int:
               f"(oracle {_f(result['oracle_apgr'])}, random 0.5, tier prior {_f(result['prior_apgr'])})  "
               f"AUC {_f(result['auc'])}  ECE {_f(result['ece'])}  {cpt}  out of domain {result['out_of_domain']:.1%}")
         _print_operating_points(result["operating_points"])
+        if "random_null" in result:
+            _print_null(result["random_null"])
         if result["in_sample"]:
             print("note: these outcomes are the router's training data (in-sample)", file=sys.stderr)
         if "plot" in result:
@@ -208,6 +239,30 @@ def _print_operating_points(rows: list[dict[str, Any]]) -> None:
         fractions = " ".join(f"{f:.2f}" for f in row["tier_fractions"])
         print(f"  {row['name']:<{width}}  {row['accuracy']:8.3f}  {row['cost']:5.2f}  {tokens:>6}  {latency:>7}  "
               f"{fractions}")
+
+
+def _print_null(report: dict[str, Any]) -> None:
+    """Each named point in sample and out of fold: the router, the null's mean and 95% band, and router - null
+    with its paired 95% interval; tokens as a share of the most accurate tier's, else mean cost."""
+    share = report["token_reference"] is not None
+    metric, unit = ("token_share", "x") if share else ("cost", "")
+    print(f"random-route null ({report['draws']} draws, seed {report['seed']}, nested over {report['folds']} folds;"
+          f" {'tokens as a share of ' + report['token_reference'] + ' alone' if share else 'cost'}):")
+    print(f"  {'point':<9} {'thresholds':<12} {'router':>14}  {'null mean (95% band)':>30}  "
+          f"{'router - null [95% CI]':>34}")
+    for point in report["points"]:
+        for mode, label in (("in_sample", "in sample"), ("out_of_fold", "out of fold")):
+            v = point[mode]
+            null, diff = v["null"], v["router_minus_null"]
+            print(f"  {point['name']:<9} {label:<12} {v['router']['accuracy']:.3f} "
+                  f"{v['router'][metric]:.2f}{unit:<1}  "
+                  f"{_band(null['accuracy'], '.3f')} {_band(null[metric], '.2f', unit)}  "
+                  f"{_band(diff['accuracy'], '+.3f')} {_band(diff[metric], '+.2f', unit)}")
+
+
+def _band(interval: dict[str, Any], spec: str, unit: str = "") -> str:
+    low, high = interval["ci95"]
+    return f"{interval['mean']:{spec}}{unit} ({low:{spec}}..{high:{spec}})"
 
 
 def _costs(raw: str | None, n_tiers: int) -> Any:

@@ -104,3 +104,22 @@ def test_a_model_file_holding_another_estimator_is_refused(saved) -> None:
 def test_a_missing_router_directory_says_what_it_expected(tmp_path) -> None:
     with pytest.raises(ConfigError, match=r"card.json not found"):
         load_router(tmp_path)
+
+
+def test_cards_with_and_without_the_random_null_load(saved) -> None:
+    """Cards written before the null (the shipped v7 router's) load as they are; a card carrying it (what `cascade
+    router train` writes now) decodes it into the null's report."""
+    import msgspec
+
+    from cascade.repo_paths import REPO_ROOT
+    from cascade.router.artifact import read_card
+    from cascade.router.train.null import NullReport
+
+    assert REPO_ROOT is not None
+    older = read_card(REPO_ROOT / "models" / "routers" / "embedded-gsm8k-v7")
+    assert "random_null" not in older.metrics["cross_validated"] and older.calibration is not None
+    router_dir, _, _ = saved
+    report = {"draws": 100, "seed": 0, "folds": 5, "resamples": 1000, "token_reference": None, "points": []}
+    _edit_card(router_dir, lambda card: card["metrics"].update(cross_validated={"random_null": report}))
+    _, card = load_router(router_dir)
+    assert msgspec.convert(card.metrics["cross_validated"]["random_null"], NullReport).draws == 100

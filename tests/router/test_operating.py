@@ -147,3 +147,41 @@ def test_each_point_carries_a_paired_interval_against_the_most_accurate_tier() -
     # Routing the prompts tier 0 answers to tier 0 and the rest up loses nothing: the oracle split, exactly zero.
     assert rows["routed"].accuracy == 0.8 and rows["routed"].vs_most_accurate_ci95 == [0.0, 0.0]
     assert rows["routed"].cost == 0.5
+
+
+def _calibrate_one_combination_at_a_time(p_fail: np.ndarray, correct: np.ndarray, costs: np.ndarray | None = None,
+                                         quantiles: int = 40) -> tuple[list[tuple[float, ...]], dict]:
+    """The calibration as first written (a loop over threshold combinations): the vectorised one must match it."""
+    correct = np.asarray(correct, dtype=float)
+    n, n_tiers = correct.shape
+    costs = np.arange(n_tiers, dtype=float) if costs is None else np.asarray(costs, dtype=float)
+    scores = route_score(p_fail)
+    grid = np.unique(np.round(np.r_[0.0, np.quantile(scores, np.linspace(0, 1, quantiles + 1)) + 1e-6, NEVER], 6))
+    rows = []
+    for combo in itertools.combinations_with_replacement(grid, n_tiers - 1):
+        tiers = chosen_tiers(scores, np.array(combo))
+        fractions = np.bincount(tiers, minlength=n_tiers) / n
+        rows.append((float(fractions @ costs), float(correct[np.arange(n), tiers].mean()), [float(h) for h in combo]))
+    rows.sort(key=lambda r: (r[0], -r[1]))
+    frontier: list[tuple[float, ...]] = []
+    for cost, quality, thresholds in rows:
+        if frontier and quality <= frontier[-1][1] + 1e-12:
+            continue
+        frontier.append((round(cost, 6), round(quality, 6), *thresholds))
+    q_low, q_best = correct[:, 0].mean(), correct.mean(axis=0).max()
+    named = {hint: list(next((p for p in frontier if p[1] >= q_low + share * (q_best - q_low) - 1e-12),
+                             frontier[-1])[2:]) for hint, share in HINT_GAP_RECOVERED.items()}
+    return frontier, named
+
+
+@pytest.mark.parametrize("n_tiers, n, seed", [(2, 50, 0), (3, 200, 1), (4, 384, 2), (4, 37, 3)])
+def test_vectorised_calibration_matches_the_loop_over_combinations(n_tiers: int, n: int, seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    p_fail = np.round(rng.random((n, n_tiers)), 2)  # rounded: tied scores, as a coarse classifier gives
+    correct = rng.random((n, n_tiers)) < np.linspace(0.1, 0.8, n_tiers)
+    costs = np.array([1.0, 2.5, 4.0, 9.0][:n_tiers])
+    for c in (None, costs):
+        cal = calibrate(p_fail, correct, c)
+        frontier, named = _calibrate_one_combination_at_a_time(p_fail, correct, c)
+        assert [(p.cost, p.quality, *p.thresholds) for p in cal.frontier] == frontier
+        assert cal.named == named

@@ -67,10 +67,18 @@ def test_the_commands_defaults_are_the_options_defaults() -> None:
     assert tuple(args.features.split(",")) == defaults.features == ("lexical",)
     assert (args.aux_data, args.topic_components, args.hash_features, args.estimator, args.alpha, args.C,
             args.selection, args.domain_quantile, not args.no_domain_words, args.domain_embeddings, args.seed,
-            args.train_fraction, args.cv_folds, args.costs) == (
+            args.train_fraction, args.cv_folds, args.costs, args.null_draws) == (
         defaults.aux_data, defaults.topic_components, defaults.hash_features, defaults.estimator, defaults.alpha,
         defaults.C, defaults.selection, defaults.domain_quantile, defaults.domain_words, defaults.domain_embeddings,
-        defaults.seed, defaults.train_fraction, defaults.cv_folds, defaults.costs)
+        defaults.seed, defaults.train_fraction, defaults.cv_folds, defaults.costs, defaults.null_draws)
+
+
+def test_the_commands_null_limits_are_the_null_modules() -> None:
+    from cascade.router import cli
+    from cascade.router.train import null
+
+    assert cli.NULL_DRAWS == null.DEFAULT_DRAWS
+    assert f"{null.MIN_DRAWS}-{null.MAX_DRAWS:,}" == cli.NULL_DRAW_LIMITS
 
 
 def test_the_benchmarks_former_pipeline_and_train_router_fit_the_same_router(gsm8k_csv) -> None:

@@ -26,7 +26,8 @@ from cascade.router.outcomes import Outcomes, split_indices
 from cascade.router.train.aux_models import training_featurizer
 from cascade.router.train.calibration import calibrate
 from cascade.router.train.estimator import cross_validated_p_fail, fit_classifier
-from cascade.router.train.report import metrics_report, operating_points
+from cascade.router.train.null import DEFAULT_DRAWS, check_draws
+from cascade.router.train.report import metrics_report, null_report, operating_points
 
 FEATURE_BLOCKS = ("lexical", "hash", "minilm", "steps", "restated", "topic")  # `cascade router train --features`
 AUX_BLOCKS = ("steps", "topic")  # blocks fitted on the aux data
@@ -56,6 +57,9 @@ class TrainOptions(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fie
     train_fraction: float = 1.0
     cv_folds: int = 5
     costs: tuple[float, ...] | None = None  # per tier, ascending; default 0, 1, 2, ...
+    # Random route scores the cross-validated operating points are set beside (cascade/router/train/null.py), over
+    # the same cv_folds for the nested calibration; 0 skips the null (benchmarks that fit many routers).
+    null_draws: int = DEFAULT_DRAWS
 
     def resolved_selection(self) -> str:
         """`auto`: the one-standard-error rule for general-purpose feature blocks, lowest log loss with the word-problem
@@ -78,6 +82,11 @@ class TrainOptions(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fie
             raise ConfigError(f"--domain-quantile must be in [0, 1) (0: no domain check), got {self.domain_quantile}")
         if self.cv_folds == 1 or self.cv_folds < 0:
             raise ConfigError(f"--cv-folds must be 0 (skip) or at least 2, got {self.cv_folds}")
+        if self.null_draws and self.cv_folds:
+            try:
+                check_draws(self.null_draws, self.cv_folds)
+            except ValueError as exc:
+                raise ConfigError(f"--null-draws (0 skips the null) and --cv-folds: {exc}") from None
         if self.costs is not None and np.any(np.diff(self.costs) <= 0):
             raise ConfigError(f"--costs must be strictly ascending, got {list(self.costs)}")
         # What needs the MiniLM wheel, as the user asked for it.
@@ -164,6 +173,9 @@ def train_router(outcomes: Outcomes, options: TrainOptions, X: np.ndarray | None
         metrics["cross_validated"] = metrics_report(oof, train.correct, costs)
         calibration = calibrate(oof, train.correct, costs)
         metrics["cross_validated"]["operating_points"] = operating_points(oof, train, calibration, costs)
+        if options.null_draws:
+            metrics["cross_validated"]["random_null"] = null_report(
+                oof, train, costs, draws=options.null_draws, folds=options.cv_folds, seed=options.seed)
     fit_classifier(model, train.prompts, train.correct, X=X[train_rows])
     if len(test_rows):
         test = outcomes.subset(test_rows)
