@@ -62,6 +62,7 @@ class TierDeployment(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_f
     # The reasoning width planned for the tier (N branches, M to finish); `cascade deploy` configures it.
     branches: int = 1
     branches_to_finish: int = 1
+    first_wave: int = 0  # adaptive consistency's first wave ([tiers.branches] first_wave); 0: none
     # SGLang's output parsers for `model` (`cascade deploy` passes them as --reasoning-parser and
     # --tool-call-parser): "" for none; None (left out) for those of the model card that serves `model`
     # (cascade/optimizer/cards.py `served_card`), none when no card does.

@@ -27,7 +27,10 @@ TTFT <= 2.5 u, end-to-end <= 5 u. Limits of the emulation: each engine runs at m
 (SGLang's --max-running-requests) and streams every `--stream-interval` tokens, because this machine emulates at
 most a few hundred concurrent sequences; the step times are an unfused decoder's (SGLang's own step is faster).
 
-Points are saved under --out as they finish (a rerun skips them). Usage:
+The planned arms (d, e, f, t, u) are planned with the reasoning tier's vote as the ladder serves it (`--vote waves`,
+the default: its recorded branches, voted and timed in adaptive consistency's two waves); `--vote sequence` plans
+it as one sequence of all its branches' tokens, as the results before that were made (their plans and points keep
+their folders). Points are saved under --out as they finish (a rerun skips them). Usage:
   .venv/bin/python -m benchmarks.planner.goodput_per_gpu --arms a,b,c --rates 50,100,200 [--seeds 0,1,2]
   [--gpus 8] [--arrival poisson|gamma] [--out runs/goodput_per_gpu] [--json-out FILE] [--quick]
 """
@@ -43,7 +46,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.planner.goodput import arms as arm_defs
-from benchmarks.planner.goodput.folds import Fold, build
+from benchmarks.planner.goodput.folds import VOTES, Fold, build
 from benchmarks.planner.goodput.plans import planned
 from benchmarks.planner.goodput.run import Setting, measure
 from benchmarks.planner.goodput.scores import held_rate, summarize
@@ -83,10 +86,8 @@ def planned_point(letter: str, folds: list[Fold], rate: float, seed: int, settin
     its routing by random route scores calibrated to the same target on the same fold; u does the same on t's plan."""
     runs = []
     for fold in folds:
-        fleet_tag = "-target-fleet" if letter in TARGET_FLEET else ""
         arm = planned(fold, gpus, rate, quality[fold.name], setting.max_running, setting.e2e_slo_s,
-                      work / "plans" / f"g{gpus}{tag}{fleet_tag}" / f"rate-{rate:g}" / f"fold-{fold.name}",
-                      every_tier=letter not in TARGET_FLEET)
+                      plan_dir(work, gpus, tag, letter, fold, rate), every_tier=letter not in TARGET_FLEET)
         hints = quality
         if letter in NULLS:
             arm = arm_defs.random_null(arm.replicas, [fold], PLANNED[letter])
@@ -100,6 +101,14 @@ def planned_point(letter: str, folds: list[Fold], rate: float, seed: int, settin
             "replicas": {f.name: r["replicas"] for f, r in zip(folds, runs, strict=True)},
             "lag_s": max(r["lag_s"] for r in runs), "wall_s": sum(r["wall_s"] for r in runs),
             "requests": [row for r in runs for row in r["requests"]]}
+
+
+def plan_dir(work: Path, gpus: int, tag: str, letter: str, fold: Fold, rate: float) -> Path:
+    """Where arm `letter`'s plan for `fold` at `rate` lives (plans made on "sequence" planning rows keep the folder
+    they were made in before the planner modelled the vote's waves)."""
+    fleet_tag = "-target-fleet" if letter in TARGET_FLEET else ""
+    vote_tag = "" if fold.vote == "sequence" else f"-{fold.vote}"
+    return work / "plans" / f"g{gpus}{tag}{fleet_tag}{vote_tag}" / f"rate-{rate:g}" / f"fold-{fold.name}"
 
 
 def target_accuracy(fold: Fold, target: str) -> float:
@@ -126,6 +135,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--target", choices=["plain", "mid"], default="plain",
                    help="the quality target: the plain deployment's accuracy on each training fold, or halfway from "
                         "it to the reasoning tier's (where a single-model deployment must be all reasoning)")
+    p.add_argument("--vote", choices=VOTES, default="waves",
+                   help="how the planner reads the reasoning tier's vote: its recorded branches in the ladder's two "
+                        "waves, or one sequence of all their tokens (the results before the planner modelled waves)")
     p.add_argument("--out", type=Path, default=Path("runs/goodput_per_gpu"),
                    help="work folder: folds, plans, points (question text: never committed)")
     p.add_argument("--json-out", help="also write the summary here")
@@ -141,7 +153,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     work = args.out.resolve()
-    folds = build(work / "folds", args.fold_seed)
+    folds = build(work / "folds", args.fold_seed, args.vote)
     unit = slo_unit_s()
     setting = Setting(time_scale=args.time_scale, max_running=args.max_running, stream_interval=args.stream_interval,
                       ttft_slo_s=2.5 * unit, e2e_slo_s=5 * unit, requests_per_fold=args.requests_per_fold,
@@ -156,7 +168,7 @@ def main(argv: list[str] | None = None) -> int:
     seeds = [int(s) for s in args.seeds.split(",")]
     result: dict[str, Any] = {"gpus": args.gpus, "arrival": args.arrival, "setting": dataclasses.asdict(setting),
                               "slo_unit_s": round(unit, 4), "target": args.target, "quality_target": target,
-                              "arms": {}}
+                              "planning_vote": args.vote, "arms": {}}
     for letter in args.arms.split(","):
         by_rate: dict[float, dict[str, Any]] = {}
         name = PLANNED.get(letter) or makers[letter]().name
@@ -165,7 +177,8 @@ def main(argv: list[str] | None = None) -> int:
             point_setting = dataclasses.replace(setting, requests_per_fold=QUESTIONS * math.ceil(per_fold / QUESTIONS))
             points = []
             for seed in seeds:
-                path = (work / "points" / f"g{args.gpus}-{args.arrival}{tag}" / name /
+                vote_tag = f"-{args.vote}" if letter in PLANNED and args.vote != "sequence" else ""
+                path = (work / "points" / f"g{args.gpus}-{args.arrival}{tag}" / f"{name}{vote_tag}" /
                         f"rate-{rate:g}-seed-{seed}.json")
                 if not path.exists() and args.saved_only:
                     continue

@@ -244,21 +244,24 @@ def _gateway_config(plan: Plan, servers: list[Server], api_key: str = "") -> str
                           api_key, widths=plan_widths(plan))
 
 
-def plan_widths(plan: Plan) -> dict[str, tuple[int, int]]:
-    return {d.tier: (d.branches, d.branches_to_finish) for d in plan.deployment}
+def plan_widths(plan: Plan) -> dict[str, tuple[int, int, int]]:
+    return {d.tier: (d.branches, d.branches_to_finish, d.first_wave) for d in plan.deployment}
 
 
 def gateway_config(tiers: list[str], backends: list[tuple[str, str, str, str]], api_key: str = "",
-                   widths: dict[str, tuple[int, int]] | None = None) -> str:
+                   widths: dict[str, tuple[int, int, int]] | None = None) -> str:
     """cascade.toml with one [[tiers]] per plan tier; backends are (tier, kind, url, model), each with
     `api_key` when one is given (cascade.toml has no way to read it from the environment); `widths`:
-    the reasoning branches (N, M) the plan chose per tier, written where N > 1."""
+    the reasoning branches (N, M, first wave) the plan chose per tier, written where N > 1."""
     lines = ["# cascade.toml for this deployment; run: cascade serve --config cascade.toml --plan plan.json", ""]
     key = f", api_key = {json.dumps(api_key, ensure_ascii=False)}" if api_key else ""
     for tier in tiers:
         lines += ["[[tiers]]", f'name = "{tier}"']
-        n, m = (widths or {}).get(tier, (1, 1))
-        if n > 1:
+        n, m, first = (widths or {}).get(tier, (1, 1, 0))
+        if n > 1 and first:
+            lines += [f"branches = {{ n = {n}, m = {m}, first_wave = {first} }}  # planned width: {first} branches "
+                      f"first, all {n} where they disagree, the first {m} to finish vote"]
+        elif n > 1:
             lines += [f"branches = {{ n = {n}, m = {m} }}  # planned width: N branches, the first M to finish vote"]
         lines += ["backends = ["]
         for owner, kind, url, model in backends:

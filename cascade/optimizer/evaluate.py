@@ -10,8 +10,6 @@ in order, so the feed-forward network is exact given the dispatch.
 
 from __future__ import annotations
 
-import functools
-
 import numpy as np
 
 from cascade.optimizer import routing
@@ -19,7 +17,7 @@ from cascade.optimizer.instance import Instance
 from cascade.optimizer.parallelism import TierTable
 from cascade.optimizer.roofline import Shape
 from cascade.optimizer.search import Deployment
-from cascade.optimizer.simulator import simulate_branches, simulate_waves
+from cascade.optimizer.simulator import simulate_tier
 
 
 def e2e_latencies(inst: Instance, tables: list[TierTable], deployment: Deployment, ks: tuple[int, ...],
@@ -73,11 +71,9 @@ def _serve_tier(inst: Instance, tier: int, table: TierTable, deployment: Deploym
         order = mine[np.argsort(entry[here[mine]], kind="stable")]
         cost = inst.costs[tier][Shape(replica.tp, replica.pp)]
         lengths = inst.decode_lengths(tier, rows[here[order]])
-        wave = inst.first_wave(tier) if lengths.ndim == 2 and inst.first_wave(tier) < lengths.shape[1] else 0
-        simulate = functools.partial(simulate_waves, first_wave=wave) if wave else simulate_branches
-        result = simulate(cost, entry[here[order]], inst.input_tokens[rows[here[order]]], lengths,
-                          kv_capacity_tokens=cost.kv_capacity_tokens, max_batch=settings.max_batch,
-                          max_prefill_tokens=settings.max_prefill_tokens)
+        result = simulate_tier(cost, entry[here[order]], inst.input_tokens[rows[here[order]]], lengths,
+                               kv_capacity_tokens=cost.kv_capacity_tokens, max_batch=settings.max_batch,
+                               max_prefill_tokens=settings.max_prefill_tokens, first_wave=inst.first_wave(tier))
         finish[order] = entry[here[order]] + result.latency_s
     return finish
 

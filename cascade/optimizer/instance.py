@@ -131,7 +131,8 @@ def load_instance(problem: Problem, base_dir: Path, lengths: workload.LengthScal
     data = _routing_data(problem, outcomes)
     settings = [SimSettings(requests=problem.search.sim_requests, percentile=problem.slo.percentile,
                             max_batch=t.max_batch, max_prefill_tokens=t.max_prefill_tokens,
-                            seed=problem.search.seed + i) for i, t in enumerate(problem.tiers)]
+                            seed=problem.search.seed + i, first_wave=chosen[i].first)
+                for i, t in enumerate(problem.tiers)]
     costs, served = [], []
     for i, tier in enumerate(problem.tiers):
         model = models[i]
@@ -145,7 +146,7 @@ def load_instance(problem: Problem, base_dir: Path, lengths: workload.LengthScal
         costs.append(_keep_fitting(problem, tier, candidates, inputs, outputs[:, i], settings[i]))
     return Instance(problem=problem, names=names, gpu=gpu, models=models, served_models=served, data=data,
                     input_tokens=inputs, output_tokens=outputs, costs=costs, settings=settings, rate_rps=rate,
-                    widths=list(chosen), branch_tokens=branch_tokens)
+                    widths=list(chosen), branch_tokens=branch_tokens, first_waves=[w.first for w in chosen])
 
 
 def _outcomes(problem: Problem, base_dir: Path) -> Outcomes:
@@ -184,9 +185,11 @@ def _with_widths(outcomes: Outcomes, chosen: list[Width]) -> tuple[Outcomes, lis
 
 
 def _branch_lengths(result: WidthResult, outputs: np.ndarray) -> np.ndarray:
-    """Branch lengths scaled as the workload scaled the request's own (M-th finisher's) length."""
+    """Branch lengths scaled as the workload scaled the request's own (M-th finisher's) length; a branch never
+    launched (0, a settled first wave's second wave) stays 0."""
     scale = outputs / np.maximum(result.finish_tokens, 1.0)
-    return np.maximum(1, np.round(result.branch_tokens * scale[:, None])).astype(np.int64)
+    scaled = np.maximum(1, np.round(result.branch_tokens * scale[:, None]))
+    return np.where(result.branch_tokens > 0, scaled, 0).astype(np.int64)
 
 
 def _routing_data(problem: Problem, outcomes: Outcomes) -> routing.RoutingData:

@@ -78,8 +78,8 @@ def from_rows(rows: list[OutcomeRow], tiers: list[str], source: str = "outcomes"
 
 def _branch_draws(rows: list[OutcomeRow], tier: str) -> BranchDraws | None:
     """A tier's recorded branches as draws, when every row has some: the first B of each row, B the fewest any
-    row has. Answer ids per row: 0 for a correct branch, equal ids for equal wrong answers, a fresh id for an
-    answer the grader could not read (it agrees with nothing)."""
+    row has. Answer ids per row: 0 for a correct branch, equal ids for equal wrong answers, a fresh negative id for
+    an answer the grader could not read (it agrees with nothing)."""
     recorded = [row.tiers[tier].branches for row in rows]
     if not all(recorded):
         return None
@@ -93,7 +93,7 @@ def _branch_draws(rows: list[OutcomeRow], tier: str) -> BranchDraws | None:
             if branch.correct:
                 answer[r, b] = 0
             elif branch.answer is None:
-                answer[r, b] = count + 1 + b  # above any id the wrong answers get
+                answer[r, b] = -1 - b  # unreadable: negative (BranchDraws)
             else:
                 answer[r, b] = ids.setdefault(branch.answer, len(ids) + 1)
             tokens[r, b] = max(1, branch.output_tokens)

@@ -53,6 +53,7 @@ class SimSettings:
     max_batch: int = 256
     max_prefill_tokens: int = 16384
     seed: int = 0
+    first_wave: int = 0  # the tier's adaptive first wave (simulator.simulate_tier)
 
 
 def candidate_shapes(costs: dict[Shape, ReplicaCost], mean_input: float, mean_output: float,
@@ -85,9 +86,10 @@ def replica_curve(cost: ReplicaCost, input_tokens: np.ndarray, output_tokens: np
     rng = np.random.default_rng(settings.seed)
     p, o, gaps = simulator.workload_sample(rng, input_tokens, output_tokens, settings.requests)
     limits = dict(kv_capacity_tokens=cost.kv_capacity_tokens, max_batch=settings.max_batch,
-                  max_prefill_tokens=settings.max_prefill_tokens)
+                  max_prefill_tokens=settings.max_prefill_tokens, first_wave=settings.first_wave)
     capacity = simulator.saturation_rps(cost, p, o, **limits)
-    values: list[float | None] = [simulator.unloaded_percentile(cost, p, o, settings.percentile)]
+    values: list[float | None] = [simulator.unloaded_percentile(cost, p, o, settings.percentile,
+                                                                first_wave=settings.first_wave)]
     for u in U_GRID[1:]:
         value = simulator.replica_percentile(cost, u * capacity, p, o, gaps, percentile=settings.percentile,
                                              seed=settings.seed, **limits)

@@ -296,7 +296,7 @@ def build_plan(inst: Instance, tables: list[TierTable], deployment: search.Deplo
         shape = sets[0] if sets else ReplicaSet(tp=1, pp=1, count=0)  # an idle tier (deploy_every_tier = false)
         tiers.append(TierDeployment(
             tier=spec.name, gpus=f, replicas=sum(r.count for r in sets), tp=shape.tp, pp=shape.pp,
-            branches=inst.widths[i].n, branches_to_finish=inst.widths[i].m,
+            branches=inst.widths[i].n, branches_to_finish=inst.widths[i].m, first_wave=inst.widths[i].first,
             model=inst.served_models[i], replica_sets=sets if len(sets) > 1 else [],
             **_output_settings(inst, i),
             arrival_rate_rps=round(float(rates[i]), 4),

@@ -65,6 +65,10 @@ class TierSpec(Strict, frozen=True):
     branches: PositiveInt = 1
     branches_to_finish: PositiveInt = 1
     widths: list[tuple[PositiveInt, PositiveInt]] = msgspec.field(default_factory=list)
+    # Adaptive consistency as the tier serves it ([tiers.branches] first_wave): the first wave of every width whose M
+    # exceeds it (the others start every branch at once). Planned from recorded branches: the second wave only where
+    # the first wave's answers differ (cascade/optimizer/widths.py).
+    first_wave: int = 0
     # Reproducible branches: the plan marks the tier `deterministic` and `cascade deploy` starts its SGLang
     # servers with --enable-deterministic-inference (a branch's `seed` is honoured; throughput drops 25-45%,
     # which the latency model does not include: profile such an engine to plan for it).
@@ -73,9 +77,8 @@ class TierSpec(Strict, frozen=True):
     @property
     def candidate_widths(self) -> list[Width]:
         """The widths the planner may give this tier (one: a fixed width)."""
-        if self.widths:
-            return [Width(n, m) for n, m in self.widths]
-        return [Width(self.branches, self.branches_to_finish)]
+        pairs = self.widths or [(self.branches, self.branches_to_finish)]
+        return [Width(n, m, self.first_wave if 2 <= self.first_wave < m else 0) for n, m in pairs]
 
     @property
     def outcome_key(self) -> str:
@@ -208,6 +211,9 @@ def _check_widths(index: int, tier: TierSpec) -> None:
             raise ConfigError(f"{where}: width ({n}, {m}) launches more than {MAX_BRANCHES} branches")
     if len(set(pairs)) != len(pairs):
         raise ConfigError(f"{where}.widths lists a width twice: {pairs}")
+    if tier.first_wave and not (2 <= tier.first_wave < max(m for _, m in pairs)):
+        raise ConfigError(f"{where}.first_wave = {tier.first_wave}: a first wave needs 2 <= first_wave < M for some "
+                          f"width (M: branches that must finish), as [tiers.branches] first_wave does")
 
 
 def load_problem(path: str | Path) -> tuple[Problem, Path]:

@@ -40,7 +40,8 @@ def markdown(plan: Plan, problem_path: str = "") -> str:
               "| tier | model | GPUs | replicas | branches (N, M) | rate (req/s) | capacity (req/s) | p95 (s) |",
               "|---|---|---|---|---|---|---|---|"]
     for d in plan.deployment:
-        lines.append(f"| {d.tier} | {d.model} | {d.gpus} | {_replicas(d)} | ({d.branches}, {d.branches_to_finish}) | "
+        width = f"({d.branches}, {d.branches_to_finish}" + (f", first {d.first_wave})" if d.first_wave else ")")
+        lines.append(f"| {d.tier} | {d.model} | {d.gpus} | {_replicas(d)} | {width} | "
                      f"{_fmt(d.arrival_rate_rps)} | {_fmt(d.capacity_rps)} | {_fmt(d.predicted_p95_latency_s)} |")
     if info is not None and info.width_trials:
         lines += ["", f"## Reasoning widths tried ({len(info.width_trials)} plans, coordinate descent; lowest J kept)",

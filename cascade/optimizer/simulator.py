@@ -251,6 +251,17 @@ def simulate_waves(cost: StepCost, arrivals: np.ndarray, input_tokens: np.ndarra
     return SimResult(latency_s=latency, ttft_s=result.ttft_s, stable=result.stable)
 
 
+def simulate_tier(cost: StepCost, arrivals: np.ndarray, input_tokens: np.ndarray, output_tokens: np.ndarray, *,
+                  kv_capacity_tokens: int, max_batch: int = 256, max_prefill_tokens: int = 16384, first_wave: int = 0,
+                  warm: WarmBatch | None = None) -> SimResult:
+    """A tier's requests as its engine runs them: in two waves where the tier has a first wave and its requests have
+    more branches than it (`simulate_waves`), else every branch with its request (`simulate_branches`)."""
+    limits = dict(kv_capacity_tokens=kv_capacity_tokens, max_batch=max_batch, max_prefill_tokens=max_prefill_tokens)
+    if first_wave and output_tokens.ndim == 2 and first_wave < output_tokens.shape[1]:
+        return simulate_waves(cost, arrivals, input_tokens, output_tokens, first_wave=first_wave, **limits, warm=warm)
+    return simulate_branches(cost, arrivals, input_tokens, output_tokens, **limits, warm=warm)
+
+
 def steady_batch(cost: StepCost, rate_rps: float, input_tokens: np.ndarray, output_tokens: np.ndarray,
                  max_batch: int, rng: np.random.Generator) -> WarmBatch:
     """A batch as Little's law expects it at this rate: B = rate * (time a request spends decoding),
@@ -283,7 +294,7 @@ def poisson_arrivals(rate_rps: float, unit_gaps: np.ndarray) -> np.ndarray:
 
 def replica_percentile(cost: StepCost, rate_rps: float, input_tokens: np.ndarray, output_tokens: np.ndarray,
                        unit_gaps: np.ndarray, *, kv_capacity_tokens: int, max_batch: int, max_prefill_tokens: int,
-                       percentile: float = 95.0, seed: int = 0) -> float:
+                       percentile: float = 95.0, seed: int = 0, first_wave: int = 0) -> float:
     """The latency percentile of one replica at a Poisson rate, started from a steady-state batch
     (inf when overloaded)."""
     if rate_rps <= 0:
@@ -295,30 +306,31 @@ def replica_percentile(cost: StepCost, rate_rps: float, input_tokens: np.ndarray
     while sum(warm.input_tokens) + sum(warm.output_tokens) > kv_capacity_tokens and warm.output_tokens:
         warm = WarmBatch(input_tokens=warm.input_tokens[:-1], output_tokens=warm.output_tokens[:-1],
                          done_tokens=warm.done_tokens[:-1])
-    result = simulate_branches(cost, poisson_arrivals(rate_rps, unit_gaps), input_tokens, output_tokens,
-                               kv_capacity_tokens=kv_capacity_tokens, max_batch=max_batch,
-                               max_prefill_tokens=max_prefill_tokens, warm=warm)
+    result = simulate_tier(cost, poisson_arrivals(rate_rps, unit_gaps), input_tokens, output_tokens,
+                           kv_capacity_tokens=kv_capacity_tokens, max_batch=max_batch,
+                           max_prefill_tokens=max_prefill_tokens, first_wave=first_wave, warm=warm)
     return result.percentile(percentile)
 
 
 def saturation_rps(cost: StepCost, input_tokens: np.ndarray, output_tokens: np.ndarray, *,
-                   kv_capacity_tokens: int, max_batch: int, max_prefill_tokens: int) -> float:
+                   kv_capacity_tokens: int, max_batch: int, max_prefill_tokens: int, first_wave: int = 0) -> float:
     """Requests/s with every request queued at time 0 (a full batch all along): the capacity."""
     n = len(input_tokens)
-    result = simulate_branches(cost, np.zeros(n), input_tokens, output_tokens, kv_capacity_tokens=kv_capacity_tokens,
-                               max_batch=max_batch, max_prefill_tokens=max_prefill_tokens)
+    result = simulate_tier(cost, np.zeros(n), input_tokens, output_tokens, kv_capacity_tokens=kv_capacity_tokens,
+                           max_batch=max_batch, max_prefill_tokens=max_prefill_tokens, first_wave=first_wave)
     # Measure over the first 80% of completions: the tail drains a shrinking batch.
     finish = np.sort(result.latency_s)
     return 0.8 * n / float(finish[int(0.8 * n) - 1])
 
 
 def unloaded_percentile(cost: StepCost, input_tokens: np.ndarray, output_tokens: np.ndarray,
-                        percentile: float = 95.0) -> float:
-    """The latency percentile when every request runs alone (no queueing; its branches, if any, together)."""
+                        percentile: float = 95.0, first_wave: int = 0) -> float:
+    """The latency percentile when every request runs alone (no queueing; its branches, if any, together, or in
+    their two waves)."""
     if output_tokens.ndim == 2:
-        alone_branches = [simulate_branches(cost, np.zeros(1), input_tokens[i:i + 1], output_tokens[i:i + 1],
-                                            kv_capacity_tokens=10**12, max_batch=10**6,
-                                            max_prefill_tokens=10**12).latency_s[0]
+        alone_branches = [simulate_tier(cost, np.zeros(1), input_tokens[i:i + 1], output_tokens[i:i + 1],
+                                        kv_capacity_tokens=10**12, max_batch=10**6, max_prefill_tokens=10**12,
+                                        first_wave=first_wave).latency_s[0]
                           for i in range(len(input_tokens))]
         return float(np.percentile(alone_branches, percentile))
     coeffs = cost.decode_coeffs(1)

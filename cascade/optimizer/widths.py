@@ -12,6 +12,15 @@ branches recorded per prompt (`BranchDraws`, in sampling order) the planner deri
 * the latency length: the M-th shortest branch (the request ends when it finishes);
 * the branch lengths the engine decodes: each of the N branches up to that length (stopped then).
 
+A width with a first wave `W` (adaptive consistency, the runner's `first_wave`) launches only the first W
+branches; when all W finish with one readable answer, that answer stands and the other N - W never start.
+Otherwise the other N - W start when the first wave has finished, and the request ends once M branches in all
+have finished (the W of the first wave, then the later ones in the order they finish); the vote is over those M,
+a tie still going to the shorter branch (the runner's rule, whichever wave the branch ran in).
+Its branch lengths are 0 for a branch never launched, and its request length (`finish_tokens`) is the
+first wave's longest branch plus, where a second wave ran, that wave's (M - W)-th finisher: the two waves run
+one after the other.
+
 Pruning is left out: it only removes decode tokens, so a width's planned cost is an upper bound,
 and the width the planner picks is served with the tier's own pruning settings on top.
 """
@@ -27,13 +36,16 @@ import numpy as np
 class Width:
     n: int  # branches launched
     m: int  # branches that must finish
+    first: int = 0  # adaptive consistency's first wave (0: every branch starts with the request)
 
     def __post_init__(self) -> None:
         if not 1 <= self.m <= self.n:
             raise ValueError(f"a width needs 1 <= m <= n, got n={self.n}, m={self.m}")
+        if self.first and not 2 <= self.first < self.m:
+            raise ValueError(f"a first wave needs 2 <= first < m, got first={self.first}, m={self.m}")
 
     def __str__(self) -> str:
-        return f"({self.n},{self.m})"
+        return f"({self.n},{self.m})" if not self.first else f"({self.n},{self.m},first {self.first})"
 
 
 SINGLE = Width(1, 1)
@@ -43,7 +55,7 @@ SINGLE = Width(1, 1)
 class BranchDraws:
     """Independent branches of one tier, (rows, B) each, in sampling order."""
 
-    answer: np.ndarray  # int: equal ids are equal answers; 0 is the reference answer
+    answer: np.ndarray  # int: equal ids are equal answers; 0 is the reference answer; < 0 one the grader could not read
     score: np.ndarray  # judge score of each branch's answer in [0, 1]
     tokens: np.ndarray  # each branch's length when run to completion (>= 1)
 
@@ -72,18 +84,49 @@ def vote(draws: BranchDraws, width: Width) -> WidthResult:
     if width.n > draws.count:
         raise ValueError(f"width {width} needs {width.n} branches per prompt; the outcomes hold {draws.count}")
     answer, score, tokens = (a[:, :width.n] for a in (draws.answer, draws.score, draws.tokens))
-    rows = np.arange(len(answer))[:, None]
-    order = np.argsort(tokens, axis=1, kind="stable")  # finish order: shortest first, ties by sampling order
-    first = order[:, :width.m]
-    voters, voter_scores = answer[rows, first], score[rows, first]
-    # Votes for each finisher's answer among the M; argmax takes the earliest finisher among tied answers.
-    counts = (voters[:, :, None] == voters[:, None, :]).sum(axis=2)
-    winner = np.argmax(counts, axis=1)
+    if width.first:
+        return _adaptive_vote(answer, score, tokens, width)
     picked = np.arange(len(answer))
-    chosen = voters[picked, winner]
-    finish = tokens[picked, first[:, -1]]
-    return WidthResult(width=width, correct=(chosen == 0).astype(float), score=voter_scores[picked, winner],
+    order = np.argsort(tokens, axis=1, kind="stable")  # finish order: shortest first, ties by sampling order
+    voters = np.zeros(tokens.shape, dtype=bool)
+    voters[picked[:, None], order[:, :width.m]] = True
+    winner = _majority(answer, tokens, voters)
+    finish = tokens[picked, order[:, width.m - 1]]
+    return WidthResult(width=width, correct=(answer[picked, winner] == 0).astype(float), score=score[picked, winner],
                        finish_tokens=finish.astype(float), branch_tokens=np.minimum(tokens, finish[:, None]))
+
+
+def _majority(answer: np.ndarray, tokens: np.ndarray, voters: np.ndarray) -> np.ndarray:
+    """Per row, the branch whose answer wins the vote among `voters` (rows, N) bool: the most votes, ties to the
+    shortest branch giving a tied answer, then to sampling order (the runner's rule without a scorer)."""
+    same = (answer[:, :, None] == answer[:, None, :]) & voters[:, None, :]
+    counts = np.where(voters, same.sum(axis=2), -1)
+    leading = counts == counts.max(axis=1, keepdims=True)
+    return np.argmin(np.where(leading, tokens, np.inf), axis=1)
+
+
+def _adaptive_vote(answer: np.ndarray, score: np.ndarray, tokens: np.ndarray, width: Width) -> WidthResult:
+    """`vote` for a width with a first wave: the first wave settles a prompt whose W answers are one readable
+    answer (a negative id is unreadable: it agrees with nothing); elsewhere the other branches start after it and
+    the vote is over the first wave and the next M - W of them to finish."""
+    w, later_m = width.first, width.m - width.first
+    picked = np.arange(len(answer))
+    wave = answer[:, :w]
+    settled = (wave == wave[:, :1]).all(axis=1) & (wave[:, 0] >= 0)
+    first_end = tokens[:, :w].max(axis=1)
+    later = tokens[:, w:]
+    order = np.argsort(later, axis=1, kind="stable")
+    later_end = later[picked, order[:, later_m - 1]]
+    voters = np.zeros(tokens.shape, dtype=bool)
+    voters[:, :w] = True
+    winner_settled = _majority(answer, tokens, voters)
+    voters[picked[:, None], w + order[:, :later_m]] = True
+    winner = np.where(settled, winner_settled, _majority(answer, tokens, voters))
+    branch_tokens = tokens.copy()
+    branch_tokens[:, w:] = np.where(settled[:, None], 0, np.minimum(later, later_end[:, None]))
+    return WidthResult(width=width, correct=(answer[picked, winner] == 0).astype(float), score=score[picked, winner],
+                       finish_tokens=np.where(settled, first_end, first_end + later_end).astype(float),
+                       branch_tokens=branch_tokens)
 
 
 def correlated_branches(rng: np.random.Generator, first_correct: np.ndarray, first_score: np.ndarray,

@@ -135,7 +135,7 @@ def test_the_plan_keeps_the_width_with_the_lowest_objective_and_deploys_it(tmp_p
     assert result.instance.widths == [Width(*chosen[0]), SINGLE]
     config = gateway_config(plan.tiers, [(t, "sglang", f"http://127.0.0.1:{30000 + i}", "m")
                                          for i, t in enumerate(plan.tiers)],
-                            widths={d.tier: (d.branches, d.branches_to_finish) for d in plan.deployment})
+                            widths={d.tier: (d.branches, d.branches_to_finish, d.first_wave) for d in plan.deployment})
     path = tmp_path / "cascade.toml"
     path.write_text(config)
     tiers = {t.name: t for t in load_config(path).tiers}

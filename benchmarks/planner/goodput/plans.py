@@ -15,7 +15,7 @@ from pathlib import Path
 import msgspec
 
 from benchmarks.planner.goodput.arms import Arm
-from benchmarks.planner.goodput.folds import TIERS, Fold
+from benchmarks.planner.goodput.folds import TIERS, Fold, reasoning_width
 from cascade.plan import load_plan
 from cascade.testing.twin import H200, V8_TWIN
 
@@ -52,7 +52,12 @@ latency_s = {slo}
 def problem_toml(fold: Fold, gpus: int, rate: float, target: str, max_running: int, e2e_slo_s: float,
                  every_tier: bool = True) -> str:
     profiles = {t.tier: H200 / f"{t.profile}.json" for t in V8_TWIN}
-    tiers = "".join(f'\n[[tiers]]\nname = "{t}"\nprofile = "{profiles[t]}"\nmax_batch = {max_running}\n' for t in TIERS)
+    widths = {t: "" for t in TIERS}
+    if fold.vote == "waves":  # the reasoning tier's width as served; the planner votes and times its branches
+        n, m, first = reasoning_width()
+        widths[TIERS[-1]] = f"branches = {n}\nbranches_to_finish = {m}\nfirst_wave = {first}\n"
+    tiers = "".join(f'\n[[tiers]]\nname = "{t}"\nprofile = "{profiles[t]}"\nmax_batch = {max_running}\n{widths[t]}'
+                    for t in TIERS)
     return PROBLEM.format(gpus=gpus, tiers=tiers, rate=rate, rows=fold.planning_rows, target=target,
                           slo=round(e2e_slo_s, 3), every_tier=str(every_tier).lower())
 

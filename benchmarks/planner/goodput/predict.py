@@ -41,6 +41,7 @@ import numpy as np
 from benchmarks.planner.goodput.arms import PLAIN_TIER, REASON_TIER
 from benchmarks.planner.goodput.folds import TIERS, Fold, build
 from benchmarks.planner.goodput.plans import problem_toml
+from benchmarks.planner.goodput_per_gpu import plan_dir
 from cascade.config import load_config
 from cascade.optimizer import evaluate
 from cascade.optimizer.instance import Instance, load_instance
@@ -148,7 +149,7 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     run = json.loads(args.summary.read_text())
     work = args.work.resolve()
-    folds = build(work / "folds")
+    folds = build(work / "folds", vote=run.get("planning_vote", "sequence"))
     gpus, setting = run["gpus"], run["setting"]
     tag = "" if run.get("target", "plain") == "plain" else f"-{run['target']}"
     e2e_slo_s = setting["e2e_slo_s"]
@@ -163,9 +164,7 @@ def main(argv: list[str] | None = None) -> int:
                 inst = instance(fold, gpus, rate, f"{target:.4f}", setting["max_running"], e2e_slo_s,
                                 work / "predict" / f"g{gpus}{tag}" / f"rate-{rate_key}" / f"fold-{fold.name}")
                 replicas = m["replicas"].get(fold.name, m["replicas"]) if arm[0] in "deftu" else m["replicas"]
-                fleet = "-target-fleet" if arm[0] in "tu" else ""
-                plan = (work / "plans" / f"g{gpus}{tag}{fleet}" / f"rate-{rate_key}" / f"fold-{fold.name}" /
-                        "plan.json")
+                plan = plan_dir(work, gpus, tag, arm[0], fold, rate) / "plan.json"
                 final = routing_of(arm, inst, m["tier_shares"], plan if arm[0] in "eft" else None, target)
                 per_fold.append(predict(inst, replicas, final, rate, e2e_slo_s))
                 per_fold_waves.append(predict(with_waves(inst, fold), replicas, final, rate, e2e_slo_s))

@@ -7,15 +7,18 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
+import msgspec
 import pytest
 
 from benchmarks.planner.goodput import arms
 from benchmarks.planner.goodput.arms import REASON_TIER
-from benchmarks.planner.goodput.folds import Fold, split, write_questions
+from benchmarks.planner.goodput.folds import Fold, reasoning_width, split, vote_branches, write_questions
 from benchmarks.planner.goodput.predict import recorded_waves
 from benchmarks.planner.goodput.run import Setting, measure
 from benchmarks.planner.goodput.scores import held_rate, point_stats, scale_needed, summarize
 from cascade.data.outcomes import read_rows
+from cascade.optimizer.outcomes import from_rows
+from cascade.optimizer.widths import Width, vote
 from cascade.testing.fakes.recorded import read_tier
 from cascade.testing.twin import V8, V8_TWIN
 
@@ -92,3 +95,19 @@ def test_the_vote_is_predicted_in_the_waves_the_twin_replays() -> None:
             assert launched == (2 if agree else 8)
         settled += launched == 2
     assert 0 < settled < 60  # both kinds among them
+
+
+def test_the_planner_votes_and_times_the_branches_the_twin_replays() -> None:
+    """The planning rows' branches (`--vote waves`), voted by the planner's adaptive width, launch the branches the
+    twin's replay does, at the recorded lengths."""
+    rows = {row.id: row for _, row in read_rows(V8) if row.id is not None}
+    ids = sorted(rows)[:60]
+    n, m, first = reasoning_width()
+    branches = vote_branches(ids)
+    planning = [msgspec.structs.replace(rows[q], tiers={REASON_TIER: msgspec.structs.replace(
+        rows[q].tiers[REASON_TIER], branches=branches[q])}) for q in ids]
+    draws = from_rows(planning, [REASON_TIER]).branches[0]
+    assert draws is not None
+    voted = vote(draws, Width(n, m, first))
+    lengths, _ = recorded_waves(ids)
+    assert voted.branch_tokens.tolist() == lengths.tolist()
