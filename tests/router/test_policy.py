@@ -14,6 +14,7 @@ from cascade.router.policy import (
     QualityHint,
     RoutingPolicy,
     default_operating_points,
+    out_of_domain_note,
     parse_hint,
     thresholds_for_target,
     tier_for,
@@ -101,3 +102,20 @@ def test_an_out_of_domain_prompt_is_routed_by_the_heuristic_with_its_default_thr
     assert route.assessment.score == expected.score and route.assessment.p_fail == (0.9, 0.5, 0.1)
     thresholds = (default_operating_points(3)[hint.name] if hint.name else thresholds_for_target(hint.target, 3))
     assert route.thresholds == thresholds and route.tier == tier_for(expected.score, thresholds)
+
+
+@pytest.mark.parametrize("hint", [QualityHint(name="fast"), QualityHint(name="balanced"), QualityHint(name="best")])
+def test_an_out_of_domain_route_says_the_heuristic_chose_its_tier_not_the_p_fail_it_reports(hint) -> None:
+    names = ["small", "medium", "large"]
+    route = RoutingPolicy(3, signal=_OutOfDomainSignal()).route("Write a haiku about autumn leaves.", hint)
+    note = out_of_domain_note(route, names)
+    assert note is not None and note.startswith("out of domain:") and "p_fail" in note
+    assert f"chose `{names[route.tier]}`" in note and f"difficulty {route.assessment.score:.2f}" in note
+    # `fast`'s thresholds are never reached (infinite): said in words, not as `inf`
+    assert ("never, never" in note) == (hint.name == "fast") and "inf" not in note
+
+
+def test_an_in_domain_or_pinned_route_has_no_out_of_domain_note() -> None:
+    route = RoutingPolicy(3).route("What is 2 + 2?", QualityHint(name="balanced"))
+    assert not route.assessment.out_of_domain
+    assert out_of_domain_note(route, ["a", "b", "c"]) is None and out_of_domain_note(None, ["a", "b", "c"]) is None
