@@ -1,7 +1,7 @@
 """What the docs show that code can check: `cascade ...` command lines, fenced blocks, and the repo paths they cite
 (read by tests/test_docs_commands.py). Plain text handling only: nothing here imports cascade.
 
-The docs read are README.md, docs/*.md, the comments of examples/*.toml and scripts/*.sh (and those scripts' own
+The docs read are README.md, docs/*.md, benchmarks/README.md, the comments of examples/*.toml and scripts/*.sh (and those scripts' own
 command lines). A command is taken from: a line of a shell-like fenced block whose first word is `cascade` (or a path
 ending in `/cascade`), an inline code span that starts with `cascade `, and a comment line of an example or script
 that runs one (`#   cascade serve --config ...`, `# then: cascade serve ...`). A line ending in a backslash goes on
@@ -31,6 +31,8 @@ COMMAND_END = {"|", "||", "&&", ";", "&", ">", ">>", "2>", "2>&1", "<"}
 REPO_PATH = re.compile(r"(?<![\w./-])((?:cascade|docs|examples|benchmarks|models|scripts|tests|loadgen|deploy)/"
                        r"(?:[\w./*-]|\{[\w.,-]*\})*[\w/*}])")
 BRACES = re.compile(r"\{([\w.,-]*)\}")
+# A note cited by its bare name (`FACTS.md`, `README.md`): in the doc's folder or at the root.
+NOTE = re.compile(r"(?<![\w/.-])([A-Z][A-Z_]*\.md)\b")
 LINK = re.compile(r"\]\(([^)\s#]+)(?:#[^)]*)?\)")
 
 
@@ -51,8 +53,8 @@ class Command:
 
 
 def doc_files() -> list[Path]:
-    return [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")), *sorted((ROOT / "examples").glob("*.toml")),
-            *sorted((ROOT / "scripts").glob("*.sh"))]
+    return [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")), ROOT / "benchmarks" / "README.md",
+            *sorted((ROOT / "examples").glob("*.toml")), *sorted((ROOT / "scripts").glob("*.sh"))]
 
 
 def rel(path: Path) -> str:
@@ -185,3 +187,9 @@ def shown_routes() -> list[tuple[str, dict, str]]:
                     shown.append((f"{rel(doc)}:{first + i}", json.loads(words[words.index("-d") + 1]),
                                   " ".join(output)))
     return shown
+
+
+def cited_notes(path: Path) -> list[tuple[str, str]]:
+    """(where, name) for each note `path` cites by its bare name (`FACTS.md`)."""
+    return [(f"{rel(path)}:{n}", name) for n, line in enumerate(path.read_text().splitlines(), 1)
+            for name in NOTE.findall(line)]
