@@ -1,7 +1,9 @@
 """The docs' examples checked against the code (issue 65 item 5): every `cascade ...` command they show names a
 subcommand that exists and only flags its parser accepts (built from cascade/cli.py, nothing run, values not
 checked); every ```toml block parses, and its keys are cascade.toml's (cascade/config/, walked by msgspec's type
-info); every repo path they cite exists; the `/v1/route` outputs they show use RouteDecision's field names.
+info), and every example file loads; every repo path and note they cite exists; the `/v1/route` outputs they show
+use RouteDecision's field names (their values: tests/router/test_documented_routes.py), and their lists of the
+`cascade` object's fields are CascadeInfo's.
 
 Where the docs' text comes from and how commands are cut out of it: tests/docs_text.py.
 """
@@ -20,7 +22,8 @@ import msgspec.inspect as mi
 import pytest
 
 from cascade.cli import build_parser
-from cascade.config import CascadeConfig
+from cascade.config import CascadeConfig, load_config
+from cascade.optimizer.problem import load_problem
 from cascade.schemas import CascadeInfo, RouteDecision
 from tests.docs_text import (
     ROOT,
@@ -152,6 +155,15 @@ def test_every_toml_block_parses_and_names_only_cascade_toml_keys(where, text) -
     table = tomllib.loads(text)  # a fragment as shown: `# ...` comment lines stand for the rest
     unknown = unknown_keys(table, mi.type_info(CascadeConfig))
     assert not unknown, f"{where}: keys cascade.toml does not have: {unknown}"
+
+
+@pytest.mark.parametrize("example", sorted((ROOT / "examples").glob("*.toml")), ids=rel)
+def test_every_example_file_loads_as_what_its_commands_read_it_as(example) -> None:
+    """A problem-*.toml is `cascade optimize plan --spec`'s; every other example is a cascade.toml."""
+    if example.name.startswith("problem-"):
+        load_problem(example)
+    else:
+        load_config(example)
 
 
 def test_the_key_walk_finds_a_misspelt_key_at_any_depth() -> None:
