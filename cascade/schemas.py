@@ -331,6 +331,9 @@ class RouteDecision(msgspec.Struct, kw_only=True):
     p_fail: dict[str, float] | None = None  # per tier (learned router)
     # The operating point's; null for a threshold that is never reached (infinite: JSON has no infinity).
     thresholds: list[float | None] | None = None
+    # What the decision's `cascade.note` would say (why an out-of-domain prompt's tier is not its p_fail's, a budget's
+    # downgrade, a permit's tier); null: nothing to say.
+    note: str | None = None
 
 
 class ModelCard(msgspec.Struct, kw_only=True):

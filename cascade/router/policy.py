@@ -205,3 +205,15 @@ class RoutingPolicy:
             thresholds = thresholds_for_target(hint.target, self.n_tiers)
         return Route(tier=tier_for(assessment.score, thresholds), assessment=assessment, thresholds=thresholds,
                      router=router)
+
+
+def out_of_domain_note(route: Route | None, tier_names: list[str]) -> str | None:
+    """What `cascade.note` says of a prompt the learned router flagged as unlike its training prompts (None: it did
+    not): its p_fail is still reported, and for the tier the heuristic picked it may be near 1, so the note says that
+    the heuristic's difficulty against the default thresholds decided, not that p_fail."""
+    if route is None or not route.assessment.out_of_domain:
+        return None
+    thresholds = ", ".join(f"{t:.2f}" if math.isfinite(t) else "never" for t in route.thresholds)
+    return (f"out of domain: the prompt is unlike the learned router's training prompts, so its p_fail (reported) "
+            f"was not used; the heuristic's difficulty {route.assessment.score:.2f} against the default thresholds "
+            f"[{thresholds}] chose `{tier_names[route.tier]}`")

@@ -39,7 +39,7 @@ from cascade.router.effort import EffortTable, EffortUse, effort_hint, effort_us
 from cascade.router.escalation import within
 from cascade.router.load import TierShape
 from cascade.router.offload import ProcessAssessor
-from cascade.router.policy import NAMED_HINTS, ROUTED_MODEL, QualityHint, RoutingSignal, parse_hint
+from cascade.router.policy import NAMED_HINTS, ROUTED_MODEL, QualityHint, RoutingSignal, out_of_domain_note, parse_hint
 from cascade.router.router import Router, Routing
 from cascade.schemas import (
     REASONING_FIELDS,
@@ -319,7 +319,8 @@ class ChatService:
         max_tokens = validate(req, self.limits)
         routing, effort = await self._route(req, header_hint)
         itinerary, allowed = routing.itinerary, None
-        notes = [n for n in (None if effort is None else effort.note, limit_note(req)) if n is not None]
+        notes = [n for n in (out_of_domain_note(itinerary.route, [t.name for t in self.tiers]),
+                             None if effort is None else effort.note, limit_note(req)) if n is not None]
         if effort is not None and effort.branches and req.branches is None:
             req = msgspec.structs.replace(req, branches=BranchOverride(n=effort.branches))
         if caller is not None:

@@ -163,7 +163,7 @@ def route_decision(decision: Decision, tiers: list[Tier]) -> RouteDecision:
         route_score=None if assessment is None else round(assessment.score, 4),
         p_fail=p_fail,
         thresholds=None if thresholds is None else [t if math.isfinite(t) else None for t in thresholds],
-        out_of_domain=assessment is not None and assessment.out_of_domain,
+        out_of_domain=assessment is not None and assessment.out_of_domain, note=decision.note,
     )
 
 

@@ -100,16 +100,21 @@ def test_a_prompt_unlike_the_training_prompts_is_routed_by_the_heuristic_and_say
     chat = "Say hello."
     log = tmp_path / "traffic.jsonl"
     with running_gateway(extra=f'[gateway]\ntraffic_log = "{log}"\n' + learned(router_dir)) as (base, _, _):
-        assert route(base, EASY, "balanced")["out_of_domain"] is False
+        in_domain = route(base, EASY, "balanced")
+        assert in_domain["out_of_domain"] is False and in_domain["note"] is None
         for hint, expected_tier in (("fast", 0), ("balanced", 0), ("best", 2)):
             decision = route(base, chat, hint)
             assert decision["out_of_domain"] is True and decision["router"] == "heuristic"
             assert decision["tier"] == expected_tier
             assert set(decision["p_fail"]) == set(TIERS)  # what the learned router said is still reported
+            # ... and why the tier is not the one that p_fail would pick (issue 65 item 5)
+            assert decision["note"].startswith("out of domain:")
+            assert f"chose `{decision['tier_name']}`" in decision["note"]
         # the heuristic's own default thresholds, not the learned router's calibrated ones
         assert route(base, chat, "balanced")["thresholds"] == pytest.approx([1 / 3, 2 / 3])
         info = post_chat(base, {"model": "cascade:balanced", "messages": user(chat)}).json()["cascade"]
         assert info["out_of_domain"] is True and info["router"] == "heuristic" and info["tier"] == 0
+        assert info["note"].startswith("out of domain:")
         metrics = httpx.get(f"{base}/metrics", timeout=10).text
         assert "cascade_router_out_of_domain_total 5.0" in metrics  # 4 routing decisions and 1 completion
         post_chat(base, {"model": "cascade:balanced", "messages": user(EASY)})

@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import math
+import re
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from cascade.errors import InvalidRequest
 from cascade.router.heuristic import heuristic_difficulty
@@ -14,6 +17,7 @@ from cascade.router.policy import (
     QualityHint,
     RoutingPolicy,
     default_operating_points,
+    out_of_domain_note,
     parse_hint,
     thresholds_for_target,
     tier_for,
@@ -101,3 +105,43 @@ def test_an_out_of_domain_prompt_is_routed_by_the_heuristic_with_its_default_thr
     assert route.assessment.score == expected.score and route.assessment.p_fail == (0.9, 0.5, 0.1)
     thresholds = (default_operating_points(3)[hint.name] if hint.name else thresholds_for_target(hint.target, 3))
     assert route.thresholds == thresholds and route.tier == tier_for(expected.score, thresholds)
+
+
+@pytest.mark.parametrize("hint", [QualityHint(name="fast"), QualityHint(name="balanced"), QualityHint(name="best")])
+def test_an_out_of_domain_route_says_the_heuristic_chose_its_tier_not_the_p_fail_it_reports(hint) -> None:
+    names = ["small", "medium", "large"]
+    route = RoutingPolicy(3, signal=_OutOfDomainSignal()).route("Write a haiku about autumn leaves.", hint)
+    note = out_of_domain_note(route, names)
+    assert note is not None and note.startswith("out of domain:") and "p_fail" in note
+    assert f"chose `{names[route.tier]}`" in note and f"difficulty {route.assessment.score:.2f}" in note
+    # `fast`'s thresholds are never reached (infinite): said in words, not as `inf`
+    assert ("never, never" in note) == (hint.name == "fast") and "inf" not in note
+
+
+def test_an_in_domain_or_pinned_route_has_no_out_of_domain_note() -> None:
+    route = RoutingPolicy(3).route("What is 2 + 2?", QualityHint(name="balanced"))
+    assert not route.assessment.out_of_domain
+    assert out_of_domain_note(route, ["a", "b", "c"]) is None and out_of_domain_note(None, ["a", "b", "c"]) is None
+
+
+NOTE_SHAPE = re.compile(r"out of domain: the prompt is unlike the learned router's training prompts, so its p_fail "
+                        r"\(reported\) was not used; the heuristic's difficulty \d\.\d\d against the default "
+                        r"thresholds \[(?:\d\.\d\d|never)(?:, (?:\d\.\d\d|never))*\] chose `(?:small|medium|large)`")
+# Hostile prompts: long runs, deep brackets, huge numbers, mixed text.
+HOSTILE = st.one_of(
+    st.integers(1, 20_000).map(lambda n: "a" * n),
+    st.integers(1, 2_000).map(lambda n: "[" * n + "]" * n),
+    st.integers(10**30, 10**60).map(lambda n: f"What is {n} + {n}?"),
+    st.text(max_size=2_000),
+)
+
+
+@settings(max_examples=60, deadline=None)
+@given(prompt=HOSTILE, hint=st.sampled_from([QualityHint(name="fast"), QualityHint(name="balanced"),
+                                             QualityHint(name="best"), QualityHint(target=0.5)]))
+def test_the_out_of_domain_note_is_short_and_never_repeats_the_prompt(prompt: str, hint: QualityHint) -> None:
+    route = RoutingPolicy(3, signal=_OutOfDomainSignal()).route(prompt, hint)
+    note = out_of_domain_note(route, ["small", "medium", "large"])
+    assert note is not None and len(note) < 300
+    # numbers and tier names only, whatever the prompt: one fixed sentence around them
+    assert NOTE_SHAPE.fullmatch(note), note

@@ -210,15 +210,18 @@ def test_past_downgrade_at_a_key_is_served_as_its_downgrade_target_with_a_note(
         ledger.take("acme", 1.0, 3600, 0.6)  # past half of it
         after = await service.chat(request(**asked), caller=caller)
         count = service.metrics.key_budget_downgraded.labels("acme")._value.get()
-        return before, after, count
+        routed = await service.route(request(**asked), caller=caller)  # /v1/route's decision
+        return before, after, count, routed
 
-    before, after, count = with_service(work, rewrite=priced)
+    before, after, count, routed = with_service(work, rewrite=priced)
     assert isinstance(before, WholeReply) and isinstance(after, WholeReply)
     assert before.completion.cascade is not None and after.completion.cascade is not None
     assert after.completion.model == served_on and count == int(downgraded)
     note = after.completion.cascade.note or ""
     assert ("has spent 60% of its budget of 1 USD per hour (downgrade_at 0.5)" in note) == downgraded
     assert "downgrade" not in (before.completion.cascade.note or "")
+    # /v1/route says the same of the same request (its note was dropped before issue 65 item 5)
+    assert routed.tier_name == served_on and routed.note == after.completion.cascade.note
 
 
 def test_without_prices_no_cost_is_counted_and_nothing_reserved() -> None:
