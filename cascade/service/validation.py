@@ -15,7 +15,7 @@ from typing import Any
 
 import msgspec
 
-from cascade.config import BranchSettings, BrokenRule, Limits, check_branches
+from cascade.config import BranchSettings, BrokenRule, Limits, TierConfig, check_branches
 from cascade.errors import InvalidRequest
 from cascade.schemas import (
     LOGIT_BIAS,
@@ -157,10 +157,16 @@ def check_tier(req: ChatCompletionRequest, tier: Tier, lim: Limits, used: set[st
     if refused := sorted((forwarded(req) if used is None else used) & tier.unsupported):
         raise InvalidRequest(f"tier `{tier.name}`'s engine does not support `{refused[0]}` (it would ignore "
                              "it): name a tier whose engine does, or leave the field out", refused[0])
-    if req.min_tokens and req.token_limit is None and req.min_tokens > tier.config.default_max_tokens:
-        raise InvalidRequest(f"`min_tokens` ({req.min_tokens}) is past tier `{tier.name}`'s default limit of "
-                             f"{tier.config.default_max_tokens} tokens: set `max_completion_tokens` too", "min_tokens")
+    check_min_tokens(req, tier.config)
     return branches_for(req, tier, lim)
+
+
+def check_min_tokens(req: ChatCompletionRequest, tier: TierConfig) -> None:
+    """`min_tokens` within `tier`'s default limit when the request sets none (`engine_bounds` checked it against the
+    request's own): SGLang refuses a minimum past the limit it generates to."""
+    if req.min_tokens and req.token_limit is None and req.min_tokens > tier.default_max_tokens:
+        raise InvalidRequest(f"`min_tokens` ({req.min_tokens}) is past tier `{tier.name}`'s default limit of "
+                             f"{tier.default_max_tokens} tokens: set `max_completion_tokens` too", "min_tokens")
 
 
 def branches_for(req: ChatCompletionRequest, tier: Tier, lim: Limits) -> BranchSettings | None:

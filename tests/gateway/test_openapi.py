@@ -29,7 +29,8 @@ README = Path(__file__).resolve().parents[2] / "README.md"
 # DESIGN.md §5 (HTTP contract), plus POST /v1/route (README) and the document itself.
 ROUTES = [("post", "/v1/chat/completions"), ("get", "/v1/models"), ("get", "/health"), ("get", "/ready"),
           ("get", "/metrics"), ("post", "/v1/route"), ("get", "/openapi.json"), ("post", "/v1/responses"),
-          ("get", "/v1/responses/{response_id}"), ("delete", "/v1/responses/{response_id}")]
+          ("get", "/v1/responses/{response_id}"), ("delete", "/v1/responses/{response_id}"),
+          ("get", "/v1/models/{model_id}"), ("get", "/docs")]
 GUARDED = ("/v1/chat/completions", "/v1/route", "/v1/responses", "/v1/responses/{response_id}")
 MODEL_IDS = ["cascade", "cascade:fast", "cascade:balanced", "cascade:best", *TIERS]
 
