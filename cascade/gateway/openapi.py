@@ -86,7 +86,9 @@ def openapi_document(model_ids: Sequence[str] = (), limits: Limits | None = None
                        "ending with `data: [DONE]`.",
         "headers": {**tier_header, "X-Cascade-Mode": {
             "description": "`cascade` when the tier is decided only at the end of the stream.",
-            "schema": {"type": "string", "enum": ["cascade"]}}},
+            "schema": {"type": "string", "enum": ["cascade"]}}, "X-Cascade-Dropped-Params": {
+            "description": "The request's fields its engines were not sent (comma separated; `cascade.note` says "
+                           "why), e.g. `store,ignore_eos`.", "schema": {"type": "string"}}},
         "content": {"application/json": {"schema": {"$ref": _REF.format(name="ChatCompletion")}},
                     "text/event-stream": {"schema": {"$ref": _REF.format(name="ServerSentEvent")}}},
     }
