@@ -63,8 +63,11 @@ class ChatMessage(msgspec.Struct, kw_only=True, forbid_unknown_fields=True, omit
         return "".join(part.text for part in self.content)
 
 
-class StreamOptions(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+class StreamOptions(msgspec.Struct, kw_only=True, forbid_unknown_fields=True, omit_defaults=True):
     include_usage: bool = False
+    # OpenAI pads stream chunks with an `obfuscation` field unless this is false; cascade's chunks carry none, so
+    # true is dropped (cascade/service/dropped.py) and never sent to an engine.
+    include_obfuscation: bool | None = None
 
 
 # `reasoning_effort`'s named levels: OpenAI's (none to high, xhigh), and SGLang's and vLLM's `max` and SGLang's `ultra`
@@ -143,6 +146,16 @@ class ChatCompletionRequest(msgspec.Struct, kw_only=True, forbid_unknown_fields=
     min_p: float | None = None
     repetition_penalty: float | None = None
     chat_template_kwargs: dict[str, Any] | None = None
+    stop_token_ids: list[int] | None = None  # at most [gateway.limits] max_stop_token_ids, each a token id
+    # ... which are sent only to a tier whose engines take them (DROPPED_WHERE_UNTAKEN).
+    ignore_eos: bool | None = None
+    min_tokens: int | None = None  # 0 to the token limit
+    skip_special_tokens: bool | None = None
+    # OpenAI's own, which no engine takes (OPENAI_ONLY): never sent, and dropped with a word where they ask for
+    # something cascade does not do.
+    store: bool | None = None
+    service_tier: str | None = None  # at most SERVICE_TIER_CHARS characters
+    verbosity: Literal["low", "medium", "high"] | None = None
     # cascade's own extension: a named operating point or a numeric accuracy target in (0, 1].
     quality: str | float | None = None
     # cascade's own extension: override the served tier's reasoning-branch settings.
@@ -383,7 +396,22 @@ class TrafficRecord(msgspec.Struct, kw_only=True, omit_defaults=True):
 # Request fields cascade forwards to the tier's engine as sent, without acting on them itself.
 PASSTHROUGH = ("presence_penalty", "frequency_penalty", "logit_bias", "user", "metadata", "logprobs", "top_logprobs",
                "tools", "tool_choice", "parallel_tool_calls", "response_format", "top_k", "min_p",
-               "repetition_penalty", "chat_template_kwargs")
+               "repetition_penalty", "chat_template_kwargs", "stop_token_ids")
+# Engine extras SGLang and vLLM share that change an answer's length or rendering, not its meaning: forwarded to a tier
+# whose engines take them; a backend lists the ones its engine does not take in `unsupported_params` (the embedded
+# engine, all three), and its engine then does not get them, the response saying so (cascade/service/dropped.py).
+# Each with the value every engine decodes with anyway: sent or not, that value asks for nothing.
+DROPPED_WHERE_UNTAKEN: dict[str, object] = {"ignore_eos": False, "min_tokens": 0, "skip_special_tokens": True}
+# OpenAI's own fields that no engine takes: never sent to one. Each with the values cascade serves as asked; any other
+# is dropped, the response saying so (cascade/service/dropped.py).
+OPENAI_ONLY: dict[str, tuple[object, ...]] = {
+    "store": (False,),  # cascade stores no chat completions
+    "service_tier": ("auto", "default"),  # cascade has one service tier
+    "verbosity": ("medium",),  # OpenAI's default; no engine takes another
+    "stream_options.include_obfuscation": (False,),  # cascade's chunks carry no obfuscation padding
+}
+SERVICE_TIER_CHARS = 32  # OpenAI's names are at most 8
+MAX_TOKEN_ID = 2**31 - 1  # a stop_token_ids entry: 0 to this (an int32, as engines hold token ids)
 # Request fields cascade acts on itself and also sends to a tier's engine that takes them: a backend may list them in
 # `unsupported_params`, and its engine then does not get them, the request not refused (`cascade.note` says so).
 SENT_WHERE_TAKEN = ("reasoning_effort",)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import re
 import time
 from collections.abc import Callable
 from typing import TypeVar
@@ -196,7 +197,8 @@ def test_whole_floats_are_read_as_ints_where_openai_accepts_them_and_nowhere_els
 # keys that are not token ids, numbers past every range, deep nesting. Drawn as small descriptions (a field, a count,
 # a key, a number, a depth, a run of text) and built in the test, so that a failing example stays readable.
 FIELDS = ("logit_bias", "tools", "metadata", "chat_template_kwargs", "user", "top_logprobs", "top_k",
-          "presence_penalty", "frequency_penalty", "min_p", "repetition_penalty")
+          "presence_penalty", "frequency_penalty", "min_p", "repetition_penalty", "stop_token_ids", "min_tokens",
+          "service_tier")
 COUNT = st.one_of(st.integers(0, 40), st.sampled_from([128, 129, 300, 301, 8_000, 40_000]))
 KEY = st.one_of(st.integers(0, 2**40).map(str), st.sampled_from(["", "-1", "1.5", " 7", "\u0661", "0" * 11, "x"]), RUN)
 NUMBER = st.one_of(st.floats(allow_nan=False, allow_infinity=False), st.integers(-(2**63), 2**63 - 1),
@@ -217,7 +219,9 @@ def _engine_field(name: str, count: int, key: str | tuple[str, int], number: flo
         return {**{f"k{i}": "v" for i in range(count)}, key: text}
     if name == "chat_template_kwargs":
         return {**{f"k{i}": True for i in range(count)}, "chat_template": text, key: _schema(depth)}
-    return text if name == "user" else number
+    if name == "stop_token_ids":
+        return [*range(count), number]
+    return text if name in ("user", "service_tier") else number
 
 
 def _schema(depth: int) -> dict:
@@ -241,6 +245,6 @@ def test_engine_bound_fields_are_checked_in_bounded_work_with_a_request_or_a_400
     try:
         within_budget(check, len(raw))
     except InvalidRequest as exc:  # the gateway's 400, naming the field (or the body, for nesting)
-        assert exc.param is None or exc.param.split(".")[0] in body, exc.param
+        assert exc.param is None or re.split(r"[.\[]", exc.param)[0] in body, exc.param
     except CascadeError as exc:  # pragma: no cover - a request's error is always InvalidRequest
         raise AssertionError(f"{type(exc).__name__} for a body") from exc

@@ -18,10 +18,13 @@ class Timeouts(Strict, frozen=True):
 
 
 # What `transformers serve` (the embedded engine) ignores or refuses among the fields cascade forwards
-# (its UNUSED_CHAT_COMPLETION_FIELDS and its params class): requests setting them get a 400, not a
-# silently different answer. `user` and `metadata` it ignores too, but they change nothing in the answer.
+# (its UNUSED_CHAT_COMPLETION_FIELDS, and its params class: a field outside it is a 422): requests setting them get a
+# 400, not a silently different answer, but for `reasoning_effort` and the length and rendering extras
+# (schemas.DROPPED_WHERE_UNTAKEN), which are only not sent. `user` and `metadata` it ignores too, but they change
+# nothing in the answer.
 TRANSFORMERS_SERVE_UNSUPPORTED = ("logprobs", "top_logprobs", "response_format", "tool_choice", "parallel_tool_calls",
-                                  "presence_penalty", "reasoning_effort", "top_k", "min_p", "repetition_penalty")
+                                  "presence_penalty", "reasoning_effort", "top_k", "min_p", "repetition_penalty",
+                                  "stop_token_ids", "ignore_eos", "min_tokens", "skip_special_tokens")
 
 
 class OpenAIBackendConfig(Strict, frozen=True, tag="openai", tag_field="kind"):
@@ -32,7 +35,8 @@ class OpenAIBackendConfig(Strict, frozen=True, tag="openai", tag_field="kind"):
     api_key: str = ""
     timeouts: Timeouts = Timeouts()
     # Forwarded request fields (schemas.PASSTHROUGH) this engine ignores: a request setting one is refused
-    # with a 400 naming it, instead of silently getting an answer without it.
+    # with a 400 naming it, instead of silently getting an answer without it. `reasoning_effort` and the length and
+    # rendering extras (schemas.DROPPED_WHERE_UNTAKEN) are only not sent, and the response says so.
     unsupported_params: tuple[str, ...] = ()
 
 

@@ -37,6 +37,8 @@ class Limits(Strict, frozen=True):
     max_metadata_value_chars: PositiveInt = 512
     max_user_chars: PositiveInt = 256
     max_template_kwargs: PositiveInt = 32  # keys of `chat_template_kwargs` (enable_thinking, thinking, ...)
+    # Entries of `stop_token_ids` (SGLang's and vLLM's extra): engines check each generated token against them all.
+    max_stop_token_ids: PositiveInt = 64
     # How deep a body's arrays and objects may nest (a tool's JSON schema is the deepest part of a real one; OpenAI
     # allows 10 levels of schema). Deeper bodies get a 400 before decoding (cascade/service/bodies.py); the cap keeps
     # msgspec's recursion (about Python's recursion limit, 1,000) out of reach.

@@ -14,7 +14,7 @@ from cascade.config.prices import TierPrice
 from cascade.config.replicas import ReplicasConfig
 from cascade.config.workers import WorkerConfig
 from cascade.errors import ConfigError
-from cascade.schemas import PASSTHROUGH, SENT_WHERE_TAKEN
+from cascade.schemas import DROPPED_WHERE_UNTAKEN, PASSTHROUGH, SENT_WHERE_TAKEN
 
 # One scoring call is one short prefill: it must finish within min(read_s, total_s).
 PRM_TIMEOUTS = Timeouts(connect_s=2.0, read_s=30.0, total_s=30.0)
@@ -70,6 +70,12 @@ class TierConfig(Strict, frozen=True):
         return {"sglang" if isinstance(b, SGLangBackendConfig) else "worker" if isinstance(b, WorkerBackendConfig)
                 else "openai" for b in self.backends}
 
+    @property
+    def untaken(self) -> frozenset[str]:
+        """The length and rendering extras (schemas.DROPPED_WHERE_UNTAKEN) some backend's engine does not take: not
+        sent to any (cascade/tiers/upstream.py), and the response says so (cascade/service/dropped.py)."""
+        return frozenset(p for b in self.backends for p in b.unsupported_params if p in DROPPED_WHERE_UNTAKEN)
+
 
 def check_tier(tier: TierConfig, i: int, workers: dict[str, WorkerConfig]) -> None:
     """What the types cannot say about `tiers[i]`, given the [[workers]] by name."""
@@ -93,10 +99,11 @@ def check_tier(tier: TierConfig, i: int, workers: dict[str, WorkerConfig]) -> No
                           f"`{tier.name}` does not return (it lists `{refused[0]}` in unsupported_params)")
     for j, backend in enumerate(tier.backends):
         where = f"tiers[{i}].backends[{j}]"
-        unknown = sorted(set(backend.unsupported_params) - set(PASSTHROUGH) - set(SENT_WHERE_TAKEN))
+        named = (*PASSTHROUGH, *SENT_WHERE_TAKEN, *DROPPED_WHERE_UNTAKEN)
+        unknown = sorted(set(backend.unsupported_params) - set(named))
         if unknown:
             raise ConfigError(f"`{where}.unsupported_params` names {unknown}, which cascade does not forward "
-                              f"(it forwards: {', '.join((*PASSTHROUGH, *SENT_WHERE_TAKEN))})")
+                              f"(it forwards: {', '.join(named)})")
         if isinstance(backend, WorkerBackendConfig):
             if backend.worker not in workers:
                 raise ConfigError(f"`{where}.worker` names `{backend.worker}`, which is not in [[workers]]")

@@ -16,10 +16,12 @@ from litestar.params import FromPath
 from cascade.config import ResponsesConfig
 from cascade.errors import CascadeError
 from cascade.gateway.chat_asgi import ChatCompletionsASGI
+from cascade.gateway.docs_page import docs_html
 from cascade.gateway.monitoring import readiness
-from cascade.gateway.openapi import openapi_json
+from cascade.gateway.openapi import gateway_document
 from cascade.service.chat import ChatService
 from cascade.service.errors import error_reply, error_response, internal_error
+from cascade.service.model_ids import model_card
 from cascade.service.responses_api.service import ResponsesService
 from cascade.service.responses_api.store import LocalResponseStore
 
@@ -72,6 +74,11 @@ def create_app(
     async def models() -> Response[bytes]:
         return Response(_encode(service.model_list()), media_type=_JSON)
 
+    # `path`: a tier's name may hold `/` (`Qwen/Qwen3-8B`); the server has percent-decoded it.
+    @get("/v1/models/{model_id:path}")
+    async def model(model_id: FromPath[str]) -> Response[bytes]:
+        return Response(_encode(model_card(model_id.removeprefix("/"), service.model_list())), media_type=_JSON)
+
     @get("/health")
     async def health() -> Response[bytes]:
         return Response(b'{"status":"ok"}', media_type=_JSON)
@@ -93,12 +100,17 @@ def create_app(
     monitoring = [] if monitoring_port else [metrics]  # on the monitoring port instead: a 404 here
 
     # Encoded once; Litestar's own OpenAPI is off.
-    openapi_body = openapi_json(service, auth=bool(service.keyring),
+    document = gateway_document(service, auth=bool(service.keyring),
                                 monitoring_port=bool(monitoring_port) or not client_metrics)
+    openapi_body, docs_body = _encode(document), docs_html(document)
 
     @get("/openapi.json")
     async def openapi() -> Response[bytes]:
         return Response(openapi_body, media_type=_JSON)
+
+    @get("/docs")
+    async def docs() -> Response[bytes]:
+        return Response(docs_body, media_type="text/html; charset=utf-8")
 
     def handle_cascade_error(request: Request[Any, Any, Any], exc: CascadeError) -> Response[bytes]:
         status, body, extra = error_reply(exc, service.metrics, request.method, request.url.path)
@@ -122,7 +134,7 @@ def create_app(
         return Response(internal_error(request.method, request.url.path), status_code=500, media_type=_JSON)
 
     litestar = Litestar(
-        route_handlers=[route, stored_response, models, health, ready, *monitoring, openapi],
+        route_handlers=[route, stored_response, models, model, health, ready, *monitoring, openapi, docs],
         exception_handlers={
             CascadeError: handle_cascade_error,
             HTTPException: handle_http_exception,

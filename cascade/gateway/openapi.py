@@ -24,19 +24,16 @@ from cascade.gateway.openapi_responses import (
 )
 from cascade.gateway.openapi_schemas import REF as _REF
 from cascade.gateway.openapi_schemas import bound as _bound
+from cascade.gateway.openapi_schemas import constrain_forwarded, quality_schema
 from cascade.gateway.openapi_schemas import hint_text as _hint_text
-from cascade.gateway.openapi_schemas import quality_schema
 from cascade.schemas import (
     EFFORT_LEVELS,
     EFFORT_NUMBER_MAX,
-    LOGIT_BIAS,
-    MAX_TOP_K,
-    PENALTY,
-    TOKEN_ID_DIGITS,
     ChatCompletion,
     ChatCompletionChunk,
     ChatCompletionRequest,
     ErrorResponse,
+    ModelCard,
     ModelList,
     RouteDecision,
 )
@@ -69,8 +66,8 @@ def openapi_document(model_ids: Sequence[str] = (), limits: Limits | None = None
     """The OpenAPI 3.1 document of the gateway serving `model_ids` under `limits`; `auth`: it has API keys;
     `monitoring_port`: /metrics is served on another port (not this document's)."""
     limits = limits or Limits()
-    wire = [ChatCompletionRequest, ChatCompletion, ChatCompletionChunk, RouteDecision, ModelList, ErrorResponse,
-            *RESPONSES_WIRE]
+    wire = [ChatCompletionRequest, ChatCompletion, ChatCompletionChunk, RouteDecision, ModelList, ModelCard,
+            ErrorResponse, *RESPONSES_WIRE]
     _, schemas = msgspec.json.schema_components(wire, ref_template=_REF)
     _constrain_request(schemas, limits, list(model_ids))
     constrain_responses_request(schemas, limits, list(model_ids))
@@ -89,7 +86,9 @@ def openapi_document(model_ids: Sequence[str] = (), limits: Limits | None = None
                        "ending with `data: [DONE]`.",
         "headers": {**tier_header, "X-Cascade-Mode": {
             "description": "`cascade` when the tier is decided only at the end of the stream.",
-            "schema": {"type": "string", "enum": ["cascade"]}}},
+            "schema": {"type": "string", "enum": ["cascade"]}}, "X-Cascade-Dropped-Params": {
+            "description": "The request's fields its engines were not sent (comma separated; `cascade.note` says "
+                           "why), e.g. `store,ignore_eos`.", "schema": {"type": "string"}}},
         "content": {"application/json": {"schema": {"$ref": _REF.format(name="ChatCompletion")}},
                     "text/event-stream": {"schema": {"$ref": _REF.format(name="ServerSentEvent")}}},
     }
@@ -124,6 +123,7 @@ def openapi_document(model_ids: Sequence[str] = (), limits: Limits | None = None
         "/v1/models": {"get": _operation(
             "listModels", "The tiers and the routed `cascade` aliases.", _json_ok("The models.", "ModelList"),
             (503,))},
+        "/v1/models/{model_id}": {"get": _model()},
         "/health": {"get": _operation("health", "The process is up.", _json_ok("Up.", "Health"))},
         "/ready": {"get": _operation(
             "ready", "Whether this gateway can serve, from its engines' last background health checks (no engine "
@@ -139,6 +139,8 @@ def openapi_document(model_ids: Sequence[str] = (), limits: Limits | None = None
         "/openapi.json": {"get": _operation("openapi", "This document.", {
             "description": "The OpenAPI document.", "content": {"application/json": {"schema": {"type": "object"}}}},
             (503,))},
+        "/docs": {"get": _operation("docs", "This API for people: its routes, and a link to this document.", {
+            "description": "An HTML page.", "content": {"text/html": {"schema": {"type": "string"}}}}, (503,))},
     }
     if monitoring_port:
         del paths["/metrics"]
@@ -157,10 +159,19 @@ def openapi_document(model_ids: Sequence[str] = (), limits: Limits | None = None
     return document
 
 
-def openapi_json(service: ChatService, auth: bool, monitoring_port: bool = False) -> bytes:
-    """The encoded document for `service`'s models and limits (the app encodes it once)."""
+def gateway_document(service: ChatService, auth: bool, monitoring_port: bool = False) -> dict[str, Any]:
+    """The document for `service`'s models and limits (the app encodes it once, and builds /docs from it)."""
     ids = [card.id for card in service.model_list().data]
-    return msgspec.json.encode(openapi_document(ids, service.limits, auth, monitoring_port))
+    return openapi_document(ids, service.limits, auth, monitoring_port)
+
+
+def _model() -> dict[str, Any]:
+    operation = _operation("retrieveModel", "One model a chat request may name: a tier, `cascade` or "
+                           "`cascade:<hint>`.", _json_ok("The model.", "ModelCard"), (404, 503))
+    operation["parameters"] = [{"name": "model_id", "in": "path", "required": True,
+                                "description": "The model's id, percent-encoded (at most 256 characters).",
+                                "schema": {"type": "string", "maxLength": 256}}]
+    return operation
 
 
 def _operation(operation_id: str, summary: str, ok: dict[str, Any], errors: Sequence[int] = (),
@@ -274,7 +285,7 @@ def _constrain_request(schemas: dict[str, Any], limits: Limits, model_ids: list[
     _bound(request["temperature"], minimum=0, maximum=2)
     _bound(request["top_p"], exclusiveMinimum=0, maximum=1)
     _bound(request["stop"], maxItems=limits.max_stop_sequences)
-    _constrain_forwarded(request, limits)
+    constrain_forwarded(request, limits)
     request["quality"] = quality_schema()
     request["reasoning_effort"] = _effort(
         "A quality hint as OpenAI's clients give one, below `quality`, X-Cascade-Quality and a `cascade:<hint>` "
@@ -296,26 +307,6 @@ def _constrain_request(schemas: dict[str, Any], limits: Limits, model_ids: list[
     _bound(branches["alpha"], minimum=0, maximum=1)
     _bound(branches["beta"], minimum=0, maximum=limits.max_branches)
     _bound(branches["k"], minimum=1, maximum=1000)
-
-
-def _constrain_forwarded(request: dict[str, Any], limits: Limits) -> None:
-    """The bounds on what a request sends on to an engine (cascade/service/validation.py `engine_bounds`), but the
-    size of `tools` as JSON, which JSON Schema cannot say."""
-    for name in ("presence_penalty", "frequency_penalty"):
-        _bound(request[name], minimum=-PENALTY, maximum=PENALTY)
-    _bound(request["min_p"], minimum=0, maximum=1)
-    _bound(request["repetition_penalty"], exclusiveMinimum=0, maximum=2)
-    _bound(request["top_k"], minimum=-1, maximum=MAX_TOP_K, **{"not": {"const": 0}})
-    _bound(request["top_logprobs"], minimum=0, maximum=limits.max_top_logprobs)
-    _bound(request["logit_bias"], maxProperties=limits.max_logit_bias,
-           propertyNames={"pattern": f"^[0-9]{{1,{TOKEN_ID_DIGITS}}}$"},
-           additionalProperties={"type": "number", "minimum": -LOGIT_BIAS, "maximum": LOGIT_BIAS})
-    _bound(request["tools"], maxItems=limits.max_tools)
-    _bound(request["metadata"], maxProperties=limits.max_metadata_pairs,
-           propertyNames={"maxLength": limits.max_metadata_key_chars},
-           additionalProperties={"type": "string", "maxLength": limits.max_metadata_value_chars})
-    _bound(request["user"], maxLength=limits.max_user_chars)
-    _bound(request["chat_template_kwargs"], maxProperties=limits.max_template_kwargs)
 
 
 def _effort(description: str) -> dict[str, Any]:

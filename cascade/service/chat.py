@@ -55,6 +55,7 @@ from cascade.service.admission import Admission, SharedPlaces
 from cascade.service.answerers import ServingTiers, StreamAnswerer, WholeAnswerer
 from cascade.service.bodies import decode_chat_request
 from cascade.service.decision import Decision
+from cascade.service.dropped import dropped, dropped_headers, greedy_note
 from cascade.service.engine_load import TierEngines
 from cascade.service.intake import read_body
 from cascade.service.keys.budgets import BudgetLedger, Budgets, LocalLedger, downgraded
@@ -244,13 +245,15 @@ class ChatService:
         try:
             await lease.take(await self._reservation(req, caller, [self.tiers[i] for i in decision.branches],
                                                      [s.n for s in decision.branches.values() if s is not None]))
+            headers = dropped_headers(decision.dropped)  # known before the first byte: a stream's headers too
             if not req.stream:
                 completion = await self._complete(req, decision, max_tokens, lease)
-                return WholeReply(completion, lease.limit_headers())
+                return WholeReply(completion, lease.limit_headers() + headers)
             served, opened = await self._open_stream(req, decision, max_tokens, lease)
             frames = self._relayed(opened, asked, client, lease)
             first = await anext(frames)  # started: from here closing `frames` is what gives the lease back
-            return StreamReply(served.tier.name, served.itinerary.judges_answers, first, frames, lease.limit_headers())
+            return StreamReply(served.tier.name, served.itinerary.judges_answers, first, frames,
+                               lease.limit_headers() + headers)
         except asyncio.CancelledError:
             if frames is None:  # a started stream counts its own
                 self._left(asked, client)
@@ -345,12 +348,14 @@ class ChatService:
         if one_answer is not None and any(self.tiers[i].config.branches.n > 1 for i in branches):
             notes.append(f"one branch: `{one_answer}` asks for the engine's answer as it is, not a vote")
         reached = [self.tiers[i] for i in branches]
-        for note in (template_note(req, reached), None if effort is None else effort_unsent_note(reached)):
+        unsent = dropped(req, reached)
+        for note in (template_note(req, reached), None if effort is None else effort_unsent_note(reached),
+                     unsent.note, greedy_note(req, reached)):
             if note is not None:
                 notes.append(note)
         decision = Decision(itinerary=itinerary, tier=self.tiers[itinerary.first], hint=routing.label,
                             note="; ".join(notes) or None, degraded=degraded, branches=branches, allowed=allowed,
-                            effort=None if effort is None else effort.effort)
+                            effort=None if effort is None else effort.effort, dropped=unsent.names)
         self.telemetry.degraded(decision)
         return req, decision, max_tokens
 

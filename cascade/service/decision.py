@@ -30,6 +30,8 @@ class Decision(msgspec.Struct, frozen=True, kw_only=True):
     allowed: frozenset[int] | None = None
     # Its reasoning effort, as every tier's engines are told it (cascade/tiers/thinking.py; None: it set none).
     effort: Effort | None = None
+    # The request's fields not sent to its engines (cascade/service/dropped.py): the x-cascade-dropped-params header.
+    dropped: tuple[str, ...] = ()
 
     @property
     def router(self) -> str:

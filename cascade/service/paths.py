@@ -13,7 +13,10 @@ Normalised (`normalize_path`), in this order:
 
 A trailing slash stays (`/v1/models/` is another path, a 404, as it is to Envoy), and so does case. A path with an
 encoded slash or backslash (`%2F`, `%5C`) has no normal form (None: the gateway answers 400): decoded, it would turn
-data into a separator, and left encoded, it names no route. The Envoy documents (cascade/deploy/envoy.py) ask Envoy for
+data into a separator, and left encoded, it names no route. But for one route, whose tail is data: `GET
+/v1/models/{id}`, where OpenAI's SDK percent-encodes a model id whole (`Qwen/Qwen3-8B` is `Qwen%2FQwen3-8B`). A path
+that starts with `MODEL_PATH` as sent and has an encoded separator is that prefix and its tail decoded as it is: it
+names a model or none, never another route. The Envoy documents (cascade/deploy/envoy.py) ask Envoy for
 the same (`normalize_path`, `merge_slashes`, escaped slashes kept for the gateway to refuse).
 """
 
@@ -27,6 +30,7 @@ _UNRESERVED = frozenset(string.ascii_letters + string.digits + "-._~")
 _ESCAPE = re.compile(r"%([0-9A-Fa-f]{2})")
 _ENCODED_SEPARATOR = re.compile(r"%(2f|5c)", re.IGNORECASE)
 _SLASHES = re.compile(r"//+")
+MODEL_PATH = "/v1/models/"
 
 
 def normalize_path(path: str) -> str | None:
@@ -34,7 +38,7 @@ def normalize_path(path: str) -> str | None:
     if "%" not in path and "//" not in path and "/." not in path:
         return path  # already normal: nearly every request
     if _ENCODED_SEPARATOR.search(path):
-        return None
+        return MODEL_PATH + unquote(path[len(MODEL_PATH):]) if path.startswith(MODEL_PATH) else None
     path = _ESCAPE.sub(_unreserved, path)
     path = _remove_dot_segments(_SLASHES.sub("/", path))
     return unquote(path) if "%" in path else path

@@ -15,14 +15,16 @@ from typing import Any
 
 import msgspec
 
-from cascade.config import BranchSettings, BrokenRule, Limits, check_branches
+from cascade.config import BranchSettings, BrokenRule, Limits, TierConfig, check_branches
 from cascade.errors import InvalidRequest
 from cascade.schemas import (
     LOGIT_BIAS,
+    MAX_TOKEN_ID,
     MAX_TOP_K,
     ONE_ANSWER,
     PASSTHROUGH,
     PENALTY,
+    SERVICE_TIER_CHARS,
     TOKEN_ID_DIGITS,
     BranchOverride,
     ChatCompletionRequest,
@@ -89,6 +91,15 @@ def engine_bounds(req: ChatCompletionRequest, lim: Limits) -> None:
     if req.chat_template_kwargs is not None and len(req.chat_template_kwargs) > lim.max_template_kwargs:
         raise InvalidRequest(f"`chat_template_kwargs` has {len(req.chat_template_kwargs)} keys; the limit is "
                              f"{lim.max_template_kwargs}", "chat_template_kwargs")
+    if req.stop_token_ids is not None:
+        _token_ids(req.stop_token_ids, lim.max_stop_token_ids)
+    # SGLang refuses a minimum past the limit (sampling_params.py `verify`); the tier's default limit: `check_tier`.
+    most = req.token_limit or lim.max_tokens
+    if req.min_tokens is not None and not 0 <= req.min_tokens <= most:
+        raise InvalidRequest(f"`min_tokens` must be between 0 and the token limit ({most}), got {req.min_tokens}",
+                             "min_tokens")
+    if req.service_tier is not None and len(req.service_tier) > SERVICE_TIER_CHARS:
+        raise InvalidRequest(f"`service_tier` may have at most {SERVICE_TIER_CHARS} characters", "service_tier")
 
 
 def _within(value: float | None, low: float, high: float, name: str) -> None:
@@ -106,6 +117,15 @@ def _logit_bias(bias: dict[str, float], limit: int) -> None:
         if not -LOGIT_BIAS <= value <= LOGIT_BIAS:
             raise InvalidRequest(f"`logit_bias` values must be in [-100, 100], got {value} for token {token}",
                                  "logit_bias")
+
+
+def _token_ids(ids: list[int], limit: int) -> None:
+    if len(ids) > limit:
+        raise InvalidRequest(f"`stop_token_ids` has {len(ids)} entries; the limit is {limit}", "stop_token_ids")
+    wrong = next((i for i in ids if not 0 <= i <= MAX_TOKEN_ID), None)
+    if wrong is not None:
+        raise InvalidRequest(f"`stop_token_ids` entries must be token ids from 0 to {MAX_TOKEN_ID}, got "
+                             f"{str(wrong)[:24]}", "stop_token_ids")
 
 
 def _tools(tools: list[dict[str, Any]], lim: Limits) -> None:
@@ -137,7 +157,16 @@ def check_tier(req: ChatCompletionRequest, tier: Tier, lim: Limits, used: set[st
     if refused := sorted((forwarded(req) if used is None else used) & tier.unsupported):
         raise InvalidRequest(f"tier `{tier.name}`'s engine does not support `{refused[0]}` (it would ignore "
                              "it): name a tier whose engine does, or leave the field out", refused[0])
+    check_min_tokens(req, tier.config)
     return branches_for(req, tier, lim)
+
+
+def check_min_tokens(req: ChatCompletionRequest, tier: TierConfig) -> None:
+    """`min_tokens` within `tier`'s default limit when the request sets none (`engine_bounds` checked it against the
+    request's own): SGLang refuses a minimum past the limit it generates to."""
+    if req.min_tokens and req.token_limit is None and req.min_tokens > tier.default_max_tokens:
+        raise InvalidRequest(f"`min_tokens` ({req.min_tokens}) is past tier `{tier.name}`'s default limit of "
+                             f"{tier.default_max_tokens} tokens: set `max_completion_tokens` too", "min_tokens")
 
 
 def branches_for(req: ChatCompletionRequest, tier: Tier, lim: Limits) -> BranchSettings | None:

@@ -47,7 +47,7 @@ import msgspec
 from cascade.branches.backend import GenerationRequest
 from cascade.branches.confidence import LOGPROBS_REQUEST
 from cascade.config import TierConfig
-from cascade.schemas import PASSTHROUGH, ChatCompletionRequest, ChatMessage, Effort
+from cascade.schemas import DROPPED_WHERE_UNTAKEN, PASSTHROUGH, ChatCompletionRequest, ChatMessage, Effort
 from cascade.tiers.thinking import SGLANG_BUDGET, VLLM_BUDGET, effort_fields, history_messages
 
 _encode = msgspec.json.Encoder().encode
@@ -59,6 +59,8 @@ RID_PREFIX = "cascade-"
 # spelling of a template or a template's file reaches an engine; the variables templates read (enable_thinking,
 # thinking, reasoning_effort, ...) do.
 TEMPLATE_MARKS = ("template", "jinja")
+# A client's fields sent on as they are (`template` leaves out the extras a tier's engines do not take).
+_SENT = (*PASSTHROUGH, *DROPPED_WHERE_UNTAKEN)
 _MIN_WIDTH = 2  # `c00-b07`: aligned in logs for the usual counts, wider only when a count needs it
 
 
@@ -70,7 +72,8 @@ class Sampling(msgspec.Struct, frozen=True, kw_only=True):
     top_p: float | None = None
     stop: list[str] = msgspec.field(default_factory=list)
     seed: int | None = None
-    # Forwarded request fields (tools, logprobs, response_format, ...): cascade.schemas.PASSTHROUGH.
+    # Forwarded request fields (tools, logprobs, response_format, ...): cascade.schemas.PASSTHROUGH, and the extras
+    # sent only where taken (DROPPED_WHERE_UNTAKEN; `template` leaves out those a tier's engines do not take).
     extra: dict[str, object] = msgspec.field(default_factory=dict)
     # Ask the engine for token logprobs for cascade's own reading (answer confidence, pruning): LOGPROBS_REQUEST.
     token_logprobs: bool = False
@@ -86,7 +89,7 @@ class Sampling(msgspec.Struct, frozen=True, kw_only=True):
 def sampling_of(req: ChatCompletionRequest, max_tokens: int, effort: Effort | None = None) -> Sampling:
     """A client's request as sampling (`max_tokens` 0: the tier's default; `effort`: its reasoning effort as the
     service read it, cascade/router/effort.py)."""
-    extra = {name: value for name in PASSTHROUGH if (value := getattr(req, name)) is not None}
+    extra = {name: value for name in _SENT if (value := getattr(req, name)) is not None}
     return Sampling(max_tokens=max_tokens or None, temperature=req.temperature, top_p=req.top_p, stop=stops(req),
                     seed=req.seed, extra=extra, affinity_key=req.prompt_cache_key or "", effort=effort)
 
@@ -132,16 +135,21 @@ def engine_request(req: ChatCompletionRequest, tier: TierConfig, model: str, eff
     `engine_fields` (its default length only when the client set neither `max_tokens` nor `max_completion_tokens`;
     both as the limit, `max_completion_tokens`, when the client set both), its `engine_template_kwargs`, what it
     tells its engines of `effort` (the request's reasoning effort; its budget is `engine_body`'s), without cascade's
-    own fields (`quality`, `branches`, `prompt_cache_key`) and with the effort only at the top (`reasoning_effort`)."""
+    own fields (`quality`, `branches`, `prompt_cache_key`), OpenAI's that no engine takes (schemas.OPENAI_ONLY) and
+    the extras its engines do not take (`TierConfig.untaken`), and with the effort only at the top
+    (`reasoning_effort`)."""
     messages, length = engine_fields(tier, history_messages(tier, req.messages), req.max_tokens)
     limit = req.max_completion_tokens
     max_tokens = length if limit is None else limit if req.max_tokens is not None else None
     kwargs = engine_template_kwargs(tier, req.chat_template_kwargs)
     told = {} if effort is None else effort_fields(tier, effort, kwargs)
+    options = req.stream_options and msgspec.structs.replace(req.stream_options, include_obfuscation=None)
     return msgspec.structs.replace(req, model=model, messages=messages, quality=None, branches=None,
                                    prompt_cache_key=None, max_tokens=max_tokens, reasoning=None,
                                    reasoning_effort=told.get("reasoning_effort"),
-                                   chat_template_kwargs=told.get("chat_template_kwargs", kwargs))
+                                   chat_template_kwargs=told.get("chat_template_kwargs", kwargs),
+                                   store=None, service_tier=None, verbosity=None, stream_options=options,
+                                   **dict.fromkeys(tier.untaken))
 
 
 def engine_body(req: ChatCompletionRequest, tier: TierConfig, model: str, effort: Effort | None = None) -> bytes:
@@ -155,9 +163,12 @@ def engine_body(req: ChatCompletionRequest, tier: TierConfig, model: str, effort
 def template(tier: TierConfig, messages: list[ChatMessage], sampling: Sampling) -> GenerationRequest:
     """What `tier` sends upstream for `messages`: its `engine_fields` (its reasoning instruction first, its default
     length), its `engine_template_kwargs`, what it tells its engines of the effort, a fresh rid base. A template:
-    `choice_requests` / `branch_requests` turn it into the requests sent."""
+    `choice_requests` / `branch_requests` turn it into the requests sent. The extras its engines do not take
+    (`TierConfig.untaken`) are left out."""
     messages, max_tokens = engine_fields(tier, history_messages(tier, messages), sampling.max_tokens)
     extra = {**sampling.extra, **LOGPROBS_REQUEST} if sampling.token_logprobs else dict(sampling.extra)
+    for name in tier.untaken:
+        extra.pop(name, None)
     kwargs = extra.pop("chat_template_kwargs", None)
     kept = engine_template_kwargs(tier, kwargs) if isinstance(kwargs, dict) else None
     if kept is not None:

@@ -22,7 +22,7 @@ from cascade.config import Limits, TierConfig
 from cascade.errors import InvalidRequest
 from cascade.schemas import PASSTHROUGH, TOKEN_ID_DIGITS
 from cascade.service.bodies import decode_chat_request
-from cascade.service.validation import validate
+from cascade.service.validation import check_min_tokens, validate
 from cascade.tiers.upstream import engine_request, template_keys
 from tests.contract.sglang_protocol import SGLangProtocol, install_dir
 
@@ -71,6 +71,11 @@ FIELDS = st.fixed_dictionaries({}, optional={
     "stop": st.lists(st.text(min_size=1, max_size=4), max_size=6),
     "chat_template_kwargs": st.dictionaries(st.sampled_from(["enable_thinking", "thinking", "chat_template"]),
                                             st.booleans(), max_size=3),
+    # Issue 65: the engine extras, and OpenAI's own (never sent: SGLang's model would not know them).
+    "min_tokens": st.one_of(st.integers(-3, 600), st.integers(-3, 2**34)), "max_completion_tokens": st.integers(-1, 600),
+    "stop_token_ids": st.lists(st.integers(-3, 2**33), max_size=70), "ignore_eos": st.booleans(),
+    "skip_special_tokens": st.booleans(), "store": st.booleans(), "service_tier": st.sampled_from(["auto", "flex"]),
+    "verbosity": st.sampled_from(["low", "high"]),
 })
 
 
@@ -80,15 +85,22 @@ FIELDS = st.fixed_dictionaries({}, optional={
           "top_logprobs": 20, "logprobs": True, "logit_bias": {"0": -100.0, "9" * TOKEN_ID_DIGITS: 100.0},
           "stop": ["a", "b", "c", "d"]})
 @example({"min_p": 0.0, "repetition_penalty": 1e-9, "top_k": 1, "presence_penalty": 2.0, "frequency_penalty": -2.0})
+@example({"min_tokens": 512, "stop_token_ids": list(range(2**31 - 64, 2**31)), "ignore_eos": True,
+          "skip_special_tokens": False, "store": True, "service_tier": "flex", "verbosity": "low"})
+@example({"min_tokens": 600, "max_completion_tokens": 600})
 def test_every_request_cascade_forwards_passes_sglangs_own_checks(
         sglang: SGLangProtocol, sampling_params: types.ModuleType, fields: dict[str, Any]) -> None:
     body = {"model": "m", "messages": [{"role": "user", "content": "hi"}], **fields}
+    tier = TierConfig(name="t", backends=[])
     try:
         req = decode_chat_request(json.dumps(body).encode())
         validate(req, Limits())
+        check_min_tokens(req, tier)
     except InvalidRequest:
         return  # refused by cascade: no engine sees it
     # What the tier's engine gets (the picker's body; the gateway's goes through SGLangBackend, test_sglang_contract).
-    sent = json.loads(msgspec.json.encode(engine_request(req, TierConfig(name="t", backends=[]), "m")))
+    sent = json.loads(msgspec.json.encode(engine_request(req, tier, "m")))
     assert "chat_template" not in (sent.get("chat_template_kwargs") or {})
+    assert not {"store", "service_tier", "verbosity"} & set(sent)
+    assert set(sent) <= set(sglang.protocol.ChatCompletionRequest.model_fields)
     _sglang_accepts(sglang, sampling_params, sent)

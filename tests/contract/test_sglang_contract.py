@@ -83,6 +83,11 @@ CASES: dict[str, dict[str, Any]] = {
     "effort_nested_none": {"reasoning": {"effort": "none"}, **STREAM},
     "effort_number": {"reasoning_effort": 0.3, "chat_template_kwargs": {"enable_thinking": True}},
     "effort_routed_branches": {"model": "cascade", "reasoning_effort": "xhigh"},
+    # Issue 65: the engine extras SGLang takes, and OpenAI's own fields it does not (never sent).
+    "engine_length_extras": {"ignore_eos": True, "min_tokens": 2, "stop_token_ids": [7, 2**31 - 1],
+                             "skip_special_tokens": False, "store": True, "service_tier": "flex", "verbosity": "low"},
+    "openai_only_streamed": {"stream": True, "stream_options": {"include_usage": True, "include_obfuscation": True},
+                             "store": False, "service_tier": "auto", "verbosity": "medium", "min_tokens": 0},
     "history_reasoning": {"messages": [{"role": "user", "content": "2+2?"},
                                        {"role": "assistant", "content": "4", "reasoning": "Two and two."},
                                        {"role": "user", "content": "And 3+3?"}], "reasoning_effort": "low"},
@@ -148,9 +153,11 @@ def test_every_body_cascade_sends_is_an_sglang_request_and_every_answer_an_sglan
         sampling = request.to_sampling_params(stop=[], model_generation_config={})
         assert sampling["max_new_tokens"] == body["max_completion_tokens"] == body["max_tokens"]
         assert sampling["sampling_seed"] == body.get("seed")
-        for field in ("temperature", "top_p", "top_k", "min_p", "repetition_penalty"):
+        for field in ("temperature", "top_p", "top_k", "min_p", "repetition_penalty", "ignore_eos",
+                      "skip_special_tokens", "stop_token_ids"):
             if field in body:
                 assert sampling[field] == body[field]
+        assert sampling["min_new_tokens"] == body.get("min_tokens", 0)
         if "response_format" in body:
             assert json.loads(sampling["json_schema"]) == (SCHEMA if "json_schema" in body["response_format"]
                                                            else {"type": "object"})

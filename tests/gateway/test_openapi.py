@@ -29,7 +29,8 @@ README = Path(__file__).resolve().parents[2] / "README.md"
 # DESIGN.md §5 (HTTP contract), plus POST /v1/route (README) and the document itself.
 ROUTES = [("post", "/v1/chat/completions"), ("get", "/v1/models"), ("get", "/health"), ("get", "/ready"),
           ("get", "/metrics"), ("post", "/v1/route"), ("get", "/openapi.json"), ("post", "/v1/responses"),
-          ("get", "/v1/responses/{response_id}"), ("delete", "/v1/responses/{response_id}")]
+          ("get", "/v1/responses/{response_id}"), ("delete", "/v1/responses/{response_id}"),
+          ("get", "/v1/models/{model_id}"), ("get", "/docs")]
 GUARDED = ("/v1/chat/completions", "/v1/route", "/v1/responses", "/v1/responses/{response_id}")
 MODEL_IDS = ["cascade", "cascade:fast", "cascade:balanced", "cascade:best", *TIERS]
 
@@ -266,8 +267,11 @@ DOCUMENT = openapi_document(MODEL_IDS, Limits())
 # which pytest 9.2 no longer has, and the eager one needs the schema when the tests are collected.
 schema = schemathesis.openapi.from_dict(DOCUMENT, config=schemathesis.Config.from_dict(SCHEMATHESIS))
 # What JSON Schema cannot say: `branches.m` and `branches.beta` are bounded by `branches.n`, which is the tier's
-# own branch count when the request does not set it. The gateway answers 400 naming the parameter.
+# own branch count when the request does not set it, and `min_tokens` by the request's token limit, or the tier's
+# default one. The gateway answers 400 naming the parameter.
 CROSS_FIELD = re.compile(r"`branches\.(m|beta)` must be between [01] and branches\.n \(\d+\)")
+MIN_TOKENS = re.compile(r"`min_tokens` (must be between 0 and the token limit \(\d+\), got \d+|\(\d+\) is past "
+                        r"tier `[^`]+`'s default limit of \d+ tokens: set `max_completion_tokens` too)")
 
 
 @pytest.fixture(scope="module")
@@ -294,4 +298,6 @@ def _excluded(case: schemathesis.Case, response: schemathesis.Response) -> list[
 
 
 def _cross_field_refusal(error: dict[str, Any]) -> bool:
+    if error["param"] == "min_tokens":
+        return MIN_TOKENS.fullmatch(error["message"]) is not None
     return error["param"] in ("branches.m", "branches.beta") and CROSS_FIELD.fullmatch(error["message"]) is not None

@@ -53,6 +53,7 @@ BOUNDS = [
     ("max_user_chars", 256, "user", lambda b: "u" * b, lambda b: "u" * (b + 1)),
     ("max_template_kwargs", 32, "chat_template_kwargs", lambda b: {f"k{i}": True for i in range(b)},
      lambda b: {f"k{i}": True for i in range(b + 1)}),
+    ("max_stop_token_ids", 64, "stop_token_ids", lambda b: list(range(b)), lambda b: list(range(b + 1))),
 ]
 
 
@@ -80,6 +81,8 @@ def test_tools_are_bounded_by_their_size_as_json_too() -> None:
     ("repetition_penalty", [0.01, 1, 2], [0, -1, 2.01]),
     ("top_k", [-1, 1, 50, 2**30], [0, -2, 2**30 + 1]),
     ("top_logprobs", [0], [-1, 1_000_000_000]),
+    ("min_tokens", [0, 1, 32_768], [-1, 32_769, 10**25]),
+    ("stop_token_ids", [[0], [2**31 - 1], []], [[-1], [2**31], [0, 10**20]]),
 ])
 def test_forwarded_numbers_outside_openais_and_sglangs_ranges_are_refused_by_name(field, good, bad) -> None:
     assert all(refused(Limits(), **{field: v}) is None for v in good)

@@ -34,3 +34,13 @@ def test_a_path_in_normal_form(path: str, normal: str) -> None:
 @pytest.mark.parametrize("path", ["/v1/chat%2Fcompletions", "/v1%2fmodels", "/v1%5Cmodels", "/v1/%5c"])
 def test_an_encoded_slash_or_backslash_has_no_normal_form(path: str) -> None:
     assert normalize_path(path) is None
+
+
+@pytest.mark.parametrize(("path", "normal"), [
+    ("/v1/models/Qwen%2FQwen3-8B", "/v1/models/Qwen/Qwen3-8B"),  # as OpenAI's SDK writes a model id with a slash
+    ("/v1/models/..%2F..%2Fv1%2Fchat%2Fcompletions", "/v1/models/../../v1/chat/completions"),  # still a model id
+    ("/v1/models/a%5Cb%25", "/v1/models/a\\b%"),
+])
+def test_the_model_routes_id_is_data_decoded_whole_and_names_no_other_route(path: str, normal: str) -> None:
+    assert normalize_path(path) == normal
+    assert normalize_path("/v1//models/a%2Fb") is None and normalize_path("/v1/models%2Fa") is None
