@@ -225,9 +225,13 @@ def _overridden(settings: BranchSettings, override: BranchOverride, max_branches
 
 
 def forwarded(req: ChatCompletionRequest) -> set[str]:
-    """The PASSTHROUGH fields the request sets to something an engine could act on (`logprobs: false`
-    asks for nothing)."""
-    return {name for name in PASSTHROUGH if getattr(req, name) not in (None, False)}
+    """The PASSTHROUGH fields the request sets to something an engine could act on (`logprobs: false` and
+    `stop_token_ids: []` ask for nothing)."""
+    return {name for name in PASSTHROUGH if _asks(getattr(req, name))}
+
+
+def _asks(value: object) -> bool:
+    return value not in (None, False) and not (isinstance(value, (list, dict, str)) and len(value) == 0)
 
 
 def template_note(req: ChatCompletionRequest, tiers: list[Tier]) -> str | None:

@@ -147,7 +147,9 @@ def test_the_embedded_engine_gets_no_extra_and_a_greedy_tier_says_what_it_ignore
             stream_headers, _ = streamed.headers, streamed.read()
         greedy = post_chat(base, {"model": tier, "messages": user(), "temperature": 0})
         refused = post_chat(base, {"model": tier, "messages": user(), "stop_token_ids": [2]})
+        empty = post_chat(base, {"model": tier, "messages": user(), "stop_token_ids": []})
     assert whole.status_code == 200, whole.text
+    assert empty.status_code == 200, empty.text  # no stop token asked for: nothing to refuse
     assert whole.headers[DROPPED] == stream_headers[DROPPED] == "ignore_eos,min_tokens,skip_special_tokens"
     note = whole.json()["cascade"]["note"]
     for said in ("`temperature` not applied: tier `smollm2-135m` decodes greedily", "`seed` has no effect",
