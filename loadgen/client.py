@@ -300,5 +300,7 @@ def _fill(record: RequestRecord, sink: ResponseSink, t0: float, due: float | Non
     record.itl_ms = [x * 1000 for x in sink.itl]
     tokens = sink.usage_tokens if sink.usage_tokens is not None else sink.chunks
     record.output_tokens = tokens
-    if record.ttft_ms is not None and record.e2el_ms is not None and tokens > 1:
+    # A non-streamed answer arrives in one body: its "first token" is its last, so e2el - ttft is 0 by construction,
+    # not a measured 0 ms per token. TPOT is undefined there (None, shown "n/a"), not 0.
+    if sink.stream and record.ttft_ms is not None and record.e2el_ms is not None and tokens > 1:
         record.tpot_ms = (record.e2el_ms - record.ttft_ms) / (tokens - 1)

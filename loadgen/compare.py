@@ -12,9 +12,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from cascade.data.records import RecordsError, RequestRecord, read_request_records
+from loadgen.plots import draw_ecdf, save
 
 # (label, key path in summary.json, digits); the correct goodput row also shows its bootstrap interval.
 ROWS: tuple[tuple[str, tuple[str, ...], int], ...] = (
@@ -104,18 +103,13 @@ def plot_cdfs(out: Path, runs: dict[str, list[RequestRecord]]) -> Path | None:
     axes = fig.subplots(1, 2)
     for ax, (title, field) in zip(axes, (("TTFT", "ttft_ms"), ("E2E latency", "e2el_ms")), strict=True):
         for name, records in runs.items():
-            values = np.sort([v for r in records if r.ok and (v := getattr(r, field)) is not None])
-            if values.size:
-                ax.plot(values, np.arange(1, values.size + 1) / values.size, label=name)
+            draw_ecdf(ax, [v for r in records if r.ok and (v := getattr(r, field)) is not None], label=name)
         ax.set_title(f"{title} CDF")
         ax.set_xlabel("ms")
         ax.grid(alpha=0.3)
         ax.legend()
     axes[0].set_ylabel("fraction of completed requests")
-    fig.tight_layout()
-    path = out / "compare_cdfs.png"
-    fig.savefig(path, dpi=100, format="png")
-    return path
+    return save(fig, out / "compare_cdfs.png")
 
 
 def run_compare(run_a: Path, run_b: Path, out: Path) -> dict[str, Any]:

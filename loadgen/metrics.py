@@ -94,12 +94,6 @@ def min_slo_scale(records: Sequence[RequestRecord], slo: dict[str, float], level
     return None if math.isinf(value) else round(value, 4)
 
 
-def attainment_curve(records: Sequence[RequestRecord], slo: dict[str, float],
-                     scales: Sequence[float]) -> list[float]:
-    needed = np.array([slo_scale_needed(r, slo) for r in records])
-    return [float((needed <= s).mean()) if len(needed) else 0.0 for s in scales]
-
-
 def _rate(count: int, seconds: float) -> float:
     return round(count / seconds, 4) if seconds > 0 else 0.0
 

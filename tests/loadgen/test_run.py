@@ -196,6 +196,8 @@ def test_non_streaming_requests_report_latency_tokens_and_text() -> None:
         assert r.output_tokens == 4 and r.output == "t0 t1 t2 t3 "
         assert r.e2el_ms is not None and r.e2el_ms >= 15
         assert r.ttft_ms == pytest.approx(r.e2el_ms, abs=0.5)  # one body: the first token is the last
+        assert r.tpot_ms is None  # undefined without a stream, not 0
+    assert summary["tpot_ms"] == {"p50": None, "p90": None, "p99": None, "mean": None}
 
 
 def test_loadgen_help_imports_nothing_heavy() -> None:
