@@ -70,3 +70,23 @@ def test_deploy_dry_run_prints_sglang_commands_and_the_gateway_config(tmp_path) 
     assert "--tp-size 2" in out and 'url = "http://127.0.0.1:30001"' in out
     refused = run("deploy", "--plan", str(path))
     assert refused.returncode == 2 and "--dry-run" in refused.stderr
+
+
+def test_plan_json_names_the_slowest_tier_p95_and_the_end_to_end_p95_and_explains_each_allocation(
+        small_problem, tmp_path) -> None:
+    out = tmp_path / "plan.json"
+    summary = json.loads(run("optimize", "plan", "--spec", str(small_problem), "--out", str(out), "--json",
+                             "--no-figure").stdout)
+    plan = msgspec.json.decode(out.read_bytes(), type=Plan)
+    slowest = max(plan.deployment, key=lambda d: d.predicted_p95_latency_s or 0.0)
+    balanced = next(p for p in plan.operating_points if p.hint == "balanced")
+    assert summary["slowest_tier_p95_s"] == summary["latency_s"]  # the old key keeps its meaning
+    assert summary["slowest_tier"] == slowest.tier
+    assert summary["e2e_p95_s"] == balanced.predicted_e2e_p95_latency_s
+    assert set(summary["allocation_reasons"]) == set(plan.tiers)
+    for d in plan.deployment:
+        reason = summary["allocation_reasons"][d.tier]
+        assert "\n" not in reason and f"on {d.gpus} GPU(s)" in reason and f"{d.arrival_rate_rps:.4g} req/s" in reason
+    human = run("optimize", "plan", "--spec", str(small_problem), "--out", str(out), "--no-figure")
+    assert "slowest tier p95" in human.stdout and "end-to-end p95" in human.stdout
+    assert "Why each tier got its GPUs" in out.with_suffix(".md").read_text()
