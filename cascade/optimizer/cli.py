@@ -168,7 +168,8 @@ def _plan(args: argparse.Namespace) -> int:
         print(json.dumps(summary))
     else:
         print(f"wrote {out}, {md}, {table_path}" + ("" if args.no_figure else f", {png}"))
-        print(f"J = {primary.objective:.3f}: slowest tier p95 {primary.latency_s:.2f} s, quality {primary.quality:.4f}, "
+        print(f"J = {primary.objective:.3f}: slowest tier p95 {primary.latency_s:.2f} s, "
+              f"quality {primary.quality:.4f}, "
               f"thresholds {primary.thresholds}, GPUs {summary['allocation']}"
               + (f", widths (N, M) {summary['widths']}" if any(d.branches > 1 for d in result.plan.deployment) else "")
               + f" ({result.solve_time_s:.2f} s)")
