@@ -145,6 +145,7 @@ def _plan(args: argparse.Namespace) -> int:
     if not args.no_figure:
         report.figure(result.plan, png)
     primary = result.primary
+    reasons = report.allocation_reasons(result.plan)
     summary = {
         "plan": str(out), "report": str(md), "figure": None if args.no_figure else str(png), "table": str(table_path),
         "objective": primary.objective, "latency_s": primary.latency_s, "quality": primary.quality,
@@ -157,7 +158,7 @@ def _plan(args: argparse.Namespace) -> int:
         "slowest_tier_p95_s": primary.latency_s,
         "slowest_tier": slow.tier if (slow := report.slowest_tier(result.plan)) else None,
         "e2e_p95_s": point.predicted_e2e_p95_latency_s if (point := report.planned_point(result.plan)) else None,
-        "allocation_reasons": report.allocation_reasons(result.plan),
+        "allocation_reasons": reasons,
     }
     target = problem.quality.target
     if primary.quality < target - 1e-9:
@@ -174,7 +175,7 @@ def _plan(args: argparse.Namespace) -> int:
               + (f", widths (N, M) {summary['widths']}" if any(d.branches > 1 for d in result.plan.deployment) else "")
               + f" ({result.solve_time_s:.2f} s)")
         print(report.latency_line(result.plan))
-        for tier, why in summary["allocation_reasons"].items():
+        for tier, why in reasons.items():
             print(f"  {tier}: {why}")
     return 0
 
