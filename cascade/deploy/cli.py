@@ -119,7 +119,7 @@ def _print_picker_envoy(args: argparse.Namespace) -> int:
 
 
 def _deploy(args: argparse.Namespace) -> int:
-    from cascade.deploy import launch
+    from cascade.deploy import launch, notes
     from cascade.engines import sglang_launch
     from cascade.errors import ConfigError
     from cascade.plan import load_plan
@@ -139,6 +139,8 @@ def _deploy(args: argparse.Namespace) -> int:
         raise ConfigError("--deterministic applies to --engine sglang (its --enable-deterministic-inference)")
     key_env = args.engine_api_key_env
     api_key = launch.engine_api_key(key_env) if args.engine == "sglang" else ""
+    config_out = Path(args.config_out) if args.config_out else Path(args.plan).with_suffix(".cascade.toml")
+    hf_token = notes.hf_token_line(d.model for d in plan.deployment) if args.engine == "sglang" else ""
     if args.engine == "sglang" and args.dry_run:
         hosts = [h.strip() for h in args.hosts.split(",") if h.strip()] if args.hosts else None
         placement = sglang_launch.launch_plan(launch.with_card_parsers(plan), hosts=hosts, base_port=args.base_port,
@@ -147,6 +149,7 @@ def _deploy(args: argparse.Namespace) -> int:
                                               deterministic=args.deterministic)
         _warn(launch.exposure_warning({s.listen for s in placement.servers}, bool(api_key), key_env))
         print(sglang_launch.render(placement, key_env if api_key else ""))
+        print("\n".join([hf_token, *notes.written_files(config_out, Path(args.log_dir))]))
         return 0
     if args.node and args.engine != "sglang":
         raise ConfigError("--node applies to --engine sglang")
@@ -160,9 +163,12 @@ def _deploy(args: argparse.Namespace) -> int:
         config = launch.gateway_config(plan, engines)
     if args.dry_run:
         print(launch.render(engines, config, key_env))
+        print("\n".join([*([hf_token] if hf_token else []),
+                         *notes.written_files(config_out, Path(args.log_dir), [e.name for e in engines])]))
         return 0
     launch.setup_logging()
-    config_out = Path(args.config_out) if args.config_out else Path(args.plan).with_suffix(".cascade.toml")
+    if hf_token:
+        print(hf_token.removeprefix("# "), flush=True)
 
     def say(message: str) -> None:
         print(message, flush=True)

@@ -24,6 +24,7 @@ from pathlib import Path
 import httpx
 
 from cascade.config import WorkerConfig
+from cascade.engines.worker_log import LogPump
 from cascade.errors import ConfigError
 
 log = logging.getLogger("cascade.engines")
@@ -80,6 +81,7 @@ class Worker:
         self.command = command
         self.env = env
         self.process: subprocess.Popen[bytes] | None = None
+        self.log_pump: LogPump | None = None
         self.restarts = 0
         # Start-up ends with one real generation (default: for `transformers serve` workers; see wait_healthy).
         self.first_generation = command is None if first_generation is None else first_generation
@@ -95,14 +97,16 @@ class Worker:
 
     def start(self) -> None:
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
-        with self.log_path.open("ab") as out:
-            # A new session: the worker and anything it spawns form one process group we can kill.
-            self.process = subprocess.Popen(
-                self.command or worker_command(self.model_dir, self.port, self.config), stdout=out,
-                stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                env=worker_env() if self.env is None else self.env, start_new_session=True,
-                preexec_fn=_die_with_parent,
-            )
+        # A new session: the worker and anything it spawns form one process group we can kill. Its output goes
+        # through a pump (cascade/engines/worker_log.py) that leaves out health-probe lines and caps the file.
+        self.process = subprocess.Popen(
+            self.command or worker_command(self.model_dir, self.port, self.config), stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+            env=worker_env() if self.env is None else self.env, start_new_session=True,
+            preexec_fn=_die_with_parent,
+        )
+        assert self.process.stdout is not None
+        self.log_pump = LogPump(self.process.stdout, self.log_path).start()
         log.info("worker %s: pid %d on %s", self.config.name, self.process.pid, self.url)
 
     def alive(self) -> bool:
@@ -120,6 +124,8 @@ class Worker:
             proc.wait(timeout=5)
 
     def tail(self, lines: int = 15) -> str:
+        if self.log_pump is not None and not self.alive():
+            self.log_pump.join(2.0)  # an exited worker's last lines may still be on their way to the file
         try:
             return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
         except OSError:

@@ -103,6 +103,8 @@ class Drain:
         started = loop.time()
         if requests:
             log.info("shutting down: waiting up to %.0f s for %d requests in flight", self.grace_s, len(requests))
+        else:  # an idle Ctrl-C: say that nothing is waited for
+            log.info("shutting down: no request in flight, stopping now")
         deadline = started + self.grace_s
         while requests and loop.time() < deadline:
             await asyncio.sleep(_POLL_S)

@@ -107,6 +107,7 @@ class Gateway:
             finally:
                 if self.monitoring is not None:  # last: a draining gateway can be scraped until here
                     await self.monitoring.aclose()
+        log.info("stopped")
 
     async def ready(self) -> dict[str, Any]:
         """Which tiers can serve, from local state only (cascade/service/readiness.py): no engine is called."""

@@ -145,6 +145,7 @@ def _plan(args: argparse.Namespace) -> int:
     if not args.no_figure:
         report.figure(result.plan, png)
     primary = result.primary
+    reasons = report.allocation_reasons(result.plan)
     summary = {
         "plan": str(out), "report": str(md), "figure": None if args.no_figure else str(png), "table": str(table_path),
         "objective": primary.objective, "latency_s": primary.latency_s, "quality": primary.quality,
@@ -153,6 +154,11 @@ def _plan(args: argparse.Namespace) -> int:
         "widths": {d.tier: [d.branches, d.branches_to_finish] for d in result.plan.deployment},
         "solve_time_s": result.solve_time_s, "latency_model": result.instance.latency_model,
         "shipped_profiles": result.instance.shipped_profiles,
+        # `latency_s` is the slowest tier's p95 (the planner's objective); a client sees the end-to-end one.
+        "slowest_tier_p95_s": primary.latency_s,
+        "slowest_tier": slow.tier if (slow := report.slowest_tier(result.plan)) else None,
+        "e2e_p95_s": point.predicted_e2e_p95_latency_s if (point := report.planned_point(result.plan)) else None,
+        "allocation_reasons": reasons,
     }
     target = problem.quality.target
     if primary.quality < target - 1e-9:
@@ -163,10 +169,14 @@ def _plan(args: argparse.Namespace) -> int:
         print(json.dumps(summary))
     else:
         print(f"wrote {out}, {md}, {table_path}" + ("" if args.no_figure else f", {png}"))
-        print(f"J = {primary.objective:.3f}: p95 {primary.latency_s:.2f} s, quality {primary.quality:.4f}, "
+        print(f"J = {primary.objective:.3f}: slowest tier p95 {primary.latency_s:.2f} s, "
+              f"quality {primary.quality:.4f}, "
               f"thresholds {primary.thresholds}, GPUs {summary['allocation']}"
               + (f", widths (N, M) {summary['widths']}" if any(d.branches > 1 for d in result.plan.deployment) else "")
               + f" ({result.solve_time_s:.2f} s)")
+        print(report.latency_line(result.plan))
+        for tier, why in reasons.items():
+            print(f"  {tier}: {why}")
     return 0
 
 

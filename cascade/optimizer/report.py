@@ -6,12 +6,63 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from cascade.plan import Plan, TierDeployment
+from cascade.plan import OperatingPoint, Plan, TierDeployment
 
 
 def _replicas(d: TierDeployment) -> str:
     sets = d.sets()
     return " + ".join(f"{s.count}x TP{s.tp}" + (f"xPP{s.pp}" if s.pp > 1 else "") for s in sets)
+
+
+def planned_point(plan: Plan) -> OperatingPoint | None:
+    """The operating point the deployment was sized for: the one at the planner's quality target (`balanced`)."""
+    target = plan.planner.quality_target if plan.planner else None
+    points = [p for p in plan.operating_points if p.hint == "balanced"]
+    points += [p for p in plan.operating_points if target is not None and p.quality_target == round(target, 4)]
+    return points[0] if points else None
+
+
+def slowest_tier(plan: Plan) -> TierDeployment | None:
+    timed = [d for d in plan.deployment if d.predicted_p95_latency_s is not None]
+    return max(timed, key=lambda d: d.predicted_p95_latency_s or 0.0) if timed else None
+
+
+def latency_line(plan: Plan) -> str:
+    """Both latencies, named: a tier's p95 is one hop's queue + generation, the end-to-end p95 is a request's whole
+    way through the ladder. They differ a lot when the slowest tier answers few requests."""
+    slow, point = slowest_tier(plan), planned_point(plan)
+    parts = []
+    if slow is not None:
+        parts.append(f"slowest tier p95 {_fmt(slow.predicted_p95_latency_s)} s (`{slow.tier}`, the requests it "
+                     "answers; the allocation minimizes this)")
+    if point is not None and point.predicted_e2e_p95_latency_s is not None:
+        parts.append(f"end-to-end p95 {_fmt(point.predicted_e2e_p95_latency_s)} s (every request, hint "
+                     f"`{point.hint}`, what a client sees)")
+    return "; ".join(parts)
+
+
+def allocation_reasons(plan: Plan) -> dict[str, str]:
+    """One line per tier: its load, what one replica of the chosen shape serves, and why this shape and count."""
+    slow = slowest_tier(plan)
+    return {d.tier: _reason(d, d is slow) for d in plan.deployment}
+
+
+def _reason(d: TierDeployment, slowest: bool) -> str:
+    if d.gpus == 0:
+        return f"{d.model or d.tier}: no GPUs (no request reaches it at the planned mix)"
+    rate, capacity = d.arrival_rate_rps, d.capacity_rps
+    load = "" if rate is None else f"{_fmt(rate)} req/s arrive; "
+    per_replica = f" ({_fmt(capacity / d.replicas)} req/s each)" if capacity and d.replicas else ""
+    serves = "" if capacity is None else f" serve up to {_fmt(capacity)} req/s{per_replica}"
+    busy = f", {rate / capacity:.0%} busy" if rate is not None and capacity else ""
+    p95 = "" if d.predicted_p95_latency_s is None else f"; predicted p95 {_fmt(d.predicted_p95_latency_s)} s"
+    why = ("the slowest tier, whose p95 the allocation minimizes (the worst tier's p95 is its objective)"
+           if slowest else "its p95 stays within the slowest tier's")
+    light = rate is not None and capacity and rate / capacity < 0.5
+    trade = (" (lightly loaded: a wider shape decodes each request faster, and fewer replicas still keep up)"
+             if light else " (loaded: enough replicas to keep queues short)" if rate is not None and capacity else "")
+    return (f"{d.model or d.tier}: {load}{_replicas(d)} on {d.gpus} GPU(s){serves}{busy}{p95}. {d.gpus} GPU(s): "
+            f"{why}; {_replicas(d)}: of the shapes on {d.gpus} GPU(s), the lowest predicted p95 at this rate{trade}")
 
 
 def markdown(plan: Plan, problem_path: str = "") -> str:
@@ -48,6 +99,9 @@ def markdown(plan: Plan, problem_path: str = "") -> str:
                   "", "| widths (N, M) per tier | J | p95 (s) | quality |", "|---|---|---|---|"]
         lines += [f"| {' '.join(f'({n}, {m})' for n, m in t.widths)} | {t.objective:.3f} | {t.latency_s:.2f} | "
                   f"{t.quality:.4f} |" for t in sorted(info.width_trials, key=lambda t: t.objective)]
+    lines += ["", "Why each tier got its GPUs:", "", *(f"- `{t}` {why}" for t, why in allocation_reasons(plan).items())]
+    if latency := latency_line(plan):
+        lines += ["", f"Latency: {latency}."]
     lines += ["", "## Operating points", "",
               "| hint | thresholds | quality (target) | tier shares | worst-tier p95 (s) | end-to-end p95 (s) "
               "| throughput (req/s) |", "|---|---|---|---|---|---|---|"]

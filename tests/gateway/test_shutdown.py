@@ -246,3 +246,22 @@ def test_a_linger_outside_0_to_300_s_is_one_config_error_naming_the_key(linger: 
     with pytest.raises(ConfigError, match="shutdown_linger_s"):
         decode_config(ladder_toml("http://127.0.0.1:9", f"[gateway]\nshutdown_linger_s = {linger}\n"))
     assert decode_config(ladder_toml("http://127.0.0.1:9")).gateway.shutdown_linger_s == 5.0  # the default
+
+
+def test_an_idle_ctrl_c_stops_at_once_and_says_so(engine: str, tmp_path: Path) -> None:
+    with cascade_serve(tmp_path, engine) as gateway:  # default grace (30 s) and linger (5 s)
+        assert httpx.get(f"{gateway.url}/health", trust_env=False, timeout=5).status_code == 200  # closed after
+        gateway.stop(signal.SIGINT)
+        assert gateway.wait_exit(30) < 4.0  # neither the grace nor the linger is waited for
+        assert gateway.proc.returncode == 0
+        output = gateway.output()
+        assert output.rstrip().endswith("cascade.gateway: stopped"), output
+
+
+def test_an_idle_drain_says_it_waits_for_no_request(engine: str, tmp_path: Path) -> None:
+    with cascade_serve(tmp_path, engine, "[gateway]\nshutdown_linger_s = 0\n") as gateway:
+        with httpx.Client(base_url=gateway.url, trust_env=False) as client:  # open: the drain runs
+            assert client.get("/health").status_code == 200
+            gateway.stop(signal.SIGINT)
+            assert gateway.wait_exit(30) < 4.0
+        assert "no request in flight, stopping now" in gateway.output()

@@ -70,3 +70,46 @@ def test_deploy_dry_run_prints_sglang_commands_and_the_gateway_config(tmp_path) 
     assert "--tp-size 2" in out and 'url = "http://127.0.0.1:30001"' in out
     refused = run("deploy", "--plan", str(path))
     assert refused.returncode == 2 and "--dry-run" in refused.stderr
+
+
+def test_plan_json_names_the_slowest_tier_p95_and_the_end_to_end_p95_and_explains_each_allocation(
+        small_problem, tmp_path) -> None:
+    out = tmp_path / "plan.json"
+    summary = json.loads(run("optimize", "plan", "--spec", str(small_problem), "--out", str(out), "--json",
+                             "--no-figure").stdout)
+    plan = msgspec.json.decode(out.read_bytes(), type=Plan)
+    slowest = max(plan.deployment, key=lambda d: d.predicted_p95_latency_s or 0.0)
+    balanced = next(p for p in plan.operating_points if p.hint == "balanced")
+    assert summary["slowest_tier_p95_s"] == summary["latency_s"]  # the old key keeps its meaning
+    assert summary["slowest_tier"] == slowest.tier
+    assert summary["e2e_p95_s"] == balanced.predicted_e2e_p95_latency_s
+    assert set(summary["allocation_reasons"]) == set(plan.tiers)
+    for d in plan.deployment:
+        reason = summary["allocation_reasons"][d.tier]
+        assert "\n" not in reason and f"on {d.gpus} GPU(s)" in reason and f"{d.arrival_rate_rps:.4g} req/s" in reason
+    human = run("optimize", "plan", "--spec", str(small_problem), "--out", str(out), "--no-figure")
+    assert "slowest tier p95" in human.stdout and "end-to-end p95" in human.stdout
+    assert "Why each tier got its GPUs" in out.with_suffix(".md").read_text()
+
+
+def test_deploy_dry_run_names_the_absolute_files_it_would_write_and_hf_token_for_a_gated_model(tmp_path) -> None:
+    plan = {"tiers": ["a", "b"], "operating_points": [], "gpu": "h100-sxm", "gpus_per_node": 8,
+            "deployment": [{"tier": "a", "gpus": 4, "replicas": 1, "tp": 4, "model": "meta-llama/Llama-3.1-8B-Instruct"},
+                           {"tier": "b", "gpus": 4, "replicas": 1, "tp": 4, "model": "org/b"}]}
+    path = tmp_path / "plan.json"
+    path.write_text(json.dumps(plan))
+    result = subprocess.run([sys.executable, "-m", "cascade.cli", "deploy", "--plan", "plan.json", "--dry-run",
+                             "--log-dir", "engine-logs"], capture_output=True, text=True, timeout=60, cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert f"the gateway config {tmp_path / 'plan.cascade.toml'}," in result.stdout
+    assert f"{tmp_path / 'engine-logs'}/<tier>-<replica>.log" in result.stdout
+    [token] = [line for line in result.stdout.splitlines() if "HF_TOKEN" in line]
+    assert "meta-llama/Llama-3.1-8B-Instruct: gated" in token and "org/b" not in token
+    plan["deployment"][0]["model"] = "org/a"
+    path.write_text(json.dumps(plan))
+    local = run("deploy", "--plan", str(path), "--dry-run", "--engine", "local", "--engine-command", "echo {port}",
+                "--log-dir", str(tmp_path / "logs"))
+    assert local.returncode == 0, local.stderr
+    assert f"engine log {tmp_path / 'logs' / 'a-0.log'}" in local.stdout and "HF_TOKEN" not in local.stdout
+    hint = run("deploy", "--plan", str(path), "--dry-run")
+    assert "a gated model (meta-llama/*" in hint.stdout  # no gated model: the hint only
