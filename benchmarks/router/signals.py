@@ -33,6 +33,7 @@ import argparse
 import json
 import sys
 import time
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -55,6 +56,7 @@ from cascade.router.train.report import metrics_report, null_report
 from cascade.testing.scripts import print_result
 
 EMBEDDED_ROUTER = "models/routers/embedded-gsm8k"
+EMBEDDED_OUTCOMES = "models/outcomes/gsm8k-train-embedded-v8.jsonl"  # the card's data (checked by sha256 below)
 ROUTELLM_TIERS = ["mistralai/Mixtral-8x7B-Instruct-v0.1", "gpt-4-1106-preview"]
 ROUTELLM_TEXT = TrainOptions(features=("lexical", "steps", "restated"), cv_folds=0, domain_quantile=0.0)
 RESULT = "benchmarks/results/router_signals.json"
@@ -69,16 +71,36 @@ class Signals:
 
     def __init__(self, outcomes: Outcomes, text_options: TrainOptions, states: PromptStates) -> None:
         self.outcomes = outcomes
-        self.text = training_featurizer(classifier_for(text_options)).transform(outcomes.prompts)
-        log(f"MiniLM embeddings of {len(outcomes)} prompts")
-        self.minilm = minilm(outcomes.prompts)
-        log(f"hidden states of {len(outcomes)} prompts ({states.namespace})")
-        self.hidden = states.cache().vectors(outcomes.prompts, states.states, batch=16,
-                                             on_batch=lambda done, todo: log(f"  hidden states {done}/{todo}"))
-        self.views = view_columns(self.hidden.shape[1] // len(view_columns(1)))
+        self.text_options = text_options
+        self.states = states
+
+    @cached_property
+    def text(self) -> np.ndarray:
+        return training_featurizer(classifier_for(self.text_options)).transform(self.outcomes.prompts)
+
+    @cached_property
+    def minilm(self) -> np.ndarray:
+        log(f"MiniLM embeddings of {len(self.outcomes)} prompts")
+        return minilm(self.outcomes.prompts)
+
+    @cached_property
+    def hidden(self) -> np.ndarray:
+        log(f"hidden states of {len(self.outcomes)} prompts ({self.states.namespace})")
+        return self.states.cache().vectors(self.outcomes.prompts, self.states.states, batch=16,
+                                           on_batch=lambda done, todo: log(f"  hidden states {done}/{todo}"))
+
+    @property
+    def views(self) -> dict[str, np.ndarray]:
+        return view_columns(self.hidden.shape[1] // len(view_columns(1)))
+
+    @cached_property
+    def with_text(self) -> np.ndarray:
+        return np.hstack([self.hidden, self.text])
+
+    @property
+    def views_with_text(self) -> dict[str, np.ndarray]:
         text_columns = np.arange(self.hidden.shape[1], self.hidden.shape[1] + self.text.shape[1])
-        self.with_text = np.hstack([self.hidden, self.text])
-        self.views_with_text = {f"{name} + text": np.r_[columns, text_columns] for name, columns in self.views.items()}
+        return {f"{name} + text": np.r_[columns, text_columns] for name, columns in self.views.items()}
 
     def fitted(self, family: str, rows: np.ndarray, failed: np.ndarray, soft: np.ndarray | None,
                seed: int) -> tuple[Any, np.ndarray]:
@@ -134,10 +156,15 @@ def embedded(states: PromptStates, draws: int) -> dict[str, Any]:
     for family in ("knn", "knn_soft", "hidden", "hidden_soft", "hidden+text"):
         log(f"{family}, out of fold")
         p_fail[family] = np.zeros(failed.shape)
+        # Soft labels change only the reasoning tier's fit (the probe's tiers are independent): the other tiers'
+        # out-of-fold p_fail are the hard family's.
+        tiers = slice(-1, None) if family == "hidden_soft" else slice(None)
+        if family == "hidden_soft":
+            p_fail[family][:] = p_fail["hidden"]
         for train, test in splits:
-            model, X = signals.fitted(family, train, failed[train],
-                                      soft[train] if family.endswith("_soft") else None, options.seed)
-            p_fail[family][test] = model.predict_p_fail(X[test])
+            model, X = signals.fitted(family, train, failed[train][:, tiers],
+                                      soft[train][:, tiers] if family.endswith("_soft") else None, options.seed)
+            p_fail[family][test, tiers] = model.predict_p_fail(X[test])
             picks.setdefault(family, []).append(chosen(model))
     result: dict[str, Any] = {
         "data": card.data.path, "n": len(outcomes), "tiers": outcomes.tiers, "folds": options.cv_folds,
@@ -152,8 +179,12 @@ def embedded(states: PromptStates, draws: int) -> dict[str, Any]:
     return result
 
 
-def routellm(states: PromptStates) -> dict[str, Any]:
-    outcomes = load_outcomes(shared_data_dir() / "routellm" / "gsm8k_responses.csv", ROUTELLM_TIERS)
+def routellm_outcomes() -> Outcomes:
+    return load_outcomes(shared_data_dir() / "routellm" / "gsm8k_responses.csv", ROUTELLM_TIERS)
+
+
+def routellm(states: PromptStates, families: tuple[str, ...]) -> dict[str, Any]:
+    outcomes = routellm_outcomes()
     train_rows, test_rows = split_indices(len(outcomes), 0.5, 0)
     signals = Signals(outcomes, ROUTELLM_TEXT, states)
     test = outcomes.subset(test_rows)
@@ -162,7 +193,7 @@ def routellm(states: PromptStates) -> dict[str, Any]:
     p_fail = {"text": model.predict_p_fail_features(signals.text[test_rows])}
     picks = {}
     failed = ~outcomes.correct
-    for family in ("knn", "hidden", "hidden+text"):
+    for family in families:
         log(f"RouteLLM GSM8K: {family}")
         fitted, X = signals.fitted(family, train_rows, failed[train_rows], None, 0)
         p_fail[family] = fitted.predict_p_fail(X[test_rows])
@@ -197,15 +228,24 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--skip-costs", action="store_true")
     parser.add_argument("--mmlu", action="store_true", help="kNN on RouteLLM MMLU (~12k MiniLM embeddings)")
     parser.add_argument("--draws", type=int, default=100, help="random-route null draws (0 skips the null)")
+    parser.add_argument("--routellm-families", default="knn,hidden,hidden+text",
+                        help="families beside the text router on RouteLLM GSM8K (hidden states: ~1 s CPU a prompt)")
+    parser.add_argument("--cache-only", action="store_true",
+                        help="compute and cache the embedded ladder's, then RouteLLM GSM8K's features, and stop")
     parser.add_argument("--json-out", default=RESULT)
     args = parser.parse_args(argv)
     start = time.perf_counter()
     states = PromptStates()
+    if args.cache_only:
+        for outcomes in (load_outcomes(EMBEDDED_OUTCOMES, read_card(EMBEDDED_ROUTER).tiers), routellm_outcomes()):
+            signals = Signals(outcomes, ROUTELLM_TEXT, states)
+            _ = signals.minilm, signals.hidden
+        return 0
     result: dict[str, Any] = {"command": "python -m benchmarks.router.signals " + " ".join(argv or sys.argv[1:])}
     with threadpool_limits(limits=1):
         result["embedded_ladder"] = embedded(states, args.draws)
         if not args.skip_routellm:
-            result["routellm_gsm8k"] = routellm(states)
+            result["routellm_gsm8k"] = routellm(states, tuple(args.routellm_families.split(",")))
         if args.mmlu:
             result["routellm_mmlu"] = mmlu()
         if not args.skip_costs:
