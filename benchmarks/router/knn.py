@@ -18,7 +18,7 @@ import numpy as np
 from sklearn.model_selection import KFold
 
 KS = (5, 10, 20, 40, 80)
-SMOOTHING = (1.0, 4.0, 16.0)
+SMOOTHING = (1.0, 4.0, 16.0, 64.0, 256.0)  # up to ~the prior alone: CV picks how little the neighbours say
 # Keeps a near-duplicate from outweighing the rest: at cosine 1 a neighbour counts (0.3 + 0.05) / 0.05 = 7 times a
 # typical one at cosine 0.7.
 DISTANCE_FLOOR = 0.05

@@ -138,7 +138,10 @@ def _difference(p_fail: np.ndarray, text: np.ndarray, correct: np.ndarray) -> di
     return {"mean": round(point, 4), "ci95": [round(float(low), 4), round(float(high), 4)]}
 
 
-def embedded(states: PromptStates, draws: int) -> dict[str, Any]:
+EMBEDDED_FAMILIES = ("knn", "knn_soft", "hidden", "hidden_soft", "hidden+text")
+
+
+def embedded(states: PromptStates, draws: int, families: tuple[str, ...] = EMBEDDED_FAMILIES) -> dict[str, Any]:
     card = read_card(EMBEDDED_ROUTER)
     options = options_from_card(card, cv_folds=5).validate()
     outcomes = load_outcomes(card.data.path, card.tiers)
@@ -153,7 +156,7 @@ def embedded(states: PromptStates, draws: int) -> dict[str, Any]:
     p_fail = {"text": out_of_fold_p_fail(outcomes, options)}
     splits = outer_splits(outcomes.correct, outcomes.groups, options.cv_folds, options.seed)
     picks: dict[str, list[dict[str, Any]]] = {}
-    for family in ("knn", "knn_soft", "hidden", "hidden_soft", "hidden+text"):
+    for family in families:
         log(f"{family}, out of fold")
         p_fail[family] = np.zeros(failed.shape)
         # Soft labels change only the reasoning tier's fit (the probe's tiers are independent): the other tiers'
@@ -228,6 +231,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--skip-costs", action="store_true")
     parser.add_argument("--mmlu", action="store_true", help="kNN on RouteLLM MMLU (~12k MiniLM embeddings)")
     parser.add_argument("--draws", type=int, default=100, help="random-route null draws (0 skips the null)")
+    parser.add_argument("--families", default=",".join(EMBEDDED_FAMILIES),
+                        help="families beside the text router on the embedded ladder (hidden_soft needs hidden)")
     parser.add_argument("--routellm-families", default="knn,hidden,hidden+text",
                         help="families beside the text router on RouteLLM GSM8K (hidden states: ~1 s CPU a prompt)")
     parser.add_argument("--cache-only", action="store_true",
@@ -243,7 +248,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     result: dict[str, Any] = {"command": "python -m benchmarks.router.signals " + " ".join(argv or sys.argv[1:])}
     with threadpool_limits(limits=1):
-        result["embedded_ladder"] = embedded(states, args.draws)
+        result["embedded_ladder"] = embedded(states, args.draws, tuple(args.families.split(",")))
         if not args.skip_routellm:
             result["routellm_gsm8k"] = routellm(states, tuple(args.routellm_families.split(",")))
         if args.mmlu:
