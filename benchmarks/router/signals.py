@@ -227,6 +227,7 @@ def mmlu() -> dict[str, Any]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--skip-embedded", action="store_true")
     parser.add_argument("--skip-routellm", action="store_true")
     parser.add_argument("--skip-costs", action="store_true")
     parser.add_argument("--mmlu", action="store_true", help="kNN on RouteLLM MMLU (~12k MiniLM embeddings)")
@@ -235,20 +236,22 @@ def main(argv: list[str] | None = None) -> int:
                         help="families beside the text router on the embedded ladder (hidden_soft needs hidden)")
     parser.add_argument("--routellm-families", default="knn,hidden,hidden+text",
                         help="families beside the text router on RouteLLM GSM8K (hidden states: ~1 s CPU a prompt)")
-    parser.add_argument("--cache-only", action="store_true",
-                        help="compute and cache the embedded ladder's, then RouteLLM GSM8K's features, and stop")
+    parser.add_argument("--cache-only", choices=("embedded", "routellm"), default=None,
+                        help="compute and cache one data set's MiniLM and hidden-state features, and stop")
     parser.add_argument("--json-out", default=RESULT)
     args = parser.parse_args(argv)
     start = time.perf_counter()
     states = PromptStates()
     if args.cache_only:
-        for outcomes in (load_outcomes(EMBEDDED_OUTCOMES, read_card(EMBEDDED_ROUTER).tiers), routellm_outcomes()):
-            signals = Signals(outcomes, ROUTELLM_TEXT, states)
-            _ = signals.minilm, signals.hidden
+        outcomes = (load_outcomes(EMBEDDED_OUTCOMES, read_card(EMBEDDED_ROUTER).tiers) if args.cache_only == "embedded"
+                    else routellm_outcomes())
+        signals = Signals(outcomes, ROUTELLM_TEXT, states)
+        _ = signals.minilm, signals.hidden
         return 0
     result: dict[str, Any] = {"command": "python -m benchmarks.router.signals " + " ".join(argv or sys.argv[1:])}
     with threadpool_limits(limits=1):
-        result["embedded_ladder"] = embedded(states, args.draws, tuple(args.families.split(",")))
+        if not args.skip_embedded:
+            result["embedded_ladder"] = embedded(states, args.draws, tuple(args.families.split(",")))
         if not args.skip_routellm:
             result["routellm_gsm8k"] = routellm(states, tuple(args.routellm_families.split(",")))
         if args.mmlu:
