@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -55,7 +56,7 @@ def costs(states: PromptStates) -> dict[str, Any]:
     for size, prompt in prompts_to_time().items():
         hidden = states.timed(prompt, repeats=3 if size == "typical" else 1)
         result[size] = {"prompt_chars": len(prompt), "prompt_tokens": hidden["prompt_tokens"],
-                        "text": cpu_seconds(lambda p=prompt: model.predict_p_fail([p]), 20),
-                        "knn": cpu_seconds(lambda p=prompt: knn(p), 10),
+                        "text": cpu_seconds(partial(model.predict_p_fail, [prompt]), 20),
+                        "knn": cpu_seconds(partial(knn, prompt), 10),
                         "hidden": hidden["cpu_s"], "hidden_wall_s": hidden["wall_s"]}
     return result
