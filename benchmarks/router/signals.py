@@ -248,7 +248,9 @@ def main(argv: list[str] | None = None) -> int:
         signals = Signals(outcomes, ROUTELLM_TEXT, states)
         _ = signals.minilm, signals.hidden
         return 0
-    result: dict[str, Any] = {"command": "python -m benchmarks.router.signals " + " ".join(argv or sys.argv[1:])}
+    # Each section records the command that wrote it: a run that skips a section keeps the one written before.
+    command = "python -m benchmarks.router.signals " + " ".join(argv or sys.argv[1:])
+    result: dict[str, Any] = {}
     with threadpool_limits(limits=1):
         if not args.skip_embedded:
             result["embedded_ladder"] = embedded(states, args.draws, tuple(args.families.split(",")))
@@ -258,9 +260,11 @@ def main(argv: list[str] | None = None) -> int:
             result["routellm_mmlu"] = mmlu()
         if not args.skip_costs:
             result["cost_per_request"] = costs(states)
-    result["elapsed_s"] = round(time.perf_counter() - start, 1)
+    for section in result.values():
+        section["command"] = command
+        section["elapsed_s"] = round(time.perf_counter() - start, 1)  # since the run started
     previous = Path(args.json_out)
-    if previous.is_file():  # a run that skips a section keeps the one written before
+    if previous.is_file():
         result = json.loads(previous.read_text()) | result
     print_result(result, args.json_out, indent=1)
     return 0
