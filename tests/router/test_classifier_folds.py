@@ -41,3 +41,20 @@ def test_cross_validated_p_fail_stratifies_on_a_tier_that_fills_every_fold() -> 
     folds = StratifiedKFold(5, shuffle=True, random_state=0).split(prompts, ladder[:, 1])
     per_fold = [int((~ladder[test, 1]).sum()) for _, test in folds]
     assert max(per_fold) - min(per_fold) <= 1
+
+
+def test_outer_splits_are_the_folds_cross_validation_scores_on() -> None:
+    """Benchmarks score other estimators on `outer_splits`: each row is held out exactly once, grouped folds keep a
+    group on one side, and the stratified ones follow the seed."""
+    from cascade.router.train.estimator import outer_splits
+
+    _, correct = synthetic_outcomes(n=60, seed=4)
+    for groups in (None, [f"g{i % 7}" for i in range(60)]):
+        splits = outer_splits(correct, groups, folds=5, seed=1)
+        held_out = np.sort(np.concatenate([test for _, test in splits]))
+        assert len(splits) == 5 and np.array_equal(held_out, np.arange(60))
+        if groups is not None:
+            for train, test in splits:
+                assert not {groups[i] for i in train} & {groups[i] for i in test}
+    first, again = outer_splits(correct, seed=1), outer_splits(correct, seed=1)
+    assert all(np.array_equal(a[1], b[1]) for a, b in zip(first, again, strict=True))

@@ -203,17 +203,9 @@ def cross_validated_p_fail(model: DifficultyClassifier, prompts: Sequence[str], 
     tier that fails and succeeds at least `folds` times each (a weak tier that is almost never right, like
     SmolLM2 on GSM8K at 4 of 300, cannot be spread over the folds), else of the most balanced tier. ``X``: the
     prompts' features if already computed by ``training_featurizer(model).transform``."""
-    from sklearn.model_selection import GroupKFold
-
     correct = np.asarray(correct, dtype=bool)
     prompts = list(prompts)
-    if groups is not None and len(set(groups)) >= folds:
-        splits = GroupKFold(folds).split(prompts, groups=list(groups))
-    else:
-        minority = _minority_counts(correct)
-        stratum = _first_tier_with(minority, folds)
-        stratum = int(np.argmax(minority)) if stratum is None else stratum
-        splits = StratifiedKFold(folds, shuffle=True, random_state=seed).split(prompts, correct[:, stratum])
+    splits = outer_splits(correct, groups, folds, seed)
     # Featurized once: nothing in the featurizer is fitted per fold (standardisation is, inside
     # fit_classifier_features), and embedding blocks cost ~25 ms per prompt.
     X = training_featurizer(model).transform(prompts) if X is None else X
@@ -222,6 +214,22 @@ def cross_validated_p_fail(model: DifficultyClassifier, prompts: Sequence[str], 
         fitted = fit_classifier_features(_unfitted_copy(model), X[train], correct[train])
         p_fail[test] = fitted.predict_p_fail_features(X[test])
     return p_fail
+
+
+def outer_splits(correct: np.ndarray, groups: Sequence[str] | None = None, folds: int = 5,
+                 seed: int = 0) -> list[tuple[np.ndarray, np.ndarray]]:
+    """The (train, test) row indices of `cross_validated_p_fail`'s folds (its docstring says how they are drawn):
+    benchmarks that score other estimators out of fold use these so every family is scored on the same folds."""
+    from sklearn.model_selection import GroupKFold
+
+    correct = np.asarray(correct, dtype=bool)
+    rows = np.zeros(len(correct))
+    if groups is not None and len(set(groups)) >= folds:
+        return list(GroupKFold(folds).split(rows, groups=list(groups)))
+    minority = _minority_counts(correct)
+    stratum = _first_tier_with(minority, folds)
+    stratum = int(np.argmax(minority)) if stratum is None else stratum
+    return list(StratifiedKFold(folds, shuffle=True, random_state=seed).split(rows, correct[:, stratum]))
 
 
 def _unfitted_copy(model: DifficultyClassifier) -> DifficultyClassifier:
