@@ -13,6 +13,7 @@ from typing import Any
 
 from cascade.config import Limits
 from cascade.gateway.openapi_schemas import REF, bound
+from cascade.schemas import EFFORT_LEVELS
 from cascade.service.responses_api.objects import STREAM_EVENTS, ResponseDeleted, ResponseObject
 from cascade.service.responses_api.wire import (
     FunctionCallItem,
@@ -46,6 +47,10 @@ def constrain_responses_request(schemas: dict[str, Any], limits: Limits, model_i
                         "description": "A user message, or input items: messages, and the function calls and their "
                                        "outputs of a tool-using turn."}
     bound(request["tools"], maxItems=limits.max_tools)
+    # The chat request's `reasoning_effort` levels (a string here: the chat request also takes a number).
+    schemas["ReasoningConfig"]["properties"]["effort"] = {
+        "anyOf": [{"enum": list(EFFORT_LEVELS)}, {"type": "null"}], "default": None,
+        "description": "`reasoning_effort`'s level: a quality hint ([routing.effort]) and the engine's thinking."}
 
 
 def responses_body(model_ids: Sequence[str]) -> dict[str, Any]:

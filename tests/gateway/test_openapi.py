@@ -110,6 +110,17 @@ def test_errors_name_their_statuses_and_overload_documents_retry_after() -> None
     assert "text/plain" in document["paths"]["/metrics"]["get"]["responses"]["200"]["content"]
 
 
+def test_a_responses_reasoning_effort_is_a_level_in_the_schema_as_the_service_reads_it() -> None:
+    # Schemathesis found a request the schema allowed (any string) and the service refused: the schema lists the levels.
+    document = openapi_document(MODEL_IDS, Limits())
+    request = {"$ref": "#/components/schemas/ResponsesRequest"}
+    check = validator(document, request)
+    check.validate({"model": "cascade", "input": "Hi", "reasoning": {"effort": "high"}})
+    for wrong in (")\x06", 0.5):
+        with pytest.raises(jsonschema_rs.ValidationError):
+            check.validate({"model": "cascade", "input": "Hi", "reasoning": {"effort": wrong}})
+
+
 # --- the schemas against real requests and responses ---------------------------------------
 
 
