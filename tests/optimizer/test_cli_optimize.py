@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import msgspec
 
@@ -56,12 +57,17 @@ def test_a_bad_problem_file_is_one_line_and_exit_2(tmp_path) -> None:
     assert missing.returncode == 2 and "cannot read latency table" in missing.stderr
 
 
-def test_deploy_dry_run_prints_sglang_commands_and_the_gateway_config(tmp_path) -> None:
+def _two_tier_plan(tmp_path, first: dict[str, object]) -> Path:
+    """plan.json with tier `a` as given and tier `b` on 4 GPUs (TP4), for `cascade deploy`."""
     plan = {"tiers": ["a", "b"], "operating_points": [], "gpu": "h100-sxm", "gpus_per_node": 8,
-            "deployment": [{"tier": "a", "gpus": 4, "replicas": 2, "tp": 2, "model": "org/a"},
-                           {"tier": "b", "gpus": 4, "replicas": 1, "tp": 4, "model": "org/b"}]}
+            "deployment": [first, {"tier": "b", "gpus": 4, "replicas": 1, "tp": 4, "model": "org/b"}]}
     path = tmp_path / "plan.json"
     path.write_text(json.dumps(plan))
+    return path
+
+
+def test_deploy_dry_run_prints_sglang_commands_and_the_gateway_config(tmp_path) -> None:
+    path = _two_tier_plan(tmp_path, {"tier": "a", "gpus": 4, "replicas": 2, "tp": 2, "model": "org/a"})
     result = run("deploy", "--plan", str(path), "--engine", "sglang", "--dry-run")
     assert result.returncode == 0, result.stderr
     out = result.stdout
@@ -93,11 +99,8 @@ def test_plan_json_names_the_slowest_tier_p95_and_the_end_to_end_p95_and_explain
 
 
 def test_deploy_dry_run_names_the_absolute_files_it_would_write_and_hf_token_for_a_gated_model(tmp_path) -> None:
-    plan = {"tiers": ["a", "b"], "operating_points": [], "gpu": "h100-sxm", "gpus_per_node": 8,
-            "deployment": [{"tier": "a", "gpus": 4, "replicas": 1, "tp": 4, "model": "meta-llama/Llama-3.1-8B-Instruct"},
-                           {"tier": "b", "gpus": 4, "replicas": 1, "tp": 4, "model": "org/b"}]}
-    path = tmp_path / "plan.json"
-    path.write_text(json.dumps(plan))
+    _two_tier_plan(tmp_path, {"tier": "a", "gpus": 4, "replicas": 1, "tp": 4,
+                              "model": "meta-llama/Llama-3.1-8B-Instruct"})
     result = subprocess.run([sys.executable, "-m", "cascade.cli", "deploy", "--plan", "plan.json", "--dry-run",
                              "--log-dir", "engine-logs"], capture_output=True, text=True, timeout=60, cwd=tmp_path)
     assert result.returncode == 0, result.stderr
@@ -105,8 +108,7 @@ def test_deploy_dry_run_names_the_absolute_files_it_would_write_and_hf_token_for
     assert f"{tmp_path / 'engine-logs'}/<tier>-<replica>.log" in result.stdout
     [token] = [line for line in result.stdout.splitlines() if "HF_TOKEN" in line]
     assert "meta-llama/Llama-3.1-8B-Instruct: gated" in token and "org/b" not in token
-    plan["deployment"][0]["model"] = "org/a"
-    path.write_text(json.dumps(plan))
+    path = _two_tier_plan(tmp_path, {"tier": "a", "gpus": 4, "replicas": 1, "tp": 4, "model": "org/a"})
     local = run("deploy", "--plan", str(path), "--dry-run", "--engine", "local", "--engine-command", "echo {port}",
                 "--log-dir", str(tmp_path / "logs"))
     assert local.returncode == 0, local.stderr
