@@ -107,7 +107,7 @@ def plot_cdfs(out: Path, runs: dict[str, list[RequestRecord]]) -> Path | None:
         ax.set_title(f"{title} CDF")
         ax.set_xlabel("ms")
         ax.grid(alpha=0.3)
-        ax.legend()
+        ax.legend(loc="best")
     axes[0].set_ylabel("fraction of completed requests")
     return save(fig, out / "compare_cdfs.png")
 

@@ -178,7 +178,7 @@ def plot(rows: list[dict[str, Any]], arms: list[str], path: str) -> None:
     tok_ax.set_xlabel("quality target")
     tok_ax.set_ylabel("tokens decoded per request")
     tok_ax.set_title("decode work")
-    lat_ax.legend()
+    lat_ax.legend(loc="best")
     fig.tight_layout()
     fig.savefig(path, dpi=120)
 

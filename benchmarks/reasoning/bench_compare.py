@@ -121,13 +121,13 @@ def plot(result: dict[str, Any], path: Path, title: str) -> None:
         left.errorbar(r["decode_tokens_mean"], r["accuracy"], yerr=[[r["accuracy"] - low], [high - r["accuracy"]]],
                       marker="o", capsize=4, label=name)
     left.set(xlabel="decode tokens per question (all branches)", ylabel="accuracy (95% CI)", title=title)
-    left.legend(fontsize=8)
+    left.legend(loc="best", fontsize=8)
     x = np.arange(len(runs))
     right.bar(x - 0.2, [r["latency_s_mean"] for r in runs.values()], 0.4, label="mean")
     right.bar(x + 0.2, [r["latency_s_p95"] for r in runs.values()], 0.4, label="p95")
     right.set_xticks(x, list(runs))
     right.set(ylabel="latency from arrival (s)", title=f"{result['questions']} questions")
-    right.legend(fontsize=8)
+    right.legend(loc="best", fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
 

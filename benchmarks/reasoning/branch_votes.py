@@ -153,7 +153,7 @@ def plot(result: dict[str, Any], path: Path, title: str) -> None:
     ax.axhline(result["per_branch"], color="grey", linestyle=":",
                label=f"one sampled branch {result['per_branch']:.2f}")
     ax.set(xlabel="branches N", ylabel="accuracy", title=title)
-    ax.legend(fontsize=8)
+    ax.legend(loc="best", fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
 

@@ -90,7 +90,7 @@ def plot(path: str, sizes: list[int], apgrs: np.ndarray, prior: np.ndarray, titl
     ax.set_xlabel("training rows")
     ax.set_ylabel("APGR on the held-out part")
     ax.set_title(title, fontsize=9)
-    ax.legend(fontsize=8)
+    ax.legend(loc="best", fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)

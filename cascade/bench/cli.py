@@ -224,7 +224,7 @@ def _plot_sweep(path: Any, sweep: list[dict], methods: dict[str, dict], n: int, 
     ax.set_xlabel("mean end-to-end latency (s)")
     ax.set_ylabel("accuracy")
     ax.set_title("Branches: accuracy vs latency (SART labelled N:M)")
-    ax.legend()
+    ax.legend(loc="best")
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)

@@ -36,6 +36,9 @@ from cascade.schemas import ChatMessage
 TEMPLATE_FILE = "chat_template.jinja"
 TOKENIZER_FILE = "tokenizer.json"
 TOKENIZER_CONFIG = "tokenizer_config.json"
+# tokenizer_config.json's `tokenizer_class`es whose transformers class normalizes to NFC (tests/engines/
+# test_prompt_count.py checks each prepared model's pipeline against the worker's).
+NFC_CLASSES = frozenset({"Qwen2Tokenizer", "Qwen2TokenizerFast", "Qwen3_5Tokenizer"})
 SPECIAL_TOKENS = ("bos_token", "eos_token", "unk_token", "sep_token", "pad_token", "cls_token", "mask_token")
 
 
@@ -59,7 +62,7 @@ class TemplateCounter:
 
     def __init__(self, tokenizer: Any, tokenizer_id: str, template: Any, special: dict[str, str]) -> None:
         self.tokenizer = tokenizer  # a tokenizers.Tokenizer
-        self.tokenizer_id = tokenizer_id  # the sha256 of its tokenizer.json: two models may share one
+        self.tokenizer_id = tokenizer_id  # the sha256 of its tokenizer.json (and class, where that adds NFC): shared
         self.template = template  # a compiled jinja2 Template
         self.special = special
 
@@ -81,13 +84,16 @@ class TemplateCounter:
         raw = (model_dir / TOKENIZER_FILE).read_bytes()
         digest = hashlib.sha256(raw).hexdigest()
         tokenizers = {} if tokenizers is None else tokenizers
-        if digest not in tokenizers:
+        tokenizer_class = config.get("tokenizer_class")
+        key = f"{digest}:{tokenizer_class}" if tokenizer_class in NFC_CLASSES else digest
+        if key not in tokenizers:
             try:
-                tokenizers[digest] = Tokenizer.from_str(raw.decode())
+                tokenizer = Tokenizer.from_str(raw.decode())
             except Exception as e:  # tokenizers raises a bare Exception for a file it cannot read
                 raise ValueError(f"{model_dir / TOKENIZER_FILE}: {e}") from e
+            tokenizers[key] = _with_class_normalizer(tokenizer, tokenizer_class)
         special = {k: v for k in SPECIAL_TOKENS if isinstance(v := _token(config.get(k)), str)}
-        return cls(tokenizers[digest], digest, compile_template(source), special)
+        return cls(tokenizers[key], key, compile_template(source), special)
 
     def render(self, messages: Sequence[ChatMessage]) -> str | None:
         """The prompt the worker encodes for `messages`, its generation prompt included; None when it is not counted
@@ -109,6 +115,17 @@ class TemplateCounter:
         """`messages`' prompt tokens as the worker counts them (None: not counted here, as `render`)."""
         text = self.render(messages)
         return None if text is None else self.tokens(text)
+
+
+def _with_class_normalizer(tokenizer: Any, tokenizer_class: object) -> Any:
+    """`tokenizer` as the worker's tokenizer class rebuilds it: transformers 5's Qwen2 classes set an NFC normalizer
+    that their tokenizer.json lacks, so a decomposed `é` (e and U+0301) is one token to the worker, two to the file."""
+    if tokenizer_class not in NFC_CLASSES or tokenizer.normalizer is not None:
+        return tokenizer
+    from tokenizers import normalizers
+
+    tokenizer.normalizer = normalizers.NFC()
+    return tokenizer
 
 
 def _token(value: object) -> object:

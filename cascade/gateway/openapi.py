@@ -37,6 +37,7 @@ from cascade.schemas import (
     ModelList,
     RouteDecision,
 )
+from cascade.service.responses_api.service import RESPONSE_ID
 
 if TYPE_CHECKING:
     from cascade.service.chat import ChatService
@@ -204,7 +205,9 @@ def _stored(operation_id: str, summary: str, ok: dict[str, Any], errors: Sequenc
             security: list[dict[str, list[str]]] | None) -> dict[str, Any]:
     operation = _operation(operation_id, summary, ok, errors, security)
     operation["parameters"] = [{"name": "response_id", "in": "path", "required": True,
-                                "description": "The response's `id` (`resp_...`).", "schema": {"type": "string"}}]
+                                "description": "The response's `id` (`resp_` and 48 hex digits).",
+                                # Its exact form: other text, an encoded slash among it, names no stored response.
+                                "schema": {"type": "string", "pattern": "^" + RESPONSE_ID.pattern + "$"}}]
     return operation
 
 

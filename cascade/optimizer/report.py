@@ -200,7 +200,7 @@ def figure(plan: Plan, path: str | Path) -> None:
     front_ax.set_xlabel("worst-tier p95 latency (s)")
     front_ax.set_ylabel("quality")
     front_ax.set_title("latency-quality front")
-    front_ax.legend(fontsize=8)
+    front_ax.legend(loc="best", fontsize=8)
     names = [d.tier for d in plan.deployment]
     gpus = [d.gpus for d in plan.deployment]
     bars = alloc_ax.bar(names, gpus, color="tab:blue")
