@@ -92,7 +92,8 @@ def request_line(decision: Decision, latency_s: float, prompt_tokens: int, compl
     """The log line of an answered request (`[gateway] log_requests`): what it asked, what answered, what it took."""
     branches = ""
     if answer is not None and answer.reports:
-        branches = f", {answer.branches_configured} branches, {answer.decode_tokens} decoded"
+        launched = sum(r.launched for r in answer.reports)  # an adaptive vote often settles on its first wave
+        branches = f", {launched} of {answer.branches_configured} branches, {answer.decode_tokens} decoded"
     moved = f", {decision.escalations} escalations" if decision.escalations else ""
     return (f"{'stream' if stream else 'whole'} {decision.hint} -> {decision.tier.name}: {prompt_tokens} prompt + "
             f"{completion_tokens} completion tokens in {latency_s:.1f} s{branches}{moved}")

@@ -41,3 +41,19 @@ def test_each_answered_request_is_one_line_naming_hint_tier_tokens_and_time(capl
 def test_requests_are_not_logged_unless_asked(caplog: pytest.LogCaptureFixture) -> None:
     lines = _served(caplog, "", port=None)
     assert not [line for line in lines if " -> " in line or "listening" in line], lines
+
+
+def test_a_voted_request_logs_the_branches_it_launched_of_those_configured() -> None:
+    from types import SimpleNamespace
+    from typing import cast
+
+    from cascade.branches.runner import BranchReport
+    from cascade.service.decision import Decision
+    from cascade.service.telemetry import request_line
+    from cascade.tiers.answer import Answer
+
+    report = BranchReport(launched=2, finished=2, pruned_phase1=0, pruned_phase2=0, early_stopped=0, failed=0,
+                          decode_tokens=8, scores_computed=0, answer="391", votes={"391": 2}, chosen=0)
+    decision = cast(Decision, SimpleNamespace(hint="best", tier=SimpleNamespace(name="reason"), escalations=0))
+    line = request_line(decision, 1.25, 45, 4, Answer(results=[], reports=[report], branches_configured=8), False)
+    assert line == "whole best -> reason: 45 prompt + 4 completion tokens in 1.2 s, 2 of 8 branches, 8 decoded"
