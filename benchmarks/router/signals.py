@@ -9,6 +9,7 @@ probe's view and C are chosen per tier by cross-validation inside each training 
   * knn: kNN p_fail over MiniLM embeddings (the baseline each new family must beat);
   * hidden: a logistic probe per tier on Qwen2.5-Coder-0.5B's prompt states (prefill, chat template applied;
     layers 12, 18 and the final norm's output, mean-pooled and last token: 6 candidate views);
+  * hidden <view> (e.g. "hidden last L18"): the probe on that one view, no choice among views;
   * hidden+text: the same with the text blocks' columns appended to every view;
   * hidden_soft, knn_soft (embedded ladder only): the reasoning tier trained on its failure rate over the sampled
     branches recorded for 379 of the 384 questions (cascade/testing/twin.py names the files) instead of one bit.
@@ -20,6 +21,7 @@ probe's view and C are chosen per tier by cross-validation inside each training 
 (b) RouteLLM GSM8K, the fixed 50/50 split of seed 0 (benchmarks/router/quality.py): trained on 659, scored on 660.
     The answering models are Mixtral and GPT-4, so the 0.5B model is only a small local encoder here.
 (c) --mmlu: RouteLLM MMLU, 5-fold GroupKFold by subject, kNN only (pooled out-of-fold APGR).
+The same families over repeated fold assignments, intervals pooled: benchmarks/router/signals_repeated.py.
 Costs: process CPU seconds per request for each family's features at a typical (median) GSM8K prompt and at
 `max_prompt_chars` (8,192: the most the router reads), one thread.
 
@@ -47,7 +49,7 @@ from benchmarks.router.probe import ProbeFailure
 from benchmarks.router.signal_costs import costs
 from benchmarks.router.signal_features import minilm, reasoning_fail_rates
 from cascade.router import evaluate as ev
-from cascade.router.artifact import read_card
+from cascade.router.artifact import RouterCard, read_card
 from cascade.router.outcomes import Outcomes, load_outcomes, shared_data_dir, split_indices
 from cascade.router.train.aux_models import training_featurizer
 from cascade.router.train.estimator import outer_splits
@@ -64,6 +66,21 @@ RESULT = "benchmarks/results/router_signals.json"
 
 def log(message: str) -> None:
     print(f"[signals {time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
+
+
+# A family named "hidden <view>" (e.g. "hidden last L18") is the probe on that one view of hidden_states.view_columns;
+# "hidden" alone chooses among all of them by the training rows' CV.
+FIXED_VIEW = "hidden "
+
+
+def family_views(family: str, views: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """The views a hidden-state family's probe chooses among: the one it names after FIXED_VIEW, else all."""
+    if not family.startswith(FIXED_VIEW):
+        return views
+    view = family.removeprefix(FIXED_VIEW)
+    if view not in views:
+        raise ValueError(f"{family!r}: no view {view!r}; the views are {', '.join(views)}")
+    return {view: views[view]}
 
 
 class Signals:
@@ -111,7 +128,8 @@ class Signals:
         if family.startswith("hidden+text"):
             probe = ProbeFailure(self.views_with_text, random_state=seed)
             return probe.fit(self.with_text[rows], failed, soft), self.with_text
-        return ProbeFailure(self.views, random_state=seed).fit(self.hidden[rows], failed, soft), self.hidden
+        probe = ProbeFailure(family_views(family, self.views), random_state=seed)
+        return probe.fit(self.hidden[rows], failed, soft), self.hidden
 
 
 def chosen(model: Any) -> dict[str, Any]:
@@ -141,13 +159,18 @@ def _difference(p_fail: np.ndarray, text: np.ndarray, correct: np.ndarray) -> di
 EMBEDDED_FAMILIES = ("knn", "knn_soft", "hidden", "hidden_soft", "hidden+text")
 
 
-def embedded(states: PromptStates, draws: int, families: tuple[str, ...] = EMBEDDED_FAMILIES) -> dict[str, Any]:
+def embedded_inputs() -> tuple[RouterCard, TrainOptions, Outcomes, np.ndarray | None]:
+    """The embedded router's card, its training options (5 folds), the outcomes it names (checked) and its costs."""
     card = read_card(EMBEDDED_ROUTER)
     options = options_from_card(card, cv_folds=5).validate()
     outcomes = load_outcomes(card.data.path, card.tiers)
     if outcomes.sha256 != card.data.sha256 or card.data.train_fraction != 1.0:
         raise SystemExit(f"{card.data.path} is not the data the card names, or the card holds rows out")
-    costs_ = None if options.costs is None else np.asarray(options.costs)
+    return card, options, outcomes, None if options.costs is None else np.asarray(options.costs)
+
+
+def embedded(states: PromptStates, draws: int, families: tuple[str, ...] = EMBEDDED_FAMILIES) -> dict[str, Any]:
+    card, options, outcomes, costs_ = embedded_inputs()
     failed = ~outcomes.correct
     soft = np.full(failed.shape, np.nan)
     soft[:, -1], coverage = reasoning_fail_rates(outcomes.ids)
@@ -260,14 +283,20 @@ def main(argv: list[str] | None = None) -> int:
             result["routellm_mmlu"] = mmlu()
         if not args.skip_costs:
             result["cost_per_request"] = costs(states)
+    write_sections(result, args.json_out, command, start)
+    return 0
+
+
+def write_sections(result: dict[str, Any], json_out: str, command: str, start: float) -> None:
+    """Print ``result`` and write it over the same keys of ``json_out`` (other keys kept), each section recording
+    the command that wrote it and the seconds since ``start`` (perf_counter)."""
     for section in result.values():
         section["command"] = command
         section["elapsed_s"] = round(time.perf_counter() - start, 1)  # since the run started
-    previous = Path(args.json_out)
+    previous = Path(json_out)
     if previous.is_file():
         result = json.loads(previous.read_text()) | result
-    print_result(result, args.json_out, indent=1)
-    return 0
+    print_result(result, json_out, indent=1)
 
 
 if __name__ == "__main__":

@@ -19,6 +19,7 @@ from cascade.router.train.null import (
     fold_of_rows,
     named_picks,
     nested_thresholds,
+    null_samples,
     random_null,
 )
 
@@ -134,3 +135,18 @@ def test_the_report_round_trips_through_json_as_cards_carry_it() -> None:
     report = random_null(difficulty, correct, tokens=tokens)
     assert msgspec.convert(msgspec.to_builtins(report), NullReport) == report
     assert [p.name for p in report.points] == list(HINT_GAP_RECOVERED) and report.draws == MIN_DRAWS
+
+
+def test_the_samples_are_what_the_report_summarises() -> None:
+    difficulty, correct, tokens = two_tiers(n=120)
+    report = random_null(difficulty, correct, tokens=tokens, seed=4)
+    samples = null_samples(difficulty, correct, tokens=tokens, seed=4)
+    assert list(samples) == [p.name for p in report.points]
+    for point in report.points:
+        s = samples[point.name]["out_of_fold"]
+        assert s.null.shape == (report.draws, 3) and s.differences.shape == (report.resamples, 3)
+        assert point.out_of_fold.router.accuracy == round(float(s.router[0]), 4)
+        assert point.out_of_fold.null.token_share is not None
+        assert point.out_of_fold.null.token_share.mean == round(float(s.null[:, 2].mean()), 4)
+        assert point.out_of_fold.router_minus_null.accuracy.ci95 == [
+            round(float(v), 4) for v in np.percentile(s.differences[:, 0], [2.5, 97.5])]

@@ -24,6 +24,7 @@ Pure numpy besides the calibration rule it shares with training (cascade/router/
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import NamedTuple
 
 import msgspec
 import numpy as np
@@ -116,15 +117,32 @@ def named_picks(scores: np.ndarray, correct: np.ndarray, costs: np.ndarray | Non
     return tiers
 
 
+def _top_tier(correct: np.ndarray) -> int:
+    """The most accurate tier: token shares are relative to its decode tokens."""
+    return int(np.asarray(correct, dtype=float).mean(axis=0).argmax())
+
+
+def _known_tokens(tokens: np.ndarray | None) -> np.ndarray | None:
+    """Decode tokens as floats, or None unless every row's every tier has a count."""
+    known = tokens is not None and bool(np.isfinite(tokens).all())
+    return np.asarray(tokens, dtype=float) if known else None
+
+
+def _token_reference(correct: np.ndarray, tokens: np.ndarray | None, tiers: list[str] | None) -> str | None:
+    if _known_tokens(tokens) is None:
+        return None
+    top = _top_tier(correct)
+    return tiers[top] if tiers else str(top)
+
+
 class _Rows:
     """What each row's picked tier scores: correct (0/1), cost and decode tokens (NaN-free or None)."""
 
     def __init__(self, correct: np.ndarray, costs: np.ndarray, tokens: np.ndarray | None) -> None:
         self.correct = np.asarray(correct, dtype=float)
         self.costs = costs
-        self.top = int(self.correct.mean(axis=0).argmax())
-        known = tokens is not None and bool(np.isfinite(tokens).all())
-        self.tokens = np.asarray(tokens, dtype=float) if known else None
+        self.top = _top_tier(correct)
+        self.tokens = _known_tokens(tokens)
 
     def per_row(self, tiers: np.ndarray) -> np.ndarray:
         """(metrics, rows): correctness, cost and tokens (NaN rows when unknown) of ``tiers``' picks."""
@@ -140,12 +158,35 @@ class _Rows:
         return np.stack([picked[..., 0, :].mean(axis=-1), picked[..., 1, :].mean(axis=-1), share], axis=-1)
 
 
+class Samples(NamedTuple):
+    """One named hint in one mode, as arrays of (accuracy, cost, token share) columns (token share NaN where tokens are
+    unknown): the router's, the null's per draw (draws, 3), and the paired bootstrap differences router - null
+    (resamples, 3). Callers that pool several reports (e.g. repeated fold assignments) pool these."""
+
+    router: np.ndarray
+    null: np.ndarray
+    differences: np.ndarray
+
+
 def random_null(scores: np.ndarray, correct: np.ndarray, *, costs: np.ndarray | None = None,
                 tokens: np.ndarray | None = None, tiers: list[str] | None = None, draws: int = DEFAULT_DRAWS,
                 folds: int = DEFAULT_FOLDS, seed: int = 0, resamples: int = RESAMPLES) -> NullReport:
     """The router's named operating points (its route ``scores`` calibrated by `calibrate_scores`) beside the
     random-route null's, in sample and out of fold (module docstring). ``correct`` and ``tokens``: (rows, tiers);
     every random choice (the draws, the folds, the resamples) follows ``seed``."""
+    samples = null_samples(scores, correct, costs=costs, tokens=tokens, draws=draws, folds=folds, seed=seed,
+                           resamples=resamples)
+    points = [HonestPoint(name=hint, **{mode: _versus(s) for mode, s in by_mode.items()})
+              for hint, by_mode in samples.items()]
+    return NullReport(draws=draws, seed=seed, folds=folds, resamples=resamples,
+                      token_reference=_token_reference(correct, tokens, tiers), points=points)
+
+
+def null_samples(scores: np.ndarray, correct: np.ndarray, *, costs: np.ndarray | None = None,
+                 tokens: np.ndarray | None = None, draws: int = DEFAULT_DRAWS, folds: int = DEFAULT_FOLDS,
+                 seed: int = 0, resamples: int = RESAMPLES) -> dict[str, dict[str, Samples]]:
+    """hint -> mode ("in_sample", "out_of_fold") -> `Samples`: what `random_null` summarises, with the same
+    arguments and the same seeded draws, folds and resamples."""
     check_draws(draws, folds)
     correct = np.asarray(correct, dtype=bool)
     n, n_tiers = correct.shape
@@ -160,28 +201,23 @@ def random_null(scores: np.ndarray, correct: np.ndarray, *, costs: np.ndarray | 
     modes: dict[str, np.ndarray | None] = {"in_sample": None, "out_of_fold": fold}
     router = {mode: named_picks(np.asarray(scores, float), correct, costs, f) for mode, f in modes.items()}
     null = {mode: [named_picks(u, correct, costs, f) for u in null_scores] for mode, f in modes.items()}
-    points = []
+    samples: dict[str, dict[str, Samples]] = {}
     for hint in router["in_sample"]:
-        versus = {}
         for mode in modes:
             mine = rows.per_row(router[mode][hint])
             theirs = np.stack([rows.per_row(picks[hint]) for picks in null[mode]])
-            versus[mode] = _versus(rows, mine, theirs, resampled)
-        points.append(HonestPoint(name=hint, **versus))
-    return NullReport(draws=draws, seed=seed, folds=folds, resamples=resamples,
-                      token_reference=None if rows.tokens is None else (tiers[rows.top] if tiers else str(rows.top)),
-                      points=points)
+            draw_of = np.arange(len(resampled)) % len(theirs)
+            differences = np.stack([rows.summary(mine, r) - rows.summary(theirs[d], r)
+                                    for r, d in zip(resampled, draw_of, strict=True)])
+            samples.setdefault(hint, {})[mode] = Samples(rows.summary(mine), rows.summary(theirs), differences)
+    return samples
 
 
-def _versus(rows: _Rows, mine: np.ndarray, theirs: np.ndarray, resampled: np.ndarray) -> Versus:
-    router = rows.summary(mine)
-    per_draw = rows.summary(theirs)  # (draws, 3)
-    draw_of = np.arange(len(resampled)) % len(theirs)
-    differences = np.stack([rows.summary(mine, r) - rows.summary(theirs[d], r)
-                            for r, d in zip(resampled, draw_of, strict=True)])
+def _versus(samples: Samples) -> Versus:
+    router, per_draw = samples.router, samples.null
     return Versus(router=Measured(accuracy=_round(router[0]), cost=_round(router[1]), token_share=_known(router[2])),
                   null=_spread(per_draw, lambda m: per_draw[:, m].mean()),
-                  router_minus_null=_spread(differences, lambda m: router[m] - per_draw[:, m].mean()))
+                  router_minus_null=_spread(samples.differences, lambda m: router[m] - per_draw[:, m].mean()))
 
 
 def _spread(values: np.ndarray, mean: Callable[[int], float]) -> Spread:
