@@ -85,8 +85,8 @@ def _held_to(plan: Plan, d: TierDeployment) -> str:
         return ""
     why = ("a vote streams its answer once decided, so its first token is its end" if d.binding_slo == "ttft" else
            "a direct answer streams as it decodes; its first token is not simulated")
-    return (f" Held to the {BOUND_NAMES[d.binding_slo]} SLO ({_fmt(bound)} s: {why}): predicted p95 at "
-            f"{_fmt(d.predicted_slo_scale)} of it.")
+    return (f"; held to the {BOUND_NAMES[d.binding_slo]} SLO ({_fmt(bound)} s: {why}): predicted p95 at "
+            f"{_fmt(d.predicted_slo_scale)} of it")
 
 
 def _reason(d: TierDeployment, slowest: bool) -> str:

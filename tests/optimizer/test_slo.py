@@ -149,6 +149,6 @@ def test_plan_json_names_the_worst_scale_its_tier_and_each_tiers_bound(tmp_path)
     assert summary["binding_tier"] == worst and summary["binding_slo"] == tiers[worst]["binding_slo"]
     assert summary["slo_scale"] == tiers[worst]["slo_scale"]
     assert summary["slowest_tier_p95_s"] == summary["latency_s"]  # the old keys keep their meaning (seconds)
-    assert "Held to the TTFT SLO (10 s" in summary["allocation_reasons"]["large"]
-    assert "Held to the end-to-end SLO (40 s" in summary["allocation_reasons"]["small"]
+    assert "; held to the TTFT SLO (10 s" in summary["allocation_reasons"]["large"]
+    assert "; held to the end-to-end SLO (40 s" in summary["allocation_reasons"]["small"]
     assert "| SLO | scale |" in out.with_suffix(".md").read_text()
