@@ -321,7 +321,7 @@ def build_plan(inst: Instance, tables: list[TierTable], deployment: search.Deplo
                 pareto_front=[FrontPoint(thresholds=e.thresholds, latency_s=round(e.latency_s, 3),
                                          quality=round(e.quality, 4)) for e in front],
                 planner=info, workload=plan_workload(inst, primary.ks),
-                predicted_slo_scale=None if bounds is None else round(max(map(bounds.scale, range(len(p95)), p95)), 4))
+                predicted_slo_scale=None if bounds is None else round(bounds.worst(p95), 4))
 
 
 def _output_settings(inst: Instance, i: int) -> dict[str, Any]:

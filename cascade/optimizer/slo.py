@@ -42,6 +42,10 @@ class TierBounds:
     def scale(self, tier: int, p95_s: float) -> float:
         return p95_s / self.bound_s[tier]
 
+    def worst(self, p95_s: list[float]) -> float:
+        """The worst tier's scale (Cascadia's measure: the smallest SLO scale these p95s meet)."""
+        return max(self.scale(i, p) for i, p in enumerate(p95_s))
+
 
 def tier_bounds(slo: SloSpec, widths: list[Width]) -> TierBounds | None:
     """The bounds of tiers at these widths; None without `ttft_s` / `e2e_s`."""
