@@ -71,6 +71,10 @@ class TierDeployment(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_f
     # Reproducible branches: SGLang runs with --enable-deterministic-inference, so that the per-branch `seed`
     # is honoured (it is ignored otherwise) and equal requests give equal answers, at a throughput cost.
     deterministic: bool = False
+    # With problem.toml's `[slo] ttft_s` / `e2e_s`: the bound the tier's p95 is held to ("ttft" for a tier whose
+    # width votes: its answer streams once the vote is decided; "e2e" for a direct tier) and p95 / that bound.
+    binding_slo: Literal["ttft", "e2e"] | None = None
+    predicted_slo_scale: float | None = None
 
     def sets(self) -> list[ReplicaSet]:
         return self.replica_sets or [ReplicaSet(tp=self.tp, pp=self.pp, count=self.replicas)]
@@ -106,6 +110,9 @@ class PlannerInfo(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fiel
     # Tiers planned (TP1) with a profile shipped in models/gpu/profiles/ for the cluster's GPU: tier -> the file.
     shipped_profiles: dict[str, str] = msgspec.field(default_factory=dict)
     width_trials: list[WidthTrial] = msgspec.field(default_factory=list)  # tiers with candidate widths
+    # `[slo] ttft_s` / `e2e_s` when the problem gave them: the planner then compared tiers in SLO scale.
+    ttft_slo_s: float | None = None
+    e2e_slo_s: float | None = None
 
 
 class PlanWorkload(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -130,6 +137,9 @@ class Plan(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True
     pareto_front: list[FrontPoint] = msgspec.field(default_factory=list)
     planner: PlannerInfo | None = None
     workload: PlanWorkload | None = None  # absent in plans written before drift checks existed
+    # The worst tier's predicted_slo_scale (Cascadia's measure: the smallest SLO scale this plan meets); None
+    # without `[slo] ttft_s` / `e2e_s`.
+    predicted_slo_scale: float | None = None
 
     def thresholds_by_hint(self, n_tiers: int) -> dict[str, list[float]]:
         """Per hint: route-mode difficulty thresholds (ascending) or, for a cascade-mode plan, the

@@ -30,9 +30,12 @@ most a few hundred concurrent sequences; the step times are an unfused decoder's
 The planned arms (d, e, f, t, u) are planned with the reasoning tier's vote as the ladder serves it (`--vote waves`,
 the default: its recorded branches, voted and timed in adaptive consistency's two waves); `--vote sequence` plans
 it as one sequence of all its branches' tokens, as the results before that were made (their plans and points keep
-their folders). Points are saved under --out as they finish (a rerun skips them). Usage:
+their folders). `--plan-slo both` plans them with both SLOs in problem.toml's `[slo]` (`ttft_s`, `e2e_s`: the planner
+then holds the voting tier to the TTFT SLO, its answer streaming once the vote is decided) instead of the end-to-end
+one alone (`e2e`, the default, as the results before); its plans and points keep folders of their own.
+Points are saved under --out as they finish (a rerun skips them). Usage:
   .venv/bin/python -m benchmarks.planner.goodput_per_gpu --arms a,b,c --rates 50,100,200 [--seeds 0,1,2]
-  [--gpus 8] [--arrival poisson|gamma] [--out runs/goodput_per_gpu] [--json-out FILE] [--quick]
+  [--gpus 8] [--arrival poisson|gamma] [--plan-slo e2e|both] [--out runs/goodput_per_gpu] [--json-out FILE] [--quick]
 """
 
 from __future__ import annotations
@@ -77,17 +80,19 @@ PLANNED = {"e": "e-plan", "d": "d-random-null-plan", "f": "f-plan-load-reactive"
            "u": "u-random-null-target-fleet"}
 TARGET_FLEET = "tu"
 NULLS = "du"
+PLAN_SLOS = ("e2e", "both")  # the SLOs the planned arms' problem.toml gives the planner (--plan-slo)
 
 
 def planned_point(letter: str, folds: list[Fold], rate: float, seed: int, setting: Setting, work: Path,
-                  quality: dict[str, str], gpus: int, tag: str = "") -> dict[str, Any]:
+                  quality: dict[str, str], gpus: int, tag: str = "", plan_slo: str = "e2e") -> dict[str, Any]:
     """Arm e (or its null d) at one rate: each fold planned on its training questions and served on its own fleet at
     the full rate (the plans' allocations differ), the two runs pooled. d keeps the plan's allocation and replaces
     its routing by random route scores calibrated to the same target on the same fold; u does the same on t's plan."""
     runs = []
     for fold in folds:
         arm = planned(fold, gpus, rate, quality[fold.name], setting.max_running, setting.e2e_slo_s,
-                      plan_dir(work, gpus, tag, letter, fold, rate), every_tier=letter not in TARGET_FLEET)
+                      plan_dir(work, gpus, tag, letter, fold, rate, plan_slo), every_tier=letter not in TARGET_FLEET,
+                      ttft_slo_s=setting.ttft_slo_s if plan_slo == "both" else None)
         hints = quality
         if letter in NULLS:
             arm = arm_defs.random_null(arm.replicas, [fold], PLANNED[letter])
@@ -103,12 +108,18 @@ def planned_point(letter: str, folds: list[Fold], rate: float, seed: int, settin
             "requests": [row for r in runs for row in r["requests"]]}
 
 
-def plan_dir(work: Path, gpus: int, tag: str, letter: str, fold: Fold, rate: float) -> Path:
+def plan_dir(work: Path, gpus: int, tag: str, letter: str, fold: Fold, rate: float, plan_slo: str = "e2e") -> Path:
     """Where arm `letter`'s plan for `fold` at `rate` lives (plans made on "sequence" planning rows keep the folder
-    they were made in before the planner modelled the vote's waves)."""
+    they were made in before the planner modelled the vote's waves, and plans with the end-to-end SLO alone the one
+    they were made in before the planner knew the TTFT SLO)."""
     fleet_tag = "-target-fleet" if letter in TARGET_FLEET else ""
-    vote_tag = "" if fold.vote == "sequence" else f"-{fold.vote}"
-    return work / "plans" / f"g{gpus}{tag}{fleet_tag}{vote_tag}" / f"rate-{rate:g}" / f"fold-{fold.name}"
+    return work / "plans" / f"g{gpus}{tag}{fleet_tag}{plan_tag(fold.vote, plan_slo)}" / f"rate-{rate:g}" / \
+        f"fold-{fold.name}"
+
+
+def plan_tag(vote: str, plan_slo: str) -> str:
+    """The folder suffix of plans (and their points) made with this vote model and these SLOs."""
+    return ("" if vote == "sequence" else f"-{vote}") + ("" if plan_slo == "e2e" else f"-slo-{plan_slo}")
 
 
 def target_accuracy(fold: Fold, target: str) -> float:
@@ -138,6 +149,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--vote", choices=VOTES, default="waves",
                    help="how the planner reads the reasoning tier's vote: its recorded branches in the ladder's two "
                         "waves, or one sequence of all their tokens (the results before the planner modelled waves)")
+    p.add_argument("--plan-slo", choices=PLAN_SLOS, default="e2e",
+                   help="the SLOs the planned arms are planned with: the end-to-end one as the plan's latency (e2e), "
+                        "or both, so that the planner holds the voting tier to the TTFT SLO")
     p.add_argument("--out", type=Path, default=Path("runs/goodput_per_gpu"),
                    help="work folder: folds, plans, points (question text: never committed)")
     p.add_argument("--json-out", help="also write the summary here")
@@ -168,7 +182,7 @@ def main(argv: list[str] | None = None) -> int:
     seeds = [int(s) for s in args.seeds.split(",")]
     result: dict[str, Any] = {"gpus": args.gpus, "arrival": args.arrival, "setting": dataclasses.asdict(setting),
                               "slo_unit_s": round(unit, 4), "target": args.target, "quality_target": target,
-                              "planning_vote": args.vote, "arms": {}}
+                              "planning_vote": args.vote, "plan_slo": args.plan_slo, "arms": {}}
     for letter in args.arms.split(","):
         by_rate: dict[float, dict[str, Any]] = {}
         name = PLANNED.get(letter) or makers[letter]().name
@@ -177,7 +191,7 @@ def main(argv: list[str] | None = None) -> int:
             point_setting = dataclasses.replace(setting, requests_per_fold=QUESTIONS * math.ceil(per_fold / QUESTIONS))
             points = []
             for seed in seeds:
-                vote_tag = f"-{args.vote}" if letter in PLANNED and args.vote != "sequence" else ""
+                vote_tag = plan_tag(args.vote, args.plan_slo) if letter in PLANNED else ""
                 path = (work / "points" / f"g{args.gpus}-{args.arrival}{tag}" / f"{name}{vote_tag}" /
                         f"rate-{rate:g}-seed-{seed}.json")
                 if not path.exists() and args.saved_only:
@@ -186,7 +200,7 @@ def main(argv: list[str] | None = None) -> int:
                     print(f"{name} rate {rate:g} seed {seed} ...", file=sys.stderr, flush=True)
                     if letter in PLANNED:
                         point = planned_point(letter, folds, rate, seed, point_setting, work, quality, args.gpus,
-                                              tag)
+                                              tag, args.plan_slo)
                     else:
                         point = measure(makers[letter](), folds, rate, seed, point_setting, work / "scratch" / name,
                                         quality)

@@ -17,11 +17,14 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections.abc import Callable
+from typing import TypeVar
 
 from cascade.optimizer import evaluate, planner, routing, search
 from cascade.optimizer.instance import Instance, card_cost
 from cascade.optimizer.parallelism import TierTable
 from cascade.optimizer.roofline import ReplicaCost, Shape, valid_shape
+
+T = TypeVar("T")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -46,7 +49,14 @@ def slice_instance(inst: Instance, tiers: list[int]) -> Instance:
         inst, names=[inst.names[i] for i in tiers], models=[inst.models[i] for i in tiers],
         served_models=[inst.served_models[i] for i in tiers], data=data,
         output_tokens=inst.output_tokens[:, tiers], costs=[inst.costs[i] for i in tiers],
-        settings=[inst.settings[i] for i in tiers], curves={})
+        settings=[inst.settings[i] for i in tiers], curves={}, widths=_kept(inst.widths, tiers),
+        branch_tokens=_kept(inst.branch_tokens, tiers), first_waves=_kept(inst.first_waves, tiers))
+
+
+def _kept(per_tier: list[T], tiers: list[int]) -> list[T]:
+    """The kept tiers' entries of a per-tier list (empty stays empty): a slice indexed by its own tier numbers must
+    not read a dropped tier's width or branches."""
+    return [per_tier[i] for i in tiers] if per_tier else []
 
 
 def uniform_shape_instance(inst: Instance) -> Instance:
@@ -66,7 +76,8 @@ def uniform_shape_instance(inst: Instance) -> Instance:
 
 
 def _fixed_split(inst: Instance, tables: list[TierTable]) -> search.Policy:
-    return search.fixed_gpus_policy(tables, uniform_split(inst.total_gpus, len(inst.names)))
+    return search.fixed_gpus_policy(tables, uniform_split(inst.total_gpus, len(inst.names)),
+                                    weights=inst.slo_weights)
 
 
 def run(name: str, inst: Instance, factory: planner.PolicyFactory) -> Outcome:

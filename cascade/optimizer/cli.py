@@ -159,6 +159,12 @@ def _plan(args: argparse.Namespace) -> int:
         "slowest_tier": slow.tier if (slow := report.slowest_tier(result.plan)) else None,
         "e2e_p95_s": point.predicted_e2e_p95_latency_s if (point := report.planned_point(result.plan)) else None,
         "allocation_reasons": reasons,
+        # With `[slo] ttft_s` / `e2e_s` (else None): the worst tier's p95 over the bound that binds it, which the
+        # allocation then minimizes, that tier and its bound; per tier, its bound and scale.
+        "slo_scale": result.plan.predicted_slo_scale,
+        "binding_tier": binding.tier if (binding := report.binding_tier(result.plan)) else None,
+        "binding_slo": binding.binding_slo if binding else None,
+        "tier_slos": report.tier_slos(result.plan),
     }
     target = problem.quality.target
     if primary.quality < target - 1e-9:

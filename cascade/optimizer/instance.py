@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 
 from cascade.errors import ConfigError
-from cascade.optimizer import cards, routing, synthetic, workload
+from cascade.optimizer import cards, routing, slo, synthetic, workload
 from cascade.optimizer.outcomes import Outcomes, load_outcomes
 from cascade.optimizer.parallelism import (
     ReplicaCurve,
@@ -54,6 +54,17 @@ class Instance:
     @property
     def total_gpus(self) -> int:
         return self.problem.cluster.gpus
+
+    @property
+    def slo_bounds(self) -> slo.TierBounds | None:
+        """The bound each tier is held to at its width (`[slo] ttft_s` / `e2e_s`); None without them."""
+        return slo.tier_bounds(self.problem.slo, self.widths)
+
+    @property
+    def slo_weights(self) -> np.ndarray | None:
+        """Per tier, its p95's weight in the planner's bottleneck (cascade/optimizer/slo.py); None: seconds."""
+        bounds = self.slo_bounds
+        return None if bounds is None else bounds.weights
 
     @property
     def latency_model(self) -> str:

@@ -25,7 +25,7 @@ from typing import Any
 import msgspec
 import numpy as np
 
-from cascade.optimizer import evaluate, routing, search
+from cascade.optimizer import evaluate, routing, search, slo
 from cascade.optimizer.instance import Instance, load_instance
 from cascade.optimizer.milp import SolverError, solve_dp, solve_highs, weighted
 from cascade.optimizer.parallelism import TierTable
@@ -49,7 +49,7 @@ PolicyFactory = Callable[[Instance, list[TierTable]], search.Policy]
 
 def joint(inst: Instance, tables: list[TierTable]) -> search.Policy:
     return search.joint_policy(tables, inst.total_gpus, inst.problem.cluster.allocation == "exact",
-                               idle=not inst.problem.cluster.deploy_every_tier)
+                               idle=not inst.problem.cluster.deploy_every_tier, weights=inst.slo_weights)
 
 
 @dataclass
@@ -116,7 +116,8 @@ def choose_widths(problem: Problem, base_dir: Path, progress: Progress | None = 
         if key not in tried:
             result = tried[key] = plan_at_widths(problem, base_dir, None, lengths, widths, span)
             say(f"widths {' '.join(str(w) for w in widths)}: J = {result.primary.objective:.3f} "
-                f"(L = {result.primary.latency_s:.2f} s, Q = {result.primary.quality:.3f})")
+                f"({slo.bottleneck_text(result.instance.slo_bounds, result.primary)}, "
+                f"Q = {result.primary.quality:.3f})")
         return tried[key]
 
     span = search.quality_span(plan(current, None).instance.data)
@@ -127,7 +128,7 @@ def choose_widths(problem: Problem, base_dir: Path, progress: Progress | None = 
                 continue
             trials = {w: plan([*current[:i], w, *current[i + 1:]], span) for w in candidates}
             # Ties go to the narrower width: the same J for fewer decoded tokens.
-            pick = min(trials, key=lambda w: (trials[w].primary.objective, trials[w].primary.latency_s, w.n, w.m))
+            pick = min(trials, key=lambda w: (trials[w].primary.objective, trials[w].primary.bottleneck_s, w.n, w.m))
             if pick != current[i]:
                 current[i], changed = pick, True
         if not changed:
@@ -170,7 +171,7 @@ def bilevel(inst: Instance, say: Progress, factory: PolicyFactory = joint
         evaluator = _evaluator(inst, factory(inst, tables))
         current = evaluator(ks)  # J of theta with theta's own workload: the value that must settle
         history.append(current)
-        say(f"round {round_index + 1}: J = {current.objective:.3f} (L = {current.latency_s:.2f} s, "
+        say(f"round {round_index + 1}: J = {current.objective:.3f} ({slo.bottleneck_text(inst.slo_bounds, current)}, "
             f"Q = {current.quality:.3f}) at thresholds {current.thresholds}")
         if best is None or current.objective < best[0].objective:
             best = (current, tables)
@@ -204,7 +205,7 @@ def solve_deployment(inst: Instance, tables: list[TierTable], ks: tuple[int, ...
     idle = not inst.problem.cluster.deploy_every_tier
     lats, groups = zip(*(t.latency(r, idle=idle) for t, r in zip(tables, inst.rate_rps * fractions, strict=True)),
                        strict=True)
-    matrix = np.array(lats)
+    matrix = slo.weighted(np.array(lats), inst.slo_weights)  # both stages compare tiers as the bottleneck does
     exact, slack = _exact(inst), inst.problem.search.latency_slack
     dp = solve_dp(matrix, inst.total_gpus, exact, allow_idle=idle)
     if dp.status != "optimal":
@@ -231,7 +232,7 @@ def operating_points(inst: Instance, tables: list[TierTable], deployment: search
                      primary: search.Evaluation, front: list[search.Evaluation]) -> dict[str, search.Evaluation]:
     """Thresholds per hint on the fixed deployment: minimize J with the hint's quality target."""
     s = inst.problem.search
-    policy = search.fixed_deployment_policy(tables, deployment)
+    policy = search.fixed_deployment_policy(tables, deployment, inst.slo_weights)
     n_thresholds = len(inst.names) - 1
     seeds = [primary.ks, *[e.ks for e in front], *routing.extremes(n_thresholds, inst.data.mode)]
     points: dict[str, search.Evaluation] = {}
@@ -248,9 +249,10 @@ def operating_points(inst: Instance, tables: list[TierTable], deployment: search
 
 def throughput_rps(inst: Instance, tables: list[TierTable], deployment: search.Deployment,
                    ks: tuple[int, ...], slo_s: float) -> float:
-    """Highest arrival rate (same mix) at which every tier's predicted latency stays within slo_s."""
+    """Highest arrival rate (same mix) at which the bottleneck (every tier's predicted latency in seconds, or with
+    `[slo] ttft_s` / `e2e_s` its weighted one) stays within slo_s."""
     fractions = inst.fractions(ks)
-    policy = search.fixed_deployment_policy(tables, deployment)
+    policy = search.fixed_deployment_policy(tables, deployment, inst.slo_weights)
 
     def ok(rate: float) -> bool:
         return policy(rate * fractions)[0] <= slo_s
@@ -277,7 +279,9 @@ def build_plan(inst: Instance, tables: list[TierTable], deployment: search.Deplo
                front: list[search.Evaluation], points: dict[str, search.Evaluation], rounds: int,
                elapsed: float) -> Plan:
     problem = inst.problem
-    slo_s = problem.slo.latency_s or 2 * primary.latency_s
+    # With both bounds, L is in seconds of the end-to-end bound: e2e_s is where every tier meets its own.
+    bounds = inst.slo_bounds
+    slo_s = bounds.e2e_s if bounds is not None else problem.slo.latency_s or 2 * primary.latency_s
     targets = hint_targets(inst)
     e2e = {ks: e2e_p95(inst, tables, deployment, ks) for ks in {e.ks for e in points.values()}}
     lengths = {ks: answered_lengths(inst, ks) for ks in e2e}
@@ -289,30 +293,35 @@ def build_plan(inst: Instance, tables: list[TierTable], deployment: search.Deplo
                           mean_prompt_tokens=lengths[e.ks][0], mean_output_tokens=lengths[e.ks][1])
            for hint, e in points.items()]
     rates = inst.rate_rps * np.asarray(primary.fractions)
+    p95 = [tables[i].group_latency(deployment.groups[i], deployment.gpus[i], float(rates[i]))
+           for i in range(len(problem.tiers))]
     tiers = []
     for i, spec in enumerate(problem.tiers):
         f, g = deployment.gpus[i], deployment.groups[i]
         sets = [ReplicaSet(tp=r.tp, pp=r.pp, count=r.count) for r in tables[i].replicas(g, f) if r.count > 0]
         shape = sets[0] if sets else ReplicaSet(tp=1, pp=1, count=0)  # an idle tier (deploy_every_tier = false)
+        binding, scale = slo.tier_record(bounds, i, p95[i])
         tiers.append(TierDeployment(
             tier=spec.name, gpus=f, replicas=sum(r.count for r in sets), tp=shape.tp, pp=shape.pp,
             branches=inst.widths[i].n, branches_to_finish=inst.widths[i].m, first_wave=inst.widths[i].first,
             model=inst.served_models[i], replica_sets=sets if len(sets) > 1 else [],
             **_output_settings(inst, i),
             arrival_rate_rps=round(float(rates[i]), 4),
-            predicted_p95_latency_s=round(tables[i].group_latency(g, f, float(rates[i])), 3),
-            capacity_rps=round(float(tables[i].capacity[g, f]), 3)))
+            predicted_p95_latency_s=round(p95[i], 3), capacity_rps=round(float(tables[i].capacity[g, f]), 3),
+            binding_slo=binding, predicted_slo_scale=scale))
     z1, z2 = routing.quality_bounds(inst.data)
     info = PlannerInfo(objective=problem.quality.objective, quality_target=problem.quality.target,
                        mu=problem.quality.mu, quality_utopia=round(z1, 4), quality_nadir=round(z2, 4),
                        objective_value=round(primary.objective, 4), rounds=rounds, solve_time_s=round(elapsed, 3),
                        rate_rps=inst.rate_rps, slo_percentile=problem.slo.percentile,
-                       latency_model=inst.latency_model, shipped_profiles=inst.shipped_profiles)
+                       latency_model=inst.latency_model, shipped_profiles=inst.shipped_profiles,
+                       ttft_slo_s=problem.slo.ttft_s, e2e_slo_s=problem.slo.e2e_s)
     return Plan(tiers=list(inst.names), operating_points=ops, deployment=tiers, routing=inst.data.mode,
                 gpu=inst.gpu.name if inst.gpu else problem.cluster.gpu, gpus_per_node=problem.cluster.gpus_per_node,
                 pareto_front=[FrontPoint(thresholds=e.thresholds, latency_s=round(e.latency_s, 3),
                                          quality=round(e.quality, 4)) for e in front],
-                planner=info, workload=plan_workload(inst, primary.ks))
+                planner=info, workload=plan_workload(inst, primary.ks),
+                predicted_slo_scale=None if bounds is None else round(bounds.worst(p95), 4))
 
 
 def _output_settings(inst: Instance, i: int) -> dict[str, Any]:

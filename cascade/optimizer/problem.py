@@ -10,7 +10,7 @@
     [outcomes]  kind = "file", path = "outcomes.jsonl"   or   kind = "synthetic", n = 1000, seed = 0
     [routing]   mode = "cascade" (judge scores, Cascadia) | "route" (router difficulty, the gateway)
     [quality]   target = 0.90, mu = 100.0
-    [slo]       percentile = 95
+    [slo]       percentile = 95   (+ ttft_s = 4.9, e2e_s = 9.8: a voting tier is held to the TTFT bound)
     [search]    seed = 0, ...
 
 Relative paths are relative to the problem file. Unknown keys are errors, as in cascade.toml.
@@ -155,6 +155,30 @@ class SloSpec(Strict, frozen=True):
     # For the reported throughput: the highest rate at which predicted latency stays within this.
     # Default: twice the plan's predicted latency at the nominal rate.
     latency_s: PositiveFloat | None = None
+    # The client's two bounds (both or neither). With them the planner compares tiers in SLO scale, each tier's p95
+    # over the bound that binds it: `ttft_s` for a tier whose width votes (N > 1: the gateway streams a voted answer
+    # once the vote is decided, so its first token is its end), `e2e_s` for a direct tier (cascade/optimizer/slo.py).
+    ttft_s: PositiveFloat | None = None
+    e2e_s: PositiveFloat | None = None
+
+    def __post_init__(self) -> None:
+        if (self.ttft_s is None) != (self.e2e_s is None):
+            given, missing = ("ttft_s", "e2e_s") if self.e2e_s is None else ("e2e_s", "ttft_s")
+            raise ConfigError(f"`slo.{missing}` is missing: `slo.{given}` needs it (give both bounds in seconds, "
+                              "or neither)")
+        if self.ttft_s is not None and self.e2e_s is not None:
+            if self.ttft_s > self.e2e_s:
+                raise ConfigError(f"`slo.ttft_s` ({self.ttft_s:g}) exceeds `slo.e2e_s` ({self.e2e_s:g}): the first "
+                                  "token cannot come after the end")
+            if self.latency_s is not None:
+                raise ConfigError("`slo.latency_s` and `slo.ttft_s` / `slo.e2e_s` are exclusive: with the two bounds "
+                                  "the reported throughput is the highest rate at which every tier meets the bound "
+                                  "that binds it; drop `latency_s`")
+
+    @property
+    def bounds(self) -> tuple[float, float] | None:
+        """(ttft_s, e2e_s), or None without them."""
+        return None if self.ttft_s is None or self.e2e_s is None else (self.ttft_s, self.e2e_s)
 
 
 class SearchSpec(Strict, frozen=True):

@@ -27,14 +27,45 @@ def slowest_tier(plan: Plan) -> TierDeployment | None:
     return max(timed, key=lambda d: d.predicted_p95_latency_s or 0.0) if timed else None
 
 
+def binding_tier(plan: Plan) -> TierDeployment | None:
+    """The tier furthest into the SLO that binds it (the highest predicted_slo_scale); None without SLO bounds."""
+    scaled = [d for d in plan.deployment if d.predicted_slo_scale is not None]
+    return max(scaled, key=lambda d: d.predicted_slo_scale or 0.0) if scaled else None
+
+
+BOUND_NAMES = {"ttft": "TTFT", "e2e": "end-to-end"}
+
+
+def bound_s(plan: Plan, d: TierDeployment) -> float | None:
+    """The SLO in seconds that binds tier `d` (None without the plan's `[slo] ttft_s` / `e2e_s`)."""
+    info = plan.planner
+    if info is None or d.binding_slo is None:
+        return None
+    return info.ttft_slo_s if d.binding_slo == "ttft" else info.e2e_slo_s
+
+
+def tier_slos(plan: Plan) -> dict[str, dict[str, Any]] | None:
+    """Per tier: the SLO that binds it, that bound (s) and its p95 over it; None without SLO bounds."""
+    if plan.predicted_slo_scale is None:
+        return None
+    return {d.tier: {"binding_slo": d.binding_slo, "bound_s": bound_s(plan, d), "slo_scale": d.predicted_slo_scale}
+            for d in plan.deployment}
+
+
 def latency_line(plan: Plan) -> str:
     """Both latencies, named: a tier's p95 is one hop's queue + generation, the end-to-end p95 is a request's whole
-    way through the ladder. They differ a lot when the slowest tier answers few requests."""
-    slow, point = slowest_tier(plan), planned_point(plan)
+    way through the ladder. They differ a lot when the slowest tier answers few requests. With SLO bounds, the worst
+    tier's SLO scale too, which the allocation then minimizes instead of the slowest p95."""
+    slow, point, binding = slowest_tier(plan), planned_point(plan), binding_tier(plan)
     parts = []
+    if binding is not None and binding.binding_slo is not None:
+        parts.append(f"worst SLO scale {_fmt(plan.predicted_slo_scale)} (`{binding.tier}`, p95 over its "
+                     f"{BOUND_NAMES[binding.binding_slo]} bound {_fmt(bound_s(plan, binding))} s; the allocation "
+                     "minimizes this)")
     if slow is not None:
+        minimized = "" if binding is not None else "; the allocation minimizes this"
         parts.append(f"slowest tier p95 {_fmt(slow.predicted_p95_latency_s)} s (`{slow.tier}`, the requests it "
-                     "answers; the allocation minimizes this)")
+                     f"answers{minimized})")
     if point is not None and point.predicted_e2e_p95_latency_s is not None:
         parts.append(f"end-to-end p95 {_fmt(point.predicted_e2e_p95_latency_s)} s (every request, hint "
                      f"`{point.hint}`, what a client sees)")
@@ -43,8 +74,19 @@ def latency_line(plan: Plan) -> str:
 
 def allocation_reasons(plan: Plan) -> dict[str, str]:
     """One line per tier: its load, what one replica of the chosen shape serves, and why this shape and count."""
-    slow = slowest_tier(plan)
-    return {d.tier: _reason(d, d is slow) for d in plan.deployment}
+    slow = binding_tier(plan) or slowest_tier(plan)
+    return {d.tier: _reason(d, d is slow) + _held_to(plan, d) for d in plan.deployment}
+
+
+def _held_to(plan: Plan, d: TierDeployment) -> str:
+    """Which SLO bound the tier's p95 is held to, and how far into it the plan predicts it ("" without bounds)."""
+    bound = bound_s(plan, d)
+    if d.binding_slo is None or bound is None:
+        return ""
+    why = ("a vote streams its answer once decided, so its first token is its end" if d.binding_slo == "ttft" else
+           "a direct answer streams as it decodes; its first token is not simulated")
+    return (f"; held to the {BOUND_NAMES[d.binding_slo]} SLO ({_fmt(bound)} s: {why}): predicted p95 at "
+            f"{_fmt(d.predicted_slo_scale)} of it")
 
 
 def _reason(d: TierDeployment, slowest: bool) -> str:
@@ -56,8 +98,12 @@ def _reason(d: TierDeployment, slowest: bool) -> str:
     serves = "" if capacity is None else f" serve up to {_fmt(capacity)} req/s{per_replica}"
     busy = f", {rate / capacity:.0%} busy" if rate is not None and capacity else ""
     p95 = "" if d.predicted_p95_latency_s is None else f"; predicted p95 {_fmt(d.predicted_p95_latency_s)} s"
-    why = ("the slowest tier, whose p95 the allocation minimizes (the worst tier's p95 is its objective)"
-           if slowest else "its p95 stays within the slowest tier's")
+    if d.binding_slo is not None:
+        why = ("the tier furthest into its SLO, whose p95 over its bound the allocation minimizes (the worst tier's "
+               "SLO scale is its objective)" if slowest else "its SLO scale stays within the worst tier's")
+    else:
+        why = ("the slowest tier, whose p95 the allocation minimizes (the worst tier's p95 is its objective)"
+               if slowest else "its p95 stays within the slowest tier's")
     light = rate is not None and capacity and rate / capacity < 0.5
     trade = (" (lightly loaded: a wider shape decodes each request faster, and fewer replicas still keep up)"
              if light else " (loaded: enough replicas to keep queues short)" if rate is not None and capacity else "")
@@ -87,13 +133,21 @@ def markdown(plan: Plan, problem_path: str = "") -> str:
         ]
         lines += [f"Tier `{tier}` plans TP1 with the measured profile `{path}`." for tier, path in
                   info.shipped_profiles.items()]
+        if info.ttft_slo_s is not None and info.e2e_slo_s is not None:
+            lines.append(f"L compares tiers in SLO scale (p95 over the bound that binds the tier: TTFT "
+                         f"{info.ttft_slo_s:g} s for a tier that votes, end-to-end {info.e2e_slo_s:g} s otherwise) "
+                         f"times {info.e2e_slo_s:g} s; worst scale {_fmt(plan.predicted_slo_scale)}.")
+    scaled = plan.predicted_slo_scale is not None
     lines += ["", "## Deployment", "",
-              "| tier | model | GPUs | replicas | branches (N, M) | rate (req/s) | capacity (req/s) | p95 (s) |",
-              "|---|---|---|---|---|---|---|---|"]
+              "| tier | model | GPUs | replicas | branches (N, M) | rate (req/s) | capacity (req/s) | p95 (s) |"
+              + (" SLO | scale |" if scaled else ""),
+              "|---|---|---|---|---|---|---|---|" + ("---|---|" if scaled else "")]
     for d in plan.deployment:
         width = f"({d.branches}, {d.branches_to_finish}" + (f", first {d.first_wave})" if d.first_wave else ")")
+        slo = f" {d.binding_slo} {_fmt(bound_s(plan, d))} s | {_fmt(d.predicted_slo_scale)} |" if scaled else ""
         lines.append(f"| {d.tier} | {d.model} | {d.gpus} | {_replicas(d)} | {width} | "
-                     f"{_fmt(d.arrival_rate_rps)} | {_fmt(d.capacity_rps)} | {_fmt(d.predicted_p95_latency_s)} |")
+                     f"{_fmt(d.arrival_rate_rps)} | {_fmt(d.capacity_rps)} | {_fmt(d.predicted_p95_latency_s)} |"
+                     + slo)
     if info is not None and info.width_trials:
         lines += ["", f"## Reasoning widths tried ({len(info.width_trials)} plans, coordinate descent; lowest J kept)",
                   "", "| widths (N, M) per tier | J | p95 (s) | quality |", "|---|---|---|---|"]

@@ -18,13 +18,14 @@ import itertools
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
 from cascade.optimizer import routing
 from cascade.optimizer.milp import solve_dp
 from cascade.optimizer.parallelism import TierTable
+from cascade.optimizer.slo import weighted
 
 BIG = 1e9  # stands in for an infinite latency inside pymoo, which needs finite objectives
 
@@ -39,11 +40,14 @@ class Deployment:
 class Evaluation:
     ks: tuple[int, ...]
     thresholds: list[float]
-    latency_s: float
+    latency_s: float  # the slowest tier's p95 (s)
     quality: float
     objective: float
     fractions: list[float]
     deployment: Deployment | None
+    # L, what J and every comparison of routings use: the bottleneck in SLO scale times e2e_s with `[slo] ttft_s` /
+    # `e2e_s` (cascade/optimizer/slo.py), else latency_s itself.
+    bottleneck_s: float
 
 
 def quality_span(data: routing.RoutingData) -> float:
@@ -52,48 +56,71 @@ def quality_span(data: routing.RoutingData) -> float:
     return z1 - z2 if z1 - z2 > 1e-9 else 1.0
 
 
-# A policy maps per-tier arrival rates to (L, deployment); it is where the baselines differ.
-Policy = Callable[[np.ndarray], tuple[float, Deployment | None]]
+class Served(NamedTuple):
+    """What a policy's deployment gives: L (the bottleneck compared, cascade/optimizer/slo.py), the deployment, and
+    the slowest tier's p95 in seconds (L itself without SLO weights)."""
+
+    bottleneck_s: float
+    deployment: Deployment | None
+    latency_s: float
+
+
+# A policy maps per-tier arrival rates to its deployment's L (Served; a plain (L, deployment) where L is in
+# seconds); it is where the baselines differ. `weights` (per tier, cascade/optimizer/slo.py) rescale the tiers'
+# latencies in the bottleneck; None: seconds.
+Policy = Callable[[np.ndarray], Served | tuple[float, Deployment | None]]
+
+
+def _served(latencies: np.ndarray, weights: np.ndarray | None, deployment: Deployment | None) -> Served:
+    """L and the slowest tier's seconds of the tiers' `latencies` (s, one per tier)."""
+    return Served(float(weighted(latencies, weights).max()), deployment, float(latencies.max()))
 
 
 def joint_policy(tables: list[TierTable], total_gpus: int, exact: bool,
-                 allowed: list[np.ndarray] | None = None, idle: bool = False) -> Policy:
+                 allowed: list[np.ndarray] | None = None, idle: bool = False,
+                 weights: np.ndarray | None = None) -> Policy:
     """Best parallelism per (tier, f) and the allocation solver on top (Cascadia's inner level). `idle`: a tier no
     request reaches may get no GPUs."""
 
-    def policy(rates: np.ndarray) -> tuple[float, Deployment | None]:
+    def policy(rates: np.ndarray) -> Served:
         lats, groups = zip(*(t.latency(r, None if allowed is None else allowed[i], idle)
                              for i, (t, r) in enumerate(zip(tables, rates, strict=True))), strict=True)
-        allocation = solve_dp(np.array(lats), total_gpus, exact, allow_idle=idle)
+        table = np.array(lats)
+        allocation = solve_dp(weighted(table, weights), total_gpus, exact, allow_idle=idle)
         if allocation.status != "optimal":
-            return math.inf, None
+            return Served(math.inf, None, math.inf)
         chosen = [int(groups[i][f]) for i, f in enumerate(allocation.gpus)]
-        return allocation.latency_s, Deployment(gpus=allocation.gpus, groups=chosen)
+        deployment = Deployment(gpus=allocation.gpus, groups=chosen)
+        if weights is None:
+            return Served(allocation.latency_s, deployment, allocation.latency_s)
+        return _served(table[np.arange(len(tables)), allocation.gpus], weights, deployment)
 
     return policy
 
 
-def fixed_gpus_policy(tables: list[TierTable], gpus: list[int], allowed: list[np.ndarray] | None = None) -> Policy:
+def fixed_gpus_policy(tables: list[TierTable], gpus: list[int], allowed: list[np.ndarray] | None = None,
+                      weights: np.ndarray | None = None) -> Policy:
     """GPU counts fixed (e.g. a uniform split); the parallelism is still chosen per tier."""
 
-    def policy(rates: np.ndarray) -> tuple[float, Deployment | None]:
-        worst, groups = 0.0, []
+    def policy(rates: np.ndarray) -> Served:
+        lats, groups = [], []
         for i, (table, rate) in enumerate(zip(tables, rates, strict=True)):
             lat, group = table.latency(rate, None if allowed is None else allowed[i])
-            worst = max(worst, float(lat[gpus[i]]))
+            lats.append(float(lat[gpus[i]]))
             groups.append(int(group[gpus[i]]))
-        return worst, Deployment(gpus=list(gpus), groups=groups)
+        return _served(np.array(lats), weights, Deployment(gpus=list(gpus), groups=groups))
 
     return policy
 
 
-def fixed_deployment_policy(tables: list[TierTable], deployment: Deployment) -> Policy:
+def fixed_deployment_policy(tables: list[TierTable], deployment: Deployment,
+                            weights: np.ndarray | None = None) -> Policy:
     """Everything fixed: the plan's deployment serving another routing (operating points)."""
 
-    def policy(rates: np.ndarray) -> tuple[float, Deployment | None]:
-        worst = max(t.group_latency(g, f, r) for t, g, f, r in
-                    zip(tables, deployment.groups, deployment.gpus, rates, strict=True))
-        return worst, deployment
+    def policy(rates: np.ndarray) -> Served:
+        lats = [t.group_latency(g, f, r) for t, g, f, r in
+                zip(tables, deployment.groups, deployment.gpus, rates, strict=True)]
+        return _served(np.array(lats), weights, deployment)
 
     return policy
 
@@ -119,18 +146,20 @@ class Evaluator:
         final = routing.final_tier(self.data, ks)
         fractions = routing.reach(self.data, final).mean(axis=0)
         q = routing.quality(self.data, final)
-        latency, deployment = self.policy(self.rate * fractions)
-        return Evaluation(ks=ks, thresholds=routing.thresholds(self.data.mode, ks), latency_s=latency, quality=q,
-                          objective=self.objective(latency, q), fractions=[float(x) for x in fractions],
-                          deployment=deployment)
+        served = self.policy(self.rate * fractions)
+        bottleneck, deployment = served[0], served[1]
+        seconds = served.latency_s if isinstance(served, Served) else bottleneck
+        return Evaluation(ks=ks, thresholds=routing.thresholds(self.data.mode, ks), latency_s=seconds, quality=q,
+                          objective=self.objective(bottleneck, q), fractions=[float(x) for x in fractions],
+                          deployment=deployment, bottleneck_s=bottleneck)
 
     def objective(self, latency: float, quality: float) -> float:
         return latency + self.mu * max(0.0, (self.q_min - quality) / self.span)
 
     def front(self) -> list[Evaluation]:
         """Non-dominated (low L, high Q) points among everything evaluated so far."""
-        points = sorted((e for e in self.memo.values() if math.isfinite(e.latency_s)),
-                        key=lambda e: (e.latency_s, -e.quality))
+        points = sorted((e for e in self.memo.values() if math.isfinite(e.bottleneck_s)),
+                        key=lambda e: (e.bottleneck_s, -e.quality))
         front: list[Evaluation] = []
         for e in points:
             if not front or e.quality > front[-1].quality + 1e-12:
@@ -164,8 +193,8 @@ def _problem(evaluator: Evaluator, n_var: int, objectives: int) -> Any:
 
         def _evaluate(self, x: np.ndarray, out: dict[str, Any], *args: Any, **kwargs: Any) -> None:
             e = evaluator(tuple(round(v) for v in x))
-            feasible = math.isfinite(e.latency_s)
-            latency = e.latency_s if feasible else BIG
+            feasible = math.isfinite(e.bottleneck_s)
+            latency = e.bottleneck_s if feasible else BIG
             out["F"] = [e.objective if feasible else BIG] if objectives == 1 else [latency, -e.quality]
             out["G"] = [0.0 if feasible else 1.0]
 
@@ -211,7 +240,7 @@ def minimize_objective(evaluator: Evaluator, n_thresholds: int, seeds: list[tupl
             seeds = [*seeds, *coarse_grid(evaluator, n_thresholds, grid_points)[: pop_size // 2]]
         algorithm = _algorithm("ga", n_thresholds, pop_size, seeds, np.random.default_rng(seed))
         minimize(_problem(evaluator, n_thresholds, 1), algorithm, ("n_gen", generations), seed=seed, verbose=False)
-    return min(evaluator.memo.values(), key=lambda e: (e.objective, e.latency_s, -e.quality))
+    return min(evaluator.memo.values(), key=lambda e: (e.objective, e.bottleneck_s, -e.quality))
 
 
 def explore_front(evaluator: Evaluator, n_thresholds: int, seeds: list[tuple[int, ...]], *,
@@ -231,7 +260,7 @@ def tchebycheff_choice(front: list[Evaluation], q_min: float, weights: int = 201
     """v1-style: each weight w picks argmin max(w (L - L*) / range_L, (1 - w) (Q* - Q) / range_Q)
     on the front; among those picks, the fastest meeting q_min. If the weight grid skipped every
     point meeting q_min, the fastest such front point; if none meets it, the best quality."""
-    lat = np.array([e.latency_s for e in front])
+    lat = np.array([e.bottleneck_s for e in front])
     qual = np.array([e.quality for e in front])
     l_range = max(float(lat.max() - lat.min()), 1e-12)
     q_range = max(float(qual.max() - qual.min()), 1e-12)
@@ -242,5 +271,5 @@ def tchebycheff_choice(front: list[Evaluation], q_min: float, weights: int = 201
     for pool in ([front[i] for i in sorted(picks)], front):
         meeting = [e for e in pool if e.quality >= q_min]
         if meeting:
-            return min(meeting, key=lambda e: e.latency_s)
+            return min(meeting, key=lambda e: e.bottleneck_s)
     return max(front, key=lambda e: e.quality)

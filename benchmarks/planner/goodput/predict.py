@@ -175,7 +175,7 @@ def main(argv: list[str] | None = None) -> int:
                 inst = instance(fold, gpus, rate, f"{target:.4f}", setting["max_running"], e2e_slo_s,
                                 work / "predict" / f"g{gpus}{tag}" / f"rate-{rate_key}" / f"fold-{fold.name}")
                 replicas = m["replicas"].get(fold.name, m["replicas"]) if arm[0] in "deftu" else m["replicas"]
-                plan = plan_dir(work, gpus, tag, arm[0], fold, rate) / "plan.json"
+                plan = plan_dir(work, gpus, tag, arm[0], fold, rate, run.get("plan_slo", "e2e")) / "plan.json"
                 final = routing_of(arm, inst, m["tier_shares"], plan if arm[0] in "eft" else None, target)
                 ttft = setting["ttft_slo_s"]
                 per_fold.append(predict(inst, replicas, final, rate, e2e_slo_s, ttft))

@@ -13,11 +13,14 @@ import pytest
 from benchmarks.planner.goodput import arms
 from benchmarks.planner.goodput.arms import REASON_TIER
 from benchmarks.planner.goodput.folds import Fold, reasoning_width, split, vote_branches, write_questions
+from benchmarks.planner.goodput.plans import problem_toml
 from benchmarks.planner.goodput.predict import recorded_waves
 from benchmarks.planner.goodput.run import Setting, measure
 from benchmarks.planner.goodput.scores import held_rate, point_stats, scale_needed, summarize
+from benchmarks.planner.goodput_per_gpu import parse_args, plan_dir
 from cascade.data.outcomes import read_rows
 from cascade.optimizer.outcomes import from_rows
+from cascade.optimizer.problem import load_problem
 from cascade.optimizer.widths import Width, vote
 from cascade.testing.fakes.recorded import read_tier
 from cascade.testing.twin import V8, V8_TWIN
@@ -111,3 +114,25 @@ def test_the_planner_votes_and_times_the_branches_the_twin_replays() -> None:
     voted = vote(draws, Width(n, m, first))
     lengths, _ = recorded_waves(ids)
     assert voted.branch_tokens.tolist() == lengths.tolist()
+
+
+def test_plans_with_both_slos_keep_their_own_folder_and_give_the_planner_both_bounds(tmp_path: Path) -> None:
+    """`--plan-slo both`: the planned arms' problem.toml carries the TTFT and end-to-end SLOs (the planner holds the
+    vote to the TTFT one) and their plans a folder of their own; the default reproduces the folders and problems of
+    the results before it."""
+    fold = Fold(name="A", questions=[], trained_on=[], dataset=tmp_path, router=tmp_path,
+                planning_rows=tmp_path / "rows.jsonl", accuracy={})
+    assert parse_args([]).plan_slo == "e2e"
+    default = plan_dir(tmp_path, 8, "-mid", "t", fold, 75.0)
+    assert default == tmp_path / "plans" / "g8-mid-target-fleet-waves" / "rate-75" / "fold-A"
+    assert plan_dir(tmp_path, 8, "-mid", "t", fold, 75.0, "e2e") == default
+    both = plan_dir(tmp_path, 8, "-mid", "t", fold, 75.0, "both")
+    assert both != default and both.parts[-3] == "g8-mid-target-fleet-waves-slo-both"
+    problems = {}
+    for name, ttft in (("e2e", None), ("both", 4.9)):
+        path = tmp_path / f"problem-{name}.toml"
+        path.write_text(problem_toml(fold, 8, 75.0, "0.7270", 64, 9.8, every_tier=False, ttft_slo_s=ttft))
+        problems[name] = load_problem(path)[0]
+    assert (problems["e2e"].slo.latency_s, problems["e2e"].slo.bounds) == (9.8, None)
+    assert (problems["both"].slo.latency_s, problems["both"].slo.bounds) == (None, (4.9, 9.8))
+    assert problems["both"].tiers[-1].branches > 1  # the reasoning tier votes: the TTFT SLO binds it
