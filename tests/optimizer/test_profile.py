@@ -62,8 +62,9 @@ def test_a_batching_engines_prefill_and_step_slopes_are_recovered() -> None:
         profile = asyncio.run(measure(dataclasses.replace(settings, url=url)))
     assert profile.prompt_tokens_source == "usage"
     assert [p.prompt_tokens for p in profile.prefill_points] == [32, 512, 2048]
-    # TTFT as a client sees it: the engine's prefill plus a few ms of HTTP on a busy machine.
-    assert 0.03 <= profile.prefill.fixed_s <= 0.05
+    # TTFT as a client sees it: the engine's prefill plus HTTP, up to 30 ms of it on 2 busy cores (23 ms measured at
+    # load 3.3 on an AVX2 machine), as the scripted-TTFT test above allows.
+    assert 0.03 <= profile.prefill.fixed_s <= 0.06
     assert profile.prefill.per_token_s == pytest.approx(5e-5, rel=0.25)
     assert profile.decode.fixed_s == pytest.approx(0.012, abs=0.004)
     assert profile.decode.per_sequence_s == pytest.approx(0.004, rel=0.2)
