@@ -105,7 +105,8 @@ def planned_point(letter: str, folds: list[Fold], rate: float, seed: int, settin
         runs.append(measure(arm, [fold], rate, seed, setting, work / "scratch" / arm.name, hints))
     return {"arm": PLANNED[letter], "rate": rate, "seed": seed, "gpus": gpus,
             "replicas": {f.name: r["replicas"] for f, r in zip(folds, runs, strict=True)},
-            "lag_s": max(r["lag_s"] for r in runs), "engines": pooled_engines(runs),
+            "lag_s": max(r["lag_s"] for r in runs), "engines": {**pooled_engines(runs), "requests_by_engine": {
+                f.name: r["engines"]["requests_by_engine"] for f, r in zip(folds, runs, strict=True)}},
             "wall_s": sum(r["wall_s"] for r in runs),
             "requests": [row for r in runs for row in r["requests"]]}
 

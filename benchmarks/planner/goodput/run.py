@@ -81,23 +81,29 @@ def fleet(arm: Arm, setting: Setting, work: Path) -> Iterator[dict[str, list[str
 
 LOADGEN_OVERHEAD_S = 120.0
 
-def engine_report(urls: dict[str, list[str]]) -> dict[str, float]:
-    """`lag_s`: the largest emulated time any engine lost to a late event loop (0: the CPU kept the GPUs' pace); and
-    ENGINE_COUNTS summed over the engines."""
-    report = dict.fromkeys(("lag_s", *ENGINE_COUNTS), 0.0)
-    for url in (u for us in urls.values() for u in us):
-        with contextlib.suppress(OSError, ValueError, KeyError), urllib.request.urlopen(f"{url}/fake/gpu",
-                                                                                       timeout=10) as r:
-            gpu = json.load(r)
-            report["lag_s"] = max(report["lag_s"], float(gpu["lag_s"]))
-            report["gpu_busy_s"] += float(gpu["gpu_s"])
-        with contextlib.suppress(OSError, ValueError, KeyError), urllib.request.urlopen(f"{url}/fake/stats",
-                                                                                       timeout=10) as r:
-            stats = json.load(r)
-            report["aborts_received"] += len(stats["abort_requests"])
-            report["stopped_on_disconnect"] += stats["streams_cancelled"] + stats["requests_cancelled"]
-            report["tokens_sent"] += stats["tokens_sent"]
-    return {k: round(v, 4) for k, v in report.items()}
+def engine_report(urls: dict[str, list[str]]) -> dict[str, Any]:
+    """`lag_s`: the largest emulated time any engine lost to a late event loop (0: the CPU kept the GPUs' pace);
+    ENGINE_COUNTS summed over the engines; `requests_by_engine`: per tier, the requests each of its engines got (how
+    evenly the replica picker spread them)."""
+    report: dict[str, Any] = dict.fromkeys(("lag_s", *ENGINE_COUNTS), 0.0)
+    spread: dict[str, list[int]] = {}
+    for tier, url in ((t, u) for t, us in urls.items() for u in us):
+        gpu, stats = _read_json(f"{url}/fake/gpu"), _read_json(f"{url}/fake/stats")
+        report["lag_s"] = max(report["lag_s"], float(gpu.get("lag_s", 0.0)))
+        report["gpu_busy_s"] += float(gpu.get("gpu_s", 0.0))
+        report["aborts_received"] += len(stats.get("abort_requests", []))
+        report["stopped_on_disconnect"] += stats.get("streams_cancelled", 0) + stats.get("requests_cancelled", 0)
+        report["tokens_sent"] += stats.get("tokens_sent", 0)
+        spread.setdefault(tier, []).append(int(stats.get("requests", 0)))
+    return {**{k: round(v, 4) for k, v in report.items()}, "requests_by_engine": spread}
+
+
+def _read_json(url: str) -> dict[str, Any]:
+    """GET `url` as a JSON object ({} when it does not answer one: the report says what it could read)."""
+    with contextlib.suppress(OSError, ValueError), urllib.request.urlopen(url, timeout=10) as r:
+        body = json.load(r)
+        return body if isinstance(body, dict) else {}
+    return {}
 
 
 @contextlib.contextmanager

@@ -117,3 +117,5 @@ def test_arm_g_end_to_end_on_two_emulated_gpus_answers_as_recorded(smg_exe: Path
     assert {p.name for p in work.glob("smg-*.log")} == {f"smg-{PLAIN_TIER}.log", f"smg-{REASON_TIER}.log"}
     engines = point["engines"]
     assert engines["aborts_received"] == 0 and engines["tokens_sent"] > 0 and engines["gpu_busy_s"] > 0
+    spread = engines["requests_by_engine"]  # every branch (two at least per request) on the reasoning tier's GPU
+    assert spread[PLAIN_TIER] == [0] and spread[REASON_TIER][0] >= 2 * len(rows)
