@@ -46,6 +46,7 @@ import sys
 import tempfile
 import time
 import urllib.request
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -59,18 +60,29 @@ from cascade.testing.scripts import print_result
 LOAD = [sys.executable, "-m", "benchmarks.frontdoor.sse_load"]  # the load client, its own process per measurement
 TOKEN = re.compile(r"t\d+ ")  # the fake engine's tokens, as the load client counts them
 PATH = "/v1/chat/completions"
+
+
+def smg_argv(exe: Path | str, port: int, workers: Sequence[str], metrics: int, policy: str = "round_robin"
+             ) -> list[str]:
+    """`smg launch` on 127.0.0.1:`port` over `workers` (engine URLs) with `policy` (round_robin, cache_aware, ...),
+    its Prometheus listener on 127.0.0.1:`metrics`; every other option smg's default."""
+    return [str(exe), "launch", "--host", "127.0.0.1", "--port", str(port), "--worker-urls", *workers,
+            "--policy", policy, "--log-level", "warn", "--prometheus-host", "127.0.0.1",
+            "--prometheus-port", str(metrics)]
+
+
 # The peers: wheel, version, entry point and how it is started in front of one engine.
 PEERS: dict[str, dict[str, Any]] = {
-    "smg": {"package": "smg", "version": "1.13.0", "argv": lambda exe, port, engine, metrics: [
-        str(exe), "launch", "--host", "127.0.0.1", "--port", str(port), "--worker-urls", engine,
-        "--policy", "round_robin", "--log-level", "warn", "--prometheus-host", "127.0.0.1",
-        "--prometheus-port", str(metrics)]},
+    "smg": {"package": "smg", "version": "1.13.0",
+            "argv": lambda exe, port, engine, metrics: smg_argv(exe, port, [engine], metrics)},
     "vllm-router": {"package": "vllm-router", "version": "0.1.17", "argv": lambda exe, port, engine, metrics: [
         str(exe), "--host", "127.0.0.1", "--port", str(port), "--worker-urls", engine,
         "--policy", "round_robin", "--log-level", "warning", "--prometheus-host", "127.0.0.1",
         "--prometheus-port", str(metrics)]},
 }
 TICK_S = 1 / os.sysconf("SC_CLK_TCK")
+# Where the peers' venvs live unless --peer-cache says otherwise (the goodput benchmark's smg too)
+PEER_CACHE = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "cascade-bench"
 
 
 def cpu_s(pid: int) -> float:
@@ -348,8 +360,7 @@ def goal(out: dict[str, Any], targets: list[Target]) -> dict[str, Any]:
 def parse_args() -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--peers", default="smg,vllm-router", help="comma-separated, from: " + ", ".join(PEERS))
-    p.add_argument("--peer-cache", type=Path, default=Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache"))
-                   / "cascade-bench", help="where the peers' venvs live (reused)")
+    p.add_argument("--peer-cache", type=Path, default=PEER_CACHE, help="where the peers' venvs live (reused)")
     p.add_argument("--concurrency", type=lambda s: [int(x) for x in s.split(",")], default=[1, 16, 64, 256])
     p.add_argument("--rounds", type=int, default=4, help="closed-loop rounds per concurrency (order flips)")
     p.add_argument("--window-s", type=float, default=1.5, help="measured s per target per round (c=1: 3x)")

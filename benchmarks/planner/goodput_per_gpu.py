@@ -20,7 +20,9 @@ Arms (benchmarks/planner/goodput/arms.py), all on G GPUs:
      sends nothing to gets no GPU (by default each keeps one for the `fast` and `best` points)
   f  e with load-reactive routing (`[routing.load]`, the end-to-end SLO watched): requests ask for `balanced`, the
      plan's point for the target, and move to `fast` while a tier is pressed
-Not yet here (issue 62 notes): g (cascade in front of smg).
+  g  t with SGLang's model gateway picking the replica: each tier's replicas behind their own smg (`cache_aware`),
+     that smg the tier's one backend in cascade's config; cascade still routes, runs the vote and streams
+     (benchmarks/planner/goodput/smg.py says what cascade's aborts and engine poller meet there)
 
 SLOs, stated from the measured step times: u = the 1.5B's prefill of 256 tokens + 512 decode steps alone (1.96 s);
 TTFT <= 2.5 u, end-to-end <= 5 u. Limits of the emulation: each engine runs at most `--max-running` sequences
@@ -52,7 +54,7 @@ from benchmarks.planner.goodput import arms as arm_defs
 from benchmarks.planner.goodput.folds import VOTES, Fold, build
 from benchmarks.planner.goodput.plans import planned
 from benchmarks.planner.goodput.run import Setting, measure
-from benchmarks.planner.goodput.scores import held_rate, summarize
+from benchmarks.planner.goodput.scores import held_rate, pooled_engines, summarize
 from cascade.optimizer.profile import load_profile
 from cascade.testing.scripts import print_result
 from cascade.testing.twin import H200
@@ -77,8 +79,9 @@ def slo_unit_s() -> float:
 # Served on each fold's plan (t and its null u: planned with `[cluster] deploy_every_tier = false`, the others with
 # the default)
 PLANNED = {"e": "e-plan", "d": "d-random-null-plan", "f": "f-plan-load-reactive", "t": "t-plan-target-fleet",
-           "u": "u-random-null-target-fleet"}
-TARGET_FLEET = "tu"
+           "u": "u-random-null-target-fleet", "g": "g-plan-target-fleet-smg"}
+TARGET_FLEET = "tug"  # g serves t's plans
+TIER_SMG_POLICY = "cache_aware"  # arm g's replica picker: smg's default policy
 NULLS = "du"
 PLAN_SLOS = ("e2e", "both")  # the SLOs the planned arms' problem.toml gives the planner (--plan-slo)
 
@@ -87,7 +90,8 @@ def planned_point(letter: str, folds: list[Fold], rate: float, seed: int, settin
                   quality: dict[str, str], gpus: int, tag: str = "", plan_slo: str = "e2e") -> dict[str, Any]:
     """Arm e (or its null d) at one rate: each fold planned on its training questions and served on its own fleet at
     the full rate (the plans' allocations differ), the two runs pooled. d keeps the plan's allocation and replaces
-    its routing by random route scores calibrated to the same target on the same fold; u does the same on t's plan."""
+    its routing by random route scores calibrated to the same target on the same fold; u does the same on t's plan;
+    g serves t's plan with each tier's replicas behind one smg."""
     runs = []
     for fold in folds:
         arm = planned(fold, gpus, rate, quality[fold.name], setting.max_running, setting.e2e_slo_s,
@@ -98,13 +102,17 @@ def planned_point(letter: str, folds: list[Fold], rate: float, seed: int, settin
             arm = arm_defs.random_null(arm.replicas, [fold], PLANNED[letter])
         elif letter == "t":
             arm = dataclasses.replace(arm, name=PLANNED["t"])
+        elif letter == "g":
+            arm = dataclasses.replace(arm, name=PLANNED["g"], tier_smg=TIER_SMG_POLICY)
         elif letter == "f":  # a named hint: load-reactive routing moves those (a numeric one keeps its target)
             arm = dataclasses.replace(arm, name=PLANNED["f"], load_reactive=True)
             hints = {fold.name: LOAD_REACTIVE_HINT}
         runs.append(measure(arm, [fold], rate, seed, setting, work / "scratch" / arm.name, hints))
     return {"arm": PLANNED[letter], "rate": rate, "seed": seed, "gpus": gpus,
             "replicas": {f.name: r["replicas"] for f, r in zip(folds, runs, strict=True)},
-            "lag_s": max(r["lag_s"] for r in runs), "wall_s": sum(r["wall_s"] for r in runs),
+            "lag_s": max(r["lag_s"] for r in runs), "engines": {**pooled_engines(runs), "requests_by_engine": {
+                f.name: r["engines"]["requests_by_engine"] for f, r in zip(folds, runs, strict=True)}},
+            "wall_s": sum(r["wall_s"] for r in runs),
             "requests": [row for r in runs for row in r["requests"]]}
 
 

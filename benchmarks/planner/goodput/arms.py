@@ -21,13 +21,16 @@ MAX_TOKENS = 512  # every tier's answer budget, as the ladder was labelled (exam
 @dataclass(frozen=True)
 class Arm:
     """`replicas`: emulated GPUs per tier (one TP1 replica each). `front`: "smg" (SGLang's model gateway, round robin,
-    over the plain tier's replicas) or "cascade". `model`: the model requests name (a tier name bypasses routing;
-    "cascade": the router picks). `routing`: the `[routing]` table's body for a fold (None: no router).
-    `branches`: the reasoning tier's (n, m, first_wave)."""
+    over the plain tier's replicas) or "cascade". `tier_smg`: with a cascade front, "" (each tier's backends are its
+    engines: cascade picks the replica) or an smg policy (each tier's replicas sit behind one smg with that policy,
+    the tier's one backend: smg picks the replica; benchmarks/planner/goodput/smg.py). `model`: the model requests
+    name (a tier name bypasses routing; "cascade": the router picks). `routing`: the `[routing]` table's body for a
+    fold (None: no router). `branches`: the reasoning tier's (n, m, first_wave)."""
 
     name: str
     replicas: dict[str, int]
     front: str = "cascade"
+    tier_smg: str = ""
     model: str = "cascade"
     routing: dict[str, str] = field(default_factory=dict)  # fold name -> TOML lines of [routing]
     branches: tuple[int, int, int] = (8, 8, 2)
@@ -68,7 +71,8 @@ def random_null(replicas: dict[str, int], folds: list[Fold], name: str, seed: in
 
 def gateway_toml(arm: Arm, urls: dict[str, list[str]], fold: str, *, max_running: int,
                  slo_e2e_ms: float = 0.0) -> str:
-    """The config of the gateway serving `fold` in `arm`, its tiers on `urls` (tier -> engine URLs)."""
+    """The config of the gateway serving `fold` in `arm`, its tiers on `urls` (tier -> backend URLs: the tier's
+    engines, or the one smg in front of them)."""
     timeouts = "{ connect_s = 5.0, read_s = 3600.0, total_s = 36000.0 }"
     lines = ['[gateway]', 'default_quality = "balanced"', '']
     for tier in TIERS:
@@ -77,11 +81,13 @@ def gateway_toml(arm: Arm, urls: dict[str, list[str]], fold: str, *, max_running
         lines += ['[[tiers]]', f'name = "{tier}"', f'default_max_tokens = {MAX_TOKENS}', f'backends = [{backends}]']
         if tier == REASON_TIER:
             n, m, first = arm.branches
-            replicas = max(1, len(urls.get(tier) or []))
+            replicas = max(1, arm.replicas.get(tier, 0))  # GPUs, not backends: one smg may front them all
             lines += ['scorer = "none"', '', '[tiers.branches]', f'n = {n}', f'm = {m}', f'first_wave = {first}',
                       f'slots = {max_running * replicas}']
         lines.append('')
     lines += ['[routing]', arm.routing.get(fold, 'policy = "heuristic"')]
+    if arm.tier_smg:  # smg serves no /metrics on its main port: the engine poller would read 404s, twice a second
+        lines += ['', '[routing.engine_load]', 'enabled = false']
     if arm.load_reactive:
         lines += ['', '[routing.load]', 'enabled = true', f'e2el_ms = {slo_e2e_ms:.0f}']
     return "\n".join(lines) + "\n"

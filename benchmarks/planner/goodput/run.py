@@ -23,10 +23,12 @@ from typing import Any
 
 import msgspec
 
+from benchmarks.planner.goodput import smg
 from benchmarks.planner.goodput.arms import PLAIN_TIER, Arm, gateway_toml
 from benchmarks.planner.goodput.folds import Fold
+from benchmarks.planner.goodput.scores import ENGINE_COUNTS
 from cascade.engines.supervisor import free_port
-from cascade.testing.processes import CASCADE, start, stop
+from cascade.testing.processes import CASCADE, process, stop
 from cascade.testing.twin import H200, V8_TWIN
 from cascade.testing.twin_fleet import EngineSpec, FleetSpec
 from cascade.testing.waiting import wait_http
@@ -77,37 +79,45 @@ def fleet(arm: Arm, setting: Setting, work: Path) -> Iterator[dict[str, list[str
             proc.stdout.close()
 
 
-def lag_s(urls: dict[str, list[str]]) -> float:
-    """The largest emulated time any engine lost to a late event loop (0: the CPU kept the GPUs' pace)."""
-    worst = 0.0
-    for url in (u for us in urls.values() for u in us):
-        with contextlib.suppress(OSError, ValueError), urllib.request.urlopen(f"{url}/fake/gpu", timeout=10) as r:
-            worst = max(worst, float(json.load(r)["lag_s"]))
-    return worst
+LOADGEN_OVERHEAD_S = 120.0
+
+def engine_report(urls: dict[str, list[str]]) -> dict[str, Any]:
+    """`lag_s`: the largest emulated time any engine lost to a late event loop (0: the CPU kept the GPUs' pace);
+    ENGINE_COUNTS summed over the engines; `requests_by_engine`: per tier, the requests each of its engines got (how
+    evenly the replica picker spread them)."""
+    report: dict[str, Any] = dict.fromkeys(("lag_s", *ENGINE_COUNTS), 0.0)
+    spread: dict[str, list[int]] = {}
+    for tier, url in ((t, u) for t, us in urls.items() for u in us):
+        gpu, stats = _read_json(f"{url}/fake/gpu"), _read_json(f"{url}/fake/stats")
+        report["lag_s"] = max(report["lag_s"], float(gpu.get("lag_s", 0.0)))
+        report["gpu_busy_s"] += float(gpu.get("gpu_s", 0.0))
+        report["aborts_received"] += len(stats.get("abort_requests", []))
+        report["stopped_on_disconnect"] += stats.get("streams_cancelled", 0) + stats.get("requests_cancelled", 0)
+        report["tokens_sent"] += stats.get("tokens_sent", 0)
+        spread.setdefault(tier, []).append(int(stats.get("requests", 0)))
+    return {**{k: round(v, 4) for k, v in report.items()}, "requests_by_engine": spread}
+
+
+def _read_json(url: str) -> dict[str, Any]:
+    """GET `url` as a JSON object ({} when it does not answer one: the report says what it could read)."""
+    with contextlib.suppress(OSError, ValueError), urllib.request.urlopen(url, timeout=10) as r:
+        body = json.load(r)
+        return body if isinstance(body, dict) else {}
+    return {}
 
 
 @contextlib.contextmanager
 def front(arm: Arm, urls: dict[str, list[str]], folds: list[Fold], setting: Setting, work: Path
           ) -> Iterator[dict[str, str]]:
-    """The arm's gateway(s); yields fold name -> base URL."""
-    procs: list[subprocess.Popen[bytes]] = []
-    try:
+    """The arm's gateway(s); yields fold name -> base URL. Every process it starts is stopped on the way out."""
+    with contextlib.ExitStack() as stack:
         if arm.front == "smg":
-            from benchmarks.frontdoor.peer_gateways import PEERS, peer_exe
-
-            exe = peer_exe("smg", Path.home() / ".cache" / "cascade-bench", work / "smg-install.log")
-            if isinstance(exe, str):
-                raise RuntimeError(f"smg is not available: {exe}")
-            port, metrics = free_port(), free_port()
-            argv = PEERS["smg"]["argv"](exe, port, urls[PLAIN_TIER][0], metrics)
-            at = argv.index("--worker-urls") + 1
-            argv[at:at + 1] = urls[PLAIN_TIER]
-            log = work / "smg.log"
-            procs.append(start(argv, log))
-            url = f"http://127.0.0.1:{port}"
-            wait_http(f"{url}/health", procs[-1], log, 60)
+            url = stack.enter_context(smg.gateway(urls[PLAIN_TIER], "round_robin", work))
             yield {f.name: url for f in folds}
             return
+        if arm.tier_smg:  # each tier's replicas behind their own smg: the tier's one backend
+            urls = {tier: [stack.enter_context(smg.gateway(engines, arm.tier_smg, work, f"smg-{tier}"))]
+                    for tier, engines in urls.items()}
         served = {}
         for fold in folds:
             port = free_port()
@@ -117,23 +127,25 @@ def front(arm: Arm, urls: dict[str, list[str]], folds: list[Fold], setting: Sett
             argv = [*CASCADE, "serve", "--config", str(config), "--host", "127.0.0.1", "--port", str(port)]
             if fold.name in arm.plan:
                 argv += ["--plan", str(arm.plan[fold.name])]
-            procs.append(start(argv, log, cwd=work))
+            proc = stack.enter_context(process(argv, log, cwd=work, grace_s=2))
             served[fold.name] = f"http://127.0.0.1:{port}"
-            wait_http(f"{served[fold.name]}/health", procs[-1], log, 120)
+            wait_http(f"{served[fold.name]}/health", proc, log, 120)
         yield served
-    finally:
-        for proc in procs:
-            stop(proc, grace_s=2)
 
 
 def measure(arm: Arm, folds: list[Fold], rate: float, seed: int, setting: Setting, work: Path,
             quality: dict[str, str]) -> dict[str, Any]:
     """Run the arm at `rate` emulated requests/s (both folds together) with arrival seed `seed`; returns the point:
-    one compact row per request (emulated seconds) and the fleet's lag."""
+    one compact row per request (emulated seconds), the fleet's lag and what its engines saw (`engine_report`)."""
     work.mkdir(parents=True, exist_ok=True)
     s = setting.time_scale
     started = time.perf_counter()
-    with fleet(arm, setting, work) as urls, front(arm, urls, folds, setting, work) as gateways:
+    slo = 2 * setting.e2e_slo_s * s  # each request's timeout and the drain after the last arrival (wall s)
+    # Past this, a loadgen is stuck: its arrivals (a Gamma draw may run longer: twice Poisson's mean), then one
+    # request's timeout and the drain, and its start and grading
+    within_s = 2 * setting.requests_per_fold / (rate / len(folds) / s) + 2 * slo + LOADGEN_OVERHEAD_S
+    with (fleet(arm, setting, work) as urls, front(arm, urls, folds, setting, work) as gateways,
+          contextlib.ExitStack() as running):
         loadgens = []
         for i, fold in enumerate(folds):
             out = work / f"loadgen-{fold.name}"
@@ -141,16 +153,17 @@ def measure(arm: Arm, folds: list[Fold], rate: float, seed: int, setting: Settin
                     "--rate", f"{rate / len(folds) / s:.6f}", "--n", str(setting.requests_per_fold),
                     "--arrival", setting.arrival, "--seed", str(seed * len(folds) + i),
                     "--slo", f"ttft_ms={setting.ttft_slo_s * 1000 * s:.1f},e2el_ms={setting.e2e_slo_s * 1000 * s:.1f}",
-                    "--max-tokens", str(512), "--model", arm.model, "--timeout-s", f"{2 * setting.e2e_slo_s * s:.1f}",
-                    "--drain-s", f"{2 * setting.e2e_slo_s * s:.1f}", "--no-progress", "--out", str(out)]
+                    "--max-tokens", str(512), "--model", arm.model, "--timeout-s", f"{slo:.1f}",
+                    "--drain-s", f"{slo:.1f}", "--no-progress", "--out", str(out)]
             if setting.arrival == "gamma":
                 argv += ["--burstiness", str(setting.burstiness)]
             if arm.front == "cascade" and arm.model == "cascade":
                 argv += ["--quality-mix", f"{quality[fold.name]}=1"]
-            loadgens.append((fold, out, start(argv, work / f"loadgen-{fold.name}.log")))
+            loadgens.append((fold, out, running.enter_context(process(argv, work / f"loadgen-{fold.name}.log"))))
+        deadline = time.monotonic() + within_s
         for _, _, proc in loadgens:
-            proc.wait()
-        lag = lag_s(urls)
+            proc.wait(max(1.0, deadline - time.monotonic()))  # TimeoutExpired: the stack stops them all
+        engines = engine_report(urls)
     rows = []
     for fold, out, proc in loadgens:
         if proc.returncode not in (0, 1):  # 1: the run finished with failed requests
@@ -163,4 +176,5 @@ def measure(arm: Arm, folds: list[Fold], rate: float, seed: int, setting: Settin
                          "e2e_s": None if r.get("e2el_ms") is None else r["e2el_ms"] / 1000 / s,
                          "correct": bool(r.get("correct")), "error": r.get("error"), "status": r.get("status")})
     return {"arm": arm.name, "rate": rate, "seed": seed, "gpus": arm.gpus, "replicas": arm.replicas,
-            "lag_s": round(lag, 4), "wall_s": round(time.perf_counter() - started, 1), "requests": rows}
+            "lag_s": engines.pop("lag_s"), "engines": engines, "wall_s": round(time.perf_counter() - started, 1),
+            "requests": rows}

@@ -15,6 +15,11 @@ from typing import Any
 import numpy as np
 
 ATTAINMENT = 0.95  # the share of requests a rate must keep within SLO to be held (and Cascadia's SLO-scale level)
+# What the emulated engines saw, summed over the fleet, so that a point says what its front cost them.
+# `aborts_received`: /abort_request posts; `stopped_on_disconnect`: streams an engine ended because their connection
+# closed (the fallback of an abort that never came); `tokens_sent`: tokens generated, a cut stream's included;
+# `gpu_busy_s`: emulated busy time.
+ENGINE_COUNTS = ("aborts_received", "stopped_on_disconnect", "tokens_sent", "gpu_busy_s")
 
 
 def scale_needed(row: dict[str, Any], ttft_slo_s: float, e2e_slo_s: float) -> float:
@@ -72,7 +77,15 @@ def summarize(points: list[dict[str, Any]], ttft_slo_s: float, e2e_slo_s: float,
     return {**{k: round(v, 4) if math.isfinite(v) else None for k, v in stats.items()}, "seeds": len(points),
             "ci95": bootstrap(points, ttft_slo_s, e2e_slo_s, resamples) if resamples else {},
             "tier_shares": {t: round(c / len(rows), 4) for t, c in tiers.most_common()},
-            "shed_by": dict(errors.most_common(5)), "lag_s_max": max(p["lag_s"] for p in points)}
+            "shed_by": dict(errors.most_common(5)), "lag_s_max": max(p["lag_s"] for p in points),
+            "engines": pooled_engines(points)}
+
+
+def pooled_engines(points: list[dict[str, Any]]) -> dict[str, float]:
+    """ENGINE_COUNTS of several runs (points) summed ({} when one was measured before they were recorded)."""
+    if not all("engines" in p for p in points):
+        return {}
+    return {k: round(sum(p["engines"][k] for p in points), 4) for k in ENGINE_COUNTS}
 
 
 def held_rate(by_rate: dict[float, dict[str, Any]], accuracy_target: float) -> float | None:
