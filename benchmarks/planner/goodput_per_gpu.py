@@ -61,6 +61,7 @@ from cascade.testing.twin import H200
 
 UNIT_PROMPT_TOKENS, UNIT_DECODE_STEPS = 256, 512
 QUESTIONS = 192  # per fold
+TIME_SCALE = 4.0  # wall seconds per emulated second, by default
 ACCURACY_SLACK = 0.01  # a rate is held at accuracy >= the target less this (two questions of 192)
 # Arm f's hint: the plan's operating point for it is the target's (the planner names the target's point `balanced`),
 # and `fast`, the next cheaper one, is where load-reactive routing moves it while a tier is pressed.
@@ -143,7 +144,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--gpus", type=int, default=8)
     p.add_argument("--arrival", choices=["poisson", "gamma"], default="poisson")
     p.add_argument("--burstiness", type=float, default=0.25, help="gamma shape (0.25: CV 2)")
-    p.add_argument("--time-scale", type=float, default=4.0, help="wall seconds per emulated second")
+    p.add_argument("--time-scale", type=float, default=TIME_SCALE, help="wall seconds per emulated second (raise it "
+                   "when a point's lag_s says the CPU fell behind the emulated GPUs)")
     p.add_argument("--max-running", type=int, default=64, help="sequences per engine (SGLang --max-running-requests)")
     p.add_argument("--stream-interval", type=int, default=16, help="tokens per streamed chunk (SGLang's option)")
     p.add_argument("--requests-per-fold", type=int, default=384, help="at least this many per fold, a multiple of 192 "
@@ -185,6 +187,8 @@ def main(argv: list[str] | None = None) -> int:
     # The target, from each router's training fold, to 4 decimals, rounded down
     target = {f.name: math.floor(target_accuracy(f, args.target) * 10_000) / 10_000 for f in folds}
     tag = "" if args.target == "plain" else f"-{args.target}"
+    # Points measured at another time scale keep a folder of their own (a rerun never mixes them with the default's)
+    scale_tag = "" if args.time_scale == TIME_SCALE else f"-ts{args.time_scale:g}"
     quality = {name: f"{value:.4f}" for name, value in target.items()}
     rates = [float(r) for r in args.rates.split(",")]
     seeds = [int(s) for s in args.seeds.split(",")]
@@ -200,7 +204,7 @@ def main(argv: list[str] | None = None) -> int:
             points = []
             for seed in seeds:
                 vote_tag = plan_tag(args.vote, args.plan_slo) if letter in PLANNED else ""
-                path = (work / "points" / f"g{args.gpus}-{args.arrival}{tag}" / f"{name}{vote_tag}" /
+                path = (work / "points" / f"g{args.gpus}-{args.arrival}{tag}{scale_tag}" / f"{name}{vote_tag}" /
                         f"rate-{rate:g}-seed-{seed}.json")
                 if not path.exists() and args.saved_only:
                     continue
