@@ -73,6 +73,8 @@ LOAD = RESULTS + "load_reactive_fair.json"
 LOAD_2X = "ladders/qwen15/by_load/2x/reactive_vs/"
 ROUTELLM = RESULTS + "router_quality_routellm.json"
 CARD = "models/routers/embedded-gsm8k/card.json"
+SIGNALS = RESULTS + "router_signals.json"
+REPEATED_BEST = "embedded_ladder_repeated/text/best_out_of_fold/"  # the shipped features, 5 fold assignments
 POINTS = "metrics/cross_validated/operating_points/"
 BEST_OUT_OF_FOLD = "metrics/cross_validated/random_null/points/name=best/out_of_fold/"
 ITEM3 = RESULTS + "item3_qwen15_test.json"
@@ -107,12 +109,11 @@ SOURCES: dict[str, dict[str, tuple[str, Callable[[], str]]] | str] = {
         "0.644": num(ROUTELLM, "gsm8k/length", 3),
     },
     "router-on-the-embedded-ladder": {
-        "384": count(CARD, "metrics/cross_validated/n"),
-        "0.711": num(CARD, BEST_OUT_OF_FOLD + "router/accuracy", 3),
-        "0.61x": num(CARD, BEST_OUT_OF_FOLD + "router/token_share", 2, suffix="x"),
-        "0.718": num(CARD, BEST_OUT_OF_FOLD + "null/accuracy/mean", 3),
-        "0.72x": num(CARD, BEST_OUT_OF_FOLD + "null/token_share/mean", 2, suffix="x"),
-        "-0.28..+0.06": interval(CARD, BEST_OUT_OF_FOLD + "router_minus_null/token_share/ci95", 2, sep="..",
+        "384": count(SIGNALS, "embedded_ladder_repeated/n"),
+        "0.719": num(SIGNALS, REPEATED_BEST + "accuracy/router/mean", 3),
+        "0.72x": num(SIGNALS, REPEATED_BEST + "token_share/router/mean", 2, suffix="x"),
+        "0.73x": num(SIGNALS, REPEATED_BEST + "token_share/null_mean", 2, suffix="x"),
+        "-0.22..+0.20": interval(SIGNALS, REPEATED_BEST + "token_share/router_minus_null/ci95", 2, sep="..",
                                  sign=True),
     },
     "sart-vs-self-consistency": {

@@ -52,8 +52,9 @@ def response_schema(document: dict[str, Any], method: str, path: str, status: in
 
 def readme_requests() -> list[dict[str, Any]]:
     """The JSON bodies of the README's curl examples, and its Python SDK example as the SDK sends it."""
-    bodies = [json.loads(raw) for raw in re.findall(r"-d '(\{.*?\})'", README.read_text())]
-    assert len(bodies) >= 5, "README.md's curl examples moved: update this parser"
+    text = README.read_text()
+    bodies = [json.loads(raw) for raw in re.findall(r"-d '(\{.*?\})'", text)]
+    assert len(bodies) >= 3 and len(bodies) == text.count(" -d '"), "README.md's curl examples moved: update this parser"
     sdk = {"model": "cascade", "messages": [{"role": "user", "content": "Hi"}], "stream": True,
            "stream_options": {"include_usage": True}, "quality": "fast"}
     return [*bodies, sdk]
