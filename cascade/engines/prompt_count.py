@@ -128,6 +128,13 @@ def _with_class_normalizer(tokenizer: Any, tokenizer_class: object) -> Any:
     return tokenizer
 
 
+def class_tokenizer(tokenizer: Any, model_dir: Path) -> Any:
+    """`tokenizer` (model_dir's tokenizer.json) as its tokenizer_config.json's class rebuilds it for the worker."""
+    config_file = model_dir / TOKENIZER_CONFIG
+    config = json.loads(config_file.read_text()) if config_file.is_file() else {}
+    return _with_class_normalizer(tokenizer, config.get("tokenizer_class"))
+
+
 def _token(value: object) -> object:
     """A special token as tokenizer_config.json writes it: its text, or an added token's object with its `content`."""
     return value.get("content") if isinstance(value, dict) else value

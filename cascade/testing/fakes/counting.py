@@ -35,7 +35,10 @@ class CountingEngine:
         """`lie`: (prompt, completion) to report whatever was asked (None: the true counts)."""
         from tokenizers import Tokenizer  # transformers' dependency; only this fake needs it
 
-        self.tokenizer = Tokenizer.from_file(str(tokenizer))
+        from cascade.engines.prompt_count import class_tokenizer
+
+        # As the worker loads it: its transformers class may add a normalizer (Qwen2's NFC) tokenizer.json lacks.
+        self.tokenizer = class_tokenizer(Tokenizer.from_file(str(tokenizer)), tokenizer.parent)
         self.answer_tokens = answer_tokens
         self.itl_ms = itl_ms
         self.lie = lie
