@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
+from typing import Any
 
 import msgspec
 import pytest
@@ -59,7 +60,8 @@ def test_folds_split_every_question_once_and_by_seed() -> None:
     assert split(ids, 0) == (a, b) and split(ids, 1) != (a, b)
 
 
-def test_one_arm_end_to_end_on_two_emulated_gpus_answers_as_recorded(tmp_path: Path) -> None:
+def two_recorded_folds(tmp_path: Path) -> tuple[dict[str, Any], list[Fold]]:
+    """The first 8 recorded questions as two folds of 4 (no router, no planning rows): the quick end-to-end runs'."""
     recorded = {row.id: row for _, row in read_rows(V8) if row.id is not None}
     ids = sorted(recorded)[:8]
     folds = []
@@ -67,6 +69,12 @@ def test_one_arm_end_to_end_on_two_emulated_gpus_answers_as_recorded(tmp_path: P
         dataset = write_questions(tmp_path / f"{name}.jsonl", served)
         folds.append(Fold(name=name, questions=served, trained_on=[], dataset=dataset, router=tmp_path,
                           planning_rows=tmp_path, accuracy={}))
+    return recorded, folds
+
+
+def test_one_arm_end_to_end_on_two_emulated_gpus_answers_as_recorded(tmp_path: Path) -> None:
+    recorded, folds = two_recorded_folds(tmp_path)
+    ids = [q for fold in folds for q in fold.questions]
     setting = Setting(time_scale=1.0, max_running=16, stream_interval=8, ttft_slo_s=30.0, e2e_slo_s=60.0,
                       requests_per_fold=4, arrival="poisson")
     arm = arms.all_reasoning(2)

@@ -19,14 +19,13 @@ import pytest
 
 from benchmarks.planner.goodput import arms, smg
 from benchmarks.planner.goodput.arms import NO_ENGINE, PLAIN_TIER, REASON_TIER, Arm
-from benchmarks.planner.goodput.folds import Fold, write_questions
 from benchmarks.planner.goodput.run import Setting, measure
-from cascade.data.outcomes import read_rows
 from cascade.optimizer.profile import load_profile
 from cascade.testing.asgi import serve_asgi
 from cascade.testing.fakes.gpu import GpuSGLang
-from cascade.testing.twin import H200, V8
+from cascade.testing.twin import H200
 from cascade.testing.waiting import eventually
+from tests.benchmarks.planner.test_goodput_per_gpu import two_recorded_folds
 
 MAX_RUNNING = 16
 
@@ -98,13 +97,8 @@ def test_an_smg_whose_workers_never_register_is_an_error_within_its_bound(smg_ex
 def test_arm_g_end_to_end_on_two_emulated_gpus_answers_as_recorded(smg_exe: Path, tmp_path: Path) -> None:
     """One GPU per tier, each behind its own smg, cascade in front; every request to the reasoning tier, so that
     every one of them runs the vote's branches through smg (the twin replays each branch by its rid)."""
-    recorded = {row.id: row for _, row in read_rows(V8) if row.id is not None}
-    ids = sorted(recorded)[:8]
-    folds = []
-    for name, served in (("A", ids[:4]), ("B", ids[4:])):
-        dataset = write_questions(tmp_path / f"{name}.jsonl", served)
-        folds.append(Fold(name=name, questions=served, trained_on=[], dataset=dataset, router=tmp_path,
-                          planning_rows=tmp_path, accuracy={}))
+    recorded, folds = two_recorded_folds(tmp_path)
+    ids = [q for fold in folds for q in fold.questions]
     setting = Setting(time_scale=1.0, max_running=MAX_RUNNING, stream_interval=8, ttft_slo_s=30.0, e2e_slo_s=60.0,
                       requests_per_fold=4, arrival="poisson")
     arm = Arm("g-test", {PLAIN_TIER: 1, REASON_TIER: 1}, model=REASON_TIER, tier_smg="cache_aware")
