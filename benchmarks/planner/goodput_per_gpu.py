@@ -23,6 +23,9 @@ Arms (benchmarks/planner/goodput/arms.py), all on G GPUs:
   g  t with SGLang's model gateway picking the replica: each tier's replicas behind their own smg (`cache_aware`),
      that smg the tier's one backend in cascade's config; cascade still routes, runs the vote and streams
      (benchmarks/planner/goodput/smg.py says what cascade's aborts and engine poller meet there)
+  p  t with cascade's own prefix-affine replica choice on every tier (`[tiers.replicas] choice = "prefix"`:
+     consistent hashing with bounded loads on the prompt, so a vote's branches share a replica while loads allow):
+     g's co-location without smg
 
 SLOs, stated from the measured step times: u = the 1.5B's prefill of 256 tokens + 512 decode steps alone (1.96 s);
 TTFT <= 2.5 u, end-to-end <= 5 u. Limits of the emulation: each engine runs at most `--max-running` sequences
@@ -80,8 +83,9 @@ def slo_unit_s() -> float:
 # Served on each fold's plan (t and its null u: planned with `[cluster] deploy_every_tier = false`, the others with
 # the default)
 PLANNED = {"e": "e-plan", "d": "d-random-null-plan", "f": "f-plan-load-reactive", "t": "t-plan-target-fleet",
-           "u": "u-random-null-target-fleet", "g": "g-plan-target-fleet-smg"}
-TARGET_FLEET = "tug"  # g serves t's plans
+           "u": "u-random-null-target-fleet", "g": "g-plan-target-fleet-smg",
+           "p": "p-plan-target-fleet-prefix"}
+TARGET_FLEET = "tugp"  # g and p serve t's plans
 TIER_SMG_POLICY = "cache_aware"  # arm g's replica picker: smg's default policy
 NULLS = "du"
 PLAN_SLOS = ("e2e", "both")  # the SLOs the planned arms' problem.toml gives the planner (--plan-slo)
@@ -92,7 +96,7 @@ def planned_point(letter: str, folds: list[Fold], rate: float, seed: int, settin
     """Arm e (or its null d) at one rate: each fold planned on its training questions and served on its own fleet at
     the full rate (the plans' allocations differ), the two runs pooled. d keeps the plan's allocation and replaces
     its routing by random route scores calibrated to the same target on the same fold; u does the same on t's plan;
-    g serves t's plan with each tier's replicas behind one smg."""
+    g serves t's plan with each tier's replicas behind one smg, p with cascade's prefix replica choice."""
     runs = []
     for fold in folds:
         arm = planned(fold, gpus, rate, quality[fold.name], setting.max_running, setting.e2e_slo_s,
@@ -105,6 +109,8 @@ def planned_point(letter: str, folds: list[Fold], rate: float, seed: int, settin
             arm = dataclasses.replace(arm, name=PLANNED["t"])
         elif letter == "g":
             arm = dataclasses.replace(arm, name=PLANNED["g"], tier_smg=TIER_SMG_POLICY)
+        elif letter == "p":
+            arm = dataclasses.replace(arm, name=PLANNED["p"], replica_choice="prefix")
         elif letter == "f":  # a named hint: load-reactive routing moves those (a numeric one keeps its target)
             arm = dataclasses.replace(arm, name=PLANNED["f"], load_reactive=True)
             hints = {fold.name: LOAD_REACTIVE_HINT}

@@ -23,7 +23,8 @@ class Arm:
     """`replicas`: emulated GPUs per tier (one TP1 replica each). `front`: "smg" (SGLang's model gateway, round robin,
     over the plain tier's replicas) or "cascade". `tier_smg`: with a cascade front, "" (each tier's backends are its
     engines: cascade picks the replica) or an smg policy (each tier's replicas sit behind one smg with that policy,
-    the tier's one backend: smg picks the replica; benchmarks/planner/goodput/smg.py). `model`: the model requests
+    the tier's one backend: smg picks the replica; benchmarks/planner/goodput/smg.py). `replica_choice`: cascade's
+    `[tiers.replicas] choice` on every tier ("": its default, least outstanding). `model`: the model requests
     name (a tier name bypasses routing; "cascade": the router picks). `routing`: the `[routing]` table's body for a
     fold (None: no router). `branches`: the reasoning tier's (n, m, first_wave)."""
 
@@ -31,6 +32,7 @@ class Arm:
     replicas: dict[str, int]
     front: str = "cascade"
     tier_smg: str = ""
+    replica_choice: str = ""
     model: str = "cascade"
     routing: dict[str, str] = field(default_factory=dict)  # fold name -> TOML lines of [routing]
     branches: tuple[int, int, int] = (8, 8, 2)
@@ -84,6 +86,8 @@ def gateway_toml(arm: Arm, urls: dict[str, list[str]], fold: str, *, max_running
             replicas = max(1, arm.replicas.get(tier, 0))  # GPUs, not backends: one smg may front them all
             lines += ['scorer = "none"', '', '[tiers.branches]', f'n = {n}', f'm = {m}', f'first_wave = {first}',
                       f'slots = {max_running * replicas}']
+        if arm.replica_choice:
+            lines += ['', '[tiers.replicas]', f'choice = "{arm.replica_choice}"']
         lines.append('')
     lines += ['[routing]', arm.routing.get(fold, 'policy = "heuristic"')]
     if arm.tier_smg:  # smg serves no /metrics on its main port: the engine poller would read 404s, twice a second

@@ -19,6 +19,7 @@ from benchmarks.planner.goodput.predict import recorded_waves
 from benchmarks.planner.goodput.run import Setting, measure
 from benchmarks.planner.goodput.scores import held_rate, point_stats, scale_needed, summarize
 from benchmarks.planner.goodput_per_gpu import parse_args, plan_dir
+from cascade.config.load import decode_config
 from cascade.data.outcomes import read_rows
 from cascade.optimizer.outcomes import from_rows
 from cascade.optimizer.problem import load_problem
@@ -87,6 +88,18 @@ def test_one_arm_end_to_end_on_two_emulated_gpus_answers_as_recorded(tmp_path: P
     summary = summarize([point], setting.ttft_slo_s, setting.e2e_slo_s, resamples=20)
     assert summary["accuracy"] == pytest.approx(sum(expected.values()) / 8)
     assert summary["slo_attainment"] == 1.0 and summary["shed"] == 0.0
+
+
+def test_arm_p_asks_every_tier_for_the_prefix_replica_choice_and_t_keeps_the_default() -> None:
+    replicas = {arms.PLAIN_TIER: 2, REASON_TIER: 3}
+    urls = {arms.PLAIN_TIER: ["http://127.0.0.1:1001", "http://127.0.0.1:1002"],
+            REASON_TIER: [f"http://127.0.0.1:{2001 + i}" for i in range(3)]}
+    by_choice = {}
+    for choice in ("", "prefix"):
+        text = arms.gateway_toml(arms.Arm("p", replicas, replica_choice=choice), urls, "A", max_running=16)
+        by_choice[choice] = {t.name: t.replicas.choice for t in decode_config(text).tiers}
+    assert set(by_choice["prefix"].values()) == {"prefix"} and len(by_choice["prefix"]) == len(arms.TIERS)
+    assert set(by_choice[""].values()) == {"least_outstanding"}
 
 
 def test_the_vote_is_predicted_in_the_waves_the_twin_replays() -> None:
