@@ -252,7 +252,10 @@ def gateway_config(tiers: list[str], backends: list[tuple[str, str, str, str]], 
                    widths: dict[str, tuple[int, int, int]] | None = None) -> str:
     """cascade.toml with one [[tiers]] per plan tier; backends are (tier, kind, url, model), each with
     `api_key` when one is given (cascade.toml has no way to read it from the environment); `widths`:
-    the reasoning branches (N, M, first wave) the plan chose per tier, written where N > 1."""
+    the reasoning branches (N, M, first wave) the plan chose per tier, written where N > 1. A voting tier with
+    several backends picks replicas by prefix (`[tiers.replicas] choice = "prefix"`): one request's branches, all
+    one prompt, then share a replica while loads allow, so the vote waits on one batch and one prefill is cached
+    (docs/measured.md, arm p of the goodput benchmark)."""
     lines = ["# cascade.toml for this deployment; run: cascade serve --config cascade.toml --plan plan.json", ""]
     key = f", api_key = {json.dumps(api_key, ensure_ascii=False)}" if api_key else ""
     for tier in tiers:
@@ -263,6 +266,8 @@ def gateway_config(tiers: list[str], backends: list[tuple[str, str, str, str]], 
                       f"first, all {n} where they disagree, the first {m} to finish vote"]
         elif n > 1:
             lines += [f"branches = {{ n = {n}, m = {m} }}  # planned width: N branches, the first M to finish vote"]
+        if n > 1 and sum(owner == tier for owner, *_ in backends) > 1:
+            lines += ['replicas = { choice = "prefix" }  # a vote\'s branches share a replica while loads allow']
         lines += ["backends = ["]
         for owner, kind, url, model in backends:
             if owner == tier:

@@ -141,6 +141,18 @@ def test_the_plan_keeps_the_width_with_the_lowest_objective_and_deploys_it(tmp_p
     tiers = {t.name: t for t in load_config(path).tiers}
     assert (tiers["small"].branches.n, tiers["small"].branches.m) == chosen[0]
     assert tiers["large"].branches.n == 1
+    # One backend per tier: nothing to choose among, so the default choice stays
+    assert {t.replicas.choice for t in tiers.values()} == {"least_outstanding"}
+
+
+def test_a_voting_tier_with_several_replicas_picks_them_by_prefix_and_a_direct_one_does_not(tmp_path) -> None:
+    backends = [(tier, "sglang", f"http://127.0.0.1:{30000 + i}", "m")
+                for i, tier in enumerate(["vote", "vote", "direct", "direct"])]
+    path = tmp_path / "cascade.toml"
+    path.write_text(gateway_config(["direct", "vote"], backends, widths={"vote": (8, 8, 2), "direct": (1, 1, 0)}))
+    tiers = {t.name: t for t in load_config(path).tiers}
+    assert tiers["vote"].replicas.choice == "prefix" and tiers["vote"].branches.n == 8
+    assert tiers["direct"].replicas.choice == "least_outstanding"
 
 
 def test_a_fixed_width_runs_every_branch_in_the_simulator(tmp_path) -> None:

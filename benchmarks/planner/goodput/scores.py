@@ -51,10 +51,7 @@ def bootstrap(points: list[dict[str, Any]], ttft_slo_s: float, e2e_slo_s: float,
     a drawn question, in each drawn seed's run)."""
     rng = np.random.default_rng(seed)
     questions = sorted({r["q"] for p in points for r in p["requests"]})
-    by_q = [defaultdict(list) for _ in points]
-    for i, p in enumerate(points):
-        for r in p["requests"]:
-            by_q[i][r["q"]].append(r)
+    by_q = _by_question(points)
     rate, gpus = points[0]["rate"], points[0]["gpus"]
     draws: dict[str, list[float]] = defaultdict(list)
     for _ in range(resamples):
@@ -64,8 +61,47 @@ def bootstrap(points: list[dict[str, Any]], ttft_slo_s: float, e2e_slo_s: float,
         if rows:
             for k, v in point_stats(rows, rate, gpus, ttft_slo_s, e2e_slo_s).items():
                 draws[k].append(v)
-    return {k: [round(float(np.quantile(v, 0.025)), 4), round(float(np.quantile(v, 0.975)), 4)]
-            for k, v in draws.items() if k not in ("requests", "min_slo_scale", "p95_e2e_s")}
+    return {k: _interval(v) for k, v in draws.items() if k not in ("requests", "min_slo_scale", "p95_e2e_s")}
+
+
+def paired_difference(first: list[dict[str, Any]], second: list[dict[str, Any]], ttft_slo_s: float,
+                      e2e_slo_s: float, resamples: int = 1000, seed: int = 0) -> dict[str, Any]:
+    """`first` - `second`, two arms measured at one rate on the same arrival seeds (the i-th point of each: the same
+    seed) and the same questions: each stat's difference and its 95 % interval, both arms resampled with the same
+    draws of seeds and questions (so what the two share, the questions' difficulty and the arrivals, cancels)."""
+    if len(first) != len(second) or [p["seed"] for p in first] != [p["seed"] for p in second]:
+        raise ValueError("paired points need the same arrival seeds, in the same order")
+    rng = np.random.default_rng(seed)
+    questions = sorted({r["q"] for p in first for r in p["requests"]})
+    sides = [(_by_question(points), points[0]["rate"], points[0]["gpus"]) for points in (first, second)]
+    draws: dict[str, list[float]] = defaultdict(list)
+    for _ in range(resamples):
+        seeds = rng.integers(len(first), size=len(first))
+        qs = rng.integers(len(questions), size=len(questions))
+        stats = [point_stats([r for s in seeds for q in qs for r in by_q[s][questions[q]]], rate, gpus, ttft_slo_s,
+                             e2e_slo_s) for by_q, rate, gpus in sides]
+        for k in PAIRED_STATS:
+            draws[k].append(stats[0][k] - stats[1][k])
+    whole = [point_stats([r for p in points for r in p["requests"]], points[0]["rate"], points[0]["gpus"], ttft_slo_s,
+                         e2e_slo_s) for points in (first, second)]
+    return {k: {"first": round(whole[0][k], 4), "second": round(whole[1][k], 4),
+                "difference": round(whole[0][k] - whole[1][k], 4), "ci95": _interval(draws[k])} for k in PAIRED_STATS}
+
+
+PAIRED_STATS = ("goodput_per_gpu", "slo_attainment", "good_share", "accuracy", "p95_e2e_s", "min_slo_scale")
+
+
+def _by_question(points: list[dict[str, Any]]) -> list[defaultdict[str, list[dict[str, Any]]]]:
+    """Per point, its requests by question."""
+    by_q: list[defaultdict[str, list[dict[str, Any]]]] = [defaultdict(list) for _ in points]
+    for i, p in enumerate(points):
+        for r in p["requests"]:
+            by_q[i][r["q"]].append(r)
+    return by_q
+
+
+def _interval(values: list[float]) -> list[float]:
+    return [round(float(np.quantile(values, 0.025)), 4), round(float(np.quantile(values, 0.975)), 4)]
 
 
 def summarize(points: list[dict[str, Any]], ttft_slo_s: float, e2e_slo_s: float, resamples: int) -> dict[str, Any]:

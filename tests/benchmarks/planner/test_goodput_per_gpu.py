@@ -17,7 +17,7 @@ from benchmarks.planner.goodput.folds import Fold, reasoning_width, split, vote_
 from benchmarks.planner.goodput.plans import problem_toml
 from benchmarks.planner.goodput.predict import recorded_waves
 from benchmarks.planner.goodput.run import Setting, measure
-from benchmarks.planner.goodput.scores import held_rate, point_stats, scale_needed, summarize
+from benchmarks.planner.goodput.scores import held_rate, paired_difference, point_stats, scale_needed, summarize
 from benchmarks.planner.goodput_per_gpu import parse_args, plan_dir
 from cascade.config.load import decode_config
 from cascade.data.outcomes import read_rows
@@ -45,6 +45,28 @@ def test_a_request_is_good_only_correct_and_within_both_slos() -> None:
     assert stats["shed"] == pytest.approx(1 / 5)
     assert scale_needed(rows[1], *SLO) == pytest.approx(1.5)
     assert math.isinf(scale_needed(rows[4], *SLO))
+
+
+def _point(seed: int, good: Any) -> dict[str, Any]:
+    """Ten questions asked twice at 10 req/s on 2 GPUs; `good(q, seed)`: whether that question's answers are right
+    (every answer within the SLOs)."""
+    rows = [{"q": f"q{q}", "correct": good(q, seed), "error": None, "status": 200, "ttft_s": 0.5, "e2e_s": 1.0,
+             "tier": "t"} for q in range(10) for _ in range(2)]
+    return {"rate": 10.0, "gpus": 2, "seed": seed, "requests": rows}
+
+
+def test_a_paired_difference_cancels_what_two_arms_share_and_needs_the_same_seeds() -> None:
+    half = [_point(s, lambda q, s: q % 2 == 0) for s in (0, 1)]
+    twin = paired_difference(half, [_point(s, lambda q, s: q % 2 == 0) for s in (0, 1)], 30.0, 60.0, resamples=200)
+    assert twin["good_share"] == {"first": 0.5, "second": 0.5, "difference": 0.0, "ci95": [0.0, 0.0]}
+    # Right wherever `half` is, and on q1, q3, q5, q7 too: ahead on 4 questions, behind on none
+    better = paired_difference([_point(s, lambda q, s: q != 9) for s in (0, 1)], half, 30.0, 60.0, resamples=200)
+    assert better["good_share"]["difference"] == pytest.approx(0.4)
+    assert better["goodput_per_gpu"]["difference"] == pytest.approx(10.0 * 0.4 / 2)
+    low, high = better["good_share"]["ci95"]
+    assert 0.0 <= low < 0.4 < high  # the questions' draw moves it, but no draw puts the first arm behind
+    with pytest.raises(ValueError, match="same arrival seeds"):
+        paired_difference(half, [_point(s, lambda q, s: True) for s in (0, 2)], 30.0, 60.0)
 
 
 def test_the_held_rate_is_the_highest_within_slo_and_accurate_enough() -> None:
