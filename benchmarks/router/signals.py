@@ -20,7 +20,8 @@ probe's view and C are chosen per tier by cross-validation inside each training 
     point calibrated nested out of fold beside the random-route null (cascade/router/train/null.py).
 (b) RouteLLM GSM8K, the fixed 50/50 split of seed 0 (benchmarks/router/quality.py): trained on 659, scored on 660.
     The answering models are Mixtral and GPT-4, so the 0.5B model is only a small local encoder here.
-(c) --mmlu: RouteLLM MMLU, 5-fold GroupKFold by subject, kNN only (pooled out-of-fold APGR).
+(c) --mmlu: RouteLLM MMLU, 5-fold GroupKFold by subject: kNN beside the text router (lexical, 1-SE; pooled
+    out-of-fold APGR, and kNN - text with a paired bootstrap interval over prompts).
 The same families over repeated fold assignments, intervals pooled: benchmarks/router/signals_repeated.py.
 Costs: process CPU seconds per request for each family's features at a typical (median) GSM8K prompt and at
 `max_prompt_chars` (8,192: the most the router reads), one thread.
@@ -39,6 +40,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import numpy as np
 from threadpoolctl import threadpool_limits
 
@@ -61,6 +63,8 @@ EMBEDDED_ROUTER = "models/routers/embedded-gsm8k"
 EMBEDDED_OUTCOMES = "models/outcomes/gsm8k-train-embedded-v8.jsonl"  # the card's data (checked by sha256 below)
 ROUTELLM_TIERS = ["mistralai/Mixtral-8x7B-Instruct-v0.1", "gpt-4-1106-preview"]
 ROUTELLM_TEXT = TrainOptions(features=("lexical", "steps", "restated"), cv_folds=0, domain_quantile=0.0)
+# MMLU's text router: the lexical block alone (no GSM8K step counts), as benchmarks/router/quality.py fits it there
+MMLU_TEXT = TrainOptions(features=("lexical",), cv_folds=0, domain_quantile=0.0)
 RESULT = "benchmarks/results/router_signals.json"
 
 
@@ -238,14 +242,26 @@ def mmlu() -> dict[str, Any]:
     outcomes = load_outcomes(shared_data_dir() / "routellm" / "mmlu", ROUTELLM_TIERS)
     log(f"MMLU: MiniLM embeddings of {len(outcomes)} prompts")
     E = minilm(outcomes.prompts)
-    p_fail = np.zeros(outcomes.correct.shape)
     folds = list(GroupKFold(5).split(E, groups=outcomes.groups))
+    # Beside kNN, on the same folds: the text router as `cascade router train` fits it by default (lexical, C by the
+    # 1-SE rule), benchmarks/router/quality.py's `cascade_lexical_1se` (0.594 there)
+    text_options = msgspec.structs.replace(MMLU_TEXT, selection="log_loss_1se")
+    X = training_featurizer(classifier_for(text_options)).transform(outcomes.prompts)
+    p_fail = {"knn": np.zeros(outcomes.correct.shape), "text": np.zeros(outcomes.correct.shape)}
     for train, test in folds:
-        p_fail[test] = KnnFailure().fit(E[train], ~outcomes.correct[train]).predict_p_fail(E[test])
-    fold_mean = np.mean([ev.apgr(ev.routing_curve(p_fail[te], outcomes.correct[te])) for _, te in folds])
-    return {"n": len(outcomes), "folds": "GroupKFold(5) by subject",
-            "knn": {"pooled_apgr": round(ev.apgr(ev.routing_curve(p_fail, outcomes.correct)), 4),
-                    "fold_mean_apgr": round(float(fold_mean), 4)}}
+        log(f"  MMLU fold: {len(train)} train, {len(test)} unseen-subject prompts")
+        p_fail["knn"][test] = KnnFailure().fit(E[train], ~outcomes.correct[train]).predict_p_fail(E[test])
+        router = train_router(outcomes.subset(train), text_options, X=X[train]).model
+        p_fail["text"][test] = router.predict_p_fail_features(X[test])
+    result: dict[str, Any] = {"n": len(outcomes), "folds": "GroupKFold(5) by subject"}
+    for family, values in p_fail.items():
+        fold_mean = np.mean([ev.apgr(ev.routing_curve(values[te], outcomes.correct[te])) for _, te in folds])
+        result[family] = {"pooled_apgr": round(ev.apgr(ev.routing_curve(values, outcomes.correct)), 4),
+                          "fold_mean_apgr": round(float(fold_mean), 4)}
+    point, samples = ev.apgr_difference(p_fail["knn"], p_fail["text"], outcomes.correct, 1000, seed=0)
+    result["knn"]["minus_text"] = {"pooled_apgr": round(point, 4),
+                                   "ci95": [round(float(v), 4) for v in np.percentile(samples, [2.5, 97.5])]}
+    return result
 
 
 def main(argv: list[str] | None = None) -> int:
