@@ -23,6 +23,8 @@ Arms (benchmarks/planner/goodput/arms.py), all on G GPUs:
   g  t with SGLang's model gateway picking the replica: each tier's replicas behind their own smg (`cache_aware`),
      that smg the tier's one backend in cascade's config; cascade still routes, runs the vote and streams
      (benchmarks/planner/goodput/smg.py says what cascade's aborts and engine poller meet there)
+  r  b with the prefix replica choice (as p is t with it): the single-model vote given the same co-location, as
+     SGLang's own `n` sampling would run it (all of a request's samples on one engine)
   p  t with cascade's own prefix-affine replica choice on every tier (`[tiers.replicas] choice = "prefix"`:
      consistent hashing with bounded loads on the prompt, so a vote's branches share a replica while loads allow):
      g's co-location without smg
@@ -88,6 +90,7 @@ PLANNED = {"e": "e-plan", "d": "d-random-null-plan", "f": "f-plan-load-reactive"
 TARGET_FLEET = "tugp"  # g and p serve t's plans
 TIER_SMG_POLICY = "cache_aware"  # arm g's replica picker: smg's default policy
 NULLS = "du"
+ALL_REASONING_PREFIX = "r-all-reasoning-prefix"  # b with the prefix replica choice: a vote's branches on one replica
 PLAN_SLOS = ("e2e", "both")  # the SLOs the planned arms' problem.toml gives the planner (--plan-slo)
 
 
@@ -189,6 +192,8 @@ def main(argv: list[str] | None = None) -> int:
                       ttft_slo_s=2.5 * unit, e2e_slo_s=5 * unit, requests_per_fold=args.requests_per_fold,
                       arrival=args.arrival, burstiness=args.burstiness)
     makers = {"a": lambda: arm_defs.plain(args.gpus), "b": lambda: arm_defs.all_reasoning(args.gpus),
+              "r": lambda: dataclasses.replace(arm_defs.all_reasoning(args.gpus), name=ALL_REASONING_PREFIX,
+                                               replica_choice="prefix"),
               "c": lambda: arm_defs.learned_even(args.gpus, folds)}
     # The target, from each router's training fold, to 4 decimals, rounded down
     target = {f.name: math.floor(target_accuracy(f, args.target) * 10_000) / 10_000 for f in folds}

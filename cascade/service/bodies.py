@@ -8,7 +8,8 @@
   consumes each string once, then numpy over what is left), linear in the body's length whatever it holds.
 * **Whole floats.** OpenAI accepts `"n": 2.0` where an integer is meant. The typed decode refuses it; the path in
   msgspec's error then names the field, that one value is made an int and the decoded body converted again (C
-  work, at most `MAX_WHOLE_FLOATS` times, on top-level and `branches` fields only): no Python walk over the body.
+  work, at most `MAX_WHOLE_FLOATS` times, on top-level and `branches` fields, and a list of ints such as
+  `stop_token_ids` mended whole in one pass): no Python walk over the body.
 * **Reasoning in the history.** An assistant turn may carry its reasoning as `reasoning_content` (SGLang's name) or
   `reasoning` (vLLM's since 2026); it is kept as `reasoning_content` (the first, where a turn has both), and each tier
   sends it under the name its engines read (cascade/tiers/thinking.py).
@@ -38,6 +39,9 @@ _OPENERS = np.frombuffer(b"[{", dtype=np.uint8)
 # The int fields OpenAI also accepts as whole floats: the request's own and its `branches` override's.
 MAX_WHOLE_FLOATS = 12
 _WHOLE_FLOAT_PATH = re.compile(r"(?:branches\.)?[a-z_]{1,32}")
+# ... and an entry of a list of ints (`stop_token_ids[3]`): the whole list is mended at once, so a long list costs
+# one pass, not one decode per entry.
+_WHOLE_FLOAT_ENTRY = re.compile(r"(?P<field>[a-z_]{1,32})\[[0-9]{1,9}\]")
 
 
 def json_depth(raw: bytes) -> int:
@@ -125,6 +129,8 @@ def _whole_float_path(message: str) -> list[str] | None:
         return None
     _, _, where = message.partition(" - at `$.")
     path = where.rstrip("`")
+    if entry := _WHOLE_FLOAT_ENTRY.fullmatch(path):
+        return [entry["field"], "[]"]
     return path.split(".") if _WHOLE_FLOAT_PATH.fullmatch(path) else None
 
 
@@ -140,6 +146,15 @@ def _with_whole_floats(raw: bytes, kind: type[T]) -> T | str | None:
             return msgspec.convert(body, kind)
         except msgspec.ValidationError as exc:
             path = _whole_float_path(str(exc))
+            if path is not None and path[-1] == "[]":  # a list of ints: every whole float in it, in one pass
+                values = body.get(path[0]) if isinstance(body, dict) else None
+                if not isinstance(values, list):
+                    return str(exc)
+                mended = [int(v) if isinstance(v, float) and v.is_integer() else v for v in values]
+                if mended == values and all(type(a) is type(b) for a, b in zip(mended, values, strict=True)):
+                    return str(exc)  # nothing to mend: a fraction or another type is what is wrong
+                body[path[0]] = mended
+                continue
             *parents, name = path or [""]
             holder = body
             for key in parents:

@@ -48,6 +48,17 @@ def test_stop_token_ids_pass_within_their_count_and_range_and_are_refused_by_nam
 
 
 @PROPERTY
+@given(st.lists(st.one_of(st.integers(0, MAX_TOKEN_ID), st.integers(0, MAX_TOKEN_ID).map(float)), max_size=32))
+@example([5.0, 7, 9.0])
+def test_stop_token_ids_given_as_whole_floats_are_read_as_those_ints(ids: list[float]) -> None:
+    # JSON Schema's "integer" includes 5.0 (and OpenAI's clients send it); a fraction stays refused by name
+    body = json.dumps({"model": "cascade", "messages": [{"role": "user", "content": "Q"}], "stop_token_ids": ids})
+    req = decode_chat_request(body.encode())
+    assert req.stop_token_ids == [int(i) for i in ids] and all(type(i) is int for i in req.stop_token_ids)
+    assert refused(stop_token_ids=[*ids, 2.5]) == f"stop_token_ids[{len(ids)}]"
+
+
+@PROPERTY
 @given(HUGE, st.one_of(st.none(), st.integers(-5, 2 * LIMITS.max_tokens)))
 @example(LIMITS.max_tokens, None)
 @example(LIMITS.max_tokens + 1, None)
