@@ -124,6 +124,15 @@ def test_arm_p_asks_every_tier_for_the_prefix_replica_choice_and_t_keeps_the_def
     assert set(by_choice[""].values()) == {"least_outstanding"}
 
 
+def test_the_gateways_limits_are_the_defaults_at_8_gpus_and_grow_with_the_fleet() -> None:
+    urls = {REASON_TIER: ["http://127.0.0.1:2001"]}
+    defaults = decode_config(arms.gateway_toml(arms.Arm("b", {REASON_TIER: 8}), urls, "A", max_running=64))
+    assert defaults.gateway.limits == type(defaults.gateway.limits)()
+    large = decode_config(arms.gateway_toml(arms.Arm("b", {REASON_TIER: 32}), urls, "A", max_running=64))
+    assert large.gateway.limits.max_backend_streams == 4 * defaults.gateway.limits.max_backend_streams
+    assert large.gateway.limits.max_in_flight_per_tier == 4 * defaults.gateway.limits.max_in_flight_per_tier
+
+
 def test_the_vote_is_predicted_in_the_waves_the_twin_replays() -> None:
     rows = {row.id: row for _, row in read_rows(V8) if row.id is not None}
     ids = sorted(rows)[:60]
