@@ -9,7 +9,6 @@ import base64
 import hashlib
 import os
 import subprocess
-import sys
 import venv
 import zipfile
 from pathlib import Path
@@ -81,7 +80,6 @@ def wheels(tmp_path: Path) -> Path:
     return folder
 
 
-@pytest.mark.skipif(sys.platform == "win32", reason="a bash script")
 def test_the_cpu_build_is_taken_where_one_exists_beside_the_cuda_one(tmp_path: Path, wheels: Path) -> None:
     _wheel(wheels, "torch", "2.13.0", (CUDA_DEP,))
     _wheel(wheels, "torch", "2.13.0+cpu")
@@ -93,7 +91,6 @@ def test_the_cpu_build_is_taken_where_one_exists_beside_the_cuda_one(tmp_path: P
     assert again.returncode == 0 and "installing" not in again.stdout
 
 
-@pytest.mark.skipif(sys.platform == "win32", reason="a bash script")
 def test_a_plain_torch_that_brings_no_cuda_package_is_taken(tmp_path: Path, wheels: Path) -> None:
     _wheel(wheels, "torch", "2.13.0")
     env = _venv(tmp_path / "venv")
@@ -102,7 +99,6 @@ def test_a_plain_torch_that_brings_no_cuda_package_is_taken(tmp_path: Path, whee
     assert _installed(env) == {"torch": "2.13.0"}
 
 
-@pytest.mark.skipif(sys.platform == "win32", reason="a bash script")
 def test_only_a_cuda_build_installs_nothing_and_says_how_unless_allowed(tmp_path: Path, wheels: Path) -> None:
     _wheel(wheels, "torch", "2.13.0", (CUDA_DEP,), cuda="13.0")
     env = _venv(tmp_path / "venv")
@@ -119,7 +115,6 @@ def test_only_a_cuda_build_installs_nothing_and_says_how_unless_allowed(tmp_path
     assert kept.returncode == 0 and "is a CUDA build" in kept.stderr
 
 
-@pytest.mark.skipif(sys.platform == "win32", reason="a bash script")
 def test_an_index_given_in_cascade_torch_index_url_is_searched_for_the_cpu_build(tmp_path: Path,
                                                                                   wheels: Path) -> None:
     _wheel(wheels, "torch", "2.13.0", (CUDA_DEP,))

@@ -128,11 +128,7 @@ def policies(c: Cascade, p_fail: np.ndarray, *, draws: int, resamples: int, seed
     router_tokens = c.greedy_tokens + np.where(by_router, c.target_tokens, 0)
     rng = np.random.default_rng(seed)
     n = len(p_fail)
-    random_accuracy = np.empty(draws)
-    for d in range(draws):
-        chosen = np.zeros(n, dtype=bool)
-        chosen[rng.choice(n, size=k, replace=False)] = True
-        random_accuracy[d] = np.where(chosen, c.target_correct, c.greedy_correct).mean()
+    random_accuracy = _random_escalations(c, k, draws, rng)
     random_tokens = c.greedy_tokens.mean() + k / n * c.target_tokens.mean()
     boot = rng.integers(0, n, size=(resamples, n))
     diff_accuracy = (agreement_correct[boot].mean(axis=1) - router_correct[boot].mean(axis=1))
@@ -148,11 +144,7 @@ def policies(c: Cascade, p_fail: np.ndarray, *, draws: int, resamples: int, seed
     router_t_tokens = c.greedy_tokens + np.where(by_tokens, c.target_tokens, 0)
     diff_t = agreement_correct[boot].mean(axis=1) - router_t_correct[boot].mean(axis=1)
     k_random = min(n, max(0, int((agreement_tokens.mean() - c.greedy_tokens.mean()) / c.target_tokens.mean() * n)))
-    random_t = np.empty(draws)
-    for d in range(draws):
-        chosen = np.zeros(n, dtype=bool)
-        chosen[rng.choice(n, size=k_random, replace=False)] = True
-        random_t[d] = np.where(chosen, c.target_correct, c.greedy_correct).mean()
+    random_t = _random_escalations(c, k_random, draws, rng)
     greedy_wrong = ~c.greedy_correct.astype(bool)
     wave_wrong = ~c.wave_correct.astype(bool)
     return {
@@ -180,6 +172,17 @@ def policies(c: Cascade, p_fail: np.ndarray, *, draws: int, resamples: int, seed
             "router_p_fail_for_wave_wrong": _auc(wave_wrong, p_fail),
         },
     }
+
+
+def _random_escalations(c: Cascade, k: int, draws: int, rng: np.random.Generator) -> np.ndarray:
+    """Accuracy of `draws` random choices of `k` questions escalated, the rest answered greedily."""
+    n = len(c.greedy_correct)
+    accuracy = np.empty(draws)
+    for d in range(draws):
+        chosen = np.zeros(n, dtype=bool)
+        chosen[rng.choice(n, size=k, replace=False)] = True
+        accuracy[d] = np.where(chosen, c.target_correct, c.greedy_correct).mean()
+    return accuracy
 
 
 def _auc(wrong: np.ndarray, score: np.ndarray) -> float | None:

@@ -150,10 +150,9 @@ def _with_whole_floats(raw: bytes, kind: type[T]) -> T | str | None:
                 values = body.get(path[0]) if isinstance(body, dict) else None
                 if not isinstance(values, list):
                     return str(exc)
-                mended = [int(v) if isinstance(v, float) and v.is_integer() else v for v in values]
-                if mended == values and all(type(a) is type(b) for a, b in zip(mended, values, strict=True)):
+                if not any(isinstance(v, float) and v.is_integer() for v in values):
                     return str(exc)  # nothing to mend: a fraction or another type is what is wrong
-                body[path[0]] = mended
+                body[path[0]] = [int(v) if isinstance(v, float) and v.is_integer() else v for v in values]
                 continue
             *parents, name = path or [""]
             holder = body
