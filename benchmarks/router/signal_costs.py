@@ -12,10 +12,10 @@ from typing import Any
 import numpy as np
 
 from benchmarks.router.hidden_states import PromptStates
-from benchmarks.router.knn import neighbours, unit_rows
 from cascade.config.routing import RoutingConfig
 from cascade.router.artifact import load_router, read_card
 from cascade.router.embeddings import TOPIC_EMBEDDINGS, embed, forget_embeddings
+from cascade.router.knn import neighbours, unit_rows
 from cascade.router.outcomes import load_outcomes
 
 ROUTER = "models/routers/embedded-gsm8k"

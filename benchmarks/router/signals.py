@@ -2,8 +2,8 @@
 router and the random-route null, with what it costs per request. Prints JSON and writes
 benchmarks/results/router_signals.json.
 
-Families (benchmarks/router/knn.py, probe.py, hidden_states.py; none tuned on an evaluation split: k, m, the
-probe's view and C are chosen per tier by cross-validation inside each training split):
+Families (cascade/router/knn.py, benchmarks/router/probe.py, hidden_states.py; none tuned on an evaluation split:
+k, m, the probe's view and C are chosen per tier by cross-validation inside each training split):
   * text: the shipped feature blocks (the embedded router's card: lexical,steps; RouteLLM: lexical,steps,restated,
     the committed routellm-gsm8k router), the pipeline of `cascade router train`;
   * knn: kNN p_fail over MiniLM embeddings (the baseline each new family must beat);
@@ -45,7 +45,6 @@ import numpy as np
 from threadpoolctl import threadpool_limits
 
 from benchmarks.router.hidden_states import PromptStates, view_columns
-from benchmarks.router.knn import KnnFailure
 from benchmarks.router.null_card import options_from_card
 from benchmarks.router.probe import ProbeFailure
 from benchmarks.router.signal_costs import costs
@@ -55,6 +54,7 @@ from cascade.router.artifact import RouterCard, read_card
 from cascade.router.outcomes import Outcomes, load_outcomes, shared_data_dir, split_indices
 from cascade.router.train.aux_models import training_featurizer
 from cascade.router.train.estimator import outer_splits
+from cascade.router.train.knn import KnnFailure
 from cascade.router.train.pipeline import TrainOptions, classifier_for, out_of_fold_p_fail, train_router
 from cascade.router.train.report import metrics_report, null_report
 from cascade.testing.scripts import print_result

@@ -104,6 +104,9 @@ def save_router(model: Any, out_dir: str | Path, *, tiers: list[str], data: Data
     if params.get("steps_data") is not None:  # --aux-data as given: recorded repo-relative
         params["steps_data"] = recorded_value(params["steps_data"])
     params["C_chosen"] = [float(c) for c in model.C_]
+    if getattr(model, "knn_k_", None) is not None:  # the kNN estimator's per-tier choices
+        params["knn_k_chosen"] = [int(k) for k in model.knn_k_]
+        params["knn_m_chosen"] = [float(m) for m in model.knn_m_]
     threshold = getattr(model, "domain_threshold_", None)
     params["domain_threshold"] = None if threshold is None else round(float(threshold), 4)
     words = getattr(model, "domain_words_", None)

@@ -28,6 +28,13 @@ from a plateau 150..500) but not on held-out prompts: 0.649 vs 0.682 on that spl
 0.679 vs 0.683 mean over 8 splits (lexical + steps; benchmarks/router/quality.py). Kept as an option,
 not the default.
 
+``estimator="knn"`` replaces 2-3 by kNN over the prompt's MiniLM embedding (cascade/router/knn.py: its k nearest
+training prompts' failures, distance-weighted, smoothed toward the tier's failure rate; k and m per tier by
+cross-validated log loss). It needs ``embeddings`` (the minilm block) and no other block, and the router carries
+the training prompts' embeddings. Measured out of fold (docs/measured.md, "Router signals beyond the text"): no
+better than the text router -- embedded ladder 0.590 vs 0.599 mean APGR over 5 fold assignments, unseen MMLU
+subjects 0.594 vs 0.594, RouteLLM GSM8K 0.131 below. Kept as the opt-in baseline a new family must beat.
+
 At prediction time the whole model is a matrix product and a sigmoid (or a clip) in numpy: no sklearn call
 on the request path. This module is only that prediction side (what a loaded router runs) and imports nothing of
 cascade/router/train/, which holds the fitting -- C selection, the folds, Platt calibration, the domain check's
@@ -52,12 +59,13 @@ import numpy as np
 from sklearn.base import BaseEstimator
 from sklearn.exceptions import NotFittedError
 
+from cascade.router import knn
 from cascade.router.domain import DEFAULT_QUANTILE, WordModel, excess, residual
 from cascade.router.embeddings import TOPIC_EMBEDDINGS, embed
 from cascade.router.features import FeatureSpec, Featurizer
 
 SELECTIONS = ("log_loss", "log_loss_1se", "apgr")
-ESTIMATORS = ("logistic", "linear")
+ESTIMATORS = ("logistic", "linear", "knn")
 DEFAULT_CS = (0.0003, 0.001, 0.003, 0.01, 0.03, 0.1)
 DEFAULT_ALPHA = 300.0
 Z_LIMIT = 8.0
@@ -155,6 +163,10 @@ class DifficultyClassifier(BaseEstimator):
         return np.clip((X - self.mean_) / self.scale_, -Z_LIMIT, Z_LIMIT)
 
     def predict_p_fail_features(self, X: np.ndarray) -> np.ndarray:
+        if self.estimator == "knn":  # the embedding columns are X's last (the features' order)
+            reference = self.knn_reference_
+            return knn.predict_p_fail(np.asarray(X, dtype=float)[:, -reference.shape[1]:], reference.astype(float),
+                                      self.knn_failed_, self.knn_prior_, self.knn_k_, self.knn_m_)
         # einsum, not BLAS: no thread start-up or spinning on the request path.
         decision = np.einsum("ij,tj->it", self.standardize(X), self.coef_) + self.intercept_
         if self.estimator == "linear":

@@ -49,9 +49,12 @@ def add_router_commands(subparsers: Any) -> None:
     train.add_argument("--topic-components", type=int, default=4,
                        help="principal axes of the topic block (default 4, chosen by CV on RouteLLM GSM8K)")
     train.add_argument("--hash-features", type=int, default=1024, help="buckets for the hash block (default 1024)")
-    train.add_argument("--estimator", choices=["logistic", "linear"], default="logistic",
-                       help="per-tier model: calibrated logistic regression (default) or ridge linear probability "
-                       "with one --alpha for all tiers (cascade/router/classifier.py has the measurements)")
+    train.add_argument("--estimator", choices=["logistic", "linear", "knn"], default="logistic",
+                       help="per-tier model: calibrated logistic regression (default), ridge linear probability "
+                       "with one --alpha for all tiers, or knn: the failures of the prompt's nearest training "
+                       "prompts by MiniLM embedding (needs --features minilm alone; the baseline a new signal "
+                       "must beat, no better than lexical out of fold; the router carries 1.5 KB per training "
+                       "prompt). cascade/router/classifier.py has the measurements")
     train.add_argument("--alpha", type=float, default=300.0, help="ridge strength of --estimator linear (default 300)")
     train.add_argument("--C", type=float, default=None,
                        help="inverse L2 strength; default: chosen per tier by cross-validated log loss")
@@ -158,10 +161,12 @@ def _train(args: argparse.Namespace) -> int:
         threshold = getattr(model, "domain_threshold_", None)
         residual = getattr(model, "domain_residual_threshold_", None)
         words = getattr(model, "domain_words_", None)
-        print("domain check: " + ("off (--domain-quantile 0)" if threshold is None else
-              f"threshold {threshold:.2f}" + ("" if words is None else f", word surprise {words.threshold:.2f}")
-              + ("" if residual is None else f", embedding residual {residual:.3f}")
-              + " (prompts beyond it are routed by the heuristic)"))
+        # A router of embeddings alone has no dense columns to range-check but may still check wording.
+        checks = ([] if threshold is None else [f"threshold {threshold:.2f}"]) + (
+            [] if words is None else [f"word surprise {words.threshold:.2f}"]) + (
+            [] if residual is None else [f"embedding residual {residual:.3f}"])
+        print("domain check: " + (", ".join(checks) + " (prompts beyond it are routed by the heuristic)" if checks
+                                  else "off (--domain-quantile 0)"))
         if "cross_validated" in metrics:
             print("operating points (cross-validated, on the training rows):")
             _print_operating_points(metrics["cross_validated"]["operating_points"])

@@ -87,6 +87,8 @@ def _fit(model: DifficultyClassifier, X: np.ndarray, correct: np.ndarray,
     _fit_domain(model, Z[:, mask])
     if model.estimator == "linear":
         return _fit_linear(model, Z, failed)
+    if model.estimator == "knn":
+        return _fit_knn(model, X, failed)
     folds = _folds(model, failed, groups)
     learnable = [t for t in range(n_tiers) if folds and _both_classes(failed[:, t], folds)]
     for t in set(range(n_tiers)) - set(learnable):  # (almost) one class: a smoothed constant
@@ -133,6 +135,21 @@ def _fit_linear(model: DifficultyClassifier, Z: np.ndarray, failed: np.ndarray) 
             model.coef_[t], model.intercept_[t] = ridge.coef_, ridge.intercept_
         else:  # one class: a smoothed constant
             model.intercept_[t] = (failed[:, t].sum() + 1) / (len(failed) + 2)
+    return model
+
+
+def _fit_knn(model: DifficultyClassifier, X: np.ndarray, failed: np.ndarray) -> DifficultyClassifier:
+    from cascade.router.train.knn import KnnFailure
+
+    if not model.embeddings or model.spec.dense_columns or model.hash_features:
+        raise ValueError("estimator knn reads the prompt's embedding alone: features must be the minilm block only")
+    fitted = KnnFailure(cv=model.cv, random_state=model.random_state).fit(X, failed)
+    # float32: half the artifact, and cosines to 1e-7 do not reorder neighbours that matter.
+    model.knn_reference_ = fitted.E_.astype(np.float32)
+    model.knn_failed_ = fitted.failed_
+    model.knn_prior_ = fitted.prior_
+    model.knn_k_ = fitted.k_
+    model.knn_m_ = fitted.m_
     return model
 
 

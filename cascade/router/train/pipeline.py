@@ -78,6 +78,9 @@ class TrainOptions(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fie
         if self.estimator not in ESTIMATORS or self.selection not in (*SELECTIONS, "auto"):
             raise ConfigError(f"estimator must be one of {', '.join(ESTIMATORS)} and selection one of "
                               f"{', '.join(SELECTIONS)}, got {self.estimator!r} and {self.selection!r}")
+        if self.estimator == "knn" and tuple(self.features) != ("minilm",):
+            raise ConfigError(f"--estimator knn reads the prompt's MiniLM embedding alone: use --features minilm "
+                              f"(got {','.join(self.features)!r})")
         if not 0.0 <= self.domain_quantile < 1.0:
             raise ConfigError(f"--domain-quantile must be in [0, 1) (0: no domain check), got {self.domain_quantile}")
         if self.cv_folds == 1 or self.cv_folds < 0:

@@ -1,4 +1,4 @@
-"""benchmarks/router/knn.py: kNN p_fail over embeddings -- neighbours found in blocks are the brute-force ones, a
+"""cascade/router/knn.py and train/knn.py: kNN p_fail over embeddings -- neighbours found in blocks are the brute-force ones, a
 prompt among failing neighbours gets a high p_fail, k and m come from the training rows' CV, probabilities stay
 inside [P_MIN, 1 - P_MIN] whatever the embeddings, and each limit is refused."""
 
@@ -10,7 +10,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
-from benchmarks.router.knn import BLOCK_ROWS, MAX_K, P_MIN, KnnFailure, knn_p_fail, neighbours, unit_rows
+from cascade.router.knn import BLOCK_ROWS, MAX_K, P_MIN, knn_p_fail, neighbours, unit_rows
+from cascade.router.train.knn import KnnFailure
 
 
 def clusters(n: int = 200, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
@@ -84,3 +85,48 @@ def test_labels_outside_zero_one_and_too_few_rows_are_refused() -> None:
         KnnFailure().fit(E, failed * 2)
     with pytest.raises(ValueError, match="at least 10 rows"):
         KnnFailure().fit(E[:9], failed[:9])
+
+
+def _topic_outcomes(path, n: int = 40, seed: int = 0) -> None:
+    """A CSV of outcomes where the weak tier fails arithmetic word problems and answers questions about animals."""
+    rng = np.random.default_rng(seed)
+    animals = ["cat", "dog", "horse", "owl", "whale", "fox", "bee", "crow"]
+    rows = ["prompt,weak,strong"]
+    for i in range(n):
+        a, b = (int(v) for v in rng.integers(2, 99, size=2))
+        rows.append(f"Sam buys {a} apples for {b} dollars each. How much does he pay?,false,true")
+        rows.append(f"What does a {animals[i % len(animals)]} eat in winter? Question {i}.,true,true")
+    path.write_text("\n".join(rows) + "\n")
+
+
+def test_the_knn_estimator_trains_saves_and_serves_from_embeddings_alone(tmp_path, capsys) -> None:
+    """`cascade router train --features minilm --estimator knn` (real MiniLM embeddings): the saved router loads
+    through the skops allowlist and routes an unseen word problem as its neighbours failed."""
+    from cascade.cli import main
+    from cascade.router.artifact import load_router
+
+    _topic_outcomes(tmp_path / "outcomes.csv")
+    code = main(["router", "train", "--outcomes", str(tmp_path / "outcomes.csv"), "--tiers", "weak,strong",
+                 "--out", str(tmp_path / "router"), "--features", "minilm", "--estimator", "knn", "--cv-folds", "3",
+                 "--null-draws", "0"])
+    assert code == 0
+    assert "APGR" in capsys.readouterr().out
+    model, card = load_router(tmp_path / "router")
+    assert card.params["estimator"] == "knn" and model.knn_reference_.shape == (80, 384)
+    assert len(card.params["knn_k_chosen"]) == len(card.params["knn_m_chosen"]) == 2
+    p = model.predict_p_fail(["Ann buys 7 pears for 3 dollars each. How much does she pay?",
+                              "What does a rabbit eat in summer?"])
+    assert p[0, 0] > 0.8 > 0.2 > p[1, 0]
+    assert np.all((p > 0) & (p < 1))
+
+
+@pytest.mark.parametrize("features", ["lexical", "minilm,lexical"])
+def test_the_knn_estimator_refuses_other_feature_blocks(tmp_path, capsys, features: str) -> None:
+    from cascade.cli import main
+
+    _topic_outcomes(tmp_path / "outcomes.csv", n=6)
+    code = main(["router", "train", "--outcomes", str(tmp_path / "outcomes.csv"), "--tiers", "weak,strong",
+                 "--out", str(tmp_path / "router"), "--features", features, "--estimator", "knn"])
+    err = capsys.readouterr().err
+    assert code == 2 and "--estimator knn" in err and "--features minilm" in err and len(err.strip().splitlines()) == 1
+    assert not (tmp_path / "router").exists()
