@@ -11,22 +11,23 @@ the prompt's positions and the state at its last position (the one the answer's 
 
 "final" is the last layer after the model's final norm: what an engine hands the LM head, and what SGLang returns
 when asked for hidden states (docs/measured.md, "Router signals beyond the text"). Vectors are cached on disk by
-prompt sha256 (benchmarks/router/feature_cache.py) under a namespace naming the model's weights.
+prompt sha256 (cascade/router/feature_cache.py) under a namespace naming the model's weights.
 """
 
 from __future__ import annotations
 
-import json
 import time
-from functools import cache
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from benchmarks.router.feature_cache import FeatureCache
+from cascade.router import hidden
+from cascade.router.feature_cache import FeatureCache
 
-MODEL_DIR = Path.home() / ".cache" / "cascade" / "models" / "qwen2.5-coder-0.5b"
+# The benchmarks' vectors (MiniLM's too: benchmarks/router/signal_features.py), apart from what training caches.
+BENCH_CACHE = Path.home() / ".cache" / "cascade-bench" / "router-signals"
+MODEL = "qwen2.5-coder-0.5b"  # an embedded model (models/embedded/<MODEL>.toml)
 LAYERS = (12, 18, "final")  # 1/2 and 3/4 of Qwen2.5-0.5B's 24 layers, and the last after its final norm
 POOLS = ("mean", "last")
 
@@ -38,12 +39,13 @@ def view_columns(hidden_size: int) -> dict[str, np.ndarray]:
 
 
 class PromptStates:
-    """One model loaded for prefill-only feature extraction (torch and transformers imported on first use)."""
+    """One embedded model loaded for prefill-only feature extraction, as the router's hidden block loads it
+    (cascade/router/hidden.py: the same rendering, tokenizer and forward pass; torch imported on first use)."""
 
-    def __init__(self, model_dir: Path = MODEL_DIR) -> None:
-        self.model_dir = model_dir
-        ready = json.loads((model_dir / "cascade-ready.json").read_text())
-        self.model_name, self.weights_sha256 = str(ready["name"]), str(ready["sha256"])
+    def __init__(self, model_name: str = MODEL) -> None:
+        from cascade.engines.models import load_card
+
+        self.model_name, self.weights_sha256 = model_name, load_card(model_name).sha256
 
     @property
     def namespace(self) -> str:
@@ -51,16 +53,10 @@ class PromptStates:
         return f"{self.model_name}-{self.weights_sha256[:16]}-chat-L{layers}-mean+last"
 
     def cache(self, root: Path | None = None) -> FeatureCache:
-        return FeatureCache(self.namespace, root)
+        return FeatureCache(self.namespace, BENCH_CACHE if root is None else root)
 
     def token_ids(self, prompt: str) -> list[int]:
-        from cascade.schemas import ChatMessage
-
-        counter = _counter(self.model_dir)
-        text = counter.render([ChatMessage(role="user", content=prompt)])
-        if text is None:
-            raise ValueError("the chat template did not render this prompt")
-        return list(counter.tokenizer.encode_batch([text], add_special_tokens=False)[0].ids)
+        return hidden.token_ids(hidden.loaded(self.model_name)[1], prompt)
 
     def states(self, prompts: list[str]) -> np.ndarray:
         """(len(prompts), len(LAYERS) * 2 * hidden) float32, one forward pass per prompt."""
@@ -82,33 +78,9 @@ class PromptStates:
     def _one(self, ids: list[int]) -> np.ndarray:
         import torch
 
-        model = _model(self.model_dir)
-        with torch.inference_mode():
-            out = model(input_ids=torch.tensor([ids]), output_hidden_states=True)
-        hidden = out.hidden_states
-        if len(hidden) != model.config.num_hidden_layers + 1:
-            raise RuntimeError(f"expected {model.config.num_hidden_layers + 1} hidden states, got {len(hidden)}")
+        out = hidden.forward(hidden.loaded(self.model_name)[0], ids)
         blocks = []
         for layer in LAYERS:
-            h = (out.last_hidden_state if layer == "final" else hidden[int(layer)])[0]
+            h = (out.last_hidden_state if layer == "final" else out.hidden_states[int(layer)])[0]
             blocks += [h.mean(dim=0), h[-1]]
         return torch.cat(blocks).float().numpy()
-
-
-@cache
-def _counter(model_dir: Path) -> Any:
-    from cascade.engines.prompt_count import TemplateCounter
-
-    return TemplateCounter.load(model_dir)
-
-
-@cache
-def _model(model_dir: Path) -> Any:
-    import torch
-    from transformers import AutoModel
-
-    # One prompt at a time on a shared 2-core box: intra-op threads only contend (cascade/router/embeddings.py).
-    torch.set_num_threads(1)
-    model = AutoModel.from_pretrained(model_dir, dtype=torch.float32)
-    model.eval()
-    return model

@@ -36,7 +36,8 @@ def options_from_card(card: RouterCard, cv_folds: int) -> TrainOptions:
     spec, params = card.feature_spec, card.params
     blocks = [name for name, used in (("lexical", spec.lexical), ("hash", spec.hash_features),
                                       ("minilm", spec.embeddings), ("steps", spec.steps),
-                                      ("restated", spec.restated_number), ("topic", spec.topic_components)) if used]
+                                      ("restated", spec.restated_number), ("topic", spec.topic_components),
+                                      ("hidden", spec.hidden_states)) if used]
     return TrainOptions(
         features=tuple(blocks), aux_data=params.get("steps_data"), topic_components=spec.topic_components or 4,
         hash_features=spec.hash_features or 1024, estimator=params["estimator"], alpha=params["alpha"],

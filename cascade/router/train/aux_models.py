@@ -142,10 +142,16 @@ def fit_topic_model(path: str | Path | None = None, components: int = 4) -> Topi
 def training_featurizer(model: DifficultyClassifier) -> Featurizer:
     """The featurizer of a classifier being fitted: fits the auxiliary models its feature spec uses and it lacks
     (from ``model.steps_data``; once per process and file content), keeps them on it as ``steps_model_`` and
-    ``topic_model_`` (a fitted router carries them) and returns ``model.featurizer()``. Unreadable aux data
+    ``topic_model_`` (a fitted router carries them) and returns ``model.featurizer()`` (with the hidden block, over
+    the feature cache: cascade/router/feature_cache.py). Unreadable aux data
     fails here, before any other fitting."""
     if model.steps and getattr(model, "steps_model_", None) is None:
         model.steps_model_ = fit_steps_model(model.steps_data)
     if model.topic_components and getattr(model, "topic_model_", None) is None:
         model.topic_model_ = fit_topic_model(model.steps_data, model.topic_components)
+    if model.hidden_states:  # a 0.5B prefill per prompt: training keeps each vector (serving never does)
+        from cascade.router.feature_cache import FeatureCache
+        from cascade.router.hidden import namespace
+
+        return model.featurizer(FeatureCache(namespace(model.hidden_states)))
     return model.featurizer()

