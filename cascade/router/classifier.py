@@ -169,7 +169,7 @@ class DifficultyClassifier(BaseEstimator):
     def predict_p_fail_features(self, X: np.ndarray) -> np.ndarray:
         if self.estimator == "knn":  # the embedding columns are X's last (the features' order)
             reference = self.knn_reference_
-            return knn.predict_p_fail(np.asarray(X, dtype=float)[:, -reference.shape[1]:], reference.astype(float),
+            return knn.predict_p_fail(np.asarray(X, dtype=float)[:, -reference.shape[1]:], reference,
                                       self.knn_failed_, self.knn_prior_, self.knn_k_, self.knn_m_)
         # einsum, not BLAS: no thread start-up or spinning on the request path.
         decision = np.einsum("ij,tj->it", self.standardize(X), self.coef_) + self.intercept_

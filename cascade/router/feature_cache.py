@@ -20,10 +20,10 @@ import numpy as np
 
 
 def default_root() -> Path:
-    """$CASCADE_CACHE_DIR/router-features, else ~/.cache/cascade/router-features (beside the embedded models)."""
-    env = os.environ.get("CASCADE_CACHE_DIR")
-    base = Path(env) if env else Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "cascade"
-    return base / "router-features"
+    """$CASCADE_CACHE_DIR/router-features, else ~/.cache/cascade/router-features: beside the embedded models."""
+    from cascade.engines.models import cache_root
+
+    return cache_root().parent / "router-features"
 
 
 # A namespace is a folder name: letters, digits and . _ - + = , only, at most this long (no separators: it cannot

@@ -98,7 +98,7 @@ class FeatureSpec(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fiel
         if not (self.lexical or self.hash_features or self.embeddings or self.steps or self.restated_number
                 or self.topic_components or self.hidden_states):
             raise ConfigError("feature spec selects no features: enable lexical, hash_features, embeddings, steps, "
-                              "restated_number or topic_components")
+                              "restated_number, topic_components or hidden_states")
         if self.hash_features < 0:
             raise ConfigError(f"hash_features must be >= 0, got {self.hash_features}")
         if not 0 <= self.topic_components <= TOPIC_MAX_COMPONENTS:

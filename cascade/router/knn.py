@@ -58,7 +58,8 @@ def knn_p_fail(sims: np.ndarray, labels: np.ndarray, prior: float, k: int, m: fl
 def predict_p_fail(E: np.ndarray, reference: np.ndarray, failed: np.ndarray, prior: np.ndarray, k: np.ndarray,
                    m: np.ndarray) -> np.ndarray:
     """p_fail (queries, tiers) of embeddings ``E`` from the fitted ``reference`` (unit rows), their ``failed`` labels
-    (rows, tiers), and per tier the training failure ``prior``, ``k`` and ``m``."""
-    sims, index = neighbours(unit_rows(E), reference, int(np.max(k)))
+    (rows, tiers), and per tier the training failure ``prior``, ``k`` and ``m``. The queries take the reference's
+    dtype (a saved router's is float32): the reference is never copied on the request path."""
+    sims, index = neighbours(unit_rows(E).astype(reference.dtype, copy=False), reference, int(np.max(k)))
     return np.stack([knn_p_fail(sims, failed[index, t], float(prior[t]), int(k[t]), float(m[t]))
                      for t in range(failed.shape[1])], axis=1)
