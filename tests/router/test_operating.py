@@ -161,7 +161,12 @@ def _calibrate_one_combination_at_a_time(p_fail: np.ndarray, correct: np.ndarray
     for combo in itertools.combinations_with_replacement(grid, n_tiers - 1):
         tiers = chosen_tiers(scores, np.array(combo))
         fractions = np.bincount(tiers, minlength=n_tiers) / n
-        rows.append((float(fractions @ costs), float(correct[np.arange(n), tiers].mean()), [float(h) for h in combo]))
+        # Tier by tier, as the product sums: `fractions @ costs` is a BLAS dot whose rounding hangs on the CPU's
+        # kernel (AVX-512's fused multiply-adds reorder points of equal cost), so it is no reference.
+        cost = 0.0
+        for t in range(n_tiers):
+            cost += float(fractions[t]) * float(costs[t])
+        rows.append((cost, float(correct[np.arange(n), tiers].mean()), [float(h) for h in combo]))
     rows.sort(key=lambda r: (r[0], -r[1]))
     frontier: list[tuple[float, ...]] = []
     for cost, quality, thresholds in rows:
