@@ -10,13 +10,13 @@ serve: install-serve
 
 # Install the dev tools, then run lint, type and import checks and the whole test suite (e2e included), naming the
 # CPU first: how long the e2e tests take hangs on it (bf16 in hardware or not; docs/measured.md). Two workers
-# (TEST_WORKERS=0 runs in one process): tests/conftest.py keeps each file's tests on one worker and every
-# real-model test on the same one.
+# (TEST_WORKERS=0 runs in one process); each file's tests run on one worker, and tests/conftest.py puts every
+# real-model file on the same one.
 TEST_WORKERS ?= 2
 test: install-test
 	$(MAKE) lint
 	@$(VENV)/bin/python -c "from cascade.machine import fingerprint; print('cpu:', fingerprint())"
-	$(VENV)/bin/python -m pytest -q -n $(TEST_WORKERS) --dist loadgroup --durations=25
+	$(VENV)/bin/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile --durations=25
 
 # `router`: the embedded default routes with a learned router (scikit-learn, skops); tests/test_setup.py checks it.
 install-serve:

@@ -1,11 +1,12 @@
 """Fixtures shared across test packages (`router_dir`, a small learned router trained once per module), and how
-`make test`'s workers (pytest-xdist, `--dist loadgroup`) share the suite out."""
+`make test`'s workers (pytest-xdist) share the suite out."""
 
 from __future__ import annotations
 
 import dataclasses
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -13,22 +14,42 @@ import pytest
 from cascade.cli import main
 from cascade.testing.servers import TIERS
 
-REAL_MODELS_GROUP = "real-models"
+# Files that hold real-model (`e2e`) tests. Under `make test`'s workers (`-n 2 --dist loadfile`) each file's tests
+# run on one worker, in order (a module's gateway, ladder or trained router starts once), and these files all run
+# on the same worker, so two model ladders never share the two cores and their memory (the other worker runs the
+# light tests beside them).
+REAL_MODEL_FILES = ("tests/e2e/", "tests/benchmarks/reasoning/test_verifier_scorer.py")
+
+
+@pytest.hookimpl(tryfirst=True, optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """`--dist loadfile` with every real-model file in one scope. (xdist's `loadgroup` would need its group marks
+    in the node ids, which it writes to `item._nodeid`, an attribute pytest 9.2 no longer reads.)"""
+    if config.getvalue("dist") != "loadfile":
+        return None
+    from xdist.scheduler import LoadFileScheduling
+
+    class FilesWithRealModelsTogether(LoadFileScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            path = nodeid.split("::", 1)[0]
+            return REAL_MODEL_FILES[0] if path.startswith(REAL_MODEL_FILES) else path
+
+    return FilesWithRealModelsTogether(config, log)
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Under `--dist loadgroup`: a file's tests stay on one worker (its module fixtures, a gateway or a trained
-    router, start once), and every real-model test runs on the same worker, so two model ladders never share the
-    two cores and their memory (the other worker runs the light tests beside them)."""
-    if not config.pluginmanager.hasplugin("xdist"):
+    """On a worker: every real-model test lives in REAL_MODEL_FILES, and every node id is collected once (the
+    scheduler hands out tests by node id: a repeated one would run once, silently)."""
+    if not hasattr(config, "workerinput"):
         return
     _name_each_schemathesis_operation(items)
+    strays = [item.nodeid for item in items
+              if item.get_closest_marker("e2e") and not item.nodeid.startswith(REAL_MODEL_FILES)]
+    if strays:
+        raise pytest.UsageError(f"real-model tests outside tests/conftest.py's REAL_MODEL_FILES: {strays}")
     repeated = [nodeid for nodeid, count in Counter(item.nodeid for item in items).items() if count > 1]
-    if repeated:  # xdist's grouping schedules by node id: a repeated one would run once, silently
+    if repeated:
         raise pytest.UsageError(f"test ids collected more than once (they would run once on workers): {repeated}")
-    for item in items:
-        group = REAL_MODELS_GROUP if item.get_closest_marker("e2e") else item.nodeid.split("::")[0]
-        item.add_marker(pytest.mark.xdist_group(group))
 
 
 def _name_each_schemathesis_operation(items: list[pytest.Item]) -> None:
