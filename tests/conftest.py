@@ -19,6 +19,7 @@ from cascade.testing.servers import TIERS
 # on the same worker, so two model ladders never share the two cores and their memory (the other worker runs the
 # light tests beside them).
 REAL_MODEL_FILES = ("tests/e2e/", "tests/benchmarks/reasoning/test_verifier_scorer.py")
+REAL_MODELS_SCOPE = "real-models"
 
 
 @pytest.hookimpl(tryfirst=True, optionalhook=True)
@@ -32,7 +33,7 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
     class FilesWithRealModelsTogether(LoadFileScheduling):
         def _split_scope(self, nodeid: str) -> str:
             path = nodeid.split("::", 1)[0]
-            return REAL_MODEL_FILES[0] if path.startswith(REAL_MODEL_FILES) else path
+            return REAL_MODELS_SCOPE if path.startswith(REAL_MODEL_FILES) else path
 
     return FilesWithRealModelsTogether(config, log)
 
