@@ -4,6 +4,7 @@ answers are fast; a pressed reasoning tier runs fewer branches."""
 
 from __future__ import annotations
 
+import re
 import time
 from contextlib import ExitStack
 
@@ -28,6 +29,14 @@ hold_s = 0.1
 SLOW_MEDIUM = "[fake@fake-1 ttft_ms=300] What is 2 + 2?"  # `balanced` routes it to tier-medium, which answers slowly
 
 
+def pressed_p90_s(reason: str) -> float:
+    """The measured p90 a degraded reason states. Tests bound it from below by the scripted delay: a busy CPU
+    (make test runs two workers) only ever adds to a measured latency (CI once measured 0.87 s for 0.2 s)."""
+    match = re.fullmatch(r"e2el p90 (\d+\.\d\d) s against the 0\.10 s SLO", reason)
+    assert match, reason
+    return float(match.group(1))
+
+
 def metric(base: str, line_start: str) -> float | None:
     for line in httpx.get(f"{base}/metrics", timeout=5).text.splitlines():
         if line.startswith(line_start):
@@ -47,7 +56,7 @@ def test_balanced_moves_off_a_tier_past_its_slo_and_returns_when_it_recovers() -
         assert body["cascade"]["quality"] == "balanced"
         degraded = body["cascade"]["degraded"]
         assert (degraded["requested"], degraded["served"], degraded["tier"]) == ("balanced", "fast", TIERS[1])
-        assert degraded["reason"].startswith("e2el p90 0.3") and degraded["reason"].endswith("against the 0.10 s SLO")
+        assert pressed_p90_s(degraded["reason"]) >= 0.3
         # A numeric target keeps its tier (thresholds 0.3 / 0.6 put this prompt on tier-medium).
         kept = post_chat(base, {"model": "cascade", "quality": 0.7, "messages": user("What is 2 + 2?")})
         assert kept.json()["model"] == TIERS[1] and kept.json()["cascade"]["degraded"] is None
@@ -108,7 +117,7 @@ def test_a_pressed_reasoning_tier_that_no_cheaper_point_avoids_runs_only_the_bra
         degraded = cut["cascade"]["degraded"]
         assert (degraded["requested"], degraded["served"], degraded["tier"], degraded["branches"]) == (
             "balanced", "balanced", "thinker", 2)
-        assert degraded["reason"].startswith("e2el p90 0.2")
+        assert pressed_p90_s(degraded["reason"]) >= 0.2
         # A client that asks for branches keeps them.
         asked = post_chat(base, {"model": "cascade:balanced", "branches": {"n": 3}, "messages": user("hello")}).json()
         assert asked["cascade"]["branches"]["configured"] == 3 and asked["cascade"]["degraded"] is None
