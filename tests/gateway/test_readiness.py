@@ -9,7 +9,7 @@ included. Every server binds 127.0.0.1 and stops when its block exits.
 from __future__ import annotations
 
 import time
-from timeit import timeit
+from timeit import repeat
 
 import httpx
 
@@ -70,7 +70,9 @@ def test_with_every_tier_down_ready_is_503_until_an_engine_recovers_and_health_s
         back = ready(base)
         answered = post_chat(base, {"model": "large", "messages": user()})
         pollers = len(gw.readiness.monitor.pollers)
-        report_s = timeit(gw.readiness.report, number=1000) / 1000  # what /ready computes: local state only
+        # What /ready computes: local state only. The best of five batches: a busy CPU (make test's two workers)
+        # only adds time, and the code's own cost is what is bounded.
+        report_s = min(repeat(gw.readiness.report, number=200, repeat=5)) / 200
     assert down.json()["status"] == "unavailable" and down.json()["unhealthy"]["tiers"] == ["small", "large"]
     assert health.status_code == 200 and health.json() == {"status": "ok"}
     assert back.json()["status"] == "ready" and back.json()["unhealthy"] == {"tiers": [], "replicas": []}
