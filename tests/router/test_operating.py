@@ -163,9 +163,7 @@ def _calibrate_one_combination_at_a_time(p_fail: np.ndarray, correct: np.ndarray
         fractions = np.bincount(tiers, minlength=n_tiers) / n
         # Tier by tier, as the product sums: `fractions @ costs` is a BLAS dot whose rounding hangs on the CPU's
         # kernel (AVX-512's fused multiply-adds reorder points of equal cost), so it is no reference.
-        cost = 0.0
-        for t in range(n_tiers):
-            cost += float(fractions[t]) * float(costs[t])
+        cost = sum(float(f) * float(c) for f, c in zip(fractions, costs, strict=True))
         rows.append((cost, float(correct[np.arange(n), tiers].mean()), [float(h) for h in combo]))
     rows.sort(key=lambda r: (r[0], -r[1]))
     frontier: list[tuple[float, ...]] = []
